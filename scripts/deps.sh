@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# scripts/deps.sh - install what ivtrace needs on a fresh Debian 12 machine.
+# Idempotent and quick when everything is present. Run as root (or with sudo).
+set -euo pipefail
+
+APT_PACKAGES=(
+	build-essential pkg-config
+	qemu-system-x86 busybox-static cpio zstd xz-utils
+	babeltrace2 python3-bt2 python3-pytest python3-matplotlib
+	lttng-tools liblttng-ust-dev trace-cmd hyperfine
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "deps: installing ${missing[*]}" >&2
+	SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+	$SUDO apt-get update -q
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+	echo "deps: cargo not found; install Rust with rustup (https://rustup.rs)" >&2
+	exit 2
+fi
