@@ -143,6 +143,7 @@ struct ivt_sync {
 #define IVT_CMD_DISABLE		3u	/* arg: event group mask to disable */
 #define IVT_CMD_SET_MODE	4u	/* arg: IVT_MODE_* for every channel */
 #define IVT_CMD_SYNC		5u	/* answer the sync mailbox */
+#define IVT_CMD_STATEDUMP	6u	/* re-emit thread names and irq names */
 
 struct ivt_control {
 	uint64_t cmd_seq;		/* host writes (release) */
@@ -344,6 +345,9 @@ struct ivt_event_ext {
 
 /* Field flags. */
 #define IVT_FF_HEX		(1u << 0)	/* display integers in base 16 */
+#define IVT_FF_TID_COMM		(1u << 1)	/* u32 thread id: the host adds the
+						 * thread's name as a char[16] field
+						 * before it (prev_tid -> prev_comm) */
 
 struct ivt_meta_field {
 	char     name[IVT_FIELD_NAME_MAX];
