@@ -1,0 +1,59 @@
+"""Shared fixtures for ivtrace's end-to-end tests.
+
+Run with babeltrace2's Python bindings available: `/usr/bin/python3 -m pytest tests`
+(`make test` does). The tests drive the real tools in bin/ (built by `make`) and
+use babeltrace2 as the independent reader of what ivtrace writes.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import uuid
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+BIN = REPO / "bin"
+IVTRACE = BIN / "ivtrace"
+LOADGEN = BIN / "ivtrace-loadgen"
+VECTORS = json.loads((REPO / "abi" / "vectors.json").read_text())
+
+
+def abi(name: str) -> int:
+    """A size, offset or constant of the region ABI (abi/vectors.json)."""
+    return VECTORS[name]
+
+
+@pytest.fixture(scope="session")
+def tools():
+    missing = [p for p in (IVTRACE, LOADGEN) if not os.access(p, os.X_OK)]
+    if missing:
+        pytest.fail(f"{', '.join(map(str, missing))} missing: run `make` first")
+    return {"ivtrace": str(IVTRACE), "loadgen": str(LOADGEN)}
+
+
+@pytest.fixture
+def shm():
+    """A unique /dev/shm path for one test's region, removed afterwards."""
+    path = pathlib.Path("/dev/shm") / f"ivtrace-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def run(cmd, timeout=120, check=True, **kw):
+    """Run a command; fail the test with its output if it times out or fails."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"timed out after {timeout}s (hang?): {' '.join(map(str, cmd))}\n{e.stderr}")
+    if check and p.returncode != 0:
+        pytest.fail(
+            f"exit {p.returncode}: {' '.join(map(str, cmd))}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
+        )
+    return p
+
+
+def assert_no_panic(p):
+    """A Rust panic exits 101 and prints 'panicked at'; neither may happen."""
+    assert p.returncode != 101 and "panicked at" not in p.stderr, p.stderr
