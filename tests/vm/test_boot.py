@@ -1,0 +1,139 @@
+"""vm/: boot the demo guest under QEMU (auto accelerator: TCG on these machines).
+
+Two boots (~5-10 s each under TCG):
+  1. ivshmem-plain: the guest finds 1af4:1110 in sysfs, reads a word the host put in the
+     region and writes a known word into BAR2 with busybox devmem; the host sees it in
+     /dev/shm. The same boot checks --add (overlay archive), modules= and modopts=.
+  2. a guest kernel panic (sysrq c) is reported as panicked and QEMU exits by itself.
+Plus quick checks that need no boot.
+"""
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "vm"))
+import ivtvm  # noqa: E402
+
+TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "180"))
+SHM_SIZE = 1 << 20
+HOST_WORD = 0x600DF00D   # host -> guest, at offset 0x40
+GUEST_WORD = 0xC0FFEE42  # guest -> host, at offset 0x100 and at the last word
+
+
+@pytest.fixture(scope="module")
+def guest():
+    """Build (or reuse) vm/out once for the module."""
+    return ivtvm.ensure_built()
+
+
+@pytest.fixture
+def shm(tmp_path):
+    p = Path(f"/dev/shm/ivt-test-{os.getpid()}-{time.monotonic_ns()}")
+    yield p
+    p.unlink(missing_ok=True)
+
+
+GUEST_SCRIPT = r"""#!/bin/sh
+dev=
+for d in /sys/bus/pci/devices/*; do
+    if [ "$(cat $d/vendor)" = 0x1af4 ] && [ "$(cat $d/device)" = 0x1110 ]; then dev=$d; fi
+done
+[ -n "$dev" ] || { echo "no ivshmem device (1af4:1110)"; exit 10; }
+echo "IVSHMEM-DEV $dev"
+set -- $(sed -n 3p $dev/resource)
+start=$1; end=$2
+size=$((end - start + 1))
+echo "BAR2 start=$start size=$size"
+echo "HOSTWORD $(devmem $((start + 0x40)) 32)"
+devmem $((start + 0x100)) 32 0xC0FFEE42 || exit 11
+devmem $((start + size - 4)) 32 0xC0FFEE42 || exit 12
+echo "READBACK $(devmem $((start + 0x100)) 32)"
+echo "NAPI_TX $(cat /sys/module/virtio_net/parameters/napi_tx) CSUM $(cat /sys/module/virtio_net/parameters/csum)"
+echo "ENV $IVTRACE_IVSHMEM"
+exit 0
+"""
+
+
+def test_ivshmem_bar2_write_reaches_host(guest, shm, tmp_path):
+    script = tmp_path / "probe.sh"
+    script.write_text(GUEST_SCRIPT)
+    script.chmod(0o755)
+    # Host writes a word first (the region must be shared both ways).
+    ivtvm.prepare_shm(shm, SHM_SIZE, clear=True)
+    with open(shm, "r+b") as f:
+        f.seek(0x40)
+        f.write(struct.pack("<I", HOST_WORD))
+
+    r = ivtvm.boot(run="/workload/probe.sh", shm=shm, shm_size=SHM_SIZE,
+                   add=[f"{script}:/workload/probe.sh"],
+                   modules=["virtio_net"], modopts={"virtio_net": "napi_tx=1 csum=0"},
+                   timeout=TIMEOUT, log=tmp_path / "console.log")
+    print(r.summary())
+    print(r.tail(30))
+    assert r.accel == ivtvm.probe_accel("auto")[0]
+    assert not r.timed_out, r.tail()
+    assert r.booted and r.powered_off, r.tail()
+    assert r.exit_code == 0, r.tail()
+    assert not r.panicked and not r.module_errors and not r.kernel_problems, r.summary()
+    text = r.console_text
+    assert "IVSHMEM-DEV /sys/bus/pci/devices/" in text
+    assert f"BAR2 start=" in text and f"size={SHM_SIZE}" in text, r.tail()
+    assert f"HOSTWORD 0x{HOST_WORD:08X}" in text, r.tail()
+    assert f"READBACK 0x{GUEST_WORD:08X}" in text, r.tail()
+    assert "NAPI_TX Y CSUM N" in text, r.tail()          # modopts reached the module
+    assert "IVTRACE-GUEST: module-loaded virtio_net napi_tx=1 csum=0" in text
+    assert "ENV /sys/bus/pci/devices/" in text
+    # The host sees the guest's writes in the backing file (share=on).
+    data = shm.read_bytes()
+    assert len(data) == SHM_SIZE
+    assert struct.unpack_from("<I", data, 0x100)[0] == GUEST_WORD
+    assert struct.unpack_from("<I", data, SHM_SIZE - 4)[0] == GUEST_WORD
+    assert struct.unpack_from("<I", data, 0x40)[0] == HOST_WORD
+
+
+def test_guest_panic_is_detected_and_qemu_exits(guest, tmp_path):
+    t0 = time.monotonic()
+    r = ivtvm.boot(run="echo c > /proc/sysrq-trigger; sleep 30; echo survived", timeout=TIMEOUT)
+    print(r.summary())
+    assert r.panicked, r.tail()
+    assert not r.timed_out, r.tail()
+    assert r.qemu_returncode is not None           # QEMU exited on its own (-no-reboot)
+    assert r.exit_code is None and "survived" not in r.console_text
+    assert "sysrq" in r.panic_message.lower() or "sysrq" in r.console_text.lower()
+    assert r.process_rc == ivtvm.RC_PANIC
+    assert time.monotonic() - t0 < TIMEOUT
+    assert not ivtvm._LIVE                          # nothing left running
+
+
+# ---------------------------------------------------------------- no boot needed
+
+def test_accel_probe_picks_tcg_without_vmx_svm(monkeypatch):
+    monkeypatch.delenv("IVTRACE_ACCEL", raising=False)
+    accel, why = ivtvm.probe_accel("auto")
+    has_hw = bool(ivtvm.cpu_flags() & {"vmx", "svm"})
+    if not has_hw:
+        assert accel == "tcg", why
+    assert why
+    assert ivtvm.probe_accel("tcg")[0] == "tcg"
+    assert ivtvm.probe_accel("kvm")[0] == "kvm"
+    monkeypatch.setattr(ivtvm, "cpu_flags", lambda: {"fpu", "sse2"})
+    assert ivtvm.probe_accel("auto")[0] == "tcg"
+
+
+def test_options_are_validated(tmp_path):
+    assert ivtvm.parse_size("16M") == 16 << 20
+    assert ivtvm.parse_size(4096) == 4096
+    with pytest.raises(ivtvm.VMError):
+        ivtvm.prepare_shm(tmp_path / "x", 3 << 20)      # not a power of two: QEMU would abort
+    assert ivtvm.cmdline_param("ivtrace.run", "/workload/demo.sh") == "ivtrace.run=/workload/demo.sh"
+    assert ivtvm.cmdline_param("ivtrace.modopts", "a:b c") == 'ivtrace.modopts="a:b c"'
+    with pytest.raises(ivtvm.VMError):
+        ivtvm.cmdline_param("ivtrace.run", 'echo "x"')
+    assert ivtvm.qemu_escape("/a,b") == "/a,,b"
+    with pytest.raises(ivtvm.VMError):
+        ivtvm.VM(doorbell=tmp_path / "nosock", build=False).build_command()

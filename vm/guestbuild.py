@@ -1,0 +1,720 @@
+#!/usr/bin/python3
+"""Build the ivtrace demo guest: Debian kernel + matching headers + busybox initramfs.
+
+Run through the `vm/build` wrapper.  Python 3.11 standard library only.
+
+Outputs (all under vm/out/, git-ignored):
+  vm/out/vmlinuz                   the guest kernel (copy of boot/vmlinuz-<ver> from the .deb)
+  vm/out/initramfs-base.cpio.gz    busybox + /init + kernel modules (no caller files)
+  vm/out/initramfs.cpio.gz         base + the files given with --add (same as base without --add)
+  vm/out/guest.json                manifest: kernel version, paths, headers dir, module list
+  vm/out/debs/                     the downloaded linux-image .deb (cache)
+  vm/out/kernel/<ver>/             the .deb extracted with dpkg-deb -x (never installed on the host)
+
+Everything is cached: a step is redone only when its inputs change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VM_DIR = Path(__file__).resolve().parent
+REPO = VM_DIR.parent
+DEFAULT_OUT = VM_DIR / "out"
+INIT_SRC = VM_DIR / "guest" / "init"
+
+# Bump when the layout of the initramfs changes in a way the input hash cannot see.
+BUILDER_VERSION = "3"
+
+# Kernel modules copied into the initramfs (with everything modules.dep says they need).
+# qemu_fw_cfg: /init reads the command to run from fw_cfg (opt/ivtrace/run).
+# virtio_pci + 9p stack: host directory sharing (-virtfs), a comparison transport.
+# virtio_net / virtio_console / virtio_blk: network, virtio-serial and disk comparison transports.
+DEFAULT_MODULES = [
+    "qemu_fw_cfg",
+    "virtio_pci",
+    "9p",
+    "9pnet",
+    "9pnet_virtio",
+    "netfs",
+    "fscache",
+    "virtio_net",
+    "failover",
+    "net_failover",
+    "virtio_console",
+    "virtio_blk",
+    "virtio_rng",
+]
+
+# Host packages the build needs: (command or file that proves it is there, Debian package).
+HOST_TOOLS = [
+    ("/usr/bin/qemu-system-x86_64", "qemu-system-x86"),
+    ("/bin/busybox", "busybox-static"),
+    ("/sbin/depmod", "kmod"),
+    ("/usr/bin/dpkg-deb", "dpkg"),
+    ("/usr/bin/zstd", "zstd"),
+    ("/usr/bin/xz", "xz-utils"),
+]
+
+APT_LISTS = Path("/var/lib/apt/lists")
+APT_MAX_AGE = 24 * 3600  # refresh the package lists when older than this
+
+
+class BuildError(Exception):
+    """A failure with a message that says what failed, why and what to do."""
+
+
+def log(msg: str) -> None:
+    print(f"vm/build: {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], *, cwd: Path | None = None, capture: bool = False,
+        what: str = "", hint: str = "") -> subprocess.CompletedProcess:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", LC_ALL="C")
+    try:
+        p = subprocess.run(cmd, cwd=cwd, env=env, text=True,
+                           stdout=subprocess.PIPE if capture else None,
+                           stderr=subprocess.PIPE if capture else None,
+                           stdin=subprocess.DEVNULL)
+    except FileNotFoundError as e:
+        raise BuildError(f"{what or cmd[0]} failed: {e}. {hint}") from e
+    if p.returncode != 0:
+        detail = ""
+        if capture:
+            detail = "\n" + (p.stderr or "").strip()[-2000:]
+        raise BuildError(f"{what or ' '.join(cmd)} failed (exit {p.returncode}).{detail}\n{hint}".rstrip())
+    return p
+
+
+# --------------------------------------------------------------------------- apt helpers
+
+class Apt:
+    def __init__(self, allow_update: bool, force_update: bool):
+        self.allow_update = allow_update
+        self.force_update = force_update
+        self.updated = False
+
+    @staticmethod
+    def is_root() -> bool:
+        return os.geteuid() == 0
+
+    def lists_age(self) -> float:
+        newest = 0.0
+        if APT_LISTS.is_dir():
+            for p in APT_LISTS.iterdir():
+                if p.name.endswith(("_Packages", "_Packages.lz4", "_Packages.xz", "_Packages.gz")):
+                    newest = max(newest, p.stat().st_mtime)
+        return time.time() - newest if newest else float("inf")
+
+    def update(self, reason: str) -> None:
+        if self.updated:
+            return
+        if not self.allow_update:
+            log(f"not running apt-get update ({reason}) because of --no-update")
+            return
+        if not self.is_root():
+            raise BuildError(f"apt-get update is needed ({reason}) but this is not root; "
+                             "run vm/build as root (or sudo), or run 'apt-get update' first")
+        log(f"apt-get update ({reason}) ...")
+        run(["apt-get", "update", "-q"], what="apt-get update",
+            hint="Check the network / Debian mirror in /etc/apt/sources.list*, then rerun vm/build.")
+        self.updated = True
+
+    def maybe_refresh(self) -> None:
+        age = self.lists_age()
+        if self.force_update:
+            self.update("--update given")
+        elif age == float("inf"):
+            self.update("no package lists yet")
+        elif age > APT_MAX_AGE:
+            self.update(f"package lists are {age / 3600:.0f} h old")
+
+    @staticmethod
+    def installed(pkg: str) -> bool:
+        p = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg], text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        return p.returncode == 0 and "install ok installed" in p.stdout
+
+    def install(self, pkgs: list[str], why: str) -> None:
+        pkgs = [p for p in pkgs if not self.installed(p)]
+        if not pkgs:
+            return
+        if not self.is_root():
+            raise BuildError(f"missing Debian packages {' '.join(pkgs)} ({why}); "
+                             f"run as root: apt-get install {' '.join(pkgs)}")
+        for attempt in (1, 2):
+            log(f"apt-get install {' '.join(pkgs)} ({why}) ...")
+            try:
+                run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs],
+                    what=f"apt-get install {' '.join(pkgs)}",
+                    hint="Check the network / mirror; 'apt-get update' may help.")
+                return
+            except BuildError:
+                if attempt == 2 or self.updated or not self.allow_update:
+                    raise
+                self.update("install failed, lists may be stale")
+
+
+def ensure_host_tools(apt: Apt) -> None:
+    missing = [pkg for path, pkg in HOST_TOOLS if not Path(path).exists() or not apt.installed(pkg)]
+    # /bin/busybox may be the dynamic 'busybox' package: we need the static one.
+    if Path("/bin/busybox").exists() and not is_static_elf(Path("/bin/busybox")):
+        missing.append("busybox-static")
+    missing = sorted(set(missing))
+    if missing:
+        if apt.lists_age() == float("inf"):
+            apt.update("no package lists yet")
+        apt.install(missing, "host tools for building/booting the guest")
+    if not is_static_elf(Path("/bin/busybox")):
+        raise BuildError("/bin/busybox is not statically linked; install busybox-static "
+                         "(apt-get install busybox-static), it replaces the dynamic busybox")
+
+
+def is_static_elf(path: Path) -> bool:
+    """True if the ELF file has no PT_INTERP program header (statically linked)."""
+    with open(path, "rb") as f:
+        ident = f.read(64)
+        if ident[:4] != b"\x7fELF" or ident[4] != 2:
+            return False
+        import struct
+        e_phoff, = struct.unpack_from("<Q", ident, 0x20)
+        e_phentsize, e_phnum = struct.unpack_from("<HH", ident, 0x36)
+        f.seek(e_phoff)
+        ph = f.read(e_phentsize * e_phnum)
+        for i in range(e_phnum):
+            p_type, = struct.unpack_from("<I", ph, i * e_phentsize)
+            if p_type == 3:  # PT_INTERP
+                return False
+        return True
+
+
+# --------------------------------------------------------------------------- kernel
+
+def kernel_version(apt: Apt, override: str | None) -> str:
+    if override:
+        return override
+    for attempt in (1, 2):
+        pol = run(["apt-cache", "policy", "linux-image-amd64"], capture=True,
+                  what="apt-cache policy linux-image-amd64").stdout
+        m = re.search(r"Candidate:\s*(\S+)", pol)
+        cand = m.group(1) if m else "(none)"
+        if cand != "(none)":
+            show = run(["apt-cache", "show", f"linux-image-amd64={cand}"], capture=True,
+                       what="apt-cache show linux-image-amd64").stdout
+            for line in show.splitlines():
+                if line.startswith("Depends:"):
+                    dm = re.search(r"linux-image-(\d[^\s,(|]*)", line)
+                    if dm:
+                        return dm.group(1)
+            raise BuildError(f"linux-image-amd64 {cand} does not depend on a linux-image-<ver> "
+                             f"package:\n{show[:500]}")
+        if attempt == 1:
+            apt.update("linux-image-amd64 has no candidate version")
+    raise BuildError("cannot find the Debian kernel: 'apt-cache policy linux-image-amd64' has no "
+                     "candidate. Check /etc/apt/sources.list* (Debian 12 'bookworm' main) and run "
+                     "'apt-get update'.")
+
+
+def fetch_kernel(apt: Apt, ver: str, out: Path) -> Path:
+    """Download linux-image-<ver> and extract it (dpkg-deb -x). Returns the extracted root."""
+    root = out / "kernel" / ver
+    if (root / "boot" / f"vmlinuz-{ver}").is_file() and (root / "lib" / "modules" / ver / "modules.dep").is_file():
+        return root
+    debs = out / "debs"
+    debs.mkdir(parents=True, exist_ok=True)
+    pkg = f"linux-image-{ver}"
+    found = sorted(debs.glob(f"{pkg}_*.deb"))
+    if not found:
+        for attempt in (1, 2):
+            log(f"apt-get download {pkg} (into {debs}) ...")
+            try:
+                # _apt cannot write into vm/out: download as root without the sandbox warning.
+                sandbox = ["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []
+                run(["apt-get", *sandbox, "download", pkg], cwd=debs, what=f"apt-get download {pkg}",
+                    hint="The package lists may be stale or the mirror unreachable.")
+                break
+            except BuildError:
+                if attempt == 2 or apt.updated or not apt.allow_update:
+                    raise
+                apt.update("download failed")
+        found = sorted(debs.glob(f"{pkg}_*.deb"))
+        if not found:
+            raise BuildError(f"apt-get download {pkg} left no {pkg}_*.deb in {debs}")
+    deb = found[-1]
+    log(f"extracting {deb.name} with dpkg-deb -x (not installed on the host) ...")
+    tmp = Path(tempfile.mkdtemp(prefix=f".extract-{ver}-", dir=out))
+    try:
+        run(["dpkg-deb", "-x", str(deb), str(tmp)], what=f"dpkg-deb -x {deb.name}",
+            hint=f"The .deb may be corrupt: delete {deb} and rerun vm/build.")
+        if not (tmp / "boot" / f"vmlinuz-{ver}").is_file():
+            raise BuildError(f"{deb.name} has no boot/vmlinuz-{ver}")
+        mdir = tmp / "lib" / "modules" / ver
+        if not mdir.is_dir():
+            raise BuildError(f"{deb.name} has no lib/modules/{ver}")
+        if not (mdir / "modules.dep").is_file():
+            # The .deb ships no modules.dep (dpkg's postinst runs depmod); make one in place.
+            log(f"depmod -b {tmp} {ver} (the .deb ships no modules.dep) ...")
+            run(["depmod", "-b", str(tmp), ver], what="depmod on the extracted kernel tree")
+        if root.exists():
+            shutil.rmtree(root)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(root)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return root
+
+
+def ensure_headers(apt: Apt, ver: str) -> Path:
+    pkg = f"linux-headers-{ver}"
+    if not apt.installed(pkg):
+        apt.install([pkg], "to build the ivtrace kernel module against the guest kernel")
+    for cand in (Path(f"/lib/modules/{ver}/build"), Path(f"/usr/src/linux-headers-{ver}")):
+        if (cand / "Makefile").is_file():
+            return cand
+    raise BuildError(f"{pkg} is installed but neither /lib/modules/{ver}/build nor "
+                     f"/usr/src/linux-headers-{ver} has a Makefile")
+
+
+# --------------------------------------------------------------------------- modules
+
+def parse_modules_dep(mdir: Path) -> dict[str, list[str]]:
+    deps: dict[str, list[str]] = {}
+    for line in (mdir / "modules.dep").read_text().splitlines():
+        if ":" not in line:
+            continue
+        mod, rest = line.split(":", 1)
+        deps[mod.strip()] = rest.split()
+    return deps
+
+
+def mod_name(relpath: str) -> str:
+    base = relpath.rsplit("/", 1)[-1]
+    base = re.sub(r"\.ko(\.(xz|zst|gz))?$", "", base)
+    return base.replace("-", "_")
+
+
+def resolve_modules(mdir: Path, wanted: list[str]) -> list[str]:
+    """Relative paths (as in modules.dep) of the wanted modules plus dependencies, load order."""
+    deps = parse_modules_dep(mdir)
+    by_name = {mod_name(p): p for p in deps}
+    builtin = set()
+    bf = mdir / "modules.builtin"
+    if bf.is_file():
+        builtin = {mod_name(l.strip()) for l in bf.read_text().splitlines() if l.strip()}
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(path: str, stack: tuple[str, ...]) -> None:
+        if path in seen:
+            return
+        if path in stack:
+            raise BuildError(f"dependency cycle in modules.dep: {' -> '.join(stack + (path,))}")
+        for d in deps.get(path, []):
+            visit(d, stack + (path,))
+        seen.add(path)
+        order.append(path)
+
+    for name in wanted:
+        n = name.replace("-", "_")
+        if n in by_name:
+            visit(by_name[n], ())
+        elif n in builtin:
+            log(f"module {name} is built into this kernel; nothing to copy")
+        else:
+            raise BuildError(f"kernel module '{name}' is neither in modules.dep nor built in "
+                             f"({mdir}); check the name or the kernel config")
+    return order
+
+
+def decompress_module(src: Path) -> bytes:
+    data = src.read_bytes()
+    name = src.name
+    if name.endswith(".ko"):
+        return data
+    if name.endswith(".ko.xz"):
+        return lzma.decompress(data)
+    if name.endswith(".ko.gz"):
+        return gzip.decompress(data)
+    if name.endswith(".ko.zst"):
+        p = subprocess.run(["zstd", "-dc", str(src)], stdout=subprocess.PIPE, check=True)
+        return p.stdout
+    raise BuildError(f"unknown module compression: {src}")
+
+
+# --------------------------------------------------------------------------- cpio (newc)
+
+class Cpio:
+    """A deterministic newc writer: uid/gid 0, mtime 0, sorted by the caller."""
+
+    def __init__(self) -> None:
+        self.buf = io.BytesIO()
+        self.ino = 300000
+        self.names: set[str] = set()
+
+    def _entry(self, name: str, mode: int, data: bytes = b"", rdev: tuple[int, int] = (0, 0),
+               nlink: int = 1) -> None:
+        name = name.lstrip("/")
+        self.ino += 1
+        nb = name.encode() + b"\0"
+        hdr = "070701" + "".join(f"{v:08X}" for v in (
+            self.ino, mode, 0, 0, nlink, 0, len(data), 0, 0, rdev[0], rdev[1], len(nb), 0))
+        self.buf.write(hdr.encode() + nb)
+        self.buf.write(b"\0" * ((4 - (110 + len(nb)) % 4) % 4))
+        self.buf.write(data)
+        self.buf.write(b"\0" * ((4 - len(data) % 4) % 4))
+        if name != "TRAILER!!!":
+            self.names.add(name)
+
+    def dir(self, name: str, perm: int = 0o755) -> None:
+        name = name.strip("/")
+        if not name or name in self.names:
+            return
+        parent = name.rsplit("/", 1)[0] if "/" in name else ""
+        if parent:
+            self.dir(parent)
+        self._entry(name, stat.S_IFDIR | perm, nlink=2)
+
+    def _parents(self, name: str) -> None:
+        name = name.strip("/")
+        if "/" in name:
+            self.dir(name.rsplit("/", 1)[0])
+
+    def file(self, name: str, data: bytes, perm: int = 0o644) -> None:
+        self._parents(name)
+        self._entry(name, stat.S_IFREG | perm, data)
+
+    def symlink(self, name: str, target: str) -> None:
+        self._parents(name)
+        self._entry(name, stat.S_IFLNK | 0o777, target.encode())
+
+    def chardev(self, name: str, major: int, minor: int, perm: int = 0o600) -> None:
+        self._parents(name)
+        self._entry(name, stat.S_IFCHR | perm, rdev=(major, minor))
+
+    def finish(self) -> bytes:
+        self._entry("TRAILER!!!", 0)
+        data = self.buf.getvalue()
+        return data + b"\0" * ((512 - len(data) % 512) % 512)
+
+
+def gz(data: bytes, level: int = 6) -> bytes:
+    """gzip with a fixed header (mtime 0) and padded to 4 bytes, so archives can be concatenated."""
+    out = gzip.compress(data, compresslevel=level, mtime=0)
+    return out + b"\0" * ((4 - len(out) % 4) % 4)
+
+
+# --------------------------------------------------------------------------- --add handling
+
+def parse_add(spec: str, kver: str) -> tuple[Path, str]:
+    """SRC[:DEST] -> (src path, absolute dest inside the initramfs).
+
+    Without DEST: *.ko goes to /lib/modules/<ver>/extra/, anything else to /usr/local/bin/.
+    A DEST ending in '/' is a directory: the source keeps its base name.
+    '{kver}' in DEST is replaced by the kernel version.
+    """
+    if ":" in spec:
+        src_s, dest = spec.split(":", 1)
+    else:
+        src_s, dest = spec, ""
+    src = Path(src_s).expanduser()
+    if not src.is_absolute():
+        src = Path.cwd() / src
+    if not src.exists():
+        raise BuildError(f"--add {spec}: {src} does not exist (build it first)")
+    if not dest:
+        dest = f"/lib/modules/{kver}/extra/" if src.name.endswith(".ko") else "/usr/local/bin/"
+    dest = dest.replace("{kver}", kver)
+    if not dest.startswith("/"):
+        dest = "/" + dest
+    if dest.endswith("/"):
+        dest += src.name
+    if ".." in dest.split("/"):
+        raise BuildError(f"--add {spec}: destination may not contain '..'")
+    return src, dest
+
+
+def add_files_to(cpio: Cpio, adds: list[tuple[Path, str]], h: "hashlib._Hash | None" = None) -> None:
+    for src, dest in adds:
+        items = []
+        if src.is_dir():
+            for p in sorted(src.rglob("*")):
+                items.append((p, dest.rstrip("/") + "/" + p.relative_to(src).as_posix()))
+            cpio.dir(dest)
+        else:
+            items.append((src, dest))
+        for p, d in items:
+            if p.is_symlink():
+                tgt = os.readlink(p)
+                cpio.symlink(d, tgt)
+                if h:
+                    h.update(f"L{d}\0{tgt}\0".encode())
+            elif p.is_dir():
+                cpio.dir(d)
+                if h:
+                    h.update(f"D{d}\0".encode())
+            else:
+                data = p.read_bytes()
+                perm = stat.S_IMODE(p.stat().st_mode)
+                cpio.file(d, data, perm)
+                if h:
+                    h.update(f"F{d}\0{perm}\0".encode() + hashlib.sha256(data).digest())
+
+
+def overlay_initramfs(add_specs: list[str], kver: str) -> bytes:
+    """A gzip'd cpio with just the --add files; appended after a base archive (the kernel
+    unpacks concatenated archives in order, later files replace earlier ones)."""
+    adds = [parse_add(s, kver) for s in add_specs]
+    c = Cpio()
+    add_files_to(c, adds)
+    return gz(c.finish(), level=1)
+
+
+# --------------------------------------------------------------------------- initramfs
+
+def busybox_applets(bb: Path) -> list[str]:
+    p = run([str(bb), "--list-full"], capture=True, what="busybox --list-full")
+    return sorted(l.strip() for l in p.stdout.splitlines() if l.strip())
+
+
+def build_base(kroot: Path, ver: str, modules: list[str], out: Path) -> tuple[Path, dict]:
+    mdir = kroot / "lib" / "modules" / ver
+    order = resolve_modules(mdir, modules)
+    bb = Path("/bin/busybox")
+    init = INIT_SRC.read_bytes()
+
+    h = hashlib.sha256()
+    h.update(f"builder {BUILDER_VERSION}\0kernel {ver}\0".encode())
+    h.update(hashlib.sha256(init).digest())
+    h.update(hashlib.sha256(bb.read_bytes()).digest())
+    h.update(("\0".join(order)).encode())
+    for rel in order:
+        st = (mdir / rel).stat()
+        h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    key = h.hexdigest()
+
+    target = out / "initramfs-base.cpio.gz"
+    keyf = out / "initramfs-base.key"
+    info = {"modules": [mod_name(p) for p in order], "module_paths": order}
+    if target.is_file() and keyf.is_file() and keyf.read_text().strip() == key:
+        log(f"initramfs-base is up to date ({target})")
+        return target, info
+
+    log(f"building {target.name}: busybox, /init, {len(order)} kernel modules ...")
+    c = Cpio()
+    for d in ("bin", "sbin", "usr/bin", "usr/sbin", "usr/local/bin", "dev", "proc", "sys", "tmp",
+              "run", "mnt", "root", "etc", "var", "workload", f"lib/modules/{ver}/extra"):
+        c.dir(d)
+    c.chardev("dev/console", 5, 1)
+    c.chardev("dev/null", 1, 3, 0o666)
+    c.file("bin/busybox", bb.read_bytes(), 0o755)
+    for applet in busybox_applets(bb):
+        applet = applet.lstrip("/")
+        if applet == "bin/busybox" or applet == "linuxrc":
+            continue
+        depth = applet.count("/")
+        c.symlink(applet, "../" * depth + "bin/busybox" if depth else "bin/busybox")
+    c.file("init", init, 0o755)
+    c.file("etc/ivtrace/kernel.version", (ver + "\n").encode())
+    c.file("etc/ivtrace/modules.load", ("\n".join(mod_name(p) for p in order) + "\n").encode())
+    c.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
+    c.file("etc/group", b"root:x:0:\n")
+
+    # Modules: copied uncompressed (busybox insmod handles plain .ko only), then depmod
+    # over the staged tree so that busybox modprobe resolves dependencies in the guest.
+    stage = Path(tempfile.mkdtemp(prefix=".modstage-", dir=out))
+    try:
+        sm = stage / "lib" / "modules" / ver
+        sm.mkdir(parents=True)
+        for aux in ("modules.builtin", "modules.builtin.modinfo", "modules.order"):
+            if (mdir / aux).is_file():
+                shutil.copy2(mdir / aux, sm / aux)
+        for rel in order:
+            dst_rel = re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", rel)
+            dst = sm / dst_rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            dst.write_bytes(decompress_module(mdir / rel))
+        if (sm / "modules.order").is_file():
+            kept = {re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", r) for r in order}
+            lines = [re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", l) for l in (sm / "modules.order").read_text().splitlines()]
+            (sm / "modules.order").write_text("".join(l + "\n" for l in lines if l in kept))
+        run(["depmod", "-b", str(stage), ver], what="depmod on the initramfs module tree")
+        for p in sorted(stage.rglob("*")):
+            rel = p.relative_to(stage).as_posix()
+            if p.is_dir():
+                c.dir(rel)
+            else:
+                c.file(rel, p.read_bytes(), 0o644)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+    data = gz(c.finish())
+    tmp = target.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    tmp.rename(target)
+    keyf.write_text(key + "\n")
+    log(f"wrote {target} ({len(data) / 1e6:.1f} MB)")
+    return target, info
+
+
+def build_final(base: Path, add_specs: list[str], ver: str, out: Path) -> Path:
+    final = out / "initramfs.cpio.gz"
+    adds = [parse_add(s, ver) for s in add_specs]
+    h = hashlib.sha256(base.read_bytes())
+    c = Cpio()
+    add_files_to(c, adds, h)
+    key = h.hexdigest()
+    keyf = out / "initramfs.key"
+    if final.is_file() and keyf.is_file() and keyf.read_text().strip() == key:
+        log(f"initramfs is up to date ({final})")
+        return final
+    data = base.read_bytes()
+    if adds:
+        data += gz(c.finish(), level=6)
+        for src, dest in adds:
+            log(f"added {src} -> {dest}")
+    tmp = final.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    tmp.rename(final)
+    keyf.write_text(key + "\n")
+    log(f"wrote {final} ({len(data) / 1e6:.1f} MB)")
+    return final
+
+
+@contextlib.contextmanager
+def locked(out: Path):
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def build(add: list[str] | None = None, *, out: Path = DEFAULT_OUT, kernel: str | None = None,
+          headers: bool = True, allow_update: bool = True, force_update: bool = False,
+          extra_modules: list[str] | None = None, offline: bool = False,
+          final: bool = True) -> dict:
+    """Build (or reuse) everything; returns the manifest (also written to out/guest.json).
+
+    offline: no apt at all, reuse the kernel already extracted in `out`.
+    final=False: only (re)build the base initramfs, keep initramfs.cpio.gz and its --add list.
+    """
+    add = add or []
+    out = Path(out)
+    with locked(out):
+        manifest_f = out / "guest.json"
+        if offline:
+            if not manifest_f.is_file():
+                raise BuildError(f"--offline but nothing built yet in {out}")
+            m = json.loads(manifest_f.read_text())
+            kernel = kernel or m["kernel_version"]
+            allow_update = False
+        apt = Apt(allow_update=allow_update, force_update=force_update)
+        if not offline:
+            ensure_host_tools(apt)
+            apt.maybe_refresh()
+        ver = kernel_version(apt, kernel)
+        log(f"guest kernel: {ver}")
+        kroot = fetch_kernel(apt, ver, out)
+        hdr = None
+        if headers and not offline:
+            hdr = ensure_headers(apt, ver)
+            log(f"kernel headers for the module build: {hdr}")
+        vml = out / "vmlinuz"
+        src_vml = kroot / "boot" / f"vmlinuz-{ver}"
+        if not vml.is_file() or vml.read_bytes() != src_vml.read_bytes():
+            shutil.copyfile(src_vml, vml)
+        base, info = build_base(kroot, ver, DEFAULT_MODULES + (extra_modules or []), out)
+        prev = json.loads(manifest_f.read_text()) if manifest_f.is_file() else {}
+        if final or not (out / "initramfs.cpio.gz").is_file():
+            final_p = build_final(base, add, ver, out)
+            added = [{"src": str(s), "dest": d} for s, d in (parse_add(a, ver) for a in add)]
+        else:
+            final_p = out / "initramfs.cpio.gz"
+            added = prev.get("added", [])
+        if hdr is None:
+            hdr = prev.get("headers") or (Path(f"/lib/modules/{ver}/build")
+                                          if Path(f"/lib/modules/{ver}/build").exists() else None)
+        manifest = {
+            "kernel_version": ver,
+            "vmlinuz": str(vml),
+            "initramfs": str(final_p),
+            "initramfs_base": str(base),
+            "kernel_tree": str(kroot),
+            "modules_dir": str(kroot / "lib" / "modules" / ver),
+            "headers": str(hdr) if hdr else None,
+            "modules": info["modules"],
+            "added": added,
+        }
+        tmp = manifest_f.with_suffix(".tmp")
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+        tmp.rename(manifest_f)
+        return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="vm/build",
+        description="Build the ivtrace demo guest (Debian kernel, headers, busybox initramfs) "
+                    "into vm/out/. Idempotent: only changed inputs are rebuilt.")
+    ap.add_argument("--add", action="append", default=[], metavar="SRC[:DEST]",
+                    help="put a host file or directory into the initramfs (repeatable). Without "
+                         "DEST: *.ko -> /lib/modules/<ver>/extra/, else /usr/local/bin/. A DEST "
+                         "ending in / keeps the base name; {kver} expands to the kernel version.")
+    ap.add_argument("--module", action="append", default=[], metavar="NAME",
+                    help="copy one more module of the Debian kernel (with its dependencies)")
+    ap.add_argument("--kernel", metavar="VER", help="use this kernel ABI version (e.g. 6.1.0-56-amd64) "
+                                                    "instead of the one linux-image-amd64 depends on")
+    ap.add_argument("--no-headers", action="store_true", help="do not install linux-headers-<ver>")
+    ap.add_argument("--no-update", action="store_true", help="never run apt-get update")
+    ap.add_argument("--update", action="store_true", help="run apt-get update first")
+    ap.add_argument("--offline", action="store_true",
+                    help="no apt at all: reuse the kernel already in vm/out (rebuild the initramfs only)")
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default vm/out)")
+    ap.add_argument("--print", dest="print_key", metavar="KEY",
+                    help="print one manifest value (e.g. kernel_version, headers) on stdout")
+    a = ap.parse_args(argv)
+    t0 = time.monotonic()
+    try:
+        m = build(a.add, out=Path(a.out), kernel=a.kernel, headers=not a.no_headers,
+                  allow_update=not a.no_update, force_update=a.update,
+                  extra_modules=a.module, offline=a.offline)
+    except BuildError as e:
+        log(f"ERROR: {e}")
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    if a.print_key:
+        v = m.get(a.print_key)
+        print(v if isinstance(v, str) else json.dumps(v))
+    else:
+        log(f"done in {time.monotonic() - t0:.1f} s")
+        print(f"kernel:    {m['kernel_version']}")
+        print(f"vmlinuz:   {m['vmlinuz']}")
+        print(f"initramfs: {m['initramfs']}")
+        print(f"headers:   {m['headers']}")
+        print(f"modules:   {' '.join(m['modules'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
