@@ -1,0 +1,29 @@
+//! ivtrace-ring: the host's reader of an ivtrace shared-memory region.
+//!
+//! Every byte of the region is hostile input. [`region`] maps and validates
+//! the header into typed errors; [`meta`] parses the writers' event
+//! descriptions into [`classes`]; [`reader`] copies packets out of the
+//! channels and checks each copy with [`packet`] before handing it to a
+//! [`reader::PacketSink`]. [`abi`] is the checked mirror of
+//! `abi/include/ivtrace/abi.h`.
+//!
+//! ```no_run
+//! use ivtrace_ring::{region::{Access, Region}, reader::Reader};
+//! let region = Region::open("/dev/shm/x".as_ref(), Access::ReadOnly)?;
+//! let reader = Reader::new(region);
+//! # Ok::<(), ivtrace_ring::region::RegionError>(())
+//! ```
+
+pub mod abi;
+pub mod classes;
+pub mod meta;
+pub mod packet;
+pub mod reader;
+pub mod region;
+pub mod sanitize;
+#[doc(hidden)]
+pub mod testutil;
+
+pub use classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
+pub use reader::{PacketSink, Reader};
+pub use region::{Access, Header, Region, RegionError};
