@@ -69,9 +69,28 @@ int ivt_region_attach(const char *path, struct ivt_region **out);
 /*
  * Flush and release the calling thread's channel, mark the region closed
  * if this process created it, and unmap. Other threads must have stopped
- * writing to `r`.
+ * writing to `r`: their open packets are flushed and their channels given
+ * back here, and an event they write to `r` afterwards is a use after
+ * free.
  */
 void ivt_region_close(struct ivt_region *r);
+
+/* What a region is, as validated at create or attach. */
+struct ivt_region_info {
+	uint64_t size;			/* bytes mapped (a power of two) */
+	uint8_t  uuid[16];		/* names the trace */
+	uint64_t features;		/* IVT_FEAT_* */
+	uint64_t freq_hz;		/* writer clock ticks per second */
+	uint32_t nr_channels;		/* kernel + user */
+	uint32_t nr_kernel_channels;
+	uint32_t nr_subbufs;
+	uint32_t subbuf_size;
+	uint32_t meta_size;
+	uint32_t mode;			/* IVT_MODE_* given at format time */
+	uint32_t created;		/* 1 if this process formatted it */
+};
+
+void ivt_region_info(struct ivt_region *r, struct ivt_region_info *info);
 
 /* Field of an event type. */
 struct ivt_field {
@@ -90,8 +109,12 @@ struct ivt_event {
 /*
  * Describe an event type in the region's metadata area. Registering the
  * same name with the same fields again returns the existing id.
+ * Names: [A-Za-z0-9_:.-], shorter than IVT_NAME_MAX. Fields: C
+ * identifiers shorter than IVT_FIELD_NAME_MAX, unique, of a known type;
+ * IVT_FT_CHARS needs a count of 1..4096, other types a count of 0.
  * Return: 0; -EINVAL bad name, field or count; -ENOSPC metadata area or
- * id space full; -EEXIST same name with different fields.
+ * id space full; -EEXIST same name with different fields; -EPROTO the
+ * metadata area was corrupted by another writer.
  */
 int ivt_event_register(struct ivt_region *r, const char *name,
 		       const struct ivt_field *fields, unsigned int nr_fields,
