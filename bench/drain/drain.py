@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Drain throughput and live loss of `ivtrace record` (loopback, /dev/shm).
+
+drain   Prefill a region with ivtrace-loadgen while no reader runs (the ring
+        is large enough to hold every event: the prefill must drop nothing),
+        then time `ivtrace record` draining it into a /dev/shm directory,
+        pinned to one CPU. Two profiles: small events (events/s) and large
+        events (MB/s). Wall time of the record process, start to exit.
+live    Start `ivtrace record` (it waits for the region), then run
+        ivtrace-loadgen at a fixed --rate; report produced, recorded, lost.
+
+Used by bench/run.py; also runs alone (as root, after `make`):
+    /usr/bin/python3 bench/drain/drain.py [--quick] [--only drain,live]
+"""
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHM = Path("/dev/shm")
+
+# Rings sized so a whole profile fits: a prefill must never drop.
+# Event bytes for loadgen's default (text) payload: 4 (header) + 2 (thread)
+# + 8 (seq) + size + 1 (NUL), rounded up to 4.
+PROFILES = [
+    {"name": "small", "size": 8, "events": 40_000_000, "quick_events": 8_000_000,
+     "subbufs": 1024, "subbuf_size": 1 << 20},
+    {"name": "large", "size": 1024, "events": 1_000_000, "quick_events": 200_000,
+     "subbufs": 1024, "subbuf_size": 1 << 20},
+]
+RUNS, QUICK_RUNS = 3, 1
+
+# Live: the default-sized ring of a real trace, the writer at a fixed rate.
+LIVE_RING = {"subbufs": 8, "subbuf_size": 256 << 10}
+LIVE_SIZE = 32
+LIVE_SECONDS = 3
+LIVE_RATES = [1_000_000, 5_000_000, 20_000_000, 0]  # 0: unthrottled
+
+
+class DrainError(Exception):
+    pass
+
+
+def tree_bytes(path):
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def event_bytes(size):
+    return (4 + 2 + 8 + size + 1 + 3) // 4 * 4
+
+
+def _pick(d, *keys):
+    for k in keys:
+        if isinstance(d, dict) and k in d and isinstance(d[k], (int, float)):
+            return d[k]
+    return None
+
+
+def record_summary(out_dir):
+    """The recorder's JSON summary (DIR/ivtrace.json), with normalized counts."""
+    path = Path(out_dir) / "ivtrace.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raw = None
+    flat = dict(raw or {})
+    for k in ("totals", "total", "summary", "stats"):
+        if isinstance(flat.get(k), dict):
+            flat.update(flat[k])
+    return {
+        "events": _pick(flat, "events", "events_recorded", "recorded"),
+        "lost": _pick(flat, "lost", "events_lost", "discarded", "events_discarded"),
+        "raw": raw,
+    }
+
+
+def run_checked(cmd, what, timeout=600):
+    cmd = [str(c) for c in cmd]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise DrainError(f"{what} failed (exit {p.returncode}): {shlex.join(cmd)}\n"
+                         f"{p.stderr.strip()[-2000:]}")
+    return p
+
+
+def loadgen_cmd(tools, cpu, shm, events, size, ring, threads=1, rate=None):
+    cmd = ["taskset", "-c", cpu, tools["loadgen"], "--shm", shm, "--events", events,
+           "--size", size, "--threads", threads, "--subbufs", ring["subbufs"],
+           "--subbuf-size", ring["subbuf_size"], "--json"]
+    if rate:
+        cmd += ["--rate", rate]
+    return [str(c) for c in cmd]
+
+
+def record_cmd(tools, cpu, shm, out):
+    return [str(c) for c in ["taskset", "-c", cpu, tools["ivtrace"], "record",
+                             "--shm", shm, "-o", out]]
+
+
+def cleanup(*paths):
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def drain_once(tools, cpu, drain_cpu, prof, events):
+    shm = SHM / f"ivbench-drain-{os.getpid()}.region"
+    out = SHM / f"ivbench-drain-{os.getpid()}.out"
+    cleanup(shm, out)
+    try:
+        pre = loadgen_cmd(tools, cpu, shm, events, prof["size"], prof)
+        stats = json.loads(run_checked(pre, "prefill (ivtrace-loadgen)").stdout)
+        dropped = stats.get("dropped")
+        if dropped:
+            raise DrainError(f"the prefill dropped {dropped} events: the ring "
+                             f"({prof['subbufs']} x {prof['subbuf_size']} B) is too small")
+        rec = record_cmd(tools, drain_cpu, shm, out)
+        t0 = time.perf_counter_ns()
+        p = run_checked(rec, "ivtrace record")
+        wall = (time.perf_counter_ns() - t0) / 1e9
+        summ = record_summary(out)
+        trace_bytes = tree_bytes(out)
+        return {
+            "prefill_command": shlex.join(pre), "record_command": shlex.join(rec),
+            "produced": events, "prefill_dropped": dropped, "loadgen": stats,
+            "recorded": summ["events"], "lost": summ["lost"],
+            "wall_s": wall, "trace_bytes": trace_bytes,
+            "events_per_s": events / wall,
+            "trace_MB_per_s": trace_bytes / wall / 1e6,
+            "payload_MB_per_s": events * prof["size"] / wall / 1e6,
+            "event_MB_per_s": events * event_bytes(prof["size"]) / wall / 1e6,
+            "record_stdout": p.stdout.strip()[-2000:],
+            "record_summary": summ["raw"],
+        }
+    finally:
+        cleanup(shm, out)
+
+
+def reread(ivtrace, region, cpu):
+    """Drain an already written, closed region; what did the recorder find?"""
+    out = SHM / f"ivbench-reread-{os.getpid()}.out"
+    cleanup(out)
+    cmd = record_cmd({"ivtrace": ivtrace}, cpu, region, out)
+    try:
+        run_checked(cmd, "ivtrace record (re-reading the no-reader region)", timeout=120)
+        summ = record_summary(out)
+        return {"command": shlex.join(cmd), "recorded": summ["events"], "lost": summ["lost"],
+                "trace_bytes": tree_bytes(out), "record_summary": summ["raw"]}
+    finally:
+        cleanup(out)
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+
+
+def run_drain(tools, cpu, drain_cpu, quick=False):
+    res = {"method": "prefill with no reader, then time `ivtrace record` (wall, process "
+                     "start to exit) draining to /dev/shm; record pinned to one CPU",
+           "profiles": []}
+    for prof in PROFILES:
+        events = prof["quick_events"] if quick else prof["events"]
+        runs = []
+        for i in range(QUICK_RUNS if quick else RUNS):
+            print(f"drain: {prof['name']} run {i + 1}: {events} events of {prof['size']} B",
+                  file=sys.stderr, flush=True)
+            runs.append(drain_once(tools, cpu, drain_cpu, prof, events))
+        keys = ("wall_s", "events_per_s", "trace_MB_per_s", "payload_MB_per_s", "event_MB_per_s")
+        res["profiles"].append({
+            "name": prof["name"], "size": prof["size"], "events": events,
+            "event_bytes": event_bytes(prof["size"]),
+            "ring": {"subbufs": prof["subbufs"], "subbuf_size": prof["subbuf_size"]},
+            "runs": runs,
+            "median": {k: median([r[k] for r in runs]) for k in keys},
+            "min_events_per_s": min(r["events_per_s"] for r in runs),
+            "lost_total": sum((r["lost"] or 0) for r in runs),
+            "recorded_all": all(r["recorded"] == r["produced"] for r in runs),
+        })
+    return res
+
+
+def live_once(tools, cpu, drain_cpu, rate):
+    shm = SHM / f"ivbench-live-{os.getpid()}.region"
+    out = SHM / f"ivbench-live-{os.getpid()}.out"
+    cleanup(shm, out)
+    events = (rate or 10_000_000) * LIVE_SECONDS
+    rec_cmd = record_cmd(tools, drain_cpu, shm, out)
+    gen_cmd = loadgen_cmd(tools, cpu, shm, events, LIVE_SIZE, LIVE_RING, rate=rate)
+    rec = subprocess.Popen(rec_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.3)  # let the recorder start waiting for the region
+        t0 = time.perf_counter()
+        gen = run_checked(gen_cmd, "ivtrace-loadgen", timeout=LIVE_SECONDS * 20 + 60)
+        wall = time.perf_counter() - t0
+        try:
+            rout, rerr = rec.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            rec.kill()
+            rout, rerr = rec.communicate()
+            raise DrainError(f"ivtrace record did not exit after the writer closed:\n{rerr}")
+        if rec.returncode != 0:
+            raise DrainError(f"ivtrace record failed (exit {rec.returncode}):\n{rerr}")
+        stats = json.loads(gen.stdout)
+        summ = record_summary(out)
+        return {
+            "rate": rate or "unthrottled", "events": events, "writer_wall_s": wall,
+            "achieved_rate": events / wall,
+            "loadgen_dropped": stats.get("dropped"), "recorded": summ["events"],
+            "lost": summ["lost"], "trace_bytes": tree_bytes(out),
+            "loadgen_command": shlex.join(gen_cmd), "record_command": shlex.join(rec_cmd),
+            "loadgen": stats, "record_summary": summ["raw"],
+        }
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+        cleanup(shm, out)
+
+
+def run_live(tools, cpu, drain_cpu, quick=False):
+    res = {"method": f"ivtrace record started first, then ivtrace-loadgen --rate R for "
+                     f"~{LIVE_SECONDS} s of {LIVE_SIZE}-byte events, 1 writer thread; ring "
+                     f"{LIVE_RING['subbufs']} x {LIVE_RING['subbuf_size']} B",
+           "ring": LIVE_RING, "size": LIVE_SIZE, "runs": []}
+    for rate in (LIVE_RATES[:2] + [0] if quick else LIVE_RATES):
+        print(f"live: rate {rate or 'unthrottled'}", file=sys.stderr, flush=True)
+        res["runs"].append(live_once(tools, cpu, drain_cpu, rate))
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=str(ROOT / "bin"))
+    ap.add_argument("--only", default="drain,live")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--cpu", type=int, default=0)
+    ap.add_argument("--drain-cpu", type=int, default=1)
+    args = ap.parse_args()
+    tools = {"ivtrace": Path(args.bin) / "ivtrace", "loadgen": Path(args.bin) / "ivtrace-loadgen"}
+    out = {}
+    try:
+        if "drain" in args.only:
+            out["drain"] = run_drain(tools, args.cpu, args.drain_cpu, args.quick)
+        if "live" in args.only:
+            out["live"] = run_live(tools, args.cpu, args.drain_cpu, args.quick)
+    except DrainError as e:
+        print(f"drain: error: {e}", file=sys.stderr)
+        return 2
+    json.dump(out, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

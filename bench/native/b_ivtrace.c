@@ -1,0 +1,451 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * b_ivtrace.c - libivtrace through its public header (ivtrace.h) only:
+ *
+ *   ivtrace       ivt_write() into a loopback region in /dev/shm, discard
+ *                 mode, no reader, the ring large enough to hold the whole
+ *                 round (checked: a round with any drop fails) and
+ *                 pre-faulted (the process runs under mlockall), so what is
+ *                 timed is the writer alone.
+ *   ivtrace_live  the same writer while `ivtrace record` drains the region
+ *                 on another CPU (the steady state of a real trace).
+ *   no reader     ivb_noreader(): a small ring that fills, then every event
+ *                 is dropped and counted; cost before and after full.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ivtrace.h>
+
+#include "ivbench.h"
+
+extern char **environ;
+
+#define EV_SIZE		(IVT_EV_COMPACT_SIZE + sizeof(struct ivb_payload))	/* 36 */
+
+static const struct ivt_field event4_fields[] = {
+	{ .name = "a", .type = IVT_FT_U64 },
+	{ .name = "b", .type = IVT_FT_U64 },
+	{ .name = "c", .type = IVT_FT_U64 },
+	{ .name = "d", .type = IVT_FT_U64 },
+};
+
+/* One region under test. */
+struct ivregion {
+	const char *bench;
+	char path[256];
+	struct ivt_region_opts ro;
+	struct ivt_region *r;
+	struct ivt_event ev;
+	uint64_t drops;		/* ivt_write() returned -ENOBUFS */
+};
+
+static uint32_t pow2_at_least(uint64_t v)
+{
+	uint32_t p = 2;
+
+	while (p < v && p < IVT_SUBBUFS_MAX)
+		p <<= 1;
+	return p;
+}
+
+static void region_open(struct ivregion *g)
+{
+	int ret;
+
+	unlink(g->path);
+	ret = ivt_region_create(g->path, &g->ro, &g->r);
+	if (ret)
+		ivb_die(g->bench, "ivt_region_create(%s, %u x %u B) failed: %s",
+			g->path, g->ro.subbufs, g->ro.subbuf_size, strerror(-ret));
+	ret = ivt_event_register(g->r, "ivbench:event4", event4_fields, 4, &g->ev);
+	if (ret)
+		ivb_die(g->bench, "ivt_event_register failed: %s", strerror(-ret));
+	g->drops = 0;
+}
+
+static uint64_t region_lost(struct ivregion *g, struct ivt_stats *st)
+{
+	ivt_stats(g->r, st);
+	return st->lost_full + st->lost_too_big + st->lost_nested + st->lost_no_channel;
+}
+
+static void region_json(FILE *f, const struct ivregion *g)
+{
+	fprintf(f, "\"region\": {\"channels\": %u, \"subbufs\": %u, \"subbuf_size\": %u, "
+		"\"mode\": \"discard\", \"event_bytes\": %zu},\n",
+		g->ro.channels, g->ro.subbufs, g->ro.subbuf_size, (size_t)EV_SIZE);
+}
+
+/* ---- ivtrace: the writer alone ----------------------------------------- */
+
+static struct ivregion solo = { .bench = "ivtrace" };
+
+static void solo_setup(void)
+{
+	const struct ivb_opts *o = &ivb_opts;
+	uint64_t events = o->warmup + o->samples + o->groups * IVB_GROUP +
+			  o->batch * o->batches;
+	uint64_t per_subbuf = (1u << 20) - sizeof(struct ivt_packet_hdr);
+
+	snprintf(solo.path, sizeof(solo.path), "%s/ivbench-%d.region", o->shm_dir, (int)getpid());
+	solo.ro.channels = 1;
+	solo.ro.subbuf_size = 1u << 20;
+	/* Whole events per packet, plus one packet of slack. */
+	solo.ro.subbufs = pow2_at_least(events / (per_subbuf / EV_SIZE) + 2);
+	solo.ro.mode = IVT_MODE_DISCARD;
+}
+
+static void solo_round_setup(unsigned round)
+{
+	(void)round;
+	region_open(&solo);
+}
+
+static void solo_round_teardown(unsigned round)
+{
+	struct ivt_stats st;
+	uint64_t lost = region_lost(&solo, &st);
+
+	(void)round;
+	if (lost || solo.drops)
+		ivb_die(solo.bench, "the ring (%u x %u B) dropped %llu events in a round "
+			"(lost_full %llu); it must hold the whole round",
+			solo.ro.subbufs, solo.ro.subbuf_size,
+			(unsigned long long)solo.drops, (unsigned long long)st.lost_full);
+	ivt_region_close(solo.r);
+	unlink(solo.path);
+}
+
+static void solo_report(FILE *f)
+{
+	region_json(f, &solo);
+	fprintf(f, "\"ring\": \"large enough for a whole round (checked: 0 drops), "
+		"pre-faulted by mlockall, no reader\",\n");
+}
+
+#define SOLO_WRITE(p)	(solo.drops += (ivt_write(&solo.ev, (p), sizeof(*(p))) != 0))
+IVB_LOOPS(solo, SOLO_WRITE)
+
+const struct ivb_bench ivb_bench_ivtrace = {
+	.name = "ivtrace",
+	.what = "ivt_write(&ev, &payload, 32): libivtrace inline fast path, loopback region in /dev/shm, discard mode",
+	.setup = solo_setup,
+	.round_setup = solo_round_setup,
+	.sample = solo_sample,
+	.group = solo_group,
+	.batch = solo_batch,
+	.round_teardown = solo_round_teardown,
+	.report = solo_report,
+};
+
+/* ---- ivtrace_live: the writer while `ivtrace record` drains ------------ */
+
+#define LIVE_ROUNDS_MAX	64
+
+static struct ivregion live = { .bench = "ivtrace_live" };
+static char live_out[256], live_log[256];
+static pid_t live_pid;
+static uint64_t live_lost[LIVE_ROUNDS_MAX];
+static char *live_summary;	/* the recorder's ivtrace.json, last round */
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb; (void)flag; (void)ftw;
+	return remove(p);
+}
+
+static void rm_tree(const char *dir)
+{
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static char *slurp(const char *path, size_t max)
+{
+	char *buf;
+	ssize_t n;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0)
+		return NULL;
+	buf = malloc(max + 1);
+	n = buf ? read(fd, buf, max) : -1;
+	close(fd);
+	if (n <= 0) {
+		free(buf);
+		return NULL;
+	}
+	buf[n] = 0;
+	return buf;
+}
+
+static void live_setup(void)
+{
+	const struct ivb_opts *o = &ivb_opts;
+
+	if (!o->recorder)
+		ivb_die(live.bench, "needs --recorder PATH (the `ivtrace` binary, bin/ivtrace)");
+	if (access(o->recorder, X_OK) != 0)
+		ivb_die(live.bench, "recorder %s is not executable: %s", o->recorder, strerror(errno));
+	snprintf(live.path, sizeof(live.path), "%s/ivbench-%d.live", o->shm_dir, (int)getpid());
+	snprintf(live_out, sizeof(live_out), "%s/ivbench-%d.live-out", o->shm_dir, (int)getpid());
+	snprintf(live_log, sizeof(live_log), "%s/ivbench-%d.live-log", o->shm_dir, (int)getpid());
+	live.ro.channels = 1;
+	live.ro.subbufs = 64;		/* 64 MiB: holds a 1M-event batch even undrained */
+	live.ro.subbuf_size = 1u << 20;
+	live.ro.mode = IVT_MODE_DISCARD;
+}
+
+static void live_die_with_log(const char *what)
+{
+	char *log = slurp(live_log, 4096);
+
+	ivb_die(live.bench, "%s; recorder log (%s):\n%s", what, live_log,
+		log ? log : "(empty)");
+}
+
+static void live_round_setup(unsigned round)
+{
+	const struct timespec settle = { 0, 300 * 1000000 };
+	char cpu[16];
+	char *argv[] = { "taskset", "-c", cpu, (char *)ivb_opts.recorder, "record",
+			 "--shm", live.path, "-o", live_out, NULL };
+	posix_spawn_file_actions_t fa;
+	int ret, status;
+
+	(void)round;
+	rm_tree(live_out);
+	region_open(&live);
+	snprintf(cpu, sizeof(cpu), "%d", ivb_opts.drain_cpu);
+	/* posix_spawn (vfork semantics), not fork: a fork would write-protect
+	 * our pre-faulted pages and cost page faults inside the timed loops. */
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, live_log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	ret = posix_spawnp(&live_pid, "taskset", &fa, NULL, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	if (ret)
+		ivb_die(live.bench, "cannot start %s: %s", ivb_opts.recorder, strerror(ret));
+	/* Let the recorder attach and reach its drain loop. */
+	nanosleep(&settle, NULL);
+	if (waitpid(live_pid, &status, WNOHANG) == live_pid)
+		live_die_with_log("the recorder exited before the round started");
+}
+
+static void live_round_teardown(unsigned round)
+{
+	const struct timespec ms = { 0, 1000000 };
+	struct ivt_stats st;
+	char path[300];
+	int status, waited;
+
+	live_lost[round < LIVE_ROUNDS_MAX ? round : LIVE_ROUNDS_MAX - 1] =
+		region_lost(&live, &st);
+	/* Closing marks the region closed: the recorder drains and exits. */
+	ivt_region_close(live.r);
+	for (waited = 0; waitpid(live_pid, &status, WNOHANG) != live_pid; waited++) {
+		if (waited == 60000) {
+			kill(live_pid, SIGTERM);
+			waitpid(live_pid, &status, 0);
+			live_die_with_log("the recorder did not exit within 60 s of the region closing");
+		}
+		nanosleep(&ms, NULL);
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		live_die_with_log("the recorder failed");
+	snprintf(path, sizeof(path), "%s/ivtrace.json", live_out);
+	free(live_summary);
+	live_summary = slurp(path, 1 << 16);
+	rm_tree(live_out);
+	unlink(live.path);
+}
+
+static void live_report(FILE *f)
+{
+	unsigned i;
+
+	region_json(f, &live);
+	fprintf(f, "\"ring\": \"drained by `ivtrace record` pinned to CPU %d, writing to /dev/shm\",\n",
+		ivb_opts.drain_cpu);
+	fprintf(f, "\"lost_per_round\": [");
+	for (i = 0; i < ivb_opts.rounds && i < LIVE_ROUNDS_MAX; i++)
+		fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)live_lost[i]);
+	fprintf(f, "],\n");
+	/* The recorder's own summary, embedded as-is when it looks like JSON. */
+	if (live_summary && live_summary[strspn(live_summary, " \t\r\n")] == '{')
+		fprintf(f, "\"recorder_summary\": %s,\n", live_summary);
+}
+
+#define LIVE_WRITE(p)	(live.drops += (ivt_write(&live.ev, (p), sizeof(*(p))) != 0))
+IVB_LOOPS(live, LIVE_WRITE)
+
+const struct ivb_bench ivb_bench_ivtrace_live = {
+	.name = "ivtrace_live",
+	.what = "ivt_write() as in `ivtrace`, while `ivtrace record` drains the region concurrently on the other CPU",
+	.setup = live_setup,
+	.round_setup = live_round_setup,
+	.sample = live_sample,
+	.group = live_group,
+	.batch = live_batch,
+	.round_teardown = live_round_teardown,
+	.report = live_report,
+};
+
+/* ---- no reader: the ring fills, then every event is dropped ------------ */
+
+/* Timed single events; returns how many were committed, and where the
+ * first drop happened (n if none). */
+static uint64_t noreader_sample(struct ivregion *g, uint32_t *out, uint64_t n,
+				uint64_t *first_drop)
+{
+	struct ivb_payload pl, *p = &pl;
+	uint64_t ok = 0;
+
+	*first_drop = n;
+	for (uint64_t i = 0; i < n; i++) {
+		int ret;
+
+		ivb_fill(p, i);
+		uint64_t t0 = ivb_tsc_begin();
+		ret = ivt_write(&g->ev, p, sizeof(*p));
+		uint64_t t1 = ivb_tsc_end();
+		out[i] = ivb_sat32(t1 - t0);
+		if (ret == 0)
+			ok++;
+		else if (*first_drop == n)
+			*first_drop = i;
+	}
+	return ok;
+}
+
+/* A timed batch; adds the committed events to *ok. Returns cycles. */
+static uint64_t noreader_batch(struct ivregion *g, uint64_t n, uint64_t *ok)
+{
+	struct ivb_payload pl, *p = &pl;
+	uint64_t good = 0, t0 = ivb_tsc_begin();
+
+	for (uint64_t i = 0; i < n; i++) {
+		ivb_fill(p, i);
+		good += ivt_write(&g->ev, p, sizeof(*p)) == 0;
+	}
+	t0 = ivb_tsc_end() - t0;
+	*ok += good;
+	return t0;
+}
+
+struct noreader_round {
+	uint64_t produced, committed, lost, first_drop;
+	uint64_t fill_events, fill_cycles;	/* batch while the ring has room */
+	uint64_t drop_events, drop_cycles;	/* batch once it is full */
+	uint64_t b_produced, b_committed, b_lost;
+};
+
+void ivb_noreader(FILE *f, const struct ivb_noreader_opts *o)
+{
+	struct noreader_round *rr = calloc(o->rounds, sizeof(*rr));
+	uint32_t *s = ivb_samples_alloc(o->events);
+	uint32_t *before = ivb_samples_alloc(o->events * o->rounds);
+	uint32_t *after = ivb_samples_alloc(o->events * o->rounds);
+	uint64_t nb = 0, na = 0, capacity;
+	struct ivregion g = { .bench = "ivtrace_noreader" };
+	struct ivt_stats st;
+	unsigned r;
+	int mismatch = 0;
+
+	g.ro.channels = 1;
+	g.ro.subbufs = o->subbufs;
+	g.ro.subbuf_size = o->subbuf_size;
+	g.ro.mode = IVT_MODE_DISCARD;
+	capacity = (uint64_t)o->subbufs *
+		   ((o->subbuf_size - sizeof(struct ivt_packet_hdr)) / EV_SIZE);
+	for (r = 0; r < o->rounds; r++) {
+		struct noreader_round *x = &rr[r];
+
+		/* Part 1: single timed events into an empty ring, through full. */
+		if (r == o->rounds - 1 && o->keep_path)
+			snprintf(g.path, sizeof(g.path), "%s", o->keep_path);
+		else
+			snprintf(g.path, sizeof(g.path), "%s/ivbench-%d.noreader",
+				 ivb_opts.shm_dir, (int)getpid());
+		region_open(&g);
+		x->produced = o->events;
+		x->committed = noreader_sample(&g, s, o->events, &x->first_drop);
+		x->lost = region_lost(&g, &st);
+		memcpy(before + nb, s, x->first_drop * sizeof(*s));
+		nb += x->first_drop;
+		memcpy(after + na, s + x->first_drop, (o->events - x->first_drop) * sizeof(*s));
+		na += o->events - x->first_drop;
+		if (x->lost != x->produced - x->committed)
+			mismatch = 1;
+		ivt_region_close(g.r);
+		if (!(r == o->rounds - 1 && o->keep_path))
+			unlink(g.path);
+
+		/* Part 2: a batch that fits (90 % of the ring), then a batch
+		 * into the full ring, on a fresh region. */
+		snprintf(g.path, sizeof(g.path), "%s/ivbench-%d.noreader-b",
+			 ivb_opts.shm_dir, (int)getpid());
+		region_open(&g);
+		x->fill_events = capacity * 9 / 10;
+		x->fill_cycles = noreader_batch(&g, x->fill_events, &x->b_committed);
+		noreader_batch(&g, capacity, &x->b_committed);	/* fill it up */
+		x->drop_events = o->batch;
+		x->drop_cycles = noreader_batch(&g, x->drop_events, &x->b_committed);
+		x->b_produced = x->fill_events + capacity + x->drop_events;
+		x->b_lost = region_lost(&g, &st);
+		if (x->b_lost != x->b_produced - x->b_committed)
+			mismatch = 1;
+		ivt_region_close(g.r);
+		unlink(g.path);
+	}
+	if (mismatch)
+		fprintf(stderr, "ivbench: ivtrace_noreader: WARNING: lost != produced - committed "
+			"in some round (see the JSON)\n");
+
+	fprintf(f, "{\n");
+	region_json(f, &g);
+	fprintf(f, "\"capacity_events\": %llu,\n", (unsigned long long)capacity);
+	fprintf(f, "\"lost_equals_produced_minus_committed\": %s,\n", mismatch ? "false" : "true");
+	if (o->keep_path) {
+		fprintf(f, "\"kept_region\": ");
+		ivb_json_str(f, o->keep_path);
+		fprintf(f, ",\n");
+	}
+	fprintf(f, "\"rounds\": [\n");
+	for (r = 0; r < o->rounds; r++) {
+		const struct noreader_round *x = &rr[r];
+
+		fprintf(f, "  {\"produced\": %llu, \"committed\": %llu, \"lost\": %llu, "
+			"\"first_drop_index\": %llu, "
+			"\"batch_fill_events\": %llu, \"batch_fill_ns_per_event_net\": %.3f, "
+			"\"batch_full_events\": %llu, \"batch_full_ns_per_event_net\": %.3f, "
+			"\"batch_produced\": %llu, \"batch_committed\": %llu, \"batch_lost\": %llu}%s\n",
+			(unsigned long long)x->produced, (unsigned long long)x->committed,
+			(unsigned long long)x->lost, (unsigned long long)x->first_drop,
+			(unsigned long long)x->fill_events,
+			x->fill_cycles * 1e9 / ivb_tsc_hz / x->fill_events - ivb_empty_batch_ns,
+			(unsigned long long)x->drop_events,
+			x->drop_cycles * 1e9 / ivb_tsc_hz / x->drop_events - ivb_empty_batch_ns,
+			(unsigned long long)x->b_produced, (unsigned long long)x->b_committed,
+			(unsigned long long)x->b_lost, r + 1 < o->rounds ? "," : "");
+	}
+	fprintf(f, "],\n");
+	ivb_json_dist(f, "before_full", before, nb, &ivb_single);
+	ivb_json_dist(f, "after_full", after, na, &ivb_single);
+	fprintf(f, "\"samples_before_full\": %llu, \"samples_after_full\": %llu\n}",
+		(unsigned long long)nb, (unsigned long long)na);
+	free(rr);
+	free(s);
+	free(before);
+	free(after);
+}

@@ -1,0 +1,452 @@
+#!/usr/bin/env python3
+"""Write docs/performance.md from a bench/results/*.json file (default: the newest).
+
+    /usr/bin/python3 bench/report.py [RESULTS.json] [-o docs/performance.md]
+
+Every number in the page comes from the JSON; the page says which file and
+which command produced it. Quick runs (*-quick.json) are used only when
+named explicitly or when no full run exists.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+TARGET_P50_NS = 20.0
+TARGET_VS_LTTNG = 4.0
+TARGET_DRAIN_GBPS = 1.0
+TARGET_DRAIN_MEVPS = 30.0
+
+LABELS = {
+    "ivtrace": "ivtrace (no reader, ring holds the round)",
+    "ivtrace_live": "ivtrace (`ivtrace record` draining)",
+    "lttng_ust": "LTTng-UST",
+    "trace_marker": "ftrace trace_marker",
+    "trace_marker_raw": "ftrace trace_marker_raw",
+    "write_tmpfs": "write(2) 32 B, tmpfs",
+    "write_disk": "write(2) 32 B, disk",
+    "getppid": "getppid(2) (reference)",
+}
+
+
+def pick_results(explicit):
+    if explicit:
+        return Path(explicit)
+    files = sorted((HERE / "results").glob("*.json"))
+    full = [f for f in files if not f.stem.endswith("-quick")]
+    if not (full or files):
+        sys.exit("report: no bench/results/*.json yet; run `make bench`")
+    return (full or files)[-1]
+
+
+def f1(v, nd=1):
+    return "–" if v is None else f"{v:,.{nd}f}"
+
+
+def ratio(a, b):
+    return None if (a is None or b is None or b <= 0) else a / b
+
+
+def bench_map(native):
+    return {b["name"]: b for b in native.get("benches", [])}
+
+
+def row_numbers(b):
+    g, s = b["group"]["net_ns"], b["single"]["net_ns"]
+    return {
+        "g50": g["p50"], "gmean": g["mean"], "p50": s["p50"], "p99": s["p99"],
+        "p999": s["p99.9"], "mean": s["mean"], "batch": b["batch"]["ns_per_event_net_mean"],
+    }
+
+
+def verdict(ok):
+    return "met" if ok else "**missed**"
+
+
+# ---- sections --------------------------------------------------------------------
+
+def section_summary(res, out):
+    native, drain = res.get("native"), res.get("drain")
+    out.append("## Summary: the acceptance lines\n")
+    out.append("| line | target | measured (this run) | |")
+    out.append("|---|---|---|---|")
+    if native:
+        bm = bench_map(native)
+        iv, lt = bm.get("ivtrace"), bm.get("lttng_ust")
+        if iv:
+            n = row_numbers(iv)
+            out.append(f"| ivtrace per-event p50 | <= {TARGET_P50_NS:.0f} ns | "
+                       f"{f1(n['g50'])} ns (p50 of 16-event groups); single events: p50 "
+                       f"{f1(n['p50'])} ns, mean {f1(n['mean'])} ns | "
+                       f"{verdict(n['g50'] <= TARGET_P50_NS and n['mean'] <= TARGET_P50_NS)} |")
+        if iv and lt:
+            a, b = row_numbers(iv), row_numbers(lt)
+            rs = [ratio(b["g50"], a["g50"]), ratio(b["mean"], a["mean"]),
+                  ratio(b["batch"], a["batch"])]
+            out.append(f"| ivtrace vs LTTng-UST, same run | >= {TARGET_VS_LTTNG:.0f}x faster | "
+                       f"{f1(rs[0])}x (group p50), {f1(rs[1])}x (single mean), "
+                       f"{f1(rs[2])}x (batch) | {verdict(min(r or 0 for r in rs) >= TARGET_VS_LTTNG)} |")
+    if drain:
+        prof = {p["name"]: p for p in drain["profiles"]}
+        if "large" in prof:
+            gbps = prof["large"]["median"]["trace_MB_per_s"] / 1000
+            out.append(f"| drain, large events, one CPU | >= {TARGET_DRAIN_GBPS:.0f} GB/s | "
+                       f"{f1(gbps, 2)} GB/s of trace written (median of "
+                       f"{len(prof['large']['runs'])}) | {verdict(gbps >= TARGET_DRAIN_GBPS)} |")
+        if "small" in prof:
+            mev = prof["small"]["median"]["events_per_s"] / 1e6
+            out.append(f"| drain, small events, one CPU | >= {TARGET_DRAIN_MEVPS:.0f} M events/s | "
+                       f"{f1(mev)} M events/s (median of {len(prof['small']['runs'])}) | "
+                       f"{verdict(mev >= TARGET_DRAIN_MEVPS)} |")
+        lost = sum(p["lost_total"] for p in drain["profiles"])
+        complete = all(p["recorded_all"] for p in drain["profiles"])
+        out.append(f"| drain loss | 0 | lost {lost}; every produced event recorded: "
+                   f"{'yes' if complete else 'NO'} | {verdict(lost == 0 and complete)} |")
+    out.append("")
+
+
+def section_machine(res, out):
+    m = res["machine"]
+    nat = res.get("native", {})
+    cpu = m["cpu"]
+    cpuid = nat.get("cpuid_exit_cycles_p50")
+    out.append("## Machine and conditions\n")
+    out.append("| | |")
+    out.append("|---|---|")
+    out.append(f"| CPU | {cpu.get('model_name')} ({cpu.get('vendor_id')}, family "
+               f"{cpu.get('cpu_family')} model {cpu.get('model')}), {m['online_cpus']} vCPUs, "
+               f"{m['mem_gib']} GiB |")
+    out.append(f"| kernel | {m['kernel']} ({m['kernel_version']}), clocksource "
+               f"{m['clocksource']} |")
+    if nat:
+        out.append(f"| TSC | {nat['tsc_hz'] / 1e6:,.1f} MHz (calibrated against "
+                   f"CLOCK_MONOTONIC_RAW); resolution {nat.get('tsc_tick_cycles')} cycles "
+                   f"= {nat.get('tsc_tick_cycles', 0) / nat['tsc_hz'] * 1e9:.1f} ns |")
+    virt = "hypervisor flag set" if "hypervisor" in cpu.get("flags_of_interest", []) else "bare metal?"
+    if cpuid:
+        virt += (f"; CPUID exit p50 {cpuid:,.0f} cycles ({cpuid / nat['tsc_hz'] * 1e6:.1f} µs), "
+                 f"{'nested-guest range (>= 10k)' if cpuid >= 10000 else 'below the 10k-cycle nested threshold of anchors_perf.md §6, but far above a plain L1 exit (~1-2k)'}")
+    out.append(f"| virtualization | {virt}; {'; '.join(m.get('dmesg_hypervisor_tsc', [])[:2])} |")
+    v = m["versions"]
+    out.append(f"| versions | {v.get('gcc')}; {v.get('rustc')}; lttng-ust {v.get('lttng-ust')}, "
+               f"lttng-tools {v.get('lttng-tools')}; babeltrace2 {v.get('babeltrace2')} |")
+    vul = m.get("vulnerabilities", {})
+    keys = [k for k in ("spectre_v2", "spec_rstack_overflow", "retbleed", "meltdown") if k in vul]
+    if keys:
+        out.append("| mitigations (syscall cost) | " +
+                   "; ".join(f"{k}: {vul[k]}" for k in keys) + " |")
+    g = m.get("ivtrace_git", {})
+    out.append(f"| ivtrace | commit {str(g.get('commit'))[:12]}"
+               f"{', with uncommitted changes in ' + ', '.join(g['uncommitted_in']) if g.get('uncommitted_in') else ''} |")
+    for name, c in res.get("conditions", {}).items():
+        busy = ", ".join(f"{k} {v}%" for k, v in c["cpu_busy_percent"].items())
+        out.append(f"| load during {name} ({c['seconds']} s) | CPU busy: {busy}; loadavg "
+                   f"before {c['before']['loadavg'].split()[0]}, after "
+                   f"{c['after']['loadavg'].split()[0]} |")
+    out.append("")
+    out.append("The writer CPU (0) is expected to be ~100 % busy during `native`; the other "
+               "CPU carries the readers (lttng-consumerd, `ivtrace record`) and whatever else "
+               "runs on the shared machine. The JSON lists the busiest processes before and "
+               "after each section.\n")
+
+
+def section_native(res, out):
+    nat = res["native"]
+    bm = bench_map(nat)
+    p = nat["params"]
+    hz = nat["tsc_hz"]
+    tick_ns = nat.get("tsc_tick_cycles", 1) / hz * 1e9
+    out.append("## 1. Per-event writer cost, side by side\n")
+    out.append(f"One process (`bench/native/ivbench`), pinned to CPU {nat['cpu']}, memory "
+               f"locked (`mlockall`, so no page fault lands in a timed loop), every tracer "
+               f"writing the same 4 x u64 payload (32 bytes). {p['rounds']} rounds; each round "
+               f"runs every tracer once, the order rotated by one each round so drift and "
+               f"background load spread over all of them. Per tracer and round: "
+               f"{p['warmup']:,} untimed warm-up events, {p['samples']:,} single events timed "
+               f"one by one, {p['groups']:,} groups of {p['group_events']} events timed per "
+               f"group, and {p['batches']} batches of {p['batch']:,} events timed as a whole.\n")
+    out.append(f"Timing: `lfence; rdtsc; lfence` before, `rdtscp; lfence` after. The empty "
+               f"timed region (the `empty` row, same loops with no write) costs "
+               f"{nat['overhead_single_cycles']['p50']:.0f} cycles at p50 per single sample "
+               f"and is subtracted: net percentile = (raw percentile - empty p50) / events per "
+               f"sample; net mean = (raw mean - empty mean) / events per sample. Batches: "
+               f"(batch cycles / events) - the empty batch ({nat['empty_batch_ns_per_event']:.2f} "
+               f"ns/event). **This TSC advances in steps of {nat.get('tsc_tick_cycles')} cycles "
+               f"({tick_ns:.1f} ns)**, so single-event percentiles are quantized to "
+               f"{tick_ns:.0f} ns; the 16-event groups resolve {tick_ns / 16:.2f} ns per event "
+               f"(their p50 is the per-event figure to read; their tails are diluted 16x, so "
+               f"tails come from single events). Means are not quantized.\n")
+    iv = bm.get("ivtrace")
+    ivn = row_numbers(iv) if iv else None
+    out.append("| tracer | p50 (16-groups) | p50 | p99 | p99.9 | mean | batch | batch M ev/s | "
+               "LTTng-UST / this (p50 grp, mean, batch) |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    lt = bm.get("lttng_ust")
+    ltn = row_numbers(lt) if lt else None
+    for name, b in bm.items():
+        if name == "empty":
+            continue
+        n = row_numbers(b)
+        rel = "–"
+        if ltn:
+            rel = " / ".join(f1(ratio(ltn[k], n[k])) + "x" if ratio(ltn[k], n[k]) else "–"
+                             for k in ("g50", "mean", "batch"))
+        mev = 1e3 / n["batch"] if n["batch"] > 0 else None
+        out.append(f"| {LABELS.get(name, name)} | {f1(n['g50'])} | {f1(n['p50'])} | "
+                   f"{f1(n['p99'])} | {f1(n['p999'])} | {f1(n['mean'])} | {f1(n['batch'])} | "
+                   f"{f1(mev)} | {rel} |")
+    out.append("\nAll values ns/event, net of the timing overhead. Single-event columns "
+               f"(p50, p99, p99.9, mean) from {p['rounds'] * p['samples']:,} samples per tracer.\n")
+
+    out.append("What each row is:\n")
+    for name, b in bm.items():
+        extra = ""
+        if name in ("write_tmpfs", "write_disk"):
+            extra = f" File system: {b.get('filesystem')} ({b.get('file')})."
+        if name == "ivtrace":
+            r = b.get("region", {})
+            extra = (f" Ring: {r.get('subbufs')} x {r.get('subbuf_size', 0) >> 10} KiB, one "
+                     f"channel, {r.get('event_bytes')} bytes per event; {b.get('ring')}.")
+        if name == "ivtrace_live":
+            extra = (f" Ring: {b.get('region', {}).get('subbufs')} x "
+                     f"{b.get('region', {}).get('subbuf_size', 0) >> 10} KiB; {b.get('ring')}; "
+                     f"events dropped per round: {b.get('lost_per_round')}.")
+        if name == "lttng_ust":
+            lt_info = nat.get("lttng", {})
+            ch = lt_info.get("channel", {})
+            extra = (f" Channel: {ch.get('num_subbuf')} x {ch.get('subbuf_size', 0) >> 20} MiB, "
+                     f"{ch.get('buffers')} buffers, discard; sessiond "
+                     f"{lt_info.get('sessiond')}; discarded events at the end: "
+                     f"{lt_info.get('discarded_events')}.")
+        if name.startswith("trace_marker"):
+            st = b.get("cpu_stats", {})
+            extra = (f" Instance {b.get('tracefs_instance')}, buffer {b.get('buffer_size_kb')} "
+                     f"KiB/CPU, overwrite={b.get('overwrite')}, clock {b.get('trace_clock')}; "
+                     f"CPU stats after the run (both marker rows): entries {st.get('entries')}, "
+                     f"overrun {st.get('overrun')}.")
+        out.append(f"- `{name}`: {b['what']}.{extra}")
+    out.append("")
+
+    out.append("Spread across rounds (p50 of 16-event groups, ns/event; position = place in "
+               "that round's order):\n")
+    out.append("| tracer | " + " | ".join(f"round {i + 1}" for i in range(p["rounds"])) + " |")
+    out.append("|---|" + "---:|" * p["rounds"])
+    for name, b in bm.items():
+        cells = [f"{f1(r['group_net_ns']['p50'])} (pos {r['position']})" for r in b["rounds"]]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    out.append("")
+
+
+def section_noreader(res, out):
+    nr = res.get("native", {}).get("noreader")
+    if not nr:
+        return
+    b, a = nr["before_full"]["net_ns"], nr["after_full"]["net_ns"]
+    r = nr["region"]
+    out.append("## 1b. Writer cost with no reader (the ring fills, then drops)\n")
+    out.append(f"ivtrace, discard mode, ring {r['subbufs']} x {r['subbuf_size'] >> 10} KiB "
+               f"(~{nr['capacity_events']:,} events of {r['event_bytes']} bytes), nobody "
+               f"reading. Each round writes {nr['rounds'][0]['produced']:,} events timed one "
+               f"by one into a fresh region: the first ones fill the ring, the rest are dropped "
+               f"and counted. Then a fresh region takes a timed batch that fits (90 % of the "
+               f"ring) and, once full, a timed batch of dropped events.\n")
+    out.append("| phase | samples | p50 | p99 | p99.9 | mean | batch ns/event |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    fill = sum(x["batch_fill_ns_per_event_net"] for x in nr["rounds"]) / len(nr["rounds"])
+    full = sum(x["batch_full_ns_per_event_net"] for x in nr["rounds"]) / len(nr["rounds"])
+    out.append(f"| ring has room | {nr['samples_before_full']:,} | {f1(b['p50'])} | "
+               f"{f1(b['p99'])} | {f1(b['p99.9'])} | {f1(b['mean'])} | {f1(fill)} |")
+    out.append(f"| ring full, event dropped | {nr['samples_after_full']:,} | {f1(a['p50'])} | "
+               f"{f1(a['p99'])} | {f1(a['p99.9'])} | {f1(a['mean'])} | {f1(full)} |")
+    out.append("\n(ns/event, net of the timing overhead as in §1; single-event columns are "
+               "quantized to the TSC step.)\n")
+    out.append("| round | produced | committed | lost (ivt_stats) | produced - committed | "
+               "first drop at |")
+    out.append("|---|---:|---:|---:|---:|---:|")
+    for i, x in enumerate(nr["rounds"]):
+        out.append(f"| {i + 1} | {x['produced']:,} | {x['committed']:,} | {x['lost']:,} | "
+                   f"{x['produced'] - x['committed']:,} | {x['first_drop_index']:,} |")
+    out.append(f"\nlost == produced - committed in every round and batch: "
+               f"**{'yes' if nr['lost_equals_produced_minus_committed'] else 'NO'}**.")
+    rr = nr.get("reread_by_record")
+    if rr:
+        last = nr["rounds"][-1]
+        out.append(f" The last round's region, drained afterwards by `{rr['command']}`: "
+                   f"{f1(rr.get('recorded'), 0)} events recorded (writer committed "
+                   f"{last['committed']:,}), {f1(rr.get('lost'), 0)} reported lost "
+                   f"(writer counted {last['lost']:,}).")
+    out.append("")
+
+
+def section_drain(res, out):
+    d = res.get("drain")
+    if not d:
+        return
+    out.append("## 2. Drain throughput of `ivtrace record` (one CPU, to tmpfs)\n")
+    out.append(f"Method: {d['method']}. MB = 10^6 bytes. \"trace\" = bytes of the files "
+               f"`ivtrace record` wrote (CTF streams + metadata); \"payload\" = events x "
+               f"`--size`; \"events\" = in-ring event bytes (header + loadgen's thread, seq "
+               f"and NUL-terminated data fields).\n")
+    out.append("| profile | events | wall s (median) | M events/s | trace MB/s | event MB/s | "
+               "payload MB/s | lost | all recorded |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for p in d["profiles"]:
+        m = p["median"]
+        out.append(f"| {p['name']}: --size {p['size']} ({p['event_bytes']} B/event), ring "
+                   f"{p['ring']['subbufs']} x {p['ring']['subbuf_size'] >> 10} KiB | "
+                   f"{p['events']:,} | {m['wall_s']:.3f} | {m['events_per_s'] / 1e6:.1f} | "
+                   f"{m['trace_MB_per_s']:,.0f} | {m['event_MB_per_s']:,.0f} | "
+                   f"{m['payload_MB_per_s']:,.0f} | {p['lost_total']} | "
+                   f"{'yes' if p['recorded_all'] else 'NO'} |")
+    out.append("\nPer run (events/s): " + "; ".join(
+        f"{p['name']}: " + ", ".join(f"{r['events_per_s'] / 1e6:.1f} M" for r in p["runs"])
+        for p in d["profiles"]))
+    out.append("\nCommands (one run):\n")
+    out.append("```")
+    for p in d["profiles"]:
+        out.append(p["runs"][0]["prefill_command"])
+        out.append(p["runs"][0]["record_command"])
+    out.append("```\n")
+
+
+def section_live(res, out):
+    lv = res.get("live")
+    if not lv:
+        return
+    out.append("### 2b. Live: writer and reader at the same time\n")
+    out.append(f"Method: {lv['method']}.\n")
+    out.append("| target rate | events | achieved rate (M/s) | dropped (writer) | recorded | "
+               "lost (recorder) | loss % |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for r in lv["runs"]:
+        rate = r["rate"] if isinstance(r["rate"], str) else f"{r['rate'] / 1e6:g} M/s"
+        dropped = r.get("loadgen_dropped")
+        loss = (100.0 * dropped / r["events"]) if isinstance(dropped, int) else None
+        out.append(f"| {rate} | {r['events']:,} | {r['achieved_rate'] / 1e6:.2f} | "
+                   f"{f1(dropped, 0)} | {f1(r.get('recorded'), 0)} | {f1(r.get('lost'), 0)} | "
+                   f"{f1(loss, 3)} |")
+    out.append(f"\nCommand (one run): `{lv['runs'][0]['record_command']}` then "
+               f"`{lv['runs'][0]['loadgen_command']}`\n")
+
+
+def section_discussion(res, out):
+    nat = res.get("native", {})
+    bm = bench_map(nat) if nat else {}
+    out.append("## Discussion\n")
+    lines = []
+    if "ivtrace" in bm and "lttng_ust" in bm:
+        a, b = row_numbers(bm["ivtrace"]), row_numbers(bm["lttng_ust"])
+        lines.append(
+            f"- **Writer.** ivtrace's `ivt_write()` costs {f1(a['g50'])} ns per event at the "
+            f"median (mean {f1(a['mean'])} ns, {f1(a['batch'])} ns in back-to-back batches), "
+            f"against {f1(b['g50'])} / {f1(b['mean'])} / {f1(b['batch'])} ns for LTTng-UST in "
+            f"the same run: {f1(ratio(b['g50'], a['g50']))}x / {f1(ratio(b['mean'], a['mean']))}x / "
+            f"{f1(ratio(b['batch'], a['batch']))}x. The fast path is one TLS check, one "
+            f"compare chain, a 4-byte compact header (id + 27 bits of TSC delta), the 32-byte "
+            f"copy and one plain store of commit_pos (a store-release is a plain store on "
+            f"x86); `rdtsc` itself is a good part of it. LTTng-UST pays for an RCU read-side "
+            f"section, per-CPU buffer lookup, a cmpxchg-based reservation and "
+            f"`clock_gettime()` for its timestamps.")
+    if "ivtrace_live" in bm and "ivtrace" in bm:
+        a, c = row_numbers(bm["ivtrace"]), row_numbers(bm["ivtrace_live"])
+        lines.append(
+            f"- **With a live reader** the same writer costs {f1(c['g50'])} ns (p50) / "
+            f"{f1(c['batch'])} ns (batch) instead of {f1(a['g50'])} / {f1(a['batch'])}: the "
+            f"recorder on the other CPU touches the channel's cache lines and the packets, "
+            f"and it shares the machine. LTTng-UST's row always has its consumer daemon "
+            f"running, so this is the like-for-like comparison with it.")
+    if "trace_marker" in bm:
+        t = row_numbers(bm["trace_marker"])
+        g = row_numbers(bm["getppid"]) if "getppid" in bm else None
+        lines.append(
+            f"- **Syscall-based tracers** (trace_marker {f1(t['g50'])} ns, write(2) to a file) "
+            f"are dominated by the system call itself"
+            + (f" (getppid alone: {f1(g['g50'])} ns here, with this guest's speculative-"
+               f"execution mitigations)" if g else "") +
+            ", which is why the in-process tracers win by an order of magnitude.")
+    lines.append(
+        "- **Measurement limits.** The TSC of this guest ticks in 10 ns steps, so "
+        "single-event percentiles move in 10 ns jumps; the 16-event group p50 and the "
+        "means are the precise figures, the single-event p99/p99.9 the honest tails. "
+        "The machine is a shared 2-vCPU VM: rounds with other engineers' builds running "
+        "show up as spread in the per-round table and in the tails, which is why the "
+        "order is rotated and the rounds are kept separate in the JSON.")
+    lines.append(
+        "- **Drain.** `ivtrace record` copies whole packets (one sub-buffer = one CTF "
+        "packet) and validates them without decoding every event body; its cost per "
+        "byte is a copy into tmpfs (page allocation + memcpy), and per event what the "
+        "validation does per event header. The wall time includes process start-up and "
+        "writing the CTF metadata.")
+    out.extend(lines)
+    out.append("")
+
+
+def section_history(out):
+    files = sorted((HERE / "results").glob("*.json"))
+    if len(files) < 2:
+        return
+    out.append("## History (every run in bench/results/)\n")
+    out.append("| results file | ivtrace p50 grp | LTTng-UST p50 grp | ratio | ivtrace batch | "
+               "drain small M ev/s | drain large GB/s |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|")
+    for f in files:
+        try:
+            r = json.loads(f.read_text())
+        except ValueError:
+            continue
+        bm = bench_map(r.get("native", {}))
+        iv = row_numbers(bm["ivtrace"]) if "ivtrace" in bm else None
+        lt = row_numbers(bm["lttng_ust"]) if "lttng_ust" in bm else None
+        prof = {p["name"]: p for p in r.get("drain", {}).get("profiles", [])}
+        small = prof.get("small", {}).get("median", {}).get("events_per_s")
+        large = prof.get("large", {}).get("median", {}).get("trace_MB_per_s")
+        out.append(f"| {f.name} | {f1(iv and iv['g50'])} | {f1(lt and lt['g50'])} | "
+                   f"{f1(ratio(lt and lt['g50'], iv and iv['g50']))} | "
+                   f"{f1(iv and iv['batch'])} | {f1(small and small / 1e6)} | "
+                   f"{f1(large and large / 1000, 2)} |")
+    out.append("")
+
+
+def render(res, src):
+    out = ["# ivtrace performance", ""]
+    rel = src.relative_to(ROOT) if src.is_relative_to(ROOT) else src
+    out.append(f"Generated by `bench/report.py` from `{rel}` (run of {res['date']}). Do not "
+               f"edit by hand: `make bench` reruns everything and regenerates this page, "
+               f"`make -C bench report` only regenerates it. Timings are measurements on one "
+               f"shared machine, never pass/fail tests; every claim below is a ratio measured "
+               f"side by side in the same run.\n")
+    out.append(f"Reproduce: `{res['reproduce']}`")
+    if res.get("native"):
+        out.append(f"; the per-event table alone: `{res['native']['command']}` (with the "
+                   f"LTTng session of bench/run.py)")
+    out.append("\n")
+    section_summary(res, out)
+    section_machine(res, out)
+    if res.get("native", {}).get("benches"):
+        section_native(res, out)
+    section_noreader(res, out)
+    section_drain(res, out)
+    section_live(res, out)
+    section_discussion(res, out)
+    section_history(out)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="?", help="results JSON (default: newest full run)")
+    ap.add_argument("-o", "--output", default=str(ROOT / "docs/performance.md"))
+    args = ap.parse_args()
+    src = pick_results(args.results).resolve()
+    res = json.loads(src.read_text())
+    Path(args.output).write_text(render(res, src))
+    print(f"report: wrote {args.output} from {src.name}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
