@@ -29,6 +29,7 @@ LABELS = {
     "trace_marker_raw": "ftrace trace_marker_raw",
     "write_tmpfs": "write(2) 32 B, tmpfs",
     "write_disk": "write(2) 32 B, disk",
+    "rdtsc": "rdtsc alone (reference)",
     "getppid": "getppid(2) (reference)",
 }
 

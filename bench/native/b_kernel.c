@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * b_kernel.c - the baselines and the kernel-side tracers: the empty timed
- * region, getppid(2), ftrace trace_marker and trace_marker_raw (in a tracefs
+ * region, rdtsc, getppid(2), ftrace trace_marker and trace_marker_raw (in a tracefs
  * instance of our own, so the global buffer is left alone), and write(2) of
  * the same 32 bytes to a file on tmpfs and on the disk filesystem.
  */
@@ -27,6 +27,20 @@ const struct ivb_bench ivb_bench_empty = {
 	.sample = empty_sample,
 	.group = empty_group,
 	.batch = empty_batch,
+};
+
+/* ---- rdtsc: the clock read every ivtrace event pays, for scale -------- */
+
+static uint64_t rdtsc_sink;
+#define RDTSC_WRITE(p)	(rdtsc_sink += __builtin_ia32_rdtsc() + (p)->a)
+IVB_LOOPS(rdtsc, RDTSC_WRITE)
+
+const struct ivb_bench ivb_bench_rdtsc = {
+	.name = "rdtsc",
+	.what = "one rdtsc, no tracing (the timestamp every ivtrace event takes; scale for the ivtrace rows)",
+	.sample = rdtsc_sample,
+	.group = rdtsc_group,
+	.batch = rdtsc_batch,
 };
 
 /* ---- getppid: the cheapest system call, for scale -------------------- */

@@ -54,12 +54,13 @@ static const struct ivb_bench *const all_benches[] = {
 	&ivb_bench_marker_raw,
 	&ivb_bench_write_tmpfs,
 	&ivb_bench_write_disk,
+	&ivb_bench_rdtsc,
 	&ivb_bench_getppid,
 };
 #define NR_ALL	(sizeof(all_benches) / sizeof(all_benches[0]))
 
 static const char default_benches[] =
-	"ivtrace,lttng_ust,trace_marker,trace_marker_raw,write_tmpfs,write_disk,getppid";
+	"ivtrace,lttng_ust,trace_marker,trace_marker_raw,write_tmpfs,write_disk,rdtsc,getppid";
 
 void ivb_die(const char *bench, const char *fmt, ...)
 {
