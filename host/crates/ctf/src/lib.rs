@@ -1,1 +1,17 @@
-//! placeholder
+//! ivtrace-ctf: writes what ivtrace-ring validated as CTF 1.8 traces.
+//!
+//! [`trace::CtfWriter`] is a [`ivtrace_ring::PacketSink`]: it lays out
+//! `DIR/user/` and `DIR/kernel/` (one CTF trace per stream class, one
+//! stream file per channel), keeps each trace's TSDL [`tsdl`] metadata in
+//! step with the event classes, and writes the JSON [`sidecar`]. The
+//! [`clock`] mapping becomes the CTF clock block.
+
+pub mod clock;
+pub mod sidecar;
+pub mod trace;
+pub mod tsdl;
+
+pub use clock::ClockMapping;
+pub use sidecar::Sidecar;
+pub use trace::{CtfError, CtfWriter};
+pub use tsdl::{EnvValue, TraceEnv};

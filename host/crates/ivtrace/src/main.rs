@@ -1,1 +1,31 @@
-fn main() {}
+//! `ivtrace`: parse arguments, run the subcommand, map the outcome to an
+//! exit status (see `ivtrace --help`).
+
+use clap::Parser;
+
+use ivtrace::cli::{Cli, Command};
+use ivtrace::{hint_for, record, report, snapshot, EXIT_ERROR, EXIT_NOTHING, EXIT_OK};
+
+fn main() {
+    let cli = Cli::parse();
+    let (what, result) = match &cli.command {
+        Command::Record(a) => ("record failed", record::run(a)),
+        Command::Report(a) => ("report failed", report::run(a)),
+        Command::Snapshot(a) => ("snapshot failed", snapshot::run(a)),
+    };
+    let code = match result {
+        Ok(0) => {
+            eprintln!("ivtrace: no events");
+            EXIT_NOTHING
+        }
+        Ok(_) => EXIT_OK,
+        Err(err) => {
+            eprintln!("ivtrace: {what}: {err:#}");
+            if let Some(hint) = hint_for(&err) {
+                eprintln!("hint: {hint}");
+            }
+            EXIT_ERROR
+        }
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,172 @@
+//! `DIR/ivtrace.json`: the machine-readable summary of a recording and the
+//! event layouts, so `ivtrace report` can walk the stream files without
+//! babeltrace2. It sits at the output root, outside the trace
+//! directories, where CTF readers do not look.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use ivtrace_ring::classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
+
+use crate::clock::ClockMapping;
+
+/// File name of the sidecar at the output root.
+pub const SIDECAR_NAME: &str = "ivtrace.json";
+/// Value of [`Sidecar::format`].
+pub const SIDECAR_FORMAT: &str = "ivtrace-sidecar/1";
+
+/// One payload field as the sidecar stores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldLayout {
+    pub name: String,
+    /// `u8`..`s64`, `string`, `bytes`, `chars[N]`.
+    #[serde(rename = "type")]
+    pub ty: String,
+    #[serde(default)]
+    pub hex: bool,
+}
+
+/// One event class as the sidecar stores it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventLayout {
+    pub id: u32,
+    pub name: String,
+    pub fields: Vec<FieldLayout>,
+}
+
+/// One stream class (one CTF trace directory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamLayout {
+    pub stream_class: u32,
+    /// Directory relative to the output root ("user", "kernel").
+    pub dir: String,
+    pub event_classes: Vec<EventLayout>,
+}
+
+/// Events lost on one channel, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lost {
+    /// Writer: ring full (discard mode).
+    pub full: u64,
+    /// Writer: event larger than a packet.
+    pub too_big: u64,
+    /// Writer: re-entered (signal handler, NMI).
+    pub nested: u64,
+    /// Host: the writer lapped the reader (overwrite mode).
+    pub overwritten: u64,
+    /// Host: the copy was overwritten while taken.
+    pub torn: u64,
+    /// Host: the packet failed validation.
+    pub corrupt: u64,
+}
+
+impl Lost {
+    pub fn total(&self) -> u64 {
+        self.full + self.too_big + self.nested + self.overwritten + self.torn + self.corrupt
+    }
+
+    pub fn add(&mut self, o: &Lost) {
+        self.full += o.full;
+        self.too_big += o.too_big;
+        self.nested += o.nested;
+        self.overwritten += o.overwritten;
+        self.torn += o.torn;
+        self.corrupt += o.corrupt;
+    }
+}
+
+/// One channel's results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChannelSummary {
+    pub channel: u32,
+    pub stream_class: u32,
+    /// Stream file relative to the output root, if anything was written.
+    pub file: Option<String>,
+    pub events: u64,
+    pub packets: u64,
+    pub partial_packets: u64,
+    /// Bytes written to the stream file.
+    pub bytes: u64,
+    /// Bytes of events (headers, payloads, alignment).
+    pub event_bytes: u64,
+    /// Bytes of event headers.
+    pub header_bytes: u64,
+    pub lost: Lost,
+    /// Skipped packets by reason.
+    pub skipped_packets: BTreeMap<String, u64>,
+    pub utf8_fixed: u64,
+    /// Snapshot: events committed before the oldest packet kept.
+    pub older_overwritten: u64,
+    pub first_ts: Option<u64>,
+    pub last_ts: Option<u64>,
+}
+
+/// The whole sidecar.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sidecar {
+    pub format: String,
+    pub tracer_version: String,
+    /// "record" or "snapshot".
+    pub mode: String,
+    pub trace_uuid: String,
+    pub region: BTreeMap<String, serde_json::Value>,
+    pub clock: ClockMapping,
+    pub streams: Vec<StreamLayout>,
+    pub channels: Vec<ChannelSummary>,
+    /// Events dropped because no channel was free (region-wide).
+    pub lost_no_channel: u64,
+    pub elapsed_s: f64,
+    pub stop_reason: String,
+    pub metadata: BTreeMap<String, u64>,
+    pub warnings: Vec<String>,
+}
+
+impl EventLayout {
+    pub fn from_class(c: &EventClass) -> EventLayout {
+        EventLayout {
+            id: c.id,
+            name: c.name.clone(),
+            fields: c
+                .fields
+                .iter()
+                .map(|f| FieldLayout { name: f.name.clone(), ty: f.ty.name(), hex: f.hex })
+                .collect(),
+        }
+    }
+
+    /// Back to an event class; None if a type is unknown.
+    pub fn to_class(&self, stream: u32) -> Option<EventClass> {
+        let fields = self
+            .fields
+            .iter()
+            .map(|f| Some(Field { name: f.name.clone(), ty: FieldType::parse(&f.ty)?, hex: f.hex }))
+            .collect::<Option<Vec<_>>>()?;
+        Some(EventClass::new(self.id, stream, self.name.clone(), fields))
+    }
+}
+
+impl StreamLayout {
+    pub fn from_classes(stream_class: u32, dir: &str, classes: &StreamClasses) -> StreamLayout {
+        StreamLayout {
+            stream_class,
+            dir: dir.to_string(),
+            event_classes: classes.iter().map(EventLayout::from_class).collect(),
+        }
+    }
+}
+
+impl Sidecar {
+    /// The event classes the sidecar describes (for walking stream files).
+    pub fn event_classes(&self) -> EventClasses {
+        let mut all = EventClasses::default();
+        for s in &self.streams {
+            for e in &s.event_classes {
+                if let Some(c) = e.to_class(s.stream_class) {
+                    all.stream_mut(s.stream_class).insert(c);
+                }
+            }
+        }
+        all
+    }
+}

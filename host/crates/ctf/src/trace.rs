@@ -1,0 +1,202 @@
+//! The on-disk trace: `DIR/user/` (stream class 1) and `DIR/kernel/`
+//! (stream class 0), each a CTF 1.8 trace with its own `metadata`, one
+//! stream file per channel, plus `DIR/ivtrace.json`.
+//!
+//! Directories and stream files are created lazily, on the first packet of
+//! their stream class or channel, so babeltrace2 never sees a trace without
+//! data. File names come from trusted indices only (`user_chan12`). Files
+//! are created with `create_new` (never through an existing entry or
+//! symlink) inside the output directory; metadata and the sidecar are
+//! replaced atomically (a hidden temporary, then rename), metadata
+//! whenever new event classes appear.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+use ivtrace_ring::abi;
+use ivtrace_ring::classes::EventClasses;
+use ivtrace_ring::reader::PacketSink;
+
+use crate::clock::ClockMapping;
+use crate::sidecar::{Sidecar, SIDECAR_NAME};
+use crate::tsdl::{self, TraceDesc, TraceEnv};
+
+/// Buffer per stream file; packets larger than this bypass it.
+const STREAM_BUFFER: usize = 1 << 20;
+
+#[derive(Debug, Error)]
+pub enum CtfError {
+    #[error("cannot create {path}: {source}")]
+    Create { path: String, source: io::Error },
+    #[error("cannot write {path}: {source}")]
+    Write { path: String, source: io::Error },
+    #[error("cannot serialize the sidecar: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Directory name of a stream class (host constant, never guest text).
+pub fn stream_dir(stream: u32) -> &'static str {
+    if stream == abi::IVT_STREAM_KERNEL {
+        "kernel"
+    } else {
+        "user"
+    }
+}
+
+/// Stream file name of channel `chan` (from the trusted index only).
+pub fn stream_file_name(stream: u32, chan: u32) -> String {
+    format!("{}_chan{chan}", stream_dir(stream))
+}
+
+struct StreamFile {
+    rel: String,
+    out: BufWriter<File>,
+}
+
+/// Writes one recording's CTF traces.
+pub struct CtfWriter {
+    root: PathBuf,
+    uuid: String,
+    clock_uuid: String,
+    clock: ClockMapping,
+    env: TraceEnv,
+    /// Generation of event classes each stream class's metadata was
+    /// written for (None: directory not created yet).
+    metadata_generation: [Option<u64>; 2],
+    files: Vec<Option<StreamFile>>,
+}
+
+fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
+    move |source| CtfError::Create { path: path.display().to_string(), source }
+}
+
+fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
+    move |source| CtfError::Write { path: path.display().to_string(), source }
+}
+
+/// Replaces `dir/name` with `bytes` through a hidden temporary file.
+pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CtfError> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let dst = dir.join(name);
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(create_err(&tmp)(e)),
+        _ => {}
+    }
+    let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(create_err(&tmp))?;
+    f.write_all(bytes).map_err(write_err(&tmp))?;
+    f.sync_data().map_err(write_err(&tmp))?;
+    fs::rename(&tmp, &dst).map_err(write_err(&dst))
+}
+
+impl CtfWriter {
+    /// A writer into `root`, which must exist. `uuid` names the trace (the
+    /// region's uuid).
+    pub fn new(root: &Path, uuid: [u8; 16], clock: ClockMapping, env: TraceEnv, nr_channels: u32) -> CtfWriter {
+        let mut clock_uuid = uuid;
+        clock_uuid[0] ^= 0xc1;
+        clock_uuid[15] ^= 0x0c;
+        CtfWriter {
+            root: root.to_path_buf(),
+            uuid: ivtrace_ring::region::format_uuid(&uuid),
+            clock_uuid: ivtrace_ring::region::format_uuid(&clock_uuid),
+            clock,
+            env,
+            metadata_generation: [None, None],
+            files: (0..nr_channels).map(|_| None).collect(),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Replaces the clock mapping (final estimate); rewrite the metadata
+    /// with [`CtfWriter::write_metadata`] afterwards.
+    pub fn set_clock(&mut self, clock: ClockMapping) {
+        self.clock = clock;
+    }
+
+    pub fn set_env(&mut self, env: TraceEnv) {
+        self.env = env;
+    }
+
+    /// Rewrites the metadata of every stream class that has a directory.
+    pub fn write_metadata(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+        for stream in 0..2u32 {
+            if self.metadata_generation[stream as usize].is_some() {
+                self.write_stream_metadata(stream, classes)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_stream_metadata(&mut self, stream: u32, classes: &EventClasses) -> Result<(), CtfError> {
+        let desc = TraceDesc { uuid: &self.uuid, clock_uuid: &self.clock_uuid, clock: &self.clock, env: &self.env };
+        let text = tsdl::metadata(&desc, stream, classes.stream(stream));
+        write_atomically(&self.root.join(stream_dir(stream)), "metadata", text.as_bytes())?;
+        self.metadata_generation[stream as usize] = Some(classes.generation());
+        Ok(())
+    }
+
+    /// Creates the stream class directory on first use and keeps its
+    /// metadata in step with the event classes.
+    fn ensure_metadata(&mut self, stream: u32, classes: &EventClasses) -> Result<(), CtfError> {
+        let slot = stream.min(1) as usize;
+        match self.metadata_generation[slot] {
+            Some(g) if g == classes.generation() => Ok(()),
+            Some(_) => self.write_stream_metadata(stream, classes),
+            None => {
+                let dir = self.root.join(stream_dir(stream));
+                fs::create_dir(&dir).map_err(create_err(&dir))?;
+                self.write_stream_metadata(stream, classes)
+            }
+        }
+    }
+
+    fn stream_file(&mut self, chan: u32, stream: u32) -> Result<(), CtfError> {
+        let slot = &mut self.files[chan as usize];
+        if slot.is_none() {
+            let rel = format!("{}/{}", stream_dir(stream), stream_file_name(stream, chan));
+            let path = self.root.join(&rel);
+            let f = OpenOptions::new().write(true).create_new(true).open(&path).map_err(create_err(&path))?;
+            *slot = Some(StreamFile { rel, out: BufWriter::with_capacity(STREAM_BUFFER, f) });
+        }
+        Ok(())
+    }
+
+    /// Relative path of channel `chan`'s stream file, if it was created.
+    pub fn file_of(&self, chan: u32) -> Option<&str> {
+        self.files.get(chan as usize)?.as_ref().map(|f| f.rel.as_str())
+    }
+
+    /// Flushes every stream file and rewrites the metadata.
+    pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+        for f in self.files.iter_mut().flatten() {
+            let path = self.root.join(&f.rel);
+            f.out.flush().map_err(write_err(&path))?;
+        }
+        self.write_metadata(classes)
+    }
+
+    /// Writes the sidecar (atomically).
+    pub fn write_sidecar(&self, sidecar: &Sidecar) -> Result<(), CtfError> {
+        let mut text = serde_json::to_vec_pretty(sidecar)?;
+        text.push(b'\n');
+        write_atomically(&self.root, SIDECAR_NAME, &text)
+    }
+}
+
+impl PacketSink for CtfWriter {
+    type Error = CtfError;
+
+    fn packet(&mut self, chan: u32, stream: u32, bytes: &[u8], classes: &EventClasses) -> Result<(), CtfError> {
+        self.ensure_metadata(stream, classes)?;
+        self.stream_file(chan, stream)?;
+        let f = self.files[chan as usize].as_mut().expect("created by stream_file");
+        let root = &self.root;
+        f.out.write_all(bytes).map_err(|e| write_err(&root.join(&f.rel))(e))
+    }
+}

@@ -1,0 +1,41 @@
+//! The `ivtrace` command: glue between ivtrace-ring (reading regions) and
+//! ivtrace-ctf (writing traces). `main.rs` only parses arguments and maps
+//! outcomes to exit codes; the subcommands live in [`record`], [`report`]
+//! and [`snapshot`]; [`session`] holds what they share and
+//! [`session::drain_bytes_to_dir`], the whole pipeline on a byte buffer,
+//! which the fuzzer and the property tests drive.
+
+pub mod cli;
+pub mod clock;
+pub mod record;
+pub mod report;
+pub mod session;
+pub mod snapshot;
+pub mod summary;
+
+/// Exit status: success, events were recorded or reported.
+pub const EXIT_OK: i32 = 0;
+/// Exit status: the run finished without a single event.
+pub const EXIT_NOTHING: i32 = 1;
+/// Exit status: an error (arguments, region, output, I/O).
+pub const EXIT_ERROR: i32 = 2;
+
+/// A hint for the errors users can do something about.
+pub fn hint_for(err: &anyhow::Error) -> Option<String> {
+    use ivtrace_ring::RegionError as E;
+    if let Some(u) = err.downcast_ref::<session::UserError>() {
+        return Some(u.hint.clone());
+    }
+    let region = err.chain().find_map(|e| e.downcast_ref::<E>())?;
+    Some(
+        match region {
+            E::Missing { .. } => "start the writer first, or check the path (e.g. /dev/shm/NAME)",
+            E::Open { .. } | E::Map { .. } => "check the file's permissions (record needs read-write, snapshot read-only)",
+            E::BadMagic { .. } | E::NotFormatted => "is this an ivtrace region? writers format it with ivt_region_create() or the guest module",
+            E::AbiMajor { .. } => "the writer and this ivtrace were built from incompatible ABI versions; rebuild both",
+            E::SizeMismatch { .. } | E::NotPowerOfTwo(_) | E::TooSmall { .. } => "the file's size does not match its header; was it truncated or reformatted?",
+            _ => "the region header is inconsistent: the writer is buggy or hostile; nothing was read",
+        }
+        .to_string(),
+    )
+}

@@ -1,0 +1,225 @@
+//! `ivtrace record`: wait for a region, drain it into CTF until it is
+//! closed or the user stops, flush what was committed, summarize.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use ivtrace_ring::{abi, Access, Reader, Region, RegionError};
+
+use crate::cli::RecordArgs;
+use crate::clock;
+use crate::session;
+use crate::summary;
+
+/// Idle polling backs off from MIN to MAX sleep.
+const IDLE_SLEEP_MIN: Duration = Duration::from_micros(20);
+const IDLE_SLEEP_MAX: Duration = Duration::from_millis(5);
+/// How often slow checks (owner liveness, progress) run.
+const SLOW_CHECK: Duration = Duration::from_millis(100);
+/// Region polling while waiting for it to appear.
+const WAIT_POLL: Duration = Duration::from_millis(50);
+
+/// Why a recording ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Signal,
+    Duration,
+    Closed,
+    OwnerGone,
+    Withdrawn,
+}
+
+impl StopReason {
+    pub fn describe(self) -> &'static str {
+        match self {
+            StopReason::Signal => "interrupted",
+            StopReason::Duration => "duration reached",
+            StopReason::Closed => "region closed by its owner",
+            StopReason::OwnerGone => "region owner exited without closing",
+            StopReason::Withdrawn => "region withdrawn for reformatting",
+        }
+    }
+}
+
+/// SIGINT/SIGTERM set the flag; a second one exits at once.
+fn install_stop_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag)).context("cannot install signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&flag)).context("cannot install signal handlers")?;
+    }
+    Ok(flag)
+}
+
+/// Errors that mean "not yet": the file may still be created or formatted.
+fn is_transient(e: &RegionError) -> bool {
+    matches!(e, RegionError::Missing { .. } | RegionError::TooSmall { .. } | RegionError::NotFormatted | RegionError::SizeMismatch { .. })
+}
+
+/// Opens the region, waiting (and saying so) while it does not exist or
+/// is not formatted. None if stopped while waiting.
+fn wait_for_region(shm: &Path, stop: &AtomicBool, deadline: Option<Instant>) -> Result<Option<Region>> {
+    let mut last_said = String::new();
+    loop {
+        match Region::open(shm, Access::ReadWrite) {
+            Ok(r) => return Ok(Some(r)),
+            Err(e) if is_transient(&e) => {
+                let msg = match e {
+                    RegionError::Missing { .. } => format!("waiting for {} to appear (start the writer)", shm.display()),
+                    _ => format!("waiting for a writer to format {} ({e})", shm.display()),
+                };
+                if msg != last_said {
+                    eprintln!("ivtrace: {msg}");
+                    last_said = msg;
+                }
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot use region {}", shm.display())),
+        }
+        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        sleep(WAIT_POLL);
+    }
+}
+
+/// Whether the loopback region's owner process still exists.
+fn owner_alive(pid: u32) -> bool {
+    pid == 0 || Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn progress_bar() -> Option<ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("valid template"));
+    Some(pb)
+}
+
+/// Raises the open-files limit: one stream file per channel, up to 4096.
+fn raise_file_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        let want = hard.min(abi::IVT_CHANNELS_MAX as u64 + 64);
+        if soft < want {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, want, hard);
+        }
+    }
+}
+
+struct Loop<'a> {
+    reader: Reader,
+    writer: ivtrace_ctf::CtfWriter,
+    stop: &'a AtomicBool,
+    deadline: Option<Instant>,
+    progress: Option<ProgressBar>,
+    events_hint: u64,
+    bytes: u64,
+}
+
+impl Loop<'_> {
+    /// Drains until a stop condition; returns why.
+    fn run(&mut self) -> Result<StopReason> {
+        let region_owner = self.reader.region().header().owner_pid;
+        let loopback = self.reader.region().header().is_loopback();
+        let mut idle = IDLE_SLEEP_MIN;
+        let mut last_slow = Instant::now();
+        let mut ending: Option<StopReason> = None;
+        let mut heartbeat = 0u64;
+        loop {
+            let pass = self.reader.drain_available(&mut self.writer)?;
+            self.bytes += pass.bytes;
+            heartbeat += 1;
+            // Relaxed: a liveness counter; writers only compare values.
+            self.reader.region().store_relaxed_u64(abi::hdr::HOST_HEARTBEAT as u64, heartbeat);
+            if let Some(reason) = ending {
+                return Ok(reason);
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(StopReason::Signal);
+            }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(StopReason::Duration);
+            }
+            // Pairs with the store-release of state in ivt_region_close()
+            // (guest/lib): every packet committed before it is visible to
+            // the next drain pass, which is the last.
+            if self.reader.region().load_acquire_u32(abi::hdr::STATE as u64) == abi::IVT_STATE_CLOSED {
+                ending = Some(StopReason::Closed);
+                continue;
+            }
+            if last_slow.elapsed() >= SLOW_CHECK {
+                last_slow = Instant::now();
+                if !self.reader.region().still_formatted() {
+                    eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
+                    return Ok(StopReason::Withdrawn);
+                }
+                if loopback && !owner_alive(region_owner) {
+                    eprintln!("ivtrace: warning: region owner pid {region_owner} is gone without closing the region; draining what it committed");
+                    ending = Some(StopReason::OwnerGone);
+                    continue;
+                }
+                self.show_progress();
+            }
+            if pass.packets == 0 {
+                sleep(idle);
+                idle = (idle * 2).min(IDLE_SLEEP_MAX);
+            } else {
+                idle = IDLE_SLEEP_MIN;
+            }
+        }
+    }
+
+    fn show_progress(&mut self) {
+        if let Some(pb) = &self.progress {
+            let events: u64 = (0..self.reader.nr_channels()).map(|c| self.reader.channel_stats(c).events).sum();
+            self.events_hint = events;
+            pb.set_message(format!("{events} events, {:.1} MB", self.bytes as f64 / 1e6));
+            pb.tick();
+        }
+    }
+}
+
+/// Runs `ivtrace record`. Returns the number of events recorded.
+pub fn run(args: &RecordArgs) -> Result<u64> {
+    let out = session::prepare_output(&args.output, args.force)?;
+    let stop = install_stop_flag()?;
+    let deadline = args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let Some(region) = wait_for_region(&args.shm, &stop, deadline)? else {
+        eprintln!("ivtrace: stopped before {} became a valid region; nothing recorded", args.shm.display());
+        return Ok(0);
+    };
+    raise_file_limit();
+    record_region(region, &args.shm, &out, &stop, deadline, args.json)
+}
+
+fn record_region(region: Region, shm: &Path, out: &PathBuf, stop: &AtomicBool, deadline: Option<Instant>, json: bool) -> Result<u64> {
+    let mut estimator = clock::estimator_for(region.header());
+    let initial = estimator.initial();
+    let started = Instant::now();
+    let writer = session::ctf_writer(&region, out, &initial);
+    let mut lp = Loop { reader: Reader::new(region), writer, stop, deadline, progress: progress_bar(), events_hint: 0, bytes: 0 };
+    let reason = lp.run()?;
+    if let Some(pb) = &lp.progress {
+        pb.finish_and_clear();
+    }
+    let Loop { mut reader, mut writer, .. } = lp;
+    reader.flush_partial(&mut writer)?;
+    reader.finish(&mut writer)?;
+    let elapsed = started.elapsed();
+    let clock = estimator.finish();
+    writer.set_clock(clock.clone());
+    writer.set_env(session::trace_env(reader.region(), out, &clock));
+    writer.finish(reader.classes())?;
+    let sidecar = session::build_sidecar(&reader, &writer, shm, "record", &clock, elapsed, reason.describe());
+    writer.write_sidecar(&sidecar)?;
+    summary::print(&sidecar, out, json)?;
+    Ok(sidecar.channels.iter().map(|c| c.events).sum())
+}

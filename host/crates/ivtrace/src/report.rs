@@ -1,0 +1,219 @@
+//! `ivtrace report DIR`: walks the stream files ivtrace wrote with the
+//! same walker the drain uses and the layouts from the sidecar; prints
+//! counts per event type, losses, time span, rates and bytes per event.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, Read, Write};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use ivtrace_ctf::sidecar::{Lost, Sidecar, SIDECAR_NAME};
+use ivtrace_ctf::trace::{stream_dir, stream_file_name};
+use ivtrace_ring::packet::{EventVisitor, PacketHeader};
+use ivtrace_ring::reader::walk_own_packet;
+use ivtrace_ring::{abi, EventClasses};
+
+use crate::cli::ReportArgs;
+use crate::session::UserError;
+use crate::summary::si;
+
+/// Per-event-id counts of one stream class.
+struct Counts(Vec<u64>);
+
+impl EventVisitor for Counts {
+    #[inline]
+    fn event(&mut self, id: u32, _ts: u64) {
+        self.0[id as usize] += 1;
+    }
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct ChannelReport {
+    pub channel: u32,
+    pub file: String,
+    pub events: u64,
+    pub packets: u64,
+    /// events_discarded of the channel's last packet: every loss CTF shows.
+    pub discarded: u64,
+    pub bytes: u64,
+    pub event_bytes: u64,
+    pub header_bytes: u64,
+    pub first_ts: Option<u64>,
+    pub last_ts: Option<u64>,
+    pub events_per_s: f64,
+    pub bytes_per_event: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct EventTypeReport {
+    pub stream_class: u32,
+    pub id: u32,
+    pub name: String,
+    pub count: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub trace_uuid: String,
+    pub events: u64,
+    pub discarded: u64,
+    pub lost_by_reason: Lost,
+    pub lost_no_channel: u64,
+    pub first_realtime_ns: Option<i128>,
+    pub last_realtime_ns: Option<i128>,
+    pub span_s: f64,
+    pub events_per_s: f64,
+    pub bytes_per_event: f64,
+    pub header_bytes_per_event: f64,
+    pub event_types: Vec<EventTypeReport>,
+    pub channels: Vec<ChannelReport>,
+}
+
+fn read_sidecar(dir: &Path) -> Result<Sidecar> {
+    let path = dir.join(SIDECAR_NAME);
+    let text = fs::read(&path).map_err(|e| UserError {
+        message: format!("cannot read {}: {e}", path.display()),
+        hint: "pass a directory written by `ivtrace record` or `ivtrace snapshot`".into(),
+    })?;
+    serde_json::from_slice(&text).with_context(|| format!("{} is not an ivtrace sidecar", path.display()))
+}
+
+/// Reads the next packet of a stream file into `buf`; false at the end.
+fn next_packet(f: &mut impl Read, buf: &mut Vec<u8>) -> Result<bool> {
+    buf.resize(abi::PACKET_HDR_SIZE, 0);
+    match f.read_exact(buf) {
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(false),
+        r => r?,
+    }
+    let h = PacketHeader::parse(buf);
+    let size = h.packet_size / 8;
+    if h.packet_size % 8 != 0 || size < abi::PACKET_HDR_SIZE as u64 || size > abi::IVT_SUBBUF_MAX as u64 {
+        bail!("packet_size {} bits is not valid", h.packet_size);
+    }
+    buf.resize(size as usize, 0);
+    f.read_exact(&mut buf[abi::PACKET_HDR_SIZE..])?;
+    Ok(true)
+}
+
+fn walk_channel(dir: &Path, stream: u32, chan: u32, classes: &EventClasses, counts: &mut Counts) -> Result<ChannelReport> {
+    let rel = format!("{}/{}", stream_dir(stream), stream_file_name(stream, chan));
+    let path = dir.join(&rel);
+    let mut f = BufReader::with_capacity(1 << 20, File::open(&path).with_context(|| format!("cannot open {}", path.display()))?);
+    let mut r = ChannelReport { channel: chan, file: rel, ..Default::default() };
+    let mut buf = Vec::new();
+    while next_packet(&mut f, &mut buf).with_context(|| format!("{}: packet {}", path.display(), r.packets))? {
+        let (h, s) = walk_own_packet(&mut buf, classes, counts).with_context(|| format!("{}: packet {}", path.display(), r.packets))?;
+        r.packets += 1;
+        r.events += s.events;
+        r.bytes += buf.len() as u64;
+        r.event_bytes += h.content_size / 8 - abi::PACKET_HDR_SIZE as u64;
+        r.header_bytes += s.header_bytes();
+        r.discarded = r.discarded.max(h.events_discarded);
+        if s.events > 0 {
+            r.first_ts.get_or_insert(h.timestamp_begin);
+            r.last_ts = Some(s.last_ts);
+        }
+    }
+    Ok(r)
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        0.0
+    }
+}
+
+/// Builds the report of `dir`.
+pub fn build(dir: &Path) -> Result<Report> {
+    let sidecar = read_sidecar(dir)?;
+    let classes = sidecar.event_classes();
+    let mut counts = [Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]), Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize])];
+    let mut channels = Vec::new();
+    let mut lost = Lost::default();
+    for c in &sidecar.channels {
+        lost.add(&c.lost);
+        if c.file.is_none() {
+            continue;
+        }
+        let stream = c.stream_class.min(1);
+        let mut r = walk_channel(dir, stream, c.channel, &classes, &mut counts[stream as usize])?;
+        let span = match (r.first_ts, r.last_ts) {
+            (Some(a), Some(b)) => sidecar.clock.ticks_to_ns(b - a) / 1e9,
+            _ => 0.0,
+        };
+        r.events_per_s = ratio(r.events as f64, span);
+        r.bytes_per_event = ratio(r.event_bytes as f64, r.events as f64);
+        channels.push(r);
+    }
+    let event_types = event_types(&classes, &counts);
+    let first = channels.iter().filter_map(|c| c.first_ts).min();
+    let last = channels.iter().filter_map(|c| c.last_ts).max();
+    let span_s = match (first, last) {
+        (Some(a), Some(b)) => sidecar.clock.ticks_to_ns(b.saturating_sub(a)) / 1e9,
+        _ => 0.0,
+    };
+    let events: u64 = channels.iter().map(|c| c.events).sum();
+    let event_bytes: u64 = channels.iter().map(|c| c.event_bytes).sum();
+    let header_bytes: u64 = channels.iter().map(|c| c.header_bytes).sum();
+    Ok(Report {
+        trace_uuid: sidecar.trace_uuid.clone(),
+        events,
+        discarded: channels.iter().map(|c| c.discarded).sum(),
+        lost_by_reason: lost,
+        lost_no_channel: sidecar.lost_no_channel,
+        first_realtime_ns: first.map(|t| sidecar.clock.realtime_ns(t)),
+        last_realtime_ns: last.map(|t| sidecar.clock.realtime_ns(t)),
+        span_s,
+        events_per_s: ratio(events as f64, span_s),
+        bytes_per_event: ratio(event_bytes as f64, events as f64),
+        header_bytes_per_event: ratio(header_bytes as f64, events as f64),
+        event_types,
+        channels,
+    })
+}
+
+fn event_types(classes: &EventClasses, counts: &[Counts; 2]) -> Vec<EventTypeReport> {
+    let mut out = Vec::new();
+    for stream in 0..2u32 {
+        for class in classes.stream(stream).iter() {
+            out.push(EventTypeReport { stream_class: stream, id: class.id, name: class.name.clone(), count: counts[stream as usize].0[class.id as usize] });
+        }
+    }
+    out
+}
+
+fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    writeln!(out, "trace {}: {} events over {:.6} s ({}events/s), {:.1} B/event, {:.2} header B/event", r.trace_uuid, r.events, r.span_s, si(r.events_per_s), r.bytes_per_event, r.header_bytes_per_event)?;
+    if let (Some(a), Some(b)) = (r.first_realtime_ns, r.last_realtime_ns) {
+        writeln!(out, "time span (realtime ns since epoch): {a} .. {b}")?;
+    }
+    let l = &r.lost_by_reason;
+    writeln!(out, "lost events: {} in CTF (events_discarded); by reason: full={} too_big={} nested={} overwritten={} torn={} corrupt={}; no_channel={}", r.discarded, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt, r.lost_no_channel)?;
+    writeln!(out, "\n  {:<8} {:>4} {:<32} {:>12}", "stream", "id", "event", "count")?;
+    for e in &r.event_types {
+        writeln!(out, "  {:<8} {:>4} {:<32} {:>12}", stream_dir(e.stream_class), e.id, e.name, e.count)?;
+    }
+    writeln!(out, "\n  {:<20} {:>12} {:>8} {:>10} {:>14} {:>8}", "channel", "events", "packets", "discarded", "rate", "B/ev")?;
+    for c in &r.channels {
+        writeln!(out, "  {:<20} {:>12} {:>8} {:>10} {:>10}ev/s {:>8.1}", c.file, c.events, c.packets, c.discarded, si(c.events_per_s), c.bytes_per_event)?;
+    }
+    Ok(())
+}
+
+/// Runs `ivtrace report`. Returns the number of events found.
+pub fn run(args: &ReportArgs) -> Result<u64> {
+    let r = build(&args.dir)?;
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &r)?;
+        writeln!(out)?;
+    } else {
+        print_table(&r, &mut out)?;
+    }
+    Ok(r.events)
+}

@@ -1,0 +1,254 @@
+//! What record and snapshot share: preparing the output directory, the
+//! trace environment, and turning the reader's counters into the sidecar.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use thiserror::Error;
+
+use ivtrace_ctf::sidecar::{ChannelSummary, Lost, Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME};
+use ivtrace_ctf::trace::stream_dir;
+use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue, TraceEnv};
+use ivtrace_ring::meta::MetaStats;
+use ivtrace_ring::{abi, Access, Reader, Region};
+
+/// Entries of an output directory that ivtrace owns (and --force removes).
+const OWNED_ENTRIES: &[&str] = &["user", "kernel", SIDECAR_NAME, ".ivtrace.json.tmp"];
+
+/// A problem the user can fix, with a hint how.
+#[derive(Debug, Error)]
+#[error("{message}")]
+pub struct UserError {
+    pub message: String,
+    pub hint: String,
+}
+
+/// Creates `dir` if missing; refuses a non-empty one unless `force`, in
+/// which case only ivtrace's own entries are removed.
+pub fn prepare_output(dir: &Path, force: bool) -> Result<PathBuf> {
+    if !dir.exists() {
+        fs::create_dir_all(dir).with_context(|| format!("cannot create output directory {}", dir.display()))?;
+        return Ok(dir.to_path_buf());
+    }
+    if !dir.is_dir() {
+        return Err(UserError { message: format!("{} exists and is not a directory", dir.display()), hint: "pass a directory path to -o".into() }.into());
+    }
+    let entries: Vec<String> = fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    if entries.is_empty() {
+        return Ok(dir.to_path_buf());
+    }
+    if !force {
+        return Err(UserError {
+            message: format!("output directory {} is not empty ({} entries)", dir.display(), entries.len()),
+            hint: "choose a new directory, or pass --force to replace an earlier ivtrace output there".into(),
+        }
+        .into());
+    }
+    remove_owned_entries(dir)?;
+    Ok(dir.to_path_buf())
+}
+
+fn remove_owned_entries(dir: &Path) -> Result<()> {
+    for name in OWNED_ENTRIES {
+        let path = dir.join(name);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", path.display())),
+        };
+        let res = if meta.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        res.with_context(|| format!("cannot remove {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// LTTng-style `YYYYMMDDTHHMMSS+0000` for a time since the epoch.
+pub fn creation_datetime(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}+0000", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Gregorian date of a day number since 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + (m <= 2) as i64, m, d)
+}
+
+fn hostname() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
+}
+
+/// The `env` block of the traces written from `region`.
+pub fn trace_env(region: &Region, out: &Path, clock: &ClockMapping) -> TraceEnv {
+    let h = region.header();
+    let trace_name = out.file_name().map_or_else(|| "ivtrace".into(), |n| n.to_string_lossy().into_owned());
+    let host = if h.is_loopback() { hostname() } else { format!("guest-{}", &h.uuid_string()[..8]) };
+    let version: Vec<i64> = env!("CARGO_PKG_VERSION").split('.').map(|p| p.parse().unwrap_or(0)).collect();
+    let (offset_s, offset) = clock.ctf_offset();
+    let extra = vec![
+        ("ivtrace_clock_method".into(), EnvValue::Str(clock.method.clone())),
+        ("ivtrace_clock_freq_hz".into(), EnvValue::Int(clock.freq_hz as i64)),
+        ("ivtrace_clock_error_ns".into(), EnvValue::Int(clock.error_ns.min(i64::MAX as u64) as i64)),
+        ("ivtrace_clock_coarse".into(), EnvValue::Int(clock.coarse as i64)),
+        ("ivtrace_clock_offset_s".into(), EnvValue::Int(offset_s)),
+        ("ivtrace_clock_offset_cycles".into(), EnvValue::Int(offset as i64)),
+        ("ivtrace_region_features".into(), EnvValue::Int(h.features as i64)),
+    ];
+    TraceEnv {
+        hostname: host,
+        trace_name,
+        creation_datetime: creation_datetime(SystemTime::now()),
+        tracer_major: version.first().copied().unwrap_or(0),
+        tracer_minor: version.get(1).copied().unwrap_or(0),
+        extra,
+    }
+}
+
+/// A fresh writer for `region` into `out`.
+pub fn ctf_writer(region: &Region, out: &Path, clock: &ClockMapping) -> CtfWriter {
+    let env = trace_env(region, out, clock);
+    CtfWriter::new(out, region.header().uuid, clock.clone(), env, region.layout().nr_channels)
+}
+
+/// Counters of one channel, as the sidecar stores them.
+fn channel_summary(reader: &Reader, writer: &CtfWriter, c: u32) -> ChannelSummary {
+    let s = reader.channel_stats(c);
+    let lost = Lost {
+        full: s.writer_lost.full,
+        too_big: s.writer_lost.too_big,
+        nested: s.writer_lost.nested,
+        overwritten: s.host_lost.overwritten,
+        torn: s.host_lost.torn,
+        corrupt: s.host_lost.corrupt,
+    };
+    ChannelSummary {
+        channel: c,
+        stream_class: reader.region().layout().stream_of(c),
+        file: writer.file_of(c).map(str::to_string),
+        events: s.events,
+        packets: s.packets,
+        partial_packets: s.partial_packets,
+        bytes: s.bytes_out,
+        event_bytes: s.event_bytes,
+        header_bytes: s.header_bytes,
+        lost,
+        skipped_packets: s.skipped.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        utf8_fixed: s.utf8_fixed,
+        older_overwritten: s.older_overwritten,
+        first_ts: s.first_ts,
+        last_ts: (s.events > 0).then_some(s.last_ts),
+    }
+}
+
+fn meta_counters(m: &MetaStats) -> BTreeMap<String, u64> {
+    [
+        ("event_classes", m.classes),
+        ("invalid_records", m.invalid),
+        ("duplicate_ids", m.duplicates),
+        ("uncommitted_skipped", m.skipped_uncommitted),
+        ("renamed", m.renamed),
+        ("unknown_kinds", m.unknown_kind),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Everything about a finished run, for the sidecar and the summary.
+pub fn build_sidecar(reader: &Reader, writer: &CtfWriter, shm: &Path, mode: &str, clock: &ClockMapping, elapsed: Duration, stop_reason: &str) -> Sidecar {
+    let h = reader.region().header();
+    let l = h.layout;
+    let region = json!({
+        "path": shm.display().to_string(),
+        "size": h.region_size,
+        "abi": format!("{}.{}", h.abi_major, h.abi_minor),
+        "features": h.features,
+        "loopback": h.is_loopback(),
+        "default_mode": if h.default_mode == abi::IVT_MODE_OVERWRITE { "overwrite" } else { "discard" },
+        "nr_channels": l.nr_channels,
+        "nr_kernel_channels": l.nr_kernel_channels,
+        "nr_subbufs": l.nr_subbufs,
+        "subbuf_size": l.subbuf_size,
+        "owner_pid": h.owner_pid,
+    });
+    let streams = (0..2u32)
+        .filter(|&s| writer.root().join(stream_dir(s)).is_dir())
+        .map(|s| StreamLayout::from_classes(s, stream_dir(s), reader.classes().stream(s)))
+        .collect();
+    // Relaxed: a statistics counter.
+    let lost_no_channel = reader.region().load_relaxed_u64(abi::hdr::LOST_NO_CHANNEL as u64);
+    Sidecar {
+        format: SIDECAR_FORMAT.into(),
+        tracer_version: env!("CARGO_PKG_VERSION").into(),
+        mode: mode.into(),
+        trace_uuid: h.uuid_string(),
+        region: serde_json::from_value(region).expect("an object"),
+        clock: clock.clone(),
+        streams,
+        channels: (0..reader.nr_channels()).map(|c| channel_summary(reader, writer, c)).filter(|c| c.packets > 0 || c.lost.total() > 0 || !c.skipped_packets.is_empty()).collect(),
+        lost_no_channel,
+        elapsed_s: elapsed.as_secs_f64(),
+        stop_reason: stop_reason.into(),
+        metadata: meta_counters(&reader.meta().stats),
+        warnings: reader.meta().warnings.clone(),
+    }
+}
+
+/// Drains a private copy of region bytes completely into `out` (as a
+/// final record would): the path the fuzzer and property tests exercise.
+/// Returns the events written.
+pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
+    let region = Region::from_bytes(bytes, Access::ReadWrite)?;
+    let clock = crate::clock::HeaderReference { clock: region.header().clock };
+    let clock = crate::clock::ClockEstimator::initial(&clock);
+    let mut writer = ctf_writer(&region, out, &clock);
+    let mut reader = Reader::new(region);
+    reader.drain_available(&mut writer)?;
+    reader.flush_partial(&mut writer)?;
+    reader.finish(&mut writer)?;
+    writer.finish(reader.classes())?;
+    let sidecar = build_sidecar(&reader, &writer, Path::new("<bytes>"), "record", &clock, Duration::ZERO, "drained");
+    writer.write_sidecar(&sidecar)?;
+    Ok(sidecar.channels.iter().map(|c| c.events).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datetime_is_lttng_style() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(creation_datetime(t), "20231114T221320+0000");
+        assert_eq!(creation_datetime(UNIX_EPOCH + Duration::from_secs(951_782_400)), "20000229T000000+0000");
+    }
+
+    #[test]
+    fn non_empty_output_is_refused_without_force() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("keep.txt"), b"x").unwrap();
+        fs::create_dir(dir.path().join("user")).unwrap();
+        let err = prepare_output(dir.path(), false).unwrap_err();
+        assert!(err.downcast_ref::<UserError>().is_some());
+        prepare_output(dir.path(), true).unwrap();
+        assert!(dir.path().join("keep.txt").exists(), "--force leaves foreign files alone");
+        assert!(!dir.path().join("user").exists());
+    }
+}

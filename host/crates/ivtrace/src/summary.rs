@@ -1,0 +1,123 @@
+//! The end-of-run summary: per channel events, bytes, packets, losses by
+//! reason, rates, bytes per event and event-header bytes per event.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use anyhow::Result;
+
+use ivtrace_ctf::sidecar::{ChannelSummary, Lost, Sidecar};
+
+fn per_event(bytes: u64, events: u64) -> f64 {
+    if events == 0 {
+        0.0
+    } else {
+        bytes as f64 / events as f64
+    }
+}
+
+fn rate(n: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        n as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+/// Human-readable count with an SI suffix.
+pub fn si(v: f64) -> String {
+    match v {
+        v if v >= 1e9 => format!("{:.2} G", v / 1e9),
+        v if v >= 1e6 => format!("{:.2} M", v / 1e6),
+        v if v >= 1e3 => format!("{:.2} k", v / 1e3),
+        v => format!("{v:.0} "),
+    }
+}
+
+/// Totals over all channels.
+pub fn totals(channels: &[ChannelSummary]) -> ChannelSummary {
+    let mut t = ChannelSummary::default();
+    for c in channels {
+        t.events += c.events;
+        t.packets += c.packets;
+        t.partial_packets += c.partial_packets;
+        t.bytes += c.bytes;
+        t.event_bytes += c.event_bytes;
+        t.header_bytes += c.header_bytes;
+        t.lost.add(&c.lost);
+        t.utf8_fixed += c.utf8_fixed;
+        t.older_overwritten += c.older_overwritten;
+        for (k, v) in &c.skipped_packets {
+            *t.skipped_packets.entry(k.clone()).or_default() += v;
+        }
+    }
+    t
+}
+
+fn lost_line(l: &Lost, no_channel: u64) -> String {
+    format!(
+        "writer: full={} too_big={} nested={}; region: no_channel={}; host: overwritten={} torn={} corrupt={}",
+        l.full, l.too_big, l.nested, no_channel, l.overwritten, l.torn, l.corrupt
+    )
+}
+
+fn row(out: &mut impl Write, name: &str, c: &ChannelSummary, secs: f64) -> io::Result<()> {
+    writeln!(
+        out,
+        "  {name:<10} {:>12} {:>9} {:>14} {:>10} {:>10}ev/s {:>6.1} {:>6.2}",
+        c.events,
+        c.packets,
+        c.bytes,
+        c.lost.total(),
+        si(rate(c.events, secs)),
+        per_event(c.event_bytes, c.events),
+        per_event(c.header_bytes, c.events),
+    )
+}
+
+/// Prints the summary of `s` (to stdout; JSON if asked).
+pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    if json {
+        serde_json::to_writer_pretty(&mut out, s)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    let t = totals(&s.channels);
+    let secs = s.elapsed_s;
+    writeln!(
+        out,
+        "ivtrace {}: {} events, {} bytes in {:.3} s ({}events/s, {}B/s) -> {} ({})",
+        s.mode,
+        t.events,
+        t.bytes,
+        secs,
+        si(rate(t.events, secs)),
+        si(rate(t.bytes, secs)),
+        out_dir.display(),
+        s.stop_reason
+    )?;
+    writeln!(out, "  {:<10} {:>12} {:>9} {:>14} {:>10} {:>14} {:>6} {:>6}", "channel", "events", "packets", "bytes", "lost", "rate", "B/ev", "hdrB/ev")?;
+    for c in &s.channels {
+        let name = c.file.as_deref().and_then(|f| f.rsplit('/').next()).map_or_else(|| format!("chan{}", c.channel), str::to_string);
+        row(&mut out, &name, c, secs)?;
+    }
+    row(&mut out, "total", &t, secs)?;
+    writeln!(out, "lost events: {}", lost_line(&t.lost, s.lost_no_channel))?;
+    if !t.skipped_packets.is_empty() {
+        writeln!(out, "skipped packets: {:?}", t.skipped_packets)?;
+    }
+    if t.partial_packets > 0 {
+        writeln!(out, "partial packets flushed: {}", t.partial_packets)?;
+    }
+    if s.mode == "snapshot" {
+        writeln!(out, "older events already overwritten: {}", t.older_overwritten)?;
+    }
+    let c = &s.clock;
+    writeln!(out, "clock: {} freq {} Hz, error <= {} ns{}", c.method, c.freq_hz, c.error_ns, if c.coarse { " (coarse)" } else { "" })?;
+    for w in &s.warnings {
+        eprintln!("ivtrace: warning: {w}");
+    }
+    Ok(())
+}
