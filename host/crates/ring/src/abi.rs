@@ -285,23 +285,23 @@ pub const VECTORS: &[(&str, u64)] = &[
 
 /// Little-endian reads from a byte slice the caller has bounds-checked.
 /// Internal helpers; they panic on a short slice, so callers check first.
-pub(crate) fn le_u16(b: &[u8], off: usize) -> u16 {
+pub fn le_u16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])
 }
 
-pub(crate) fn le_u32(b: &[u8], off: usize) -> u32 {
+pub fn le_u32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
 }
 
-pub(crate) fn le_u64(b: &[u8], off: usize) -> u64 {
+pub fn le_u64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 
-pub(crate) fn put_u32(b: &mut [u8], off: usize, v: u32) {
+pub fn put_u32(b: &mut [u8], off: usize, v: u32) {
     b[off..off + 4].copy_from_slice(&v.to_le_bytes());
 }
 
-pub(crate) fn put_u64(b: &mut [u8], off: usize, v: u64) {
+pub fn put_u64(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 

@@ -1,0 +1,207 @@
+//! The drain engine against regions built by the writer model: what is
+//! emitted, what is counted as lost and why, what is rewritten.
+
+use ivtrace_ring::abi;
+use ivtrace_ring::packet::PacketHeader;
+use ivtrace_ring::reader::PacketSink;
+use ivtrace_ring::testutil::{RegionBuilder, TestRegion};
+use ivtrace_ring::{Access, EventClasses, Reader, Region};
+
+#[derive(Default)]
+struct Collect(Vec<(u32, Vec<u8>)>);
+
+impl PacketSink for Collect {
+    type Error = std::convert::Infallible;
+    fn packet(&mut self, chan: u32, _stream: u32, bytes: &[u8], _c: &EventClasses) -> Result<(), Self::Error> {
+        self.0.push((chan, bytes.to_vec()));
+        Ok(())
+    }
+}
+
+impl Collect {
+    fn headers(&self, chan: u32) -> Vec<PacketHeader> {
+        self.0.iter().filter(|(c, _)| *c == chan).map(|(_, b)| PacketHeader::parse(b)).collect()
+    }
+}
+
+const EV: usize = 4 + 14 + 8; // compact header + loadgen payload with 8 data bytes
+
+fn region(mode: u32, subbufs: u32) -> TestRegion {
+    let mut r = RegionBuilder::new(2, subbufs, 4096).mode(mode).build_region();
+    r.register_loadgen(0);
+    r
+}
+
+fn emit(r: &mut TestRegion, chan: u32, n: u64, ts0: u64) -> u64 {
+    let mut kept = 0;
+    for i in 0..n {
+        kept += r.emit(chan, ts0 + i * 10, 0, &TestRegion::loadgen_payload(chan as u16, i, &[7; 8])) as u64;
+    }
+    kept
+}
+
+fn reader(r: &TestRegion) -> Reader {
+    Reader::new(Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap())
+}
+
+fn drain_all(reader: &mut Reader) -> Collect {
+    let mut sink = Collect::default();
+    reader.drain_available(&mut sink).unwrap();
+    reader.flush_partial(&mut sink).unwrap();
+    reader.finish(&mut sink).unwrap();
+    sink
+}
+
+#[test]
+fn discard_drain_keeps_every_event_and_releases_subbuffers() {
+    let mut r = region(abi::IVT_MODE_DISCARD, 8);
+    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
+    emit(&mut r, 0, per_packet * 3 + 5, 100);
+    let mut rd = reader(&r);
+    let mut sink = Collect::default();
+    let pass = rd.drain_available(&mut sink).unwrap();
+    assert_eq!(pass.packets, 3, "three complete packets");
+    let consumed = rd.region().load_relaxed_u64(rd.region().layout().channel_offset(0) + abi::chan::CONSUMED);
+    assert_eq!(consumed, 3, "sub-buffers handed back");
+    rd.flush_partial(&mut sink).unwrap();
+    rd.finish(&mut sink).unwrap();
+    let st = rd.channel_stats(0);
+    assert_eq!(st.events, per_packet * 3 + 5);
+    assert_eq!((st.packets, st.partial_packets), (4, 1));
+    let hs = sink.headers(0);
+    assert_eq!(hs.iter().map(|h| h.event_count as u64).sum::<u64>(), st.events);
+    for (seq, h) in hs.iter().enumerate() {
+        assert_eq!(h.packet_seq_num, seq as u64);
+        assert_eq!(h.packet_size, h.content_size.next_multiple_of(64), "trimmed to content rounded to 8 bytes");
+        assert_eq!(h.events_discarded, 0);
+    }
+    let partial = hs.last().unwrap();
+    assert_eq!(partial.event_count, 5);
+    assert!(partial.timestamp_end > partial.timestamp_begin, "end recomputed from the events");
+}
+
+#[test]
+fn padding_is_zeroed() {
+    let mut r = region(abi::IVT_MODE_DISCARD, 8);
+    emit(&mut r, 0, 3, 100);
+    r.close(0);
+    let p = r.subbuf_offset(0, 0);
+    let content = abi::le_u64(&r.bytes, p + abi::pkt::CONTENT_SIZE) as usize / 8;
+    r.bytes[p + content..p + content + 8].fill(0xee);
+    let sink = drain_all(&mut reader(&r));
+    let (_, bytes) = &sink.0[0];
+    assert!(bytes[content..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn overwrite_lap_counts_overwritten_events_exactly() {
+    let mut r = region(abi::IVT_MODE_OVERWRITE, 4);
+    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
+    emit(&mut r, 0, per_packet * 10, 100); // packets 0..9 closed, ring holds 4
+    r.close(0);
+    let mut rd = reader(&r);
+    let sink = drain_all(&mut rd);
+    let st = rd.channel_stats(0);
+    assert_eq!(st.packets, 4);
+    assert_eq!(st.skipped.get("overwritten"), Some(&6));
+    assert_eq!(st.host_lost.overwritten, per_packet * 6);
+    let first = &sink.headers(0)[0];
+    assert_eq!(first.packet_seq_num, 6);
+    assert_eq!(first.events_discarded, per_packet * 6, "babeltrace sees the overwritten events");
+}
+
+#[test]
+fn corrupt_packet_is_skipped_and_its_events_counted_as_lost() {
+    let mut r = region(abi::IVT_MODE_DISCARD, 8);
+    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
+    emit(&mut r, 1, per_packet * 3, 100);
+    r.close(1);
+    let p = r.subbuf_offset(1, 1);
+    r.bytes[p + 88] = (r.bytes[p + 88] & !31) | 29; // first event of packet 1: unknown id 29
+    let mut rd = reader(&r);
+    let sink = drain_all(&mut rd);
+    let st = rd.channel_stats(1);
+    assert_eq!(st.events, per_packet * 2);
+    assert_eq!(st.skipped.get("unknown_event_id"), Some(&1));
+    assert_eq!(st.host_lost.corrupt, per_packet);
+    let hs = sink.headers(1);
+    assert_eq!(hs.len(), 2);
+    assert_eq!(hs[1].events_discarded, per_packet);
+}
+
+#[test]
+fn trailing_drops_get_a_final_empty_packet() {
+    let mut r = region(abi::IVT_MODE_DISCARD, 2);
+    let emitted = emit(&mut r, 0, 2000, 100);
+    r.close(0);
+    let dropped = 2000 - emitted;
+    assert!(dropped > 0, "the two-packet ring overflowed");
+    let mut rd = reader(&r);
+    let sink = drain_all(&mut rd);
+    let hs = sink.headers(0);
+    let last = hs.last().unwrap();
+    assert_eq!((last.event_count, last.content_size), (0, 88 * 8), "an empty packet");
+    assert_eq!(last.events_discarded, dropped);
+    assert_eq!(rd.channel_stats(0).writer_lost.full, dropped);
+}
+
+#[test]
+fn events_of_classes_registered_after_the_first_scan_are_kept() {
+    let mut r = region(abi::IVT_MODE_DISCARD, 8);
+    let mut rd = reader(&r);
+    rd.scan_metadata(ivtrace_ring::meta::ScanMode::Live);
+    r.register(1, 9, "late", &[("x", abi::IVT_FT_U32, 0)]);
+    r.emit(0, 100, 9, &5u32.to_le_bytes());
+    r.close(0);
+    // A reader over the new bytes that has already scanned the old ones.
+    let mut rd2 = reader(&r);
+    let sink = drain_all(&mut rd2);
+    assert_eq!(rd2.channel_stats(0).events, 1);
+    assert_eq!(sink.0.len(), 1);
+    drop(rd);
+}
+
+#[test]
+fn torn_copies_are_detected_by_open_seq() {
+    let mut r = region(abi::IVT_MODE_OVERWRITE, 4);
+    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
+    emit(&mut r, 0, per_packet * 3, 100);
+    r.close(0);
+    // The writer announced packet 4, which lives where packet 0 is.
+    let ch = abi::le_u64(&r.bytes, abi::hdr::LAYOUT) as usize;
+    r.bytes[ch + 8..ch + 16].copy_from_slice(&4u64.to_le_bytes());
+    let mut rd = reader(&r);
+    drain_all(&mut rd);
+    let st = rd.channel_stats(0);
+    assert_eq!(st.skipped.get("torn"), Some(&1));
+    assert_eq!(st.packets, 2);
+    assert_eq!(st.host_lost.torn, per_packet);
+}
+
+#[test]
+fn snapshot_takes_the_newest_packets_and_the_open_prefix() {
+    let mut r = region(abi::IVT_MODE_OVERWRITE, 4);
+    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
+    emit(&mut r, 0, per_packet * 6 + 3, 100); // 6 closed, 1 open with 3 events
+    let mut rd = Reader::new(Region::from_bytes(&r.bytes, Access::ReadOnly).unwrap());
+    let mut sink = Collect::default();
+    rd.snapshot(&mut sink).unwrap();
+    let st = rd.channel_stats(0);
+    assert_eq!(st.packets, 4, "3 complete (one slot is the open packet) + the prefix");
+    assert_eq!(st.events, per_packet * 3 + 3);
+    assert_eq!(st.older_overwritten, per_packet * 3);
+    assert_eq!(sink.headers(0)[0].packet_seq_num, 3);
+}
+
+#[test]
+fn a_wild_commit_pos_costs_at_most_one_ring_of_work() {
+    let mut r = region(abi::IVT_MODE_DISCARD, 4);
+    emit(&mut r, 0, 10, 100);
+    let ch = abi::le_u64(&r.bytes, abi::hdr::LAYOUT) as usize;
+    r.bytes[ch..ch + 8].copy_from_slice(&(u64::MAX - 5).to_le_bytes());
+    let mut rd = reader(&r);
+    let sink = drain_all(&mut rd);
+    let st = rd.channel_stats(0);
+    assert!(sink.0.len() <= 6);
+    assert!(st.skipped.values().sum::<u64>() > 0);
+}
