@@ -23,11 +23,6 @@ static uint64_t ivt__ns(clockid_t clk)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t ivt__now_ns(void)
-{
-	return ivt__ns(CLOCK_MONOTONIC);
-}
-
 /*
  * One (ticks, ns) pair: the clock read bracketed by two rdtsc, keeping
  * the tightest of a few tries so that a preemption or an interrupt in

@@ -22,7 +22,7 @@
 /* A thread that found no channel drops its events without trying again
  * until it has dropped this many, or this much time has passed. */
 #define IVT_RETRY_EVENTS	1024u
-#define IVT_RETRY_NS		2000000ull
+#define IVT_RETRY_MS		2u
 
 struct ivt_slot;
 
@@ -63,7 +63,7 @@ struct ivt_backoff {
 	struct ivt_region *r;		/* compared with ->gen: r may be reused */
 	uint64_t gen;
 	uint32_t skip;			/* events left to drop before retrying */
-	uint64_t retry_ns;		/* ... or CLOCK_MONOTONIC past this */
+	uint64_t retry_tsc;		/* ... or ivt_clock() past this */
 };
 
 struct ivt_thread {
@@ -94,7 +94,6 @@ void ivt__slow_exit(void);
 uint64_t ivt__tsc_hz(void);
 void ivt__clock_ref(uint64_t *ticks, uint64_t *realtime_ns);
 void ivt__uuid(uint8_t uuid[16]);
-uint64_t ivt__now_ns(void);
 
 /* Channel `i` of `r` (i < r->layout.nr_channels, checked by the caller). */
 static inline struct ivt_channel *ivt__channel(const struct ivt_region *r,

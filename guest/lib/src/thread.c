@@ -411,18 +411,28 @@ static struct ivt_backoff *ivt__backoff_of(struct ivt_thread *th,
 	return NULL;
 }
 
-/* 1 if the thread should drop this event without trying to claim. The
- * clock is read once every 64 drops only. */
+/* 1 if the thread should drop this event without trying to claim. */
 static int ivt__backoff_wait(struct ivt_thread *th, struct ivt_region *r)
 {
 	struct ivt_backoff *b = ivt__backoff_of(th, r);
 
 	if (!b)
 		return 0;
-	if (--b->skip && ((b->skip & 63) || ivt__now_ns() < b->retry_ns))
+	if (--b->skip && ivt_clock() < b->retry_tsc)
 		return 1;
 	b->r = NULL;
 	return 0;
+}
+
+/* IVT_RETRY_MS in ticks of the region's clock (the formatter measured it;
+ * a value outside 1 MHz..100 GHz is not believed). */
+static uint64_t ivt__retry_ticks(const struct ivt_region *r)
+{
+	uint64_t hz = r->freq_hz;
+
+	if (hz < 1000000ull || hz > 100000000000ull)
+		hz = ivt__tsc_hz();
+	return hz / 1000 * IVT_RETRY_MS;
 }
 
 static void ivt__backoff_arm(struct ivt_thread *th, struct ivt_region *r)
@@ -438,7 +448,7 @@ static void ivt__backoff_arm(struct ivt_thread *th, struct ivt_region *r)
 	b->r = r;
 	b->gen = r->gen;
 	b->skip = IVT_RETRY_EVENTS;
-	b->retry_ns = ivt__now_ns() + IVT_RETRY_NS;
+	b->retry_tsc = ivt_clock() + ivt__retry_ticks(r);
 }
 
 static struct ivt_tls *ivt__bind_locked(struct ivt_thread *th,
