@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * ivtk.h - internals of ivtrace.ko, the guest kernel side of ivtrace.
+ *
+ * The module binds one ivshmem PCI device, formats its BAR2 as an ivtrace
+ * region (docs/abi.md) and writes the kernel stream into per-CPU channels.
+ * Every event is written by ivtk_reserve() / ivtk_commit() below, with
+ * interrupts off on the writing CPU; an NMI that nests in a write is
+ * dropped and counted by the shared writer protocol (ivtrace/writer.h).
+ *
+ * Files: ivtk_main.c (parameters, PCI driver, start/stop order),
+ * ivtk_region.c (layout, format, metadata records, channel retirement),
+ * ivtk_events.c (the kernel event table), ivtk_cpu.c (per-CPU writers,
+ * flush timers, CPU hotplug), ivtk_probes.c (tracepoint probes, groups),
+ * ivtk_statedump.c, ivtk_console.c, ivtk_ctl.c (host control, clock sync,
+ * MSI-X, doorbell), ivtk_cdev.c (/dev/ivtrace), ivtk_kapi.c (API for
+ * other modules, include/ivtrace_kapi.h).
+ */
+#ifndef IVTK_H
+#define IVTK_H
+
+#include <linux/types.h>
+#include <linux/percpu.h>
+#include <linux/mutex.h>
+#include <linux/spinlock.h>
+#include <linux/workqueue.h>
+#include <linux/cpuhotplug.h>
+#include <linux/miscdevice.h>
+#include <linux/pci.h>
+#include <linux/compiler.h>
+#include <asm/msr.h>
+
+#include "wrapper/compat.h"
+#include <ivtrace/abi.h>
+#include <ivtrace/writer.h>
+#include <ivtrace_kapi.h>
+
+#ifndef CONFIG_X86
+#error "ivtrace.ko timestamps with the x86 TSC"
+#endif
+
+#define IVTK_NAME		"ivtrace"
+
+/* ivshmem BAR0 registers (QEMU docs/specs/ivshmem-spec.rst). */
+#define IVSHMEM_REG_IVPOSITION	8
+#define IVSHMEM_REG_DOORBELL	12
+
+#define IVTK_META_SIZE		(128u << 10)	/* metadata area bytes */
+#define IVTK_STR_MAX		256u		/* file names, irq names */
+#define IVTK_CONSOLE_MAX	2048u		/* one console line */
+
+/* The kernel stream's events, in registration order (docs/abi.md). */
+enum ivtk_event_id {
+	IVTK_EV_SCHED_SWITCH,
+	IVTK_EV_SCHED_WAKEUP,
+	IVTK_EV_IRQ_HANDLER_ENTRY,
+	IVTK_EV_IRQ_HANDLER_EXIT,
+	IVTK_EV_SOFTIRQ_ENTRY,
+	IVTK_EV_SOFTIRQ_EXIT,
+	IVTK_EV_HRTIMER_EXPIRE_ENTRY,
+	IVTK_EV_HRTIMER_EXPIRE_EXIT,
+	IVTK_EV_KMALLOC,
+	IVTK_EV_KFREE,
+	IVTK_EV_MM_PAGE_ALLOC,
+	IVTK_EV_MM_PAGE_FREE,
+	IVTK_EV_SYSCALL_ENTRY,
+	IVTK_EV_SYSCALL_EXIT,
+	IVTK_EV_PRINTK_CONSOLE,
+	IVTK_EV_SCHED_WAKEUP_NEW,
+	IVTK_EV_SCHED_PROCESS_FORK,
+	IVTK_EV_SCHED_PROCESS_EXEC,
+	IVTK_EV_SCHED_PROCESS_EXIT,
+	IVTK_EV_SCHED_PROCESS_FREE,
+	IVTK_EV_TASK_RENAME,
+	IVTK_EV_STATEDUMP_START,
+	IVTK_EV_STATEDUMP_END,
+	IVTK_EV_STATEDUMP_PROCESS_STATE,
+	IVTK_EV_STATEDUMP_INTERRUPT,
+	IVTK_NR_EVENTS
+};
+
+#define IVTK_GROUPS_ALL		((1u << IVTRACE_NR_GROUPS) - 1)
+
+struct ivtk_event_desc {
+	const char *name;
+	u32 group;			/* IVTRACE_GROUP_* */
+	const struct ivtrace_field *fields;
+	unsigned int nr_fields;
+	u32 wire_size;			/* payload bytes; 0 when variable */
+};
+
+/*
+ * The bound device. One at a time: ivtk_dev points to it while a region
+ * is formatted and live. Allocated with devm_kzalloc; everything that can
+ * reach it asynchronously (probes, console, timers, work, interrupt,
+ * /dev/ivtrace) is stopped before remove() returns.
+ */
+struct ivtk_dev {
+	struct pci_dev *pdev;
+	void __iomem *regs;		/* BAR0: ivshmem registers (UC) */
+	void *shm;			/* BAR2: the region, mapped write-back */
+	phys_addr_t shm_phys;
+	u64 shm_len;			/* power of two */
+	/*
+	 * Private copy of the layout we formatted. Shared memory is never
+	 * read back as an offset, a size or an index.
+	 */
+	struct ivt_layout layout;
+	unsigned int gen;		/* tells /dev/ivtrace files of an older binding apart */
+
+	/* Parameters captured at probe time. */
+	u32 subbuf_size, nr_subbufs, user_channels, mode, flush_ms, groups;
+
+	bool doorbell;			/* ivshmem-doorbell: MSI-X + BAR0 doorbell */
+	int irq;			/* MSI-X vector 0, or -1 (poll only) */
+	int hp_state;			/* cpuhp dynamic state, or 0 */
+	bool console_on, cdev_on, ctl_on;
+
+	struct delayed_work ctl_work;	/* control poll, every poll_jiffies */
+	unsigned long poll_jiffies;
+	u64 ctl_seq;			/* last cmd_seq acted on (private) */
+	/* Serialises clock sync answers (interrupt and work). Innermost. */
+	raw_spinlock_t sync_lock;
+	u64 sync_seq;			/* last req_seq answered (private) */
+
+	struct miscdevice misc;		/* /dev/ivtrace */
+};
+
+/*
+ * ivtk_mutex (ivtk_main.c) protects ivtk_dev, the enabled groups (probe
+ * registration) and the kernel API registrations. Process context only.
+ * It nests outside tracepoints_mutex (tracepoint_probe_register),
+ * console_lock (register_console), cpu_hotplug_lock (cpuhp_setup_state)
+ * and misc_mtx (misc_register). Nothing that runs in a probe, an
+ * interrupt, a timer or a cpuhp callback takes it.
+ */
+extern struct mutex ivtk_mutex;
+extern struct ivtk_dev *ivtk_dev;
+extern bool ivtk_live;			/* writers may write (READ_ONCE) */
+extern u32 ivtk_groups;			/* groups enabled (READ_ONCE) */
+extern const char *const ivtk_group_names[IVTRACE_NR_GROUPS];
+extern const struct ivtk_event_desc ivtk_events[IVTK_NR_EVENTS];
+
+DECLARE_PER_CPU(struct ivt_writer, ivtk_writer);
+
+/* ---- write path ------------------------------------------------------ */
+
+void ivtk_ring_host(void);
+
+/* Internal helper: leave the write path, ringing the host if a packet
+ * closed while it slept.
+ */
+static __always_inline void ivtk_leave(struct ivt_writer *w)
+{
+	if (unlikely(w->wake_host)) {
+		w->wake_host = 0;
+		ivtk_ring_host();
+	}
+	ivt_writer_exit(w);
+}
+
+/*
+ * Reserve @len payload bytes for event @id on this CPU's channel.
+ * Interrupts must be off. Returns where to write the payload (then call
+ * ivtk_commit() with *@wp), or NULL when nothing is to be written: no live
+ * region, or the event was dropped and counted.
+ */
+static __always_inline u8 *ivtk_reserve(struct ivt_writer **wp, u32 id,
+					u32 len)
+{
+	struct ivt_writer *w;
+	u8 *p;
+
+	if (unlikely(!READ_ONCE(ivtk_live)))
+		return NULL;
+	w = this_cpu_ptr(&ivtk_writer);
+	if (unlikely(!ivt_writer_enter(w)))
+		return NULL;
+	p = ivt_writer_reserve(w, rdtsc(), id, len);
+	if (unlikely(!p)) {
+		ivtk_leave(w);
+		return NULL;
+	}
+	*wp = w;
+	return p;
+}
+
+static __always_inline void ivtk_commit(struct ivt_writer *w)
+{
+	ivt_writer_commit(w);
+	ivtk_leave(w);
+}
+
+/* Payload encoding: byte-packed little-endian (docs/abi.md "Events"). */
+static __always_inline u8 *ivtk_put_u8(u8 *p, u8 v)
+{
+	*p = v;
+	return p + 1;
+}
+
+static __always_inline u8 *ivtk_put_u16(u8 *p, u16 v)
+{
+	put_unaligned_le16(v, p);
+	return p + 2;
+}
+
+static __always_inline u8 *ivtk_put_u32(u8 *p, u32 v)
+{
+	put_unaligned_le32(v, p);
+	return p + 4;
+}
+
+static __always_inline u8 *ivtk_put_u64(u8 *p, u64 v)
+{
+	put_unaligned_le64(v, p);
+	return p + 8;
+}
+
+/* IVT_FT_CHARS of exactly @n bytes (e.g. a task's comm[16]). */
+static __always_inline u8 *ivtk_put_chars(u8 *p, const char *s, size_t n)
+{
+	memcpy(p, s, n);
+	return p + n;
+}
+
+/* IVT_FT_STRING: @n bytes of text (no NUL among them) and a NUL. */
+static __always_inline u8 *ivtk_put_str(u8 *p, const char *s, size_t n)
+{
+	memcpy(p, s, n);
+	p[n] = 0;
+	return p + n + 1;
+}
+
+/* Length of @s for an IVT_FT_STRING field, capped at @max. */
+static inline size_t ivtk_strlen(const char *s, size_t max)
+{
+	return s ? strnlen(s, max) : 0;
+}
+
+/* Write an event whose payload is one u8 (state dump start/end). */
+void ivtk_emit_u8(u32 id, u8 v);
+
+/* ---- ivtk_region.c ---------------------------------------------------- */
+
+int ivtk_region_setup(struct ivtk_dev *d);
+void ivtk_region_close(struct ivtk_dev *d);
+int ivtk_meta_publish(struct ivtk_dev *d, u32 id, u32 group, const char *name,
+		      const struct ivtrace_field *fields, unsigned int nr);
+struct ivt_channel *ivtk_channel(struct ivtk_dev *d, u32 chan);
+void ivtk_set_mode(struct ivtk_dev *d, u32 mode);
+void ivtk_retire_user_channels(struct ivtk_dev *d, pid_t tgid);
+u32 ivtk_fetch_add32(u32 *p, u32 v);
+u64 ivtk_fetch_add64(u64 *p, u64 v);
+
+/* ---- ivtk_cpu.c ------------------------------------------------------- */
+
+void ivtk_writers_init(struct ivtk_dev *d);
+int ivtk_cpus_start(struct ivtk_dev *d);
+void ivtk_cpus_stop(struct ivtk_dev *d);
+void ivtk_flush_all(void);
+
+/* ---- ivtk_probes.c ---------------------------------------------------- */
+
+int ivtk_probes_init(void);
+int ivtk_parse_groups(const char *s, u32 *mask);
+int ivtk_groups_enable(u32 mask);
+void ivtk_groups_disable(u32 mask);
+
+/* ---- ivtk_statedump.c, ivtk_console.c --------------------------------- */
+
+void ivtk_statedump(void);
+void ivtk_console_register(struct ivtk_dev *d);
+void ivtk_console_unregister(struct ivtk_dev *d);
+
+/* ---- ivtk_ctl.c ------------------------------------------------------- */
+
+void ivtk_ctl_init(struct ivtk_dev *d);
+int ivtk_ctl_start(struct ivtk_dev *d);
+void ivtk_ctl_stop(struct ivtk_dev *d);
+
+/* ---- ivtk_cdev.c ------------------------------------------------------ */
+
+int ivtk_cdev_register(struct ivtk_dev *d);
+void ivtk_cdev_unregister(struct ivtk_dev *d);
+
+/* ---- ivtk_kapi.c ------------------------------------------------------ */
+
+int ivtk_kapi_publish_all(struct ivtk_dev *d);
+void ivtk_kapi_exit(void);
+bool ivtk_fields_valid(const struct ivtrace_field *f, unsigned int nr);
+
+#endif /* IVTK_H */

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ivtk_console.c - the kernel log as printk_console events.
+ *
+ * A console receives every formatted record (with its "[ time]" prefix),
+ * including the last lines of a panic: each line is committed as it is
+ * written, so the host salvages it from commit_pos without any flush.
+ * CON_PRINTBUFFER replays the log written before the module loaded.
+ *
+ * CON_ENABLED must be preset: with console= on the command line,
+ * register_console() silently skips a console whose name no console=
+ * option matches unless it is already enabled (specs.md 3.3).
+ *
+ * write() runs under console_lock with interrupts off (and, at panic,
+ * on the panicking CPU with the others stopped); it must not sleep or
+ * printk.
+ */
+#include <linux/console.h>
+#include <linux/string.h>
+
+#include "ivtk.h"
+
+static void ivtk_console_write(struct console *con, const char *s,
+			       unsigned int n)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	unsigned int i;
+	u8 *p;
+
+	if (!(READ_ONCE(ivtk_groups) & BIT(IVTRACE_GROUP_PRINTK)))
+		return;
+	while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
+		n--;
+	n = min(n, IVTK_CONSOLE_MAX);
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_PRINTK_CONSOLE, n + 1);
+	if (p) {
+		ivtk_put_str(p, s, n);
+		/* A NUL inside would end the string early and leave the
+		 * rest unparsable: the host would drop the whole packet.
+		 */
+		if (unlikely(memchr(s, 0, n)))
+			for (i = 0; i < n; i++)
+				if (!p[i])
+					p[i] = ' ';
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static struct console ivtk_console = {
+	.name = IVTK_NAME,
+	.write = ivtk_console_write,
+	.flags = CON_ENABLED | CON_PRINTBUFFER,
+	.index = -1,
+};
+
+static bool ivtk_console_listed(void)
+{
+	struct console *c;
+	bool found = false;
+
+	console_lock();
+	for_each_console(c)
+		if (c == &ivtk_console)
+			found = true;
+	console_unlock();
+	return found;
+}
+
+void ivtk_console_register(struct ivtk_dev *d)
+{
+	/* unregister_console() clears CON_ENABLED and register_console()
+	 * may set other flags: start from the same state on every bind.
+	 */
+	ivtk_console.flags = CON_ENABLED | CON_PRINTBUFFER;
+	ivtk_console.index = -1;
+	register_console(&ivtk_console);
+	d->console_on = ivtk_console_listed();
+	if (!d->console_on)
+		dev_warn(&d->pdev->dev, "console not registered (flags 0x%x): no printk_console events\n",
+			 ivtk_console.flags);
+}
+
+void ivtk_console_unregister(struct ivtk_dev *d)
+{
+	if (d->console_on)
+		unregister_console(&ivtk_console);
+	d->console_on = false;
+}

@@ -1,0 +1,594 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ivtk_probes.c - probes on the kernel's tracepoints, by group.
+ *
+ * Tracepoints are found by name with for_each_kernel_tracepoint() (the
+ * lttng-modules way; no EXPORT_TRACEPOINT_SYMBOL needed) and attached with
+ * tracepoint_probe_register(), which cannot check a probe's prototype:
+ * every probe below is declared from the TP_PROTO of Linux 6.1's
+ * include/trace/events/{sched,task,irq,timer,kmem,syscalls}.h, with the
+ * version-dependent ones in wrapper/compat.h.
+ *
+ * Probes run with preemption disabled and may nest in interrupts; each
+ * one writes with interrupts off (ivtk_reserve()). A group is attached and
+ * detached as a whole, from process context, under ivtk_mutex.
+ */
+#include <linux/irq.h>
+#include <linux/interrupt.h>
+#include <linux/hrtimer.h>
+#include <linux/kernel.h>
+#include <linux/binfmts.h>
+#include <linux/compat.h>
+#include <linux/mm.h>
+#include <linux/sched.h>
+#include <linux/sched/prio.h>
+#include <linux/slab.h>
+#include <linux/string.h>
+#include <linux/tracepoint.h>
+#include <asm/syscall.h>
+
+#include "ivtk.h"
+
+const char *const ivtk_group_names[IVTRACE_NR_GROUPS] = {
+	[IVTRACE_GROUP_SCHED] = "sched",
+	[IVTRACE_GROUP_IRQ] = "irq",
+	[IVTRACE_GROUP_TIMER] = "timer",
+	[IVTRACE_GROUP_KMEM] = "kmem",
+	[IVTRACE_GROUP_SYSCALL] = "syscall",
+	[IVTRACE_GROUP_PRINTK] = "printk",
+};
+
+/* Priorities as LTTng records them: 0..139 -> -100..39. */
+static __always_inline s8 ivtk_prio(const struct task_struct *t)
+{
+	return (s8)(t->prio - MAX_RT_PRIO);
+}
+
+/*
+ * prev_state of sched_switch: 0 for a preempted task (Trace Compass reads
+ * 0 as "wait for CPU"; Linux's own formatter says TASK_REPORT_MAX), else
+ * the __task_state_index() bit, as __trace_sched_switch_state() does.
+ */
+static __always_inline u16 ivtk_prev_state(bool preempt, unsigned int state,
+					   const struct task_struct *p)
+{
+	unsigned int idx;
+
+	if (preempt)
+		return 0;
+	idx = __task_state_index(state, p->exit_state);
+	return idx ? 1u << (idx - 1) : 0;
+}
+
+/* ---- sched ------------------------------------------------------------ */
+
+static void ivtk_sched_switch(void *data, bool preempt,
+			      struct task_struct *prev,
+			      struct task_struct *next,
+			      unsigned int prev_state)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_SCHED_SWITCH, 12);
+	if (p) {
+		p = ivtk_put_u32(p, prev->pid);
+		p = ivtk_put_u8(p, ivtk_prio(prev));
+		p = ivtk_put_u16(p, ivtk_prev_state(preempt, prev_state, prev));
+		p = ivtk_put_u32(p, next->pid);
+		ivtk_put_u8(p, ivtk_prio(next));
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static __always_inline void ivtk_wakeup(u32 id, struct task_struct *t)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, id, 7);
+	if (p) {
+		p = ivtk_put_u32(p, t->pid);
+		p = ivtk_put_u8(p, ivtk_prio(t));
+		ivtk_put_u16(p, task_cpu(t));
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_sched_wakeup(void *data, struct task_struct *t)
+{
+	ivtk_wakeup(IVTK_EV_SCHED_WAKEUP, t);
+}
+
+static void ivtk_sched_wakeup_new(void *data, struct task_struct *t)
+{
+	ivtk_wakeup(IVTK_EV_SCHED_WAKEUP_NEW, t);
+}
+
+static void ivtk_sched_process_fork(void *data, struct task_struct *parent,
+				    struct task_struct *child)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_SCHED_PROCESS_FORK, 32);
+	if (p) {
+		p = ivtk_put_u32(p, parent->pid);
+		p = ivtk_put_u32(p, parent->tgid);
+		p = ivtk_put_chars(p, child->comm, TASK_COMM_LEN);
+		p = ivtk_put_u32(p, child->pid);
+		ivtk_put_u32(p, child->tgid);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_sched_process_exec(void *data, struct task_struct *t,
+				    pid_t old_pid, struct linux_binprm *bprm)
+{
+	size_t n = ivtk_strlen(bprm->filename, IVTK_STR_MAX - 1);
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_SCHED_PROCESS_EXEC, n + 1 + 24);
+	if (p) {
+		p = ivtk_put_str(p, bprm->filename, n);
+		p = ivtk_put_u32(p, t->pid);
+		p = ivtk_put_u32(p, old_pid);
+		ivtk_put_chars(p, t->comm, TASK_COMM_LEN);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static __always_inline void ivtk_process(u32 id, struct task_struct *t)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, id, 5);
+	if (p) {
+		p = ivtk_put_u32(p, t->pid);
+		ivtk_put_u8(p, ivtk_prio(t));
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_sched_process_exit(void *data, struct task_struct *t)
+{
+	ivtk_process(IVTK_EV_SCHED_PROCESS_EXIT, t);
+}
+
+static void ivtk_sched_process_free(void *data, struct task_struct *t)
+{
+	ivtk_process(IVTK_EV_SCHED_PROCESS_FREE, t);
+}
+
+static void ivtk_task_rename(void *data, struct task_struct *t,
+			     const char *comm)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_TASK_RENAME, 20);
+	if (p) {
+		p = ivtk_put_u32(p, t->pid);
+		/* The new name as __set_task_comm() will store it: at most
+		 * 15 bytes and NUL padding.
+		 */
+		strscpy_pad((char *)p, comm, TASK_COMM_LEN);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+/* ---- irq -------------------------------------------------------------- */
+
+static void ivtk_irq_handler_entry(void *data, int irq,
+				   struct irqaction *action)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_IRQ_HANDLER_ENTRY, 4);
+	if (p) {
+		ivtk_put_u32(p, irq);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_irq_handler_exit(void *data, int irq,
+				  struct irqaction *action, int ret)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_IRQ_HANDLER_EXIT, 8);
+	if (p) {
+		p = ivtk_put_u32(p, irq);
+		ivtk_put_u32(p, ret);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static __always_inline void ivtk_softirq(u32 id, unsigned int vec)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, id, 1);
+	if (p) {
+		ivtk_put_u8(p, vec);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_softirq_entry(void *data, unsigned int vec)
+{
+	ivtk_softirq(IVTK_EV_SOFTIRQ_ENTRY, vec);
+}
+
+static void ivtk_softirq_exit(void *data, unsigned int vec)
+{
+	ivtk_softirq(IVTK_EV_SOFTIRQ_EXIT, vec);
+}
+
+/* ---- timer ------------------------------------------------------------ */
+
+static void ivtk_hrtimer_expire_entry(void *data, struct hrtimer *t,
+				      ktime_t *now)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_HRTIMER_EXPIRE_ENTRY, 24);
+	if (p) {
+		p = ivtk_put_u64(p, (unsigned long)t);
+		p = ivtk_put_u64(p, *now);
+		ivtk_put_u64(p, (unsigned long)t->function);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_hrtimer_expire_exit(void *data, struct hrtimer *t)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_HRTIMER_EXPIRE_EXIT, 8);
+	if (p) {
+		ivtk_put_u64(p, (unsigned long)t);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+/* ---- kmem ------------------------------------------------------------- */
+
+static IVTK_KMALLOC_PROTO(ivtk_kmalloc)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_KMALLOC, 28);
+	if (p) {
+		p = ivtk_put_u64(p, call_site);
+		p = ivtk_put_u64(p, (unsigned long)ptr);
+		p = ivtk_put_u32(p, bytes_req);
+		p = ivtk_put_u32(p, bytes_alloc);
+		ivtk_put_u32(p, (__force u32)gfp_flags);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_kfree(void *data, unsigned long call_site, const void *ptr)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_KFREE, 16);
+	if (p) {
+		p = ivtk_put_u64(p, call_site);
+		ivtk_put_u64(p, (unsigned long)ptr);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_mm_page_alloc(void *data, struct page *page,
+			       unsigned int order, gfp_t gfp_flags,
+			       int migratetype)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_MM_PAGE_ALLOC, 20);
+	if (p) {
+		/* A failed allocation has no page: pfn -1, as ftrace says. */
+		p = ivtk_put_u64(p, page ? page_to_pfn(page) : -1UL);
+		p = ivtk_put_u32(p, order);
+		p = ivtk_put_u32(p, (__force u32)gfp_flags);
+		ivtk_put_u32(p, migratetype);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_mm_page_free(void *data, struct page *page,
+			      unsigned int order)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_MM_PAGE_FREE, 12);
+	if (p) {
+		p = ivtk_put_u64(p, page_to_pfn(page));
+		ivtk_put_u32(p, order);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+/* ---- syscall ---------------------------------------------------------- */
+
+/*
+ * The host names syscalls from the x86-64 table; a 32-bit (ia32 or x32
+ * compat) syscall number means something else there, so those are not
+ * recorded.
+ */
+static __always_inline bool ivtk_native_syscall(void)
+{
+	return !in_compat_syscall();
+}
+
+static void ivtk_sys_enter(void *data, struct pt_regs *regs, long id)
+{
+	unsigned long args[6];
+	struct ivt_writer *w;
+	unsigned long flags;
+	unsigned int i;
+	u8 *p;
+
+	if (!ivtk_native_syscall())
+		return;
+	syscall_get_arguments(current, regs, args);
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_SYSCALL_ENTRY, 50);
+	if (p) {
+		p = ivtk_put_u16(p, id);
+		for (i = 0; i < ARRAY_SIZE(args); i++)
+			p = ivtk_put_u64(p, args[i]);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+static void ivtk_sys_exit(void *data, struct pt_regs *regs, long ret)
+{
+	long id = syscall_get_nr(current, regs);
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	if (!ivtk_native_syscall() || id < 0)
+		return;
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVTK_EV_SYSCALL_EXIT, 10);
+	if (p) {
+		p = ivtk_put_u16(p, id);
+		ivtk_put_u64(p, ret);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
+/* ---- registration ----------------------------------------------------- */
+
+struct ivtk_probe {
+	const char *tp_name;
+	void *func;
+	u32 group;
+	struct tracepoint *tp;		/* found at init, NULL if absent */
+	bool registered;		/* under ivtk_mutex */
+};
+
+#define PROBE(_tp, _func, _group) \
+	{ .tp_name = #_tp, .func = _func, .group = IVTRACE_GROUP_##_group }
+
+static struct ivtk_probe ivtk_probes[] = {
+	PROBE(sched_switch, ivtk_sched_switch, SCHED),
+	PROBE(sched_wakeup, ivtk_sched_wakeup, SCHED),
+	PROBE(sched_wakeup_new, ivtk_sched_wakeup_new, SCHED),
+	PROBE(sched_process_fork, ivtk_sched_process_fork, SCHED),
+	PROBE(sched_process_exec, ivtk_sched_process_exec, SCHED),
+	PROBE(sched_process_exit, ivtk_sched_process_exit, SCHED),
+	PROBE(sched_process_free, ivtk_sched_process_free, SCHED),
+	PROBE(task_rename, ivtk_task_rename, SCHED),
+	PROBE(irq_handler_entry, ivtk_irq_handler_entry, IRQ),
+	PROBE(irq_handler_exit, ivtk_irq_handler_exit, IRQ),
+	PROBE(softirq_entry, ivtk_softirq_entry, IRQ),
+	PROBE(softirq_exit, ivtk_softirq_exit, IRQ),
+	PROBE(hrtimer_expire_entry, ivtk_hrtimer_expire_entry, TIMER),
+	PROBE(hrtimer_expire_exit, ivtk_hrtimer_expire_exit, TIMER),
+	PROBE(kmalloc, ivtk_kmalloc, KMEM),
+	PROBE(kfree, ivtk_kfree, KMEM),
+	PROBE(mm_page_alloc, ivtk_mm_page_alloc, KMEM),
+	PROBE(mm_page_free, ivtk_mm_page_free, KMEM),
+	PROBE(sys_enter, ivtk_sys_enter, SYSCALL),
+	PROBE(sys_exit, ivtk_sys_exit, SYSCALL),
+};
+
+static void ivtk_find_tracepoint(struct tracepoint *tp, void *priv)
+{
+	unsigned int i;
+
+	for (i = 0; i < ARRAY_SIZE(ivtk_probes); i++)
+		if (!strcmp(tp->name, ivtk_probes[i].tp_name))
+			ivtk_probes[i].tp = tp;
+}
+
+/* Find the built-in tracepoints once, at module load. */
+int ivtk_probes_init(void)
+{
+	unsigned int i, found = 0;
+
+	for_each_kernel_tracepoint(ivtk_find_tracepoint, NULL);
+	for (i = 0; i < ARRAY_SIZE(ivtk_probes); i++) {
+		if (ivtk_probes[i].tp)
+			found++;
+		else
+			pr_warn("ivtrace: tracepoint %s not found; its events (group %s) will be missing\n",
+				ivtk_probes[i].tp_name,
+				ivtk_group_names[ivtk_probes[i].group]);
+	}
+	return found ? 0 : -ENOENT;
+}
+
+int ivtk_parse_groups(const char *s, u32 *mask)
+{
+	char *buf, *cur, *tok;
+	unsigned int g;
+	int ret = 0;
+
+	buf = kstrdup(s ?: "", GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	*mask = 0;
+	cur = buf;
+	while ((tok = strsep(&cur, ",")) != NULL) {
+		tok = strim(tok);
+		if (!*tok || !strcmp(tok, "none"))
+			continue;
+		if (!strcmp(tok, "all")) {
+			*mask |= IVTK_GROUPS_ALL;
+			continue;
+		}
+		for (g = 0; g < IVTRACE_NR_GROUPS; g++)
+			if (!strcmp(tok, ivtk_group_names[g]))
+				break;
+		if (g == IVTRACE_NR_GROUPS) {
+			pr_err("ivtrace: events=: unknown group '%s' (known: sched,irq,timer,kmem,syscall,printk,all,none)\n",
+			       tok);
+			ret = -EINVAL;
+			break;
+		}
+		*mask |= BIT(g);
+	}
+	kfree(buf);
+	return ret;
+}
+
+static void ivtk_group_detach(u32 group)
+{
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < ARRAY_SIZE(ivtk_probes); i++) {
+		struct ivtk_probe *p = &ivtk_probes[i];
+
+		if (p->group != group || !p->registered)
+			continue;
+		ret = tracepoint_probe_unregister(p->tp, p->func, NULL);
+		WARN_ON_ONCE(ret);
+		p->registered = false;
+	}
+}
+
+static int ivtk_group_attach(u32 group)
+{
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < ARRAY_SIZE(ivtk_probes); i++) {
+		struct ivtk_probe *p = &ivtk_probes[i];
+
+		if (p->group != group || p->registered || !p->tp)
+			continue;
+		ret = tracepoint_probe_register(p->tp, p->func, NULL);
+		if (ret) {
+			pr_err("ivtrace: tracepoint_probe_register(%s) failed: %d\n",
+			       p->tp_name, ret);
+			ivtk_group_detach(group);
+			return ret;
+		}
+		p->registered = true;
+	}
+	return 0;
+}
+
+/*
+ * Enable the groups in @mask (IVT_CMD_ENABLE, events=). Under ivtk_mutex.
+ * The printk group has no tracepoint: the console checks ivtk_groups.
+ */
+int ivtk_groups_enable(u32 mask)
+{
+	u32 g;
+	int ret;
+
+	lockdep_assert_held(&ivtk_mutex);
+	for (g = 0; g < IVTRACE_NR_GROUPS; g++) {
+		if (!(mask & BIT(g)) || (ivtk_groups & BIT(g)))
+			continue;
+		ret = ivtk_group_attach(g);
+		if (ret)
+			return ret;
+		WRITE_ONCE(ivtk_groups, ivtk_groups | BIT(g));
+	}
+	return 0;
+}
+
+/*
+ * Disable the groups in @mask. Under ivtk_mutex. A probe already running
+ * finishes its event; the caller that frees what probes touch must call
+ * tracepoint_synchronize_unregister() first.
+ */
+void ivtk_groups_disable(u32 mask)
+{
+	u32 g;
+
+	lockdep_assert_held(&ivtk_mutex);
+	for (g = 0; g < IVTRACE_NR_GROUPS; g++) {
+		if (!(mask & BIT(g)))
+			continue;
+		ivtk_group_detach(g);
+		WRITE_ONCE(ivtk_groups, ivtk_groups & ~BIT(g));
+	}
+}

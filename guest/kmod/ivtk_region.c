@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * ivtk_region.c - plan, format and close the region in BAR2; publish
+ * event descriptions in its metadata area; retire user channels.
+ *
+ * The layout is planned and kept in private memory (struct ivtk_dev);
+ * the shared copy in the header is for the host and for user space. The
+ * module never reads an offset, size or index back from shared memory.
+ */
+#include <linux/atomic.h>
+#include <linux/kernel.h>
+#include <linux/log2.h>
+#include <linux/pci.h>
+#include <linux/pid.h>
+#include <linux/sched.h>
+#include <linux/string.h>
+#include <linux/timekeeping.h>
+#include <linux/uuid.h>
+#include <asm/tsc.h>
+
+#include "ivtk.h"
+#include <ivtrace/format.h>
+
+/* Fetch-and-add on a word other writers (user space, other CPUs) share. */
+u32 ivtk_fetch_add32(u32 *p, u32 v)
+{
+	u32 old = READ_ONCE(*p);
+
+	while (!try_cmpxchg(p, &old, old + v))
+		;
+	return old;
+}
+
+u64 ivtk_fetch_add64(u64 *p, u64 v)
+{
+	u64 old = READ_ONCE(*p);
+
+	while (!try_cmpxchg(p, &old, old + v))
+		;
+	return old;
+}
+
+struct ivt_channel *ivtk_channel(struct ivtk_dev *d, u32 chan)
+{
+	return d->shm + d->layout.channels_off +
+	       (u64)chan * sizeof(struct ivt_channel);
+}
+
+/*
+ * Plan the layout: nr_cpu_ids kernel channels (every possible CPU) plus
+ * user_channels, subbuf_size bytes per sub-buffer, and nr_subbufs per
+ * channel, or as many as fill the BAR (a power of two) when it is 0.
+ */
+static int ivtk_plan(struct ivtk_dev *d)
+{
+	struct device *dev = &d->pdev->dev;
+	struct ivt_geometry g = {
+		.nr_kernel_channels = nr_cpu_ids,
+		.nr_channels = nr_cpu_ids + d->user_channels,
+		.nr_subbufs = d->nr_subbufs ?: IVT_SUBBUFS_MIN,
+		.subbuf_size = d->subbuf_size,
+		.meta_size = IVTK_META_SIZE,
+	};
+	u64 need, per_subbuf, n;
+
+	need = ivt_layout_plan(&d->layout, &g);
+	if (!need) {
+		dev_err(dev, "geometry out of range: %u channels (%u CPUs + %u user), nr_subbufs %u, subbuf_size %u\n",
+			g.nr_channels, g.nr_kernel_channels, d->user_channels,
+			g.nr_subbufs, g.subbuf_size);
+		return -EINVAL;
+	}
+	if (need > d->shm_len) {
+		dev_err(dev, "BAR2 holds %llu bytes, %u channels x %u x %u bytes need %llu: lower subbuf_size=, nr_subbufs= or user_channels=, or give QEMU a larger memdev\n",
+			d->shm_len, g.nr_channels, g.nr_subbufs, g.subbuf_size,
+			need);
+		return -ENOSPC;
+	}
+	if (d->nr_subbufs)
+		return 0;
+
+	/* Fill the BAR: the pool gets what the header, the channel table
+	 * and the metadata area leave.
+	 */
+	per_subbuf = (u64)g.nr_channels * g.subbuf_size;
+	n = div64_u64(d->shm_len - d->layout.pool_off, per_subbuf);
+	g.nr_subbufs = rounddown_pow_of_two(min_t(u64, n, IVT_SUBBUFS_MAX));
+	need = ivt_layout_plan(&d->layout, &g);
+	if (WARN_ON_ONCE(!need || need > d->shm_len))
+		return -EINVAL;
+	return 0;
+}
+
+static void ivtk_clock(struct ivt_clock *c)
+{
+	unsigned long flags;
+
+	c->freq_hz = (u64)tsc_khz * 1000;
+	c->source = IVT_CLOCK_TSC;
+	local_irq_save(flags);
+	c->ref_ticks = rdtsc_ordered();
+	c->ref_realtime_ns = ktime_get_real_ns();
+	local_irq_restore(flags);
+}
+
+/*
+ * Write one metadata record (docs/abi.md "Metadata area"): reserve room
+ * with a fetch-add on meta_tail (user space appends too), fill it, then
+ * store-release `commit`.
+ */
+int ivtk_meta_publish(struct ivtk_dev *d, u32 id, u32 group, const char *name,
+		      const struct ivtrace_field *f, unsigned int nr)
+{
+	struct ivt_region_hdr *hdr = d->shm;
+	u32 len = ivt_meta_rec_size(nr);
+	struct ivt_meta_rec *rec;
+	unsigned int i;
+	u32 off;
+
+	ivtk_fetch_add32(&hdr->next_event_id[IVT_STREAM_KERNEL], 1);
+	off = ivtk_fetch_add32(&hdr->meta_tail, len);
+	if ((u64)off + len > d->layout.meta_size) {
+		dev_warn(&d->pdev->dev, "metadata area full (%u bytes): event %s (id %u) not described\n",
+			 d->layout.meta_size, name, id);
+		return -ENOSPC;
+	}
+	if (off & 7) {
+		dev_warn(&d->pdev->dev, "meta_tail %u misaligned by another writer: event %s (id %u) not described\n",
+			 off, name, id);
+		return -EPROTO;
+	}
+	rec = d->shm + d->layout.meta_off + off;
+	WRITE_ONCE(rec->len, len);
+	rec->kind = IVT_META_EVENT;
+	rec->nr_fields = nr;
+	rec->event_id = id;
+	rec->stream = IVT_STREAM_KERNEL;
+	rec->group = group;
+	strscpy_pad(rec->name, name, sizeof(rec->name));
+	for (i = 0; i < nr; i++) {
+		struct ivt_meta_field *mf = &rec->fields[i];
+
+		strscpy_pad(mf->name, f[i].name, sizeof(mf->name));
+		mf->type = f[i].type;
+		mf->flags = f[i].flags;
+		mf->count = f[i].type == IVT_FT_CHARS ? f[i].count : 0;
+		mf->reserved = 0;
+	}
+	/* Publish the record: pairs with the host's load-acquire of commit. */
+	ivt_store_release(&rec->commit, IVT_META_COMMIT);
+	return 0;
+}
+
+static int ivtk_publish_kernel_events(struct ivtk_dev *d)
+{
+	unsigned int i;
+	int ret;
+
+	for (i = 0; i < IVTK_NR_EVENTS; i++) {
+		const struct ivtk_event_desc *e = &ivtk_events[i];
+
+		ret = ivtk_meta_publish(d, i, e->group, e->name, e->fields,
+					e->nr_fields);
+		if (ret)
+			return ret;
+	}
+	return 0;
+}
+
+/*
+ * Format the BAR as a fresh region (new uuid: a host reader of the old
+ * one notices and stops), bind every possible CPU's writer to its channel
+ * and describe the events. Called before anything can write.
+ */
+int ivtk_region_setup(struct ivtk_dev *d)
+{
+	struct ivt_format_args a = { };
+	uuid_t uuid;
+	int ret;
+
+	ret = ivtk_plan(d);
+	if (ret)
+		return ret;
+	if (!tsc_khz) {
+		dev_err(&d->pdev->dev, "tsc_khz is 0: no TSC frequency to describe the clock\n");
+		return -ENODEV;
+	}
+
+	a.layout = d->layout;
+	a.region_size = d->shm_len;
+	a.features = IVT_FEAT_KERNEL | IVT_FEAT_CONTROL | IVT_FEAT_SYNC;
+	if (d->doorbell)
+		a.features |= IVT_FEAT_DOORBELL;
+	uuid_gen(&uuid);	/* get_random_bytes(), version 4 */
+	memcpy(a.uuid, uuid.b, sizeof(a.uuid));
+	ivtk_clock(&a.clock);
+	a.mode = d->mode;
+	a.owner_pid = 0;
+	ivt_region_format(d->shm, &a);
+	WRITE_ONCE(((struct ivt_region_hdr *)d->shm)->flush_interval_ms,
+		   d->flush_ms);
+	d->ctl_seq = 0;
+	d->sync_seq = 0;
+
+	ivtk_writers_init(d);
+	ret = ivtk_publish_kernel_events(d);
+	if (ret) {
+		ivtk_region_close(d);
+		return ret;
+	}
+	ivtk_kapi_publish_all(d);	/* a full area only costs those records */
+	return 0;
+}
+
+/* The region's owner is done: the host drains what is committed, stops. */
+void ivtk_region_close(struct ivtk_dev *d)
+{
+	struct ivt_region_hdr *hdr = d->shm;
+
+	/* Pairs with the host's load-acquire of state: every packet closed
+	 * before this store is visible to it.
+	 */
+	ivt_store_release(&hdr->state, IVT_STATE_CLOSED);
+}
+
+/* IVT_CMD_SET_MODE: every channel; writers re-read it at packet open. */
+void ivtk_set_mode(struct ivtk_dev *d, u32 mode)
+{
+	u32 i;
+
+	for (i = 0; i < d->layout.nr_channels; i++)
+		WRITE_ONCE(ivtk_channel(d, i)->mode, mode);
+}
+
+/* Does @pid name a live process in the caller's pid namespace? */
+static bool ivtk_pid_alive(pid_t pid)
+{
+	bool alive;
+
+	rcu_read_lock();
+	alive = pid > 0 && pid_task(find_vpid(pid), PIDTYPE_TGID);
+	rcu_read_unlock();
+	return alive;
+}
+
+/*
+ * Retire the user channels a process left ACTIVE when it stopped using
+ * the region: those owned by @tgid (whose last /dev/ivtrace file is being
+ * released), and those whose owner no longer exists (a forked child that
+ * inherited the mapping). A packet left open is sealed from commit_pos
+ * (ivt_writer_seal_orphan() in ivt_writer_init()), then the channel is
+ * handed back with a store-release of RETIRED, as its owner would have.
+ */
+void ivtk_retire_user_channels(struct ivtk_dev *d, pid_t tgid)
+{
+	struct ivt_writer tmp;
+	u32 c;
+
+	for (c = d->layout.nr_kernel_channels; c < d->layout.nr_channels; c++) {
+		struct ivt_channel *ch = ivtk_channel(d, c);
+		pid_t owner = (pid_t)READ_ONCE(ch->owner_pid);
+
+		if (READ_ONCE(ch->state) != IVT_CHAN_ACTIVE)
+			continue;
+		if (owner != tgid && ivtk_pid_alive(owner))
+			continue;
+		ivt_writer_init(&tmp, d->shm, &d->layout, c, 0, 0, 0);
+		/* Hand the channel back; the next owner's acquiring CAS sees
+		 * the seal. cmpxchg: only if nobody else changed it.
+		 */
+		virt_mb();
+		cmpxchg(&ch->state, IVT_CHAN_ACTIVE, IVT_CHAN_RETIRED);
+		dev_dbg(&d->pdev->dev, "retired user channel %u of pid %d\n",
+			c, owner);
+	}
+}
