@@ -16,6 +16,7 @@
 //! used.
 
 use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -23,6 +24,9 @@ use memmap2::{MmapOptions, MmapRaw};
 use thiserror::Error;
 
 use crate::abi::{self, le_u16, le_u32, le_u64};
+
+/// Copies at least this large use pread(2) on the region's file.
+const PREAD_MIN: usize = 64 * 1024;
 
 /// Why a region cannot be read (yet, or at all).
 #[derive(Debug, Error)]
@@ -173,7 +177,9 @@ pub fn format_uuid(u: &[u8; 16]) -> String {
 }
 
 enum Backing {
-    Mapped(MmapRaw),
+    /// The mapping, and the file for large copies (pread avoids faulting
+    /// every page of a packet into our page tables).
+    Mapped(MmapRaw, File),
     /// u64 words so that the stand-in is as aligned as a mapping.
     Owned(Box<[u64]>),
 }
@@ -214,7 +220,7 @@ impl Region {
             source,
         })?;
         let len = map.len();
-        Self::validate(Backing::Mapped(map), len, access)
+        Self::validate(Backing::Mapped(map, file), len, access)
     }
 
     /// Validates a private copy of region bytes (tests, fuzzing, files that
@@ -270,7 +276,7 @@ impl Region {
 
     fn base(&self) -> *mut u8 {
         match &self.backing {
-            Backing::Mapped(m) => m.as_mut_ptr(),
+            Backing::Mapped(m, _) => m.as_mut_ptr(),
             Backing::Owned(words) => words.as_ptr() as *mut u8,
         }
     }
@@ -351,6 +357,11 @@ impl Region {
         let end = off.checked_add(dst.len() as u64);
         if end.is_none_or(|e| e > self.len as u64) {
             return false;
+        }
+        if let Backing::Mapped(_, file) = &self.backing {
+            if dst.len() >= PREAD_MIN && file.read_exact_at(dst, off).is_ok() {
+                return true;
+            }
         }
         // SAFETY: [off, off + len) is inside the mapping (checked above),
         // which outlives this call, and `dst` is private memory that cannot
