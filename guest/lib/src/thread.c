@@ -113,51 +113,114 @@ static int ivt__pid_dead(uint32_t pid)
 	return kill((pid_t)pid, 0) && errno == ESRCH;
 }
 
-/*
- * Try to take channel `ch`: FREE or RETIRED ones, and with `reclaim`
- * also ACTIVE ones whose owning process is gone (it crashed or was
- * killed before it could retire them).
- */
-static int ivt__try_claim(struct ivt_channel *ch, uint32_t pid, int reclaim)
-{
-	/* Relaxed: only picks which compare-and-swap to try; the CAS
-	 * re-checks the whole word. */
-	uint64_t old = __atomic_load_n(ivt__own(ch), __ATOMIC_RELAXED);
-	uint32_t state = (uint32_t)old, owner = (uint32_t)(old >> 32);
+/* The claim passes, in order of preference. */
+enum ivt_pass {
+	IVT_PASS_FREE,		/* never used: a whole empty ring */
+	IVT_PASS_RETIRED,	/* given back: the one with the least unread data */
+	IVT_PASS_DEAD,		/* ACTIVE, but its owning process is gone */
+	IVT_PASS_COUNT,
+};
 
-	if (state == IVT_CHAN_ACTIVE) {
-		if (!reclaim || owner == pid || !ivt__pid_dead(owner))
-			return 0;
-	} else if (state != IVT_CHAN_FREE && state != IVT_CHAN_RETIRED) {
-		return 0;
+/* Is channel word `own` (state, owner) claimable in this pass? */
+static int ivt__claimable(uint64_t own, uint32_t pid, enum ivt_pass pass)
+{
+	uint32_t state = (uint32_t)own, owner = (uint32_t)(own >> 32);
+
+	switch (pass) {
+	case IVT_PASS_FREE:
+		return state == IVT_CHAN_FREE;
+	case IVT_PASS_RETIRED:
+		return state == IVT_CHAN_RETIRED;
+	default:
+		return state == IVT_CHAN_ACTIVE && owner != pid &&
+		       ivt__pid_dead(owner);
 	}
-	/* Acquire on success: pairs with the previous owner's store-release
-	 * of RETIRED in ivt__retire(), so we see its last commit_pos,
-	 * events_closed and packet stores before we continue its ring. */
-	return __atomic_compare_exchange_n(ivt__own(ch), &old,
-					   IVT_OWN(IVT_CHAN_ACTIVE, pid), 0,
-					   __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
 }
 
-/* Claim a user channel of `r`; returns its index, or -1 if none is free. */
-static int ivt__claim(struct ivt_region *r, uint32_t pid, uint32_t tid)
+/* Packets of `ch` the host has not consumed yet (0 in overwrite mode,
+ * where nothing waits for the host). Relaxed: a preference only. */
+static uint64_t ivt__backlog(const struct ivt_region *r,
+			     const struct ivt_channel *ch)
+{
+	uint64_t S = r->layout.subbuf_size;
+	uint64_t used = (ivt_read_once(ch->commit_pos) + S - 1) / S;
+	uint64_t consumed = ivt_read_once(ch->consumed);
+
+	if (ivt_read_once(ch->mode) == IVT_MODE_OVERWRITE || consumed >= used)
+		return 0;
+	return used - consumed;
+}
+
+/* The best candidate of a pass, with its ownership word, or -1. */
+static int ivt__candidate(struct ivt_region *r, uint32_t pid,
+			  enum ivt_pass pass, uint64_t *own)
 {
 	const struct ivt_layout *l = &r->layout;
-	int reclaim;
+	uint64_t best_backlog = UINT64_MAX;
+	int best = -1;
 	uint32_t i;
 
-	for (reclaim = 0; reclaim < 2; reclaim++) {
-		for (i = l->nr_kernel_channels; i < l->nr_channels; i++) {
-			struct ivt_channel *ch = ivt__channel(r, i);
+	for (i = l->nr_kernel_channels; i < l->nr_channels; i++) {
+		struct ivt_channel *ch = ivt__channel(r, i);
+		/* Relaxed: only picks which compare-and-swap to try; the
+		 * CAS re-checks the whole word. */
+		uint64_t w = __atomic_load_n(ivt__own(ch), __ATOMIC_RELAXED);
+		uint64_t backlog;
 
-			if (!ivt__try_claim(ch, pid, reclaim))
-				continue;
+		if (!ivt__claimable(w, pid, pass))
+			continue;
+		if (pass != IVT_PASS_RETIRED) {
+			*own = w;
+			return (int)i;
+		}
+		backlog = ivt__backlog(r, ch);
+		if (backlog < best_backlog) {
+			best_backlog = backlog;
+			best = (int)i;
+			*own = w;
+		}
+	}
+	return best;
+}
+
+/*
+ * Claim a user channel of `r`; returns its index, or -1 if none is free.
+ * FREE channels first (an empty ring each), then the RETIRED one with the
+ * least unread data (a reused ring may still hold packets the host has
+ * not read), then channels whose owning process died without retiring
+ * them (crashed or killed).
+ */
+static int ivt__claim(struct ivt_region *r, uint32_t pid, uint32_t tid)
+{
+	uint32_t tries = r->layout.nr_channels;
+	enum ivt_pass pass = IVT_PASS_FREE;
+	uint64_t own;
+	int i;
+
+	while (pass < IVT_PASS_COUNT) {
+		struct ivt_channel *ch;
+
+		i = ivt__candidate(r, pid, pass, &own);
+		if (i < 0) {
+			pass++;
+			continue;
+		}
+		ch = ivt__channel(r, (uint32_t)i);
+		/* Acquire on success: pairs with the previous owner's
+		 * store-release of RETIRED in ivt__retire(), so we see its
+		 * last commit_pos, events_closed and packet stores before we
+		 * continue its ring. */
+		if (__atomic_compare_exchange_n(ivt__own(ch), &own,
+						IVT_OWN(IVT_CHAN_ACTIVE, pid), 0,
+						__ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
 			/* Relaxed: we own the channel now; these are for
 			 * the reader's information only. */
 			ivt_write_once(ch->owner_tid, tid);
 			ivt_write_once(ch->claims, ivt_read_once(ch->claims) + 1);
-			return (int)i;
+			return i;
 		}
+		if (!--tries)	/* another process keeps winning: give up */
+			break;
 	}
 	return -1;
 }

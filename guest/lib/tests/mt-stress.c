@@ -36,9 +36,15 @@ static void *writer(void *arg)
 	pthread_barrier_wait(&go);
 	for (p.seq = 0; p.seq < N; p.seq++)
 		fails += ivt_write(&ev, &p, sizeof(p)) != 0;
-	if (fails)
-		t_fail(__FILE__, __LINE__, "thread %u: %u writes failed",
-		       p.thread, fails);
+	if (fails) {
+		struct ivt_stats st;
+
+		ivt_stats(region, &st);
+		t_fail(__FILE__, __LINE__, "thread %u: %u writes failed (full %lu "
+		       "too big %lu nested %lu no channel %lu)", p.thread, fails,
+		       (unsigned long)st.lost_full, (unsigned long)st.lost_too_big,
+		       (unsigned long)st.lost_nested, (unsigned long)st.lost_no_channel);
+	}
 	return NULL;	/* the thread-exit destructor flushes and retires */
 }
 

@@ -66,6 +66,7 @@ int w_load_meta(struct w_region *wr)
 
 	if (tail > wr->l.meta_size)
 		tail = wr->l.meta_size;
+	memset(wr->types, 0, IVT_EVENT_IDS_MAX * sizeof(*wr->types));
 	while (tail - off >= sizeof(struct ivt_meta_rec)) {
 		const struct ivt_meta_rec *rec = (const void *)(meta + off);
 		uint32_t commit = __atomic_load_n(&rec->commit, __ATOMIC_ACQUIRE);
