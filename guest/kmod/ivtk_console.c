@@ -54,7 +54,7 @@ static struct console ivtk_console = {
 	.name = IVTK_NAME,
 	.write = ivtk_console_write,
 	.flags = CON_ENABLED | CON_PRINTBUFFER,
-	.index = -1,
+	.index = 0,
 };
 
 static bool ivtk_console_listed(void)
@@ -76,7 +76,7 @@ void ivtk_console_register(struct ivtk_dev *d)
 	 * may set other flags: start from the same state on every bind.
 	 */
 	ivtk_console.flags = CON_ENABLED | CON_PRINTBUFFER;
-	ivtk_console.index = -1;
+	ivtk_console.index = 0;
 	register_console(&ivtk_console);
 	d->console_on = ivtk_console_listed();
 	if (!d->console_on)

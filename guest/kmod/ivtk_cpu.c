@@ -9,7 +9,8 @@
  *
  * A pinned timer per online CPU closes a partly filled packet once it has
  * stayed open for a whole flush interval, so the host sees a quiet CPU's
- * events within two intervals. Hotplug starts the timer when a CPU comes
+ * events within two intervals (discard mode; in overwrite mode packets
+ * fill up, keeping the longest history). Hotplug starts the timer when a CPU comes
  * online and stops it (and closes the CPU's packet) when it goes away.
  */
 #include <linux/cpu.h>
@@ -67,7 +68,12 @@ static void ivtk_flush_tick(struct timer_list *t)
 	local_irq_save(flags);
 	w = this_cpu_ptr(&ivtk_writer);
 	if (ivt_writer_enter(w)) {
-		if (!w->pkt || !w->count) {
+		if (!w->pkt || !w->count || w->mode == IVT_MODE_OVERWRITE) {
+			/* Nothing to flush; or a flight recorder, whose
+			 * history closing half-empty packets would shorten
+			 * (a snapshot reads the open packet's committed
+			 * prefix anyway).
+			 */
 			f->seen = false;
 		} else if (f->seen && f->seen_seq == w->seq) {
 			/* Open with events since the last tick: flush. */
