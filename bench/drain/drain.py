@@ -26,19 +26,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SHM = Path("/dev/shm")
 
-# Rings sized so a whole profile fits: a prefill must never drop.
-# Event bytes for loadgen's default (text) payload: 4 (header) + 2 (thread)
-# + 8 (seq) + size + 1 (NUL), rounded up to 4.
+# Rings sized so a whole profile fits: a prefill must never drop. In-ring
+# event bytes for loadgen's payload { u16 thread, u64 seq, u32 len + data }:
+# 4 (compact header) + 2 + 8 + 4 + size, rounded up to 4: 28 B for --size 8
+# (37,445 per 1 MiB packet), 1044 B for --size 1024 (1,004 per packet).
 PROFILES = [
-    {"name": "small", "size": 8, "events": 40_000_000, "quick_events": 8_000_000,
+    {"name": "small", "size": 8, "events": 36_000_000, "quick_events": 8_000_000,
      "subbufs": 1024, "subbuf_size": 1 << 20},
     {"name": "large", "size": 1024, "events": 1_000_000, "quick_events": 200_000,
      "subbufs": 1024, "subbuf_size": 1 << 20},
 ]
 RUNS, QUICK_RUNS = 3, 1
 
-# Live: the default-sized ring of a real trace, the writer at a fixed rate.
-LIVE_RING = {"subbufs": 8, "subbuf_size": 256 << 10}
+# Live: the writer at a fixed rate into loadgen's default ring (8 x 256 KiB)
+# and into a larger one (32 x 1 MiB), the reader draining concurrently.
+LIVE_RINGS = [{"subbufs": 8, "subbuf_size": 256 << 10}, {"subbufs": 32, "subbuf_size": 1 << 20}]
 LIVE_SIZE = 32
 LIVE_SECONDS = 3
 LIVE_RATES = [1_000_000, 5_000_000, 20_000_000, 0]  # 0: unthrottled
@@ -60,32 +62,49 @@ def tree_bytes(path):
 
 
 def event_bytes(size):
-    return (4 + 2 + 8 + size + 1 + 3) // 4 * 4
+    return (4 + 2 + 8 + 4 + size + 3) // 4 * 4
 
 
-def _pick(d, *keys):
-    for k in keys:
-        if isinstance(d, dict) and k in d and isinstance(d[k], (int, float)):
-            return d[k]
-    return None
+def loadgen_total(stats, key):
+    """A total from ivtrace-loadgen --json ({"total": {...}})."""
+    tot = stats.get("total") if isinstance(stats.get("total"), dict) else stats
+    return tot.get(key)
+
+
+def summarize_sidecar(raw):
+    """Totals of an `ivtrace record` sidecar (DIR/ivtrace.json, host/crates/ctf sidecar.rs)."""
+    if not isinstance(raw, dict):
+        return {"events": None, "lost": None, "bytes": None, "elapsed_s": None}
+    chans = raw.get("channels") or []
+    lost_by = {}
+    for c in chans:
+        for k, v in (c.get("lost") or {}).items():
+            lost_by[k] = lost_by.get(k, 0) + v
+    lost_by["no_channel"] = raw.get("lost_no_channel", 0)
+    skipped = {}
+    for c in chans:
+        for k, v in (c.get("skipped_packets") or {}).items():
+            skipped[k] = skipped.get(k, 0) + v
+    return {
+        "events": sum(c.get("events", 0) for c in chans),
+        "lost": sum(lost_by.values()),
+        "lost_by_reason": lost_by,
+        "skipped_packets": skipped,
+        "bytes": sum(c.get("bytes", 0) for c in chans),
+        "packets": sum(c.get("packets", 0) for c in chans),
+        "elapsed_s": raw.get("elapsed_s"),
+        "stop_reason": raw.get("stop_reason"),
+        "warnings": raw.get("warnings"),
+    }
 
 
 def record_summary(out_dir):
-    """The recorder's JSON summary (DIR/ivtrace.json), with normalized counts."""
-    path = Path(out_dir) / "ivtrace.json"
+    """The recorder's JSON summary (DIR/ivtrace.json), with totals."""
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads((Path(out_dir) / "ivtrace.json").read_text())
     except (OSError, ValueError):
         raw = None
-    flat = dict(raw or {})
-    for k in ("totals", "total", "summary", "stats"):
-        if isinstance(flat.get(k), dict):
-            flat.update(flat[k])
-    return {
-        "events": _pick(flat, "events", "events_recorded", "recorded"),
-        "lost": _pick(flat, "lost", "events_lost", "discarded", "events_discarded"),
-        "raw": raw,
-    }
+    return {**summarize_sidecar(raw), "raw": raw}
 
 
 def run_checked(cmd, what, timeout=600):
@@ -98,9 +117,9 @@ def run_checked(cmd, what, timeout=600):
 
 
 def loadgen_cmd(tools, cpu, shm, events, size, ring, threads=1, rate=None):
-    cmd = ["taskset", "-c", cpu, tools["loadgen"], "--shm", shm, "--events", events,
-           "--size", size, "--threads", threads, "--subbufs", ring["subbufs"],
-           "--subbuf-size", ring["subbuf_size"], "--json"]
+    cmd = ["taskset", "-c", cpu, tools["loadgen"], "--shm", shm, "--create",
+           "--events", events, "--size", size, "--threads", threads, "--channels", threads,
+           "--subbufs", ring["subbufs"], "--subbuf-size", ring["subbuf_size"], "--json"]
     if rate:
         cmd += ["--rate", rate]
     return [str(c) for c in cmd]
@@ -127,7 +146,7 @@ def drain_once(tools, cpu, drain_cpu, prof, events):
     try:
         pre = loadgen_cmd(tools, cpu, shm, events, prof["size"], prof)
         stats = json.loads(run_checked(pre, "prefill (ivtrace-loadgen)").stdout)
-        dropped = stats.get("dropped")
+        dropped = loadgen_total(stats, "dropped")
         if dropped:
             raise DrainError(f"the prefill dropped {dropped} events: the ring "
                              f"({prof['subbufs']} x {prof['subbuf_size']} B) is too small")
@@ -141,10 +160,16 @@ def drain_once(tools, cpu, drain_cpu, prof, events):
             "prefill_command": shlex.join(pre), "record_command": shlex.join(rec),
             "produced": events, "prefill_dropped": dropped, "loadgen": stats,
             "recorded": summ["events"], "lost": summ["lost"],
-            "wall_s": wall, "trace_bytes": trace_bytes,
+            "lost_by_reason": summ.get("lost_by_reason"),
+            "skipped_packets": summ.get("skipped_packets"),
+            "wall_s": wall, "record_elapsed_s": summ["elapsed_s"],
+            "trace_bytes": trace_bytes,
             "events_per_s": events / wall,
             "trace_MB_per_s": trace_bytes / wall / 1e6,
-            "payload_MB_per_s": events * prof["size"] / wall / 1e6,
+            "payload_bytes": loadgen_total(stats, "payload_bytes"),
+            "payload_MB_per_s": (loadgen_total(stats, "payload_bytes") or 0) / wall / 1e6,
+            "record_elapsed_events_per_s": (summ["events"] or 0) / summ["elapsed_s"]
+            if summ["elapsed_s"] else None,
             "event_MB_per_s": events * event_bytes(prof["size"]) / wall / 1e6,
             "record_stdout": p.stdout.strip()[-2000:],
             "record_summary": summ["raw"],
@@ -198,13 +223,13 @@ def run_drain(tools, cpu, drain_cpu, quick=False):
     return res
 
 
-def live_once(tools, cpu, drain_cpu, rate):
+def live_once(tools, cpu, drain_cpu, rate, ring):
     shm = SHM / f"ivbench-live-{os.getpid()}.region"
     out = SHM / f"ivbench-live-{os.getpid()}.out"
     cleanup(shm, out)
     events = (rate or 10_000_000) * LIVE_SECONDS
     rec_cmd = record_cmd(tools, drain_cpu, shm, out)
-    gen_cmd = loadgen_cmd(tools, cpu, shm, events, LIVE_SIZE, LIVE_RING, rate=rate)
+    gen_cmd = loadgen_cmd(tools, cpu, shm, events, LIVE_SIZE, ring, rate=rate)
     rec = subprocess.Popen(rec_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(0.3)  # let the recorder start waiting for the region
@@ -221,10 +246,11 @@ def live_once(tools, cpu, drain_cpu, rate):
             raise DrainError(f"ivtrace record failed (exit {rec.returncode}):\n{rerr}")
         stats = json.loads(gen.stdout)
         summ = record_summary(out)
+        loop_ns = loadgen_total(stats, "elapsed_ns")
         return {
-            "rate": rate or "unthrottled", "events": events, "writer_wall_s": wall,
-            "achieved_rate": events / wall,
-            "loadgen_dropped": stats.get("dropped"), "recorded": summ["events"],
+            "rate": rate or "unthrottled", "ring": ring, "events": events, "writer_wall_s": wall,
+            "achieved_rate": events / (loop_ns / 1e9) if loop_ns else events / wall,
+            "loadgen_dropped": loadgen_total(stats, "dropped"), "recorded": summ["events"],
             "lost": summ["lost"], "trace_bytes": tree_bytes(out),
             "loadgen_command": shlex.join(gen_cmd), "record_command": shlex.join(rec_cmd),
             "loadgen": stats, "record_summary": summ["raw"],
@@ -237,13 +263,16 @@ def live_once(tools, cpu, drain_cpu, rate):
 
 
 def run_live(tools, cpu, drain_cpu, quick=False):
-    res = {"method": f"ivtrace record started first, then ivtrace-loadgen --rate R for "
-                     f"~{LIVE_SECONDS} s of {LIVE_SIZE}-byte events, 1 writer thread; ring "
-                     f"{LIVE_RING['subbufs']} x {LIVE_RING['subbuf_size']} B",
-           "ring": LIVE_RING, "size": LIVE_SIZE, "runs": []}
-    for rate in (LIVE_RATES[:2] + [0] if quick else LIVE_RATES):
-        print(f"live: rate {rate or 'unthrottled'}", file=sys.stderr, flush=True)
-        res["runs"].append(live_once(tools, cpu, drain_cpu, rate))
+    res = {"method": f"`ivtrace record` started first (it waits for the region), then "
+                     f"ivtrace-loadgen --rate R for ~{LIVE_SECONDS} s of --size {LIVE_SIZE} "
+                     f"events ({event_bytes(LIVE_SIZE)} B in the ring), 1 writer thread on "
+                     f"CPU {cpu}, the recorder on CPU {drain_cpu}",
+           "size": LIVE_SIZE, "runs": []}
+    for ring in (LIVE_RINGS[:1] if quick else LIVE_RINGS):
+        for rate in (LIVE_RATES[:2] + [0] if quick else LIVE_RATES):
+            print(f"live: ring {ring['subbufs']} x {ring['subbuf_size'] >> 10} KiB, rate "
+                  f"{rate or 'unthrottled'}", file=sys.stderr, flush=True)
+            res["runs"].append(live_once(tools, cpu, drain_cpu, rate, ring))
     return res
 
 

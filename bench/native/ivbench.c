@@ -29,8 +29,8 @@ struct ivb_opts ivb_opts = {
 	.samples = 200000,
 	.groups = 50000,
 	.warmup = 20000,
-	.batch = 1000000,
-	.batches = 3,
+	.batch = 250000,
+	.batches = 8,
 	.rounds = 3,
 	.cpu = 0,
 	.drain_cpu = 1,
@@ -145,6 +145,22 @@ static double cyc2ns(double c)
 	return c * 1e9 / ivb_tsc_hz;
 }
 
+/* Samples of sorted v[0..n) above `cycles` (interrupts, preemption). */
+static uint64_t count_over(const uint32_t *v, uint64_t n, double cycles)
+{
+	uint64_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (v[mid] > cycles)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return n - lo;
+}
+
 /* Net ns per event of a raw sample value (or mean). */
 static double net_ns(double raw, double overhead, const struct ivb_overhead *oh)
 {
@@ -167,7 +183,8 @@ void ivb_json_dist(FILE *f, const char *key, uint32_t *v, uint64_t n,
 	for (i = 0; i < NR_PCTS; i++)
 		fprintf(f, "\"%s\": %.3f, ", pcts[i].key,
 			net_ns(pct(v, n, pcts[i].q), oh->p50, oh));
-	fprintf(f, "\"mean\": %.3f}},\n", net_ns(mean, oh->mean, oh));
+	fprintf(f, "\"mean\": %.3f},\n  \"over_10us\": %llu},\n", net_ns(mean, oh->mean, oh),
+		(unsigned long long)count_over(v, n, ivb_tsc_hz / 1e5));
 }
 
 /* ---- machine probes ------------------------------------------------------ */
@@ -305,6 +322,27 @@ static double batch_mean_ns(const struct result *x)
 	return s / (double)n;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Median over all batches: robust to the batch a context switch hit. */
+static double batch_median_ns(const struct result *x)
+{
+	uint64_t n = ivb_opts.rounds * ivb_opts.batches;
+	double *v = calloc(n, sizeof(*v)), m;
+
+	for (uint64_t i = 0; i < n; i++)
+		v[i] = batch_ns(x, i);
+	qsort(v, n, sizeof(*v), cmp_double);
+	m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	free(v);
+	return m;
+}
+
 struct summary {
 	double p50, p99, p999, mean;	/* net ns, single events */
 	double g50, g99, gmean;		/* net ns per event, groups */
@@ -356,13 +394,15 @@ static void json_bench(FILE *f, struct result *x, double empty_batch_ns,
 		  &sum->g50, &sum->g99, &g999, &sum->gmean);
 	ivb_json_dist(f, "single", x->samples, o->rounds * o->samples, &ivb_single);
 	ivb_json_dist(f, "group", x->groups, o->rounds * o->groups, &ivb_grouped);
-	sum->batch = batch_mean_ns(x) - empty_batch_ns;
+	sum->batch = batch_median_ns(x) - empty_batch_ns;
 	fprintf(f, "\"batch\": {\"events_per_batch\": %llu, \"batches\": %llu, "
-		"\"ns_per_event_raw_mean\": %.3f, \"ns_per_event_net_mean\": %.3f, "
-		"\"events_per_s_net\": %.0f}}",
+		"\"ns_per_event_raw_mean\": %.3f, \"ns_per_event_raw_median\": %.3f, "
+		"\"ns_per_event_net_mean\": %.3f, \"ns_per_event_net_median\": %.3f, "
+		"\"events_per_s_net_median\": %.0f}}",
 		(unsigned long long)o->batch,
 		(unsigned long long)(o->rounds * o->batches),
-		batch_mean_ns(x), sum->batch, sum->batch > 0 ? 1e9 / sum->batch : 0);
+		batch_mean_ns(x), batch_median_ns(x), batch_mean_ns(x) - empty_batch_ns,
+		sum->batch, sum->batch > 0 ? 1e9 / sum->batch : 0);
 }
 
 /* Select benches by name; "empty" is always first (it calibrates). */
@@ -408,8 +448,8 @@ static void usage(FILE *f)
 "  --samples N          single events timed one by one, per bench and round (200000)\n"
 "  --groups N           groups of 16 events timed per sample, per bench and round (50000)\n"
 "  --warmup N           untimed events before sampling (20000)\n"
-"  --batch N            events per throughput batch (1000000)\n"
-"  --batches N          throughput batches per bench and round (3)\n"
+"  --batch N            events per throughput batch (250000)\n"
+"  --batches N          throughput batches per bench and round (8)\n"
 "  --cpu N              CPU to run on (0)\n"
 "  --drain-cpu N        CPU for ivtrace_live's recorder (1)\n"
 "  --recorder PATH      `ivtrace` binary: enables ivtrace_live\n"
@@ -534,7 +574,7 @@ int main(int argc, char **argv)
 	/* The empty bench (res[0]) is the timing overhead of everyone else. */
 	overhead_of(res[0].samples, o->rounds * o->samples, &ivb_single);
 	overhead_of(res[0].groups, o->rounds * o->groups, &ivb_grouped);
-	empty_batch = batch_mean_ns(&res[0]);
+	empty_batch = batch_median_ns(&res[0]);
 	ivb_empty_batch_ns = empty_batch;
 
 	if (json_path && !(f = fopen(json_path, "w")))
@@ -555,7 +595,7 @@ int main(int argc, char **argv)
 		"after; group: the same stamps around %u events; net percentile = (raw percentile "
 		"- p50 of the empty bench's samples) / events per sample, net mean = (raw mean - "
 		"empty mean) / events per sample; batch: one stamp pair around %llu events, "
-		"net = raw - the empty batch\",\n", IVB_GROUP, (unsigned long long)o->batch);
+		"net = raw - the empty batch (medians over all batches)\",\n", IVB_GROUP, (unsigned long long)o->batch);
 	fprintf(f, "\"tsc_tick_cycles\": %u,\n", tsc_tick());
 	fprintf(f, "\"overhead_single_cycles\": {\"p50\": %.0f, \"mean\": %.3f},\n"
 		"\"overhead_group_cycles\": {\"p50\": %.0f, \"mean\": %.3f},\n"
