@@ -62,17 +62,19 @@ pub struct Lost {
 }
 
 impl Lost {
+    /// Saturating: writer counters are guest-written and may be anything.
     pub fn total(&self) -> u64 {
-        self.full + self.too_big + self.nested + self.overwritten + self.torn + self.corrupt
+        [self.full, self.too_big, self.nested, self.overwritten, self.torn, self.corrupt].iter().fold(0u64, |a, &b| a.saturating_add(b))
     }
 
+    /// Saturating, as [`Lost::total`].
     pub fn add(&mut self, o: &Lost) {
-        self.full += o.full;
-        self.too_big += o.too_big;
-        self.nested += o.nested;
-        self.overwritten += o.overwritten;
-        self.torn += o.torn;
-        self.corrupt += o.corrupt;
+        self.full = self.full.saturating_add(o.full);
+        self.too_big = self.too_big.saturating_add(o.too_big);
+        self.nested = self.nested.saturating_add(o.nested);
+        self.overwritten = self.overwritten.saturating_add(o.overwritten);
+        self.torn = self.torn.saturating_add(o.torn);
+        self.corrupt = self.corrupt.saturating_add(o.corrupt);
     }
 }
 

@@ -162,7 +162,7 @@ pub fn build(dir: &Path) -> Result<Report> {
     Ok(Report {
         trace_uuid: sidecar.trace_uuid.clone(),
         events,
-        discarded: channels.iter().map(|c| c.discarded).sum(),
+        discarded: channels.iter().fold(0u64, |a, c| a.saturating_add(c.discarded)),
         lost_by_reason: lost,
         lost_no_channel: sidecar.lost_no_channel,
         first_realtime_ns: first.map(|t| sidecar.clock.realtime_ns(t)),

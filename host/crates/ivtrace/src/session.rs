@@ -216,6 +216,7 @@ pub fn build_sidecar(reader: &Reader, writer: &CtfWriter, shm: &Path, mode: &str
 /// Returns the events written.
 pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
     let region = Region::from_bytes(bytes, Access::ReadWrite)?;
+    fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let clock = crate::clock::HeaderReference { clock: region.header().clock };
     let clock = crate::clock::ClockEstimator::initial(&clock);
     let mut writer = ctf_writer(&region, out, &clock);

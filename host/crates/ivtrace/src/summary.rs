@@ -46,9 +46,10 @@ pub fn totals(channels: &[ChannelSummary]) -> ChannelSummary {
         t.header_bytes += c.header_bytes;
         t.lost.add(&c.lost);
         t.utf8_fixed += c.utf8_fixed;
-        t.older_overwritten += c.older_overwritten;
+        t.older_overwritten = t.older_overwritten.saturating_add(c.older_overwritten);
         for (k, v) in &c.skipped_packets {
-            *t.skipped_packets.entry(k.clone()).or_default() += v;
+            let n = t.skipped_packets.entry(k.clone()).or_default();
+            *n = n.saturating_add(*v);
         }
     }
     t

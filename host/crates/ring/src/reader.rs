@@ -143,7 +143,8 @@ impl ChannelState {
     }
 
     fn skip(&mut self, loss: HostLoss, reason: &'static str, packets: u64) {
-        *self.stats.skipped.entry(reason).or_default() += packets;
+        let n = self.stats.skipped.entry(reason).or_default();
+        *n = n.saturating_add(packets);
         let p = self.pending.entry(loss).or_default();
         *p = p.saturating_add(packets);
     }

@@ -139,7 +139,7 @@ impl TestRegion {
         abi::le_u64(&self.bytes, at)
     }
 
-    fn set_chan_u64(&mut self, c: u32, off: u64, v: u64) {
+    pub fn set_chan_u64(&mut self, c: u32, off: u64, v: u64) {
         let at = self.chan(c) + off as usize;
         put_u64(&mut self.bytes, at, v);
     }
@@ -313,4 +313,43 @@ impl TestRegion {
     pub fn subbuf_offset(&self, c: u32, seq: u64) -> usize {
         self.subbuf(c, seq)
     }
+}
+
+/// Largest region image the fuzz helpers build.
+pub const FUZZ_REGION_MAX: usize = 1 << 20;
+
+/// A fuzz input as a whole region file: zero-extended to a power of two
+/// of at least 64 KiB (so seeds can be trimmed of trailing zeros), and
+/// capped at [`FUZZ_REGION_MAX`].
+pub fn region_image(input: &[u8]) -> Vec<u8> {
+    let input = &input[..input.len().min(FUZZ_REGION_MAX)];
+    let size = input.len().next_power_of_two().max(abi::IVT_REGION_MIN as usize);
+    let mut b = vec![0u8; size];
+    b[..input.len()].copy_from_slice(input);
+    b
+}
+
+/// The fixed event classes the packet fuzzer runs against: the loadgen
+/// event (id 0), text (id 1: string, chars[8]), integers (id 2) and an
+/// extended-id event (id 40) on user channel 0 of a 2 x 4 KiB ring.
+pub fn packet_template() -> TestRegion {
+    let mut r = RegionBuilder::new(1, 2, 4096).build_region();
+    r.register_loadgen(0);
+    r.register(1, 1, "text", &[("s", abi::IVT_FT_STRING, 0), ("c", abi::IVT_FT_CHARS, 8)]);
+    r.register(1, 2, "ints", &[("a", abi::IVT_FT_U8, 0), ("b", abi::IVT_FT_S32, 0), ("c", abi::IVT_FT_U64, 0)]);
+    r.register(1, 40, "ext", &[("x", abi::IVT_FT_U16, 0)]);
+    r
+}
+
+/// A region whose channel 0 holds `packet` (at most 4 KiB) in sub-buffer
+/// 0: complete if `complete`, else the committed prefix of an open packet.
+pub fn region_with_packet(packet: &[u8], complete: bool) -> Vec<u8> {
+    let mut r = packet_template();
+    let packet = &packet[..packet.len().min(4096)];
+    let at = r.subbuf_offset(0, 0);
+    r.bytes[at..at + packet.len()].copy_from_slice(packet);
+    let commit = if complete { 4096 } else { packet.len() as u64 };
+    r.set_chan_u64(0, abi::chan::COMMIT_POS, commit);
+    r.close_region();
+    r.bytes
 }

@@ -1,0 +1,11 @@
+//! Arbitrary bytes as a whole region file, through open/validate/drain
+//! into a temporary directory. Any outcome but a panic is fine.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let image = ivtrace_ring::testutil::region_image(data);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _ = ivtrace::session::drain_bytes_to_dir(&image, &dir.path().join("out"));
+});
