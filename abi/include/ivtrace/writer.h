@@ -30,6 +30,14 @@
 #define ivt_unlikely(x)	__builtin_expect(!!(x), 0)
 #endif
 
+/* The slow path of reserve stays out of line: the fast path is inlined at
+ * every call site, and a copy of the packet switch at each (~800 bytes
+ * on x86-64) would crowd the caller's code out of the i-cache. `unused`:
+ * a static function some includers never call (it cannot be `inline`). */
+#ifndef ivt_writer_slowpath
+#define ivt_writer_slowpath	__attribute__((noinline, cold, unused))
+#endif
+
 struct ivt_writer {
 	/* Hot: read or written by every event. */
 	uint8_t *pkt;			/* open packet, NULL when none */
@@ -268,9 +276,9 @@ static inline uint8_t *__ivt_put_header(struct ivt_writer *w, uint64_t ts,
  * backwards, packet switches, full rings, oversized events. Returns the
  * payload destination, or NULL when the event was dropped (and counted).
  */
-static inline uint8_t *ivt_writer_reserve_slow(struct ivt_writer *w,
-					       uint64_t ts, uint32_t id,
-					       uint32_t len)
+static ivt_writer_slowpath
+uint8_t *ivt_writer_reserve_slow(struct ivt_writer *w, uint64_t ts,
+				 uint32_t id, uint32_t len)
 {
 	uint32_t hlen;
 	uint64_t end;

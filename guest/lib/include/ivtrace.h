@@ -145,9 +145,12 @@ struct ivt_tls {
 
 extern __thread struct ivt_tls ivt__tls __attribute__((tls_model("initial-exec")));
 
-/* Internal helpers, don't use directly: slow paths in libivtrace.c. */
+/* Internal helpers, don't use directly: slow paths in src/thread.c, for
+ * a thread's first event and for regions other than its fast-path one. */
 uint8_t *ivt__reserve_other(const struct ivt_event *ev, uint32_t len);
 void ivt__commit_other(const struct ivt_event *ev);
+int ivt__write_other(const struct ivt_event *ev, const void *payload,
+		     uint32_t len);
 
 static inline uint64_t ivt_clock(void)
 {
@@ -193,12 +196,23 @@ static inline void ivt_commit(const struct ivt_event *ev)
 static inline int ivt_write(const struct ivt_event *ev, const void *payload,
 			    uint32_t len)
 {
-	void *dst = ivt_reserve(ev, len);
+	struct ivt_tls *t = &ivt__tls;
+	uint8_t *dst;
 
-	if (ivt_unlikely(!dst))
+	/* ivt_reserve() + ivt_commit(), with the region checked once: the
+	 * memcpy could alias *ev, so ivt_commit() would have to reload it. */
+	if (ivt_unlikely(t->region != ev->region))
+		return ivt__write_other(ev, payload, len);
+	if (ivt_unlikely(!ivt_writer_enter(&t->w)))
 		return -ENOBUFS;
+	dst = ivt_writer_reserve(&t->w, ivt_clock(), ev->id, len);
+	if (ivt_unlikely(!dst)) {
+		ivt_writer_exit(&t->w);
+		return -ENOBUFS;
+	}
 	memcpy(dst, payload, len);
-	ivt_commit(ev);
+	ivt_writer_commit(&t->w);
+	ivt_writer_exit(&t->w);
 	return 0;
 }
 

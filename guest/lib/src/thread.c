@@ -605,6 +605,18 @@ void ivt__commit_other(const struct ivt_event *ev)
 	ivt_writer_exit(&t->w);
 }
 
+int ivt__write_other(const struct ivt_event *ev, const void *payload,
+		     uint32_t len)
+{
+	uint8_t *dst = ivt__reserve_other(ev, len);
+
+	if (!dst)
+		return -ENOBUFS;
+	memcpy(dst, payload, len);
+	ivt__commit_other(ev);
+	return 0;
+}
+
 /* ---- public slow paths ------------------------------------------------ */
 
 void ivt_flush(struct ivt_region *r)
