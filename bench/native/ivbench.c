@@ -145,6 +145,28 @@ static double cyc2ns(double c)
 	return c * 1e9 / ivb_tsc_hz;
 }
 
+/* What a sample may cost before we call it "hit by an interrupt or a
+ * context switch": 10 us per event. */
+static double limit_cycles(const struct ivb_overhead *oh)
+{
+	return ivb_tsc_hz / 1e5 * oh->events;
+}
+
+/* Mean of the samples of v[0..n) at or below `lim`. */
+static double mean_below(const uint32_t *v, uint64_t n, double lim)
+{
+	double s = 0;
+	uint64_t k = 0;
+
+	for (uint64_t i = 0; i < n; i++) {
+		if (v[i] <= lim) {
+			s += v[i];
+			k++;
+		}
+	}
+	return k ? s / (double)k : 0;
+}
+
 /* Samples of sorted v[0..n) above `cycles` (interrupts, preemption). */
 static uint64_t count_over(const uint32_t *v, uint64_t n, double cycles)
 {
@@ -170,7 +192,7 @@ static double net_ns(double raw, double overhead, const struct ivb_overhead *oh)
 void ivb_json_dist(FILE *f, const char *key, uint32_t *v, uint64_t n,
 		   const struct ivb_overhead *oh)
 {
-	double mean = mean_u32(v, n);
+	double mean = mean_u32(v, n), tmean = mean_below(v, n, limit_cycles(oh));
 	unsigned i;
 
 	qsort(v, n, sizeof(*v), cmp_u32);
@@ -183,8 +205,9 @@ void ivb_json_dist(FILE *f, const char *key, uint32_t *v, uint64_t n,
 	for (i = 0; i < NR_PCTS; i++)
 		fprintf(f, "\"%s\": %.3f, ", pcts[i].key,
 			net_ns(pct(v, n, pcts[i].q), oh->p50, oh));
-	fprintf(f, "\"mean\": %.3f},\n  \"over_10us\": %llu},\n", net_ns(mean, oh->mean, oh),
-		(unsigned long long)count_over(v, n, ivb_tsc_hz / 1e5));
+	fprintf(f, "\"mean\": %.3f, \"mean_under_10us\": %.3f},\n  \"over_10us\": %llu},\n",
+		net_ns(mean, oh->mean, oh), net_ns(tmean, oh->mean, oh),
+		(unsigned long long)count_over(v, n, limit_cycles(oh)));
 }
 
 /* ---- machine probes ------------------------------------------------------ */
@@ -345,6 +368,7 @@ static double batch_median_ns(const struct result *x)
 
 struct summary {
 	double p50, p99, p999, mean;	/* net ns, single events */
+	double tmean;			/* mean of the samples under 10 us */
 	double g50, g99, gmean;		/* net ns per event, groups */
 	double batch;			/* net ns per event, batches */
 };
@@ -388,6 +412,8 @@ static void json_bench(FILE *f, struct result *x, double empty_batch_ns,
 		fprintf(f, "]}%s\n", r + 1 < o->rounds ? "," : "");
 	}
 	fprintf(f, "],\n");
+	sum->tmean = net_ns(mean_below(x->samples, o->rounds * o->samples,
+				       limit_cycles(&ivb_single)), ivb_single.mean, &ivb_single);
 	summarize(x->samples, o->rounds * o->samples, &ivb_single,
 		  &sum->p50, &sum->p99, &sum->p999, &sum->mean);
 	summarize(x->groups, o->rounds * o->groups, &ivb_grouped,
@@ -426,13 +452,14 @@ static unsigned select_benches(const char *list, const struct ivb_bench **sel)
 	return n;
 }
 
-/* Set oh's p50 and mean from the empty bench's samples (left unsorted). */
+/* Set oh's p50 and mean from the empty bench's samples (left unsorted).
+ * The mean leaves out samples an interrupt hit: those are not overhead. */
 static void overhead_of(const uint32_t *v, uint64_t n, struct ivb_overhead *oh)
 {
 	uint32_t *tmp = ivb_samples_alloc(n);
 
 	memcpy(tmp, v, n * sizeof(*tmp));
-	oh->mean = mean_u32(tmp, n);
+	oh->mean = mean_below(tmp, n, limit_cycles(oh));
 	qsort(tmp, n, sizeof(*tmp), cmp_u32);
 	oh->p50 = pct(tmp, n, 0.5);
 	free(tmp);
@@ -594,7 +621,8 @@ int main(int argc, char **argv)
 	fprintf(f, "\"timing\": \"single: lfence;rdtsc;lfence before one event, rdtscp;lfence "
 		"after; group: the same stamps around %u events; net percentile = (raw percentile "
 		"- p50 of the empty bench's samples) / events per sample, net mean = (raw mean - "
-		"empty mean) / events per sample; batch: one stamp pair around %llu events, "
+		"empty mean) / events per sample (the empty mean leaves out samples over 10 us "
+		"per event, i.e. interrupts; mean_under_10us does the same for the tracer); batch: one stamp pair around %llu events, "
 		"net = raw - the empty batch (medians over all batches)\",\n", IVB_GROUP, (unsigned long long)o->batch);
 	fprintf(f, "\"tsc_tick_cycles\": %u,\n", tsc_tick());
 	fprintf(f, "\"overhead_single_cycles\": {\"p50\": %.0f, \"mean\": %.3f},\n"
@@ -619,12 +647,13 @@ int main(int argc, char **argv)
 	fprintf(stderr, "ivbench: CPU %d, TSC %.1f MHz (tick %u cycles), timing overhead %.0f "
 		"cycles, cpuid exit %.0f cycles\n", o->cpu, ivb_tsc_hz / 1e6, tsc_tick(),
 		ivb_single.p50, cpuid);
-	fprintf(stderr, "%-18s %8s %8s | %8s %8s %8s %8s | %8s   (ns/event, net)\n",
-		"bench", "grp p50", "grp mean", "p50", "p99", "p99.9", "mean", "batch");
+	fprintf(stderr, "%-18s %8s %8s | %8s %8s %8s %8s %8s | %8s   (ns/event, net)\n",
+		"bench", "grp p50", "grp mean", "p50", "p99", "p99.9", "mean", "mean<10u",
+		"batch");
 	for (i = 1; i < nb; i++)
-		fprintf(stderr, "%-18s %8.1f %8.1f | %8.1f %8.1f %8.1f %8.1f | %8.1f\n",
+		fprintf(stderr, "%-18s %8.1f %8.1f | %8.1f %8.1f %8.1f %8.1f %8.1f | %8.1f\n",
 			sel[i]->name, sum[i].g50, sum[i].gmean, sum[i].p50, sum[i].p99,
-			sum[i].p999, sum[i].mean, sum[i].batch);
+			sum[i].p999, sum[i].mean, sum[i].tmean, sum[i].batch);
 	for (i = 0; i < nb; i++)
 		if (sel[i]->teardown)
 			sel[i]->teardown();

@@ -92,7 +92,7 @@ extern double ivb_empty_batch_ns;	/* ns per event of the empty bench's batches *
 /* What to subtract from a sample, and how many events it covers. */
 struct ivb_overhead {
 	double p50;		/* cycles: p50 of the empty bench's samples */
-	double mean;		/* cycles: mean of the empty bench's samples */
+	double mean;		/* cycles: mean of the empty bench's samples under 10 us/event */
 	unsigned events;	/* events per sample: 1 or IVB_GROUP */
 };
 extern struct ivb_overhead ivb_single, ivb_grouped;
