@@ -33,9 +33,10 @@
 /* The slow path of reserve stays out of line: the fast path is inlined at
  * every call site, and a copy of the packet switch at each (~800 bytes
  * on x86-64) would crowd the caller's code out of the i-cache. `unused`:
- * a static function some includers never call (it cannot be `inline`). */
+ * a static function some includers never call (it cannot be `inline`).
+ * The underscored spellings: the kernel defines `noinline` as a macro. */
 #ifndef ivt_writer_slowpath
-#define ivt_writer_slowpath	__attribute__((noinline, cold, unused))
+#define ivt_writer_slowpath	__attribute__((__noinline__, __cold__, __unused__))
 #endif
 
 struct ivt_writer {
