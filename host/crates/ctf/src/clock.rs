@@ -35,7 +35,8 @@ impl ClockMapping {
     /// `ns_from_origin = (offset_s + (offset + value) / freq) * 1e9`.
     pub fn ctf_offset(&self) -> (i64, u64) {
         let freq = self.freq_hz.max(1) as i128;
-        let origin_cycles = self.ref_realtime_ns as i128 * freq / 1_000_000_000 - self.ref_ticks as i128;
+        let origin_cycles =
+            self.ref_realtime_ns as i128 * freq / 1_000_000_000 - self.ref_ticks as i128;
         let offset_s = origin_cycles.div_euclid(freq);
         let offset = origin_cycles.rem_euclid(freq);
         (offset_s as i64, offset as u64)
@@ -81,8 +82,13 @@ mod tests {
         let (s, off) = m.ctf_offset();
         assert!(off < m.freq_hz);
         for t in [m.ref_ticks, m.ref_ticks + 2_400_000_000 * 7 + 5] {
-            let ctf_ns = (s as i128 * 1_000_000_000) + (off as i128 + t as i128) * 1_000_000_000 / m.freq_hz as i128;
-            assert!((ctf_ns - m.realtime_ns(t)).abs() <= 1, "{ctf_ns} vs {}", m.realtime_ns(t));
+            let ctf_ns = (s as i128 * 1_000_000_000)
+                + (off as i128 + t as i128) * 1_000_000_000 / m.freq_hz as i128;
+            assert!(
+                (ctf_ns - m.realtime_ns(t)).abs() <= 1,
+                "{ctf_ns} vs {}",
+                m.realtime_ns(t)
+            );
         }
     }
 

@@ -64,7 +64,16 @@ pub struct Lost {
 impl Lost {
     /// Saturating: writer counters are guest-written and may be anything.
     pub fn total(&self) -> u64 {
-        [self.full, self.too_big, self.nested, self.overwritten, self.torn, self.corrupt].iter().fold(0u64, |a, &b| a.saturating_add(b))
+        [
+            self.full,
+            self.too_big,
+            self.nested,
+            self.overwritten,
+            self.torn,
+            self.corrupt,
+        ]
+        .iter()
+        .fold(0u64, |a, &b| a.saturating_add(b))
     }
 
     /// Saturating, as [`Lost::total`].
@@ -132,7 +141,11 @@ impl EventLayout {
             fields: c
                 .fields
                 .iter()
-                .map(|f| FieldLayout { name: f.name.clone(), ty: f.ty.name(), hex: f.hex })
+                .map(|f| FieldLayout {
+                    name: f.name.clone(),
+                    ty: f.ty.name(),
+                    hex: f.hex,
+                })
                 .collect(),
         }
     }
@@ -142,7 +155,13 @@ impl EventLayout {
         let fields = self
             .fields
             .iter()
-            .map(|f| Some(Field { name: f.name.clone(), ty: FieldType::parse(&f.ty)?, hex: f.hex }))
+            .map(|f| {
+                Some(Field {
+                    name: f.name.clone(),
+                    ty: FieldType::parse(&f.ty)?,
+                    hex: f.hex,
+                })
+            })
             .collect::<Option<Vec<_>>>()?;
         Some(EventClass::new(self.id, stream, self.name.clone(), fields))
     }

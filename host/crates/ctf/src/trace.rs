@@ -70,11 +70,17 @@ pub struct CtfWriter {
 }
 
 fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
-    move |source| CtfError::Create { path: path.display().to_string(), source }
+    move |source| CtfError::Create {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
-    move |source| CtfError::Write { path: path.display().to_string(), source }
+    move |source| CtfError::Write {
+        path: path.display().to_string(),
+        source,
+    }
 }
 
 /// Replaces `dir/name` with `bytes` through a hidden temporary file.
@@ -85,7 +91,11 @@ pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CtfE
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(create_err(&tmp)(e)),
         _ => {}
     }
-    let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp).map_err(create_err(&tmp))?;
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(create_err(&tmp))?;
     f.write_all(bytes).map_err(write_err(&tmp))?;
     f.sync_data().map_err(write_err(&tmp))?;
     fs::rename(&tmp, &dst).map_err(write_err(&dst))
@@ -94,7 +104,13 @@ pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CtfE
 impl CtfWriter {
     /// A writer into `root`, which must exist. `uuid` names the trace (the
     /// region's uuid).
-    pub fn new(root: &Path, uuid: [u8; 16], clock: ClockMapping, env: TraceEnv, nr_channels: u32) -> CtfWriter {
+    pub fn new(
+        root: &Path,
+        uuid: [u8; 16],
+        clock: ClockMapping,
+        env: TraceEnv,
+        nr_channels: u32,
+    ) -> CtfWriter {
         let mut clock_uuid = uuid;
         clock_uuid[0] ^= 0xc1;
         clock_uuid[15] ^= 0x0c;
@@ -133,10 +149,23 @@ impl CtfWriter {
         Ok(())
     }
 
-    fn write_stream_metadata(&mut self, stream: u32, classes: &EventClasses) -> Result<(), CtfError> {
-        let desc = TraceDesc { uuid: &self.uuid, clock_uuid: &self.clock_uuid, clock: &self.clock, env: &self.env };
+    fn write_stream_metadata(
+        &mut self,
+        stream: u32,
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        let desc = TraceDesc {
+            uuid: &self.uuid,
+            clock_uuid: &self.clock_uuid,
+            clock: &self.clock,
+            env: &self.env,
+        };
         let text = tsdl::metadata(&desc, stream, classes.stream(stream));
-        write_atomically(&self.root.join(stream_dir(stream)), "metadata", text.as_bytes())?;
+        write_atomically(
+            &self.root.join(stream_dir(stream)),
+            "metadata",
+            text.as_bytes(),
+        )?;
         self.metadata_generation[stream as usize] = Some(classes.generation());
         Ok(())
     }
@@ -161,15 +190,25 @@ impl CtfWriter {
         if slot.is_none() {
             let rel = format!("{}/{}", stream_dir(stream), stream_file_name(stream, chan));
             let path = self.root.join(&rel);
-            let f = OpenOptions::new().write(true).create_new(true).open(&path).map_err(create_err(&path))?;
-            *slot = Some(StreamFile { rel, out: BufWriter::with_capacity(STREAM_BUFFER, f) });
+            let f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(create_err(&path))?;
+            *slot = Some(StreamFile {
+                rel,
+                out: BufWriter::with_capacity(STREAM_BUFFER, f),
+            });
         }
         Ok(())
     }
 
     /// Relative path of channel `chan`'s stream file, if it was created.
     pub fn file_of(&self, chan: u32) -> Option<&str> {
-        self.files.get(chan as usize)?.as_ref().map(|f| f.rel.as_str())
+        self.files
+            .get(chan as usize)?
+            .as_ref()
+            .map(|f| f.rel.as_str())
     }
 
     /// Flushes every stream file and rewrites the metadata.
@@ -192,11 +231,21 @@ impl CtfWriter {
 impl PacketSink for CtfWriter {
     type Error = CtfError;
 
-    fn packet(&mut self, chan: u32, stream: u32, bytes: &[u8], classes: &EventClasses) -> Result<(), CtfError> {
+    fn packet(
+        &mut self,
+        chan: u32,
+        stream: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
         self.ensure_metadata(stream, classes)?;
         self.stream_file(chan, stream)?;
-        let f = self.files[chan as usize].as_mut().expect("created by stream_file");
+        let f = self.files[chan as usize]
+            .as_mut()
+            .expect("created by stream_file");
         let root = &self.root;
-        f.out.write_all(bytes).map_err(|e| write_err(&root.join(&f.rel))(e))
+        f.out
+            .write_all(bytes)
+            .map_err(|e| write_err(&root.join(&f.rel))(e))
     }
 }

@@ -61,7 +61,15 @@ pub fn escape(s: &str) -> String {
 
 /// `env` keys must be identifiers.
 fn env_key(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 /// The `domain` env value of a stream class, as LTTng names them.
@@ -123,7 +131,11 @@ fn write_env(t: &mut String, env: &TraceEnv, stream: u32) {
     let _ = writeln!(t, "\ttracer_major = {};", env.tracer_major);
     let _ = writeln!(t, "\ttracer_minor = {};", env.tracer_minor);
     let _ = writeln!(t, "\ttrace_name = \"{}\";", escape(&env.trace_name));
-    let _ = writeln!(t, "\ttrace_creation_datetime = \"{}\";", escape(&env.creation_datetime));
+    let _ = writeln!(
+        t,
+        "\ttrace_creation_datetime = \"{}\";",
+        escape(&env.creation_datetime)
+    );
     for (key, value) in &env.extra {
         match value {
             EnvValue::Str(s) => writeln!(t, "\t{} = \"{}\";", env_key(key), escape(s)),
@@ -248,17 +260,47 @@ mod tests {
 
     #[test]
     fn metadata_declares_every_field_type() {
-        let f = |name: &str, ty, hex| Field { name: name.into(), ty, hex };
+        let f = |name: &str, ty, hex| Field {
+            name: name.into(),
+            ty,
+            hex,
+        };
         let mut classes = StreamClasses::default();
         classes.insert(EventClass::new(
             3,
             1,
             "x:y".into(),
-            vec![f("a", FieldType::S16, false), f("h", FieldType::U64, true), f("d", FieldType::Bytes, false), f("s", FieldType::String, false), f("c", FieldType::Chars(16), false)],
+            vec![
+                f("a", FieldType::S16, false),
+                f("h", FieldType::U64, true),
+                f("d", FieldType::Bytes, false),
+                f("s", FieldType::String, false),
+                f("c", FieldType::Chars(16), false),
+            ],
         ));
-        let clock = ClockMapping { freq_hz: 1_000_000_000, ref_ticks: 0, ref_realtime_ns: 0, error_ns: 1, method: "m".into(), coarse: false, samples: 1 };
-        let env = TraceEnv { hostname: "h".into(), trace_name: "t".into(), creation_datetime: "d".into(), tracer_major: 0, tracer_minor: 1, extra: vec![("ivtrace_x".into(), EnvValue::Int(5))] };
-        let desc = TraceDesc { uuid: "u", clock_uuid: "c", clock: &clock, env: &env };
+        let clock = ClockMapping {
+            freq_hz: 1_000_000_000,
+            ref_ticks: 0,
+            ref_realtime_ns: 0,
+            error_ns: 1,
+            method: "m".into(),
+            coarse: false,
+            samples: 1,
+        };
+        let env = TraceEnv {
+            hostname: "h".into(),
+            trace_name: "t".into(),
+            creation_datetime: "d".into(),
+            tracer_major: 0,
+            tracer_minor: 1,
+            extra: vec![("ivtrace_x".into(), EnvValue::Int(5))],
+        };
+        let desc = TraceDesc {
+            uuid: "u",
+            clock_uuid: "c",
+            clock: &clock,
+            env: &env,
+        };
         let text = metadata(&desc, 1, &classes);
         assert!(text.starts_with("/* CTF 1.8 */\n"));
         for needle in [

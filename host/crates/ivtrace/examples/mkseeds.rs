@@ -19,7 +19,12 @@ fn trim(mut b: Vec<u8>) -> Vec<u8> {
 fn region(mode: u32, events: u64, open_tail: bool) -> Vec<u8> {
     let mut r = RegionBuilder::new(2, 2, 4096).mode(mode).build_region();
     r.register_loadgen(0);
-    r.register(1, 1, "text", &[("s", abi::IVT_FT_STRING, 0), ("c", abi::IVT_FT_CHARS, 8)]);
+    r.register(
+        1,
+        1,
+        "text",
+        &[("s", abi::IVT_FT_STRING, 0), ("c", abi::IVT_FT_CHARS, 8)],
+    );
     r.register(1, 40, "ext", &[("x", abi::IVT_FT_U16, 0)]);
     for i in 0..events {
         let c = (i % 2) as u32;
@@ -27,7 +32,12 @@ fn region(mode: u32, events: u64, open_tail: bool) -> Vec<u8> {
         match i % 4 {
             0 => r.emit(c, ts, 1, &[&b"msg\xff\0"[..], b"comm\0\0\0\0"].concat()),
             1 => r.emit(c, ts, 40, &7u16.to_le_bytes()),
-            _ => r.emit(c, ts, 0, &TestRegion::loadgen_payload(c as u16, i, &vec![3; (i % 9) as usize])),
+            _ => r.emit(
+                c,
+                ts,
+                0,
+                &TestRegion::loadgen_payload(c as u16, i, &vec![3; (i % 9) as usize]),
+            ),
         };
     }
     if !open_tail {
@@ -53,7 +63,11 @@ fn packets() -> Vec<Vec<u8>> {
     let at = r.subbuf_offset(0, 0);
     let full = r.bytes[at..at + 4096].to_vec();
     let content = abi::le_u64(&full, abi::pkt::CONTENT_SIZE) as usize / 8;
-    vec![full[..content].to_vec(), full[..content / 2].to_vec(), full[..abi::PACKET_HDR_SIZE + 4].to_vec()]
+    vec![
+        full[..content].to_vec(),
+        full[..content / 2].to_vec(),
+        full[..abi::PACKET_HDR_SIZE + 4].to_vec(),
+    ]
 }
 
 fn main() {
@@ -61,7 +75,10 @@ fn main() {
     let root = Path::new(&root);
     let seeds = [
         ("model-discard", region(abi::IVT_MODE_DISCARD, 300, false)),
-        ("model-overwrite", region(abi::IVT_MODE_OVERWRITE, 700, false)),
+        (
+            "model-overwrite",
+            region(abi::IVT_MODE_OVERWRITE, 700, false),
+        ),
         ("model-open", region(abi::IVT_MODE_DISCARD, 90, true)),
         ("model-empty", region(abi::IVT_MODE_DISCARD, 0, false)),
     ];

@@ -124,8 +124,20 @@ mod tests {
 
     #[test]
     fn record_takes_shm_output_and_duration() {
-        let cli = Cli::try_parse_from(["ivtrace", "record", "--shm", "/dev/shm/x", "-o", "out", "--duration", "1.5"]).unwrap();
-        let Command::Record(a) = cli.command else { panic!("not record") };
+        let cli = Cli::try_parse_from([
+            "ivtrace",
+            "record",
+            "--shm",
+            "/dev/shm/x",
+            "-o",
+            "out",
+            "--duration",
+            "1.5",
+        ])
+        .unwrap();
+        let Command::Record(a) = cli.command else {
+            panic!("not record")
+        };
         assert_eq!(a.duration, Some(1.5));
         assert!(!a.force);
     }

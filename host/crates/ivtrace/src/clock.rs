@@ -32,7 +32,9 @@ pub fn estimator_for(header: &Header) -> Box<dyn ClockEstimator> {
     if header.is_loopback() && tsc_available() {
         Box::new(LoopbackTscFit::start(header.clock))
     } else {
-        Box::new(HeaderReference { clock: header.clock })
+        Box::new(HeaderReference {
+            clock: header.clock,
+        })
     }
 }
 
@@ -44,7 +46,11 @@ pub struct HeaderReference {
 impl ClockEstimator for HeaderReference {
     fn initial(&self) -> ClockMapping {
         ClockMapping {
-            freq_hz: if self.clock.freq_hz == 0 { 1_000_000_000 } else { self.clock.freq_hz },
+            freq_hz: if self.clock.freq_hz == 0 {
+                1_000_000_000
+            } else {
+                self.clock.freq_hz
+            },
             ref_ticks: self.clock.ref_ticks,
             ref_realtime_ns: self.clock.ref_realtime_ns,
             error_ns: COARSE_ERROR_NS,
@@ -91,7 +97,9 @@ fn rdtsc() -> u64 {
 }
 
 fn realtime_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The sample of a burst whose two rdtsc are closest together.
@@ -101,7 +109,11 @@ pub fn min_gap_sample() -> Sample {
             let t0 = rdtsc();
             let rt = realtime_ns();
             let t1 = rdtsc();
-            Sample { tsc: t0 + (t1.saturating_sub(t0)) / 2, realtime_ns: rt, gap_ticks: t1.saturating_sub(t0) }
+            Sample {
+                tsc: t0 + (t1.saturating_sub(t0)) / 2,
+                realtime_ns: rt,
+                gap_ticks: t1.saturating_sub(t0),
+            }
         })
         .min_by_key(|s| s.gap_ticks)
         .expect("BURST > 0")
@@ -115,7 +127,10 @@ pub struct LoopbackTscFit {
 
 impl LoopbackTscFit {
     pub fn start(header: ClockRef) -> LoopbackTscFit {
-        LoopbackTscFit { header, start: min_gap_sample() }
+        LoopbackTscFit {
+            header,
+            start: min_gap_sample(),
+        }
     }
 
     fn header_freq(&self) -> u64 {
@@ -174,9 +189,20 @@ mod tests {
 
     #[test]
     fn header_reference_is_marked_coarse() {
-        let m = HeaderReference { clock: ClockRef { freq_hz: 0, source: 1, ref_ticks: 5, ref_realtime_ns: 7 } }.initial();
+        let m = HeaderReference {
+            clock: ClockRef {
+                freq_hz: 0,
+                source: 1,
+                ref_ticks: 5,
+                ref_realtime_ns: 7,
+            },
+        }
+        .initial();
         assert!(m.coarse);
-        assert_eq!((m.freq_hz, m.ref_ticks, m.ref_realtime_ns), (1_000_000_000, 5, 7));
+        assert_eq!(
+            (m.freq_hz, m.ref_ticks, m.ref_realtime_ns),
+            (1_000_000_000, 5, 7)
+        );
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -186,7 +212,13 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let b = min_gap_sample();
         assert!(b.tsc > a.tsc && b.realtime_ns > a.realtime_ns);
-        let mut fit = LoopbackTscFit { header: ClockRef { freq_hz: 1, ..Default::default() }, start: a };
+        let mut fit = LoopbackTscFit {
+            header: ClockRef {
+                freq_hz: 1,
+                ..Default::default()
+            },
+            start: a,
+        };
         fit.start.realtime_ns -= MIN_FIT_SPAN_NS; // pretend a long recording
         let m = fit.finish();
         assert_eq!(m.method, "loopback-tsc-fit");

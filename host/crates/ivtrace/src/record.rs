@@ -2,7 +2,7 @@
 //! closed or the user stops, flush what was committed, summarize.
 
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::sleep;
@@ -52,27 +52,41 @@ impl StopReason {
 fn install_stop_flag() -> Result<Arc<AtomicBool>> {
     let flag = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag)).context("cannot install signal handlers")?;
-        signal_hook::flag::register(sig, Arc::clone(&flag)).context("cannot install signal handlers")?;
+        signal_hook::flag::register_conditional_shutdown(sig, 130, Arc::clone(&flag))
+            .context("cannot install signal handlers")?;
+        signal_hook::flag::register(sig, Arc::clone(&flag))
+            .context("cannot install signal handlers")?;
     }
     Ok(flag)
 }
 
 /// Errors that mean "not yet": the file may still be created or formatted.
 fn is_transient(e: &RegionError) -> bool {
-    matches!(e, RegionError::Missing { .. } | RegionError::TooSmall { .. } | RegionError::NotFormatted | RegionError::SizeMismatch { .. })
+    matches!(
+        e,
+        RegionError::Missing { .. }
+            | RegionError::TooSmall { .. }
+            | RegionError::NotFormatted
+            | RegionError::SizeMismatch { .. }
+    )
 }
 
 /// Opens the region, waiting (and saying so) while it does not exist or
 /// is not formatted. None if stopped while waiting.
-fn wait_for_region(shm: &Path, stop: &AtomicBool, deadline: Option<Instant>) -> Result<Option<Region>> {
+fn wait_for_region(
+    shm: &Path,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+) -> Result<Option<Region>> {
     let mut last_said = String::new();
     loop {
         match Region::open(shm, Access::ReadWrite) {
             Ok(r) => return Ok(Some(r)),
             Err(e) if is_transient(&e) => {
                 let msg = match e {
-                    RegionError::Missing { .. } => format!("waiting for {} to appear (start the writer)", shm.display()),
+                    RegionError::Missing { .. } => {
+                        format!("waiting for {} to appear (start the writer)", shm.display())
+                    }
                     _ => format!("waiting for a writer to format {} ({e})", shm.display()),
                 };
                 if msg != last_said {
@@ -80,7 +94,9 @@ fn wait_for_region(shm: &Path, stop: &AtomicBool, deadline: Option<Instant>) -> 
                     last_said = msg;
                 }
             }
-            Err(e) => return Err(e).with_context(|| format!("cannot use region {}", shm.display())),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot use region {}", shm.display()))
+            }
         }
         if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(None);
@@ -99,7 +115,9 @@ fn progress_bar() -> Option<ProgressBar> {
         return None;
     }
     let pb = ProgressBar::new_spinner();
-    pb.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("valid template"));
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed} {msg}").expect("valid template"),
+    );
     Some(pb)
 }
 
@@ -138,7 +156,9 @@ impl Loop<'_> {
             self.bytes += pass.bytes;
             heartbeat += 1;
             // Relaxed: a liveness counter; writers only compare values.
-            self.reader.region().store_relaxed_u64(abi::hdr::HOST_HEARTBEAT as u64, heartbeat);
+            self.reader
+                .region()
+                .store_relaxed_u64(abi::hdr::HOST_HEARTBEAT as u64, heartbeat);
             if let Some(reason) = ending {
                 return Ok(reason);
             }
@@ -151,14 +171,21 @@ impl Loop<'_> {
             // Pairs with the store-release of state in ivt_region_close()
             // (guest/lib): every packet committed before it is visible to
             // the next drain pass, which is the last.
-            if self.reader.region().load_acquire_u32(abi::hdr::STATE as u64) == abi::IVT_STATE_CLOSED {
+            if self
+                .reader
+                .region()
+                .load_acquire_u32(abi::hdr::STATE as u64)
+                == abi::IVT_STATE_CLOSED
+            {
                 ending = Some(StopReason::Closed);
                 continue;
             }
             if last_slow.elapsed() >= SLOW_CHECK {
                 last_slow = Instant::now();
                 if !self.reader.region().still_formatted() {
-                    eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
+                    eprintln!(
+                        "ivtrace: warning: the region was withdrawn (reformatting); stopping"
+                    );
                     return Ok(StopReason::Withdrawn);
                 }
                 if loopback && !owner_alive(region_owner) {
@@ -179,9 +206,14 @@ impl Loop<'_> {
 
     fn show_progress(&mut self) {
         if let Some(pb) = &self.progress {
-            let events: u64 = (0..self.reader.nr_channels()).map(|c| self.reader.channel_stats(c).events).sum();
+            let events: u64 = (0..self.reader.nr_channels())
+                .map(|c| self.reader.channel_stats(c).events)
+                .sum();
             self.events_hint = events;
-            pb.set_message(format!("{events} events, {:.1} MB", self.bytes as f64 / 1e6));
+            pb.set_message(format!(
+                "{events} events, {:.1} MB",
+                self.bytes as f64 / 1e6
+            ));
             pb.tick();
         }
     }
@@ -191,26 +223,50 @@ impl Loop<'_> {
 pub fn run(args: &RecordArgs) -> Result<u64> {
     let out = session::prepare_output(&args.output, args.force)?;
     let stop = install_stop_flag()?;
-    let deadline = args.duration.map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    let deadline = args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     let Some(region) = wait_for_region(&args.shm, &stop, deadline)? else {
-        eprintln!("ivtrace: stopped before {} became a valid region; nothing recorded", args.shm.display());
+        eprintln!(
+            "ivtrace: stopped before {} became a valid region; nothing recorded",
+            args.shm.display()
+        );
         return Ok(0);
     };
     raise_file_limit();
     record_region(region, &args.shm, &out, &stop, deadline, args.json)
 }
 
-fn record_region(region: Region, shm: &Path, out: &PathBuf, stop: &AtomicBool, deadline: Option<Instant>, json: bool) -> Result<u64> {
+fn record_region(
+    region: Region,
+    shm: &Path,
+    out: &Path,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+    json: bool,
+) -> Result<u64> {
     let mut estimator = clock::estimator_for(region.header());
     let initial = estimator.initial();
     let started = Instant::now();
     let writer = session::ctf_writer(&region, out, &initial);
-    let mut lp = Loop { reader: Reader::new(region), writer, stop, deadline, progress: progress_bar(), events_hint: 0, bytes: 0 };
+    let mut lp = Loop {
+        reader: Reader::new(region),
+        writer,
+        stop,
+        deadline,
+        progress: progress_bar(),
+        events_hint: 0,
+        bytes: 0,
+    };
     let reason = lp.run()?;
     if let Some(pb) = &lp.progress {
         pb.finish_and_clear();
     }
-    let Loop { mut reader, mut writer, .. } = lp;
+    let Loop {
+        mut reader,
+        mut writer,
+        ..
+    } = lp;
     reader.flush_partial(&mut writer)?;
     reader.finish(&mut writer)?;
     let elapsed = started.elapsed();
@@ -218,7 +274,15 @@ fn record_region(region: Region, shm: &Path, out: &PathBuf, stop: &AtomicBool, d
     writer.set_clock(clock.clone());
     writer.set_env(session::trace_env(reader.region(), out, &clock));
     writer.finish(reader.classes())?;
-    let sidecar = session::build_sidecar(&reader, &writer, shm, "record", &clock, elapsed, reason.describe());
+    let sidecar = session::build_sidecar(
+        &reader,
+        &writer,
+        shm,
+        "record",
+        &clock,
+        elapsed,
+        reason.describe(),
+    );
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out, json)?;
     Ok(sidecar.channels.iter().map(|c| c.events).sum())

@@ -77,7 +77,8 @@ fn read_sidecar(dir: &Path) -> Result<Sidecar> {
         message: format!("cannot read {}: {e}", path.display()),
         hint: "pass a directory written by `ivtrace record` or `ivtrace snapshot`".into(),
     })?;
-    serde_json::from_slice(&text).with_context(|| format!("{} is not an ivtrace sidecar", path.display()))
+    serde_json::from_slice(&text)
+        .with_context(|| format!("{} is not an ivtrace sidecar", path.display()))
 }
 
 /// Reads the next packet of a stream file into `buf`; false at the end.
@@ -89,7 +90,10 @@ fn next_packet(f: &mut impl Read, buf: &mut Vec<u8>) -> Result<bool> {
     }
     let h = PacketHeader::parse(buf);
     let size = h.packet_size / 8;
-    if h.packet_size % 8 != 0 || size < abi::PACKET_HDR_SIZE as u64 || size > abi::IVT_SUBBUF_MAX as u64 {
+    if !h.packet_size.is_multiple_of(8)
+        || size < abi::PACKET_HDR_SIZE as u64
+        || size > abi::IVT_SUBBUF_MAX as u64
+    {
         bail!("packet_size {} bits is not valid", h.packet_size);
     }
     buf.resize(size as usize, 0);
@@ -97,14 +101,30 @@ fn next_packet(f: &mut impl Read, buf: &mut Vec<u8>) -> Result<bool> {
     Ok(true)
 }
 
-fn walk_channel(dir: &Path, stream: u32, chan: u32, classes: &EventClasses, counts: &mut Counts) -> Result<ChannelReport> {
+fn walk_channel(
+    dir: &Path,
+    stream: u32,
+    chan: u32,
+    classes: &EventClasses,
+    counts: &mut Counts,
+) -> Result<ChannelReport> {
     let rel = format!("{}/{}", stream_dir(stream), stream_file_name(stream, chan));
     let path = dir.join(&rel);
-    let mut f = BufReader::with_capacity(1 << 20, File::open(&path).with_context(|| format!("cannot open {}", path.display()))?);
-    let mut r = ChannelReport { channel: chan, file: rel, ..Default::default() };
+    let mut f = BufReader::with_capacity(
+        1 << 20,
+        File::open(&path).with_context(|| format!("cannot open {}", path.display()))?,
+    );
+    let mut r = ChannelReport {
+        channel: chan,
+        file: rel,
+        ..Default::default()
+    };
     let mut buf = Vec::new();
-    while next_packet(&mut f, &mut buf).with_context(|| format!("{}: packet {}", path.display(), r.packets))? {
-        let (h, s) = walk_own_packet(&mut buf, classes, counts).with_context(|| format!("{}: packet {}", path.display(), r.packets))?;
+    while next_packet(&mut f, &mut buf)
+        .with_context(|| format!("{}: packet {}", path.display(), r.packets))?
+    {
+        let (h, s) = walk_own_packet(&mut buf, classes, counts)
+            .with_context(|| format!("{}: packet {}", path.display(), r.packets))?;
         r.packets += 1;
         r.events += s.events;
         r.bytes += buf.len() as u64;
@@ -131,7 +151,10 @@ fn ratio(a: f64, b: f64) -> f64 {
 pub fn build(dir: &Path) -> Result<Report> {
     let sidecar = read_sidecar(dir)?;
     let classes = sidecar.event_classes();
-    let mut counts = [Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]), Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize])];
+    let mut counts = [
+        Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]),
+        Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]),
+    ];
     let mut channels = Vec::new();
     let mut lost = Lost::default();
     for c in &sidecar.channels {
@@ -140,7 +163,13 @@ pub fn build(dir: &Path) -> Result<Report> {
             continue;
         }
         let stream = c.stream_class.min(1);
-        let mut r = walk_channel(dir, stream, c.channel, &classes, &mut counts[stream as usize])?;
+        let mut r = walk_channel(
+            dir,
+            stream,
+            c.channel,
+            &classes,
+            &mut counts[stream as usize],
+        )?;
         let span = match (r.first_ts, r.last_ts) {
             (Some(a), Some(b)) => sidecar.clock.ticks_to_ns(b - a) / 1e9,
             _ => 0.0,
@@ -162,7 +191,9 @@ pub fn build(dir: &Path) -> Result<Report> {
     Ok(Report {
         trace_uuid: sidecar.trace_uuid.clone(),
         events,
-        discarded: channels.iter().fold(0u64, |a, c| a.saturating_add(c.discarded)),
+        discarded: channels
+            .iter()
+            .fold(0u64, |a, c| a.saturating_add(c.discarded)),
         lost_by_reason: lost,
         lost_no_channel: sidecar.lost_no_channel,
         first_realtime_ns: first.map(|t| sidecar.clock.realtime_ns(t)),
@@ -180,26 +211,64 @@ fn event_types(classes: &EventClasses, counts: &[Counts; 2]) -> Vec<EventTypeRep
     let mut out = Vec::new();
     for stream in 0..2u32 {
         for class in classes.stream(stream).iter() {
-            out.push(EventTypeReport { stream_class: stream, id: class.id, name: class.name.clone(), count: counts[stream as usize].0[class.id as usize] });
+            out.push(EventTypeReport {
+                stream_class: stream,
+                id: class.id,
+                name: class.name.clone(),
+                count: counts[stream as usize].0[class.id as usize],
+            });
         }
     }
     out
 }
 
 fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
-    writeln!(out, "trace {}: {} events over {:.6} s ({}events/s), {:.1} B/event, {:.2} header B/event", r.trace_uuid, r.events, r.span_s, si(r.events_per_s), r.bytes_per_event, r.header_bytes_per_event)?;
+    writeln!(
+        out,
+        "trace {}: {} events over {:.6} s ({}events/s), {:.1} B/event, {:.2} header B/event",
+        r.trace_uuid,
+        r.events,
+        r.span_s,
+        si(r.events_per_s),
+        r.bytes_per_event,
+        r.header_bytes_per_event
+    )?;
     if let (Some(a), Some(b)) = (r.first_realtime_ns, r.last_realtime_ns) {
         writeln!(out, "time span (realtime ns since epoch): {a} .. {b}")?;
     }
     let l = &r.lost_by_reason;
     writeln!(out, "lost events: {} in CTF (events_discarded); by reason: full={} too_big={} nested={} overwritten={} torn={} corrupt={}; no_channel={}", r.discarded, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt, r.lost_no_channel)?;
-    writeln!(out, "\n  {:<8} {:>4} {:<32} {:>12}", "stream", "id", "event", "count")?;
+    writeln!(
+        out,
+        "\n  {:<8} {:>4} {:<32} {:>12}",
+        "stream", "id", "event", "count"
+    )?;
     for e in &r.event_types {
-        writeln!(out, "  {:<8} {:>4} {:<32} {:>12}", stream_dir(e.stream_class), e.id, e.name, e.count)?;
+        writeln!(
+            out,
+            "  {:<8} {:>4} {:<32} {:>12}",
+            stream_dir(e.stream_class),
+            e.id,
+            e.name,
+            e.count
+        )?;
     }
-    writeln!(out, "\n  {:<20} {:>12} {:>8} {:>10} {:>14} {:>8}", "channel", "events", "packets", "discarded", "rate", "B/ev")?;
+    writeln!(
+        out,
+        "\n  {:<20} {:>12} {:>8} {:>10} {:>14} {:>8}",
+        "channel", "events", "packets", "discarded", "rate", "B/ev"
+    )?;
     for c in &r.channels {
-        writeln!(out, "  {:<20} {:>12} {:>8} {:>10} {:>10}ev/s {:>8.1}", c.file, c.events, c.packets, c.discarded, si(c.events_per_s), c.bytes_per_event)?;
+        writeln!(
+            out,
+            "  {:<20} {:>12} {:>8} {:>10} {:>10}ev/s {:>8.1}",
+            c.file,
+            c.events,
+            c.packets,
+            c.discarded,
+            si(c.events_per_s),
+            c.bytes_per_event
+        )?;
     }
     Ok(())
 }

@@ -11,7 +11,9 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use thiserror::Error;
 
-use ivtrace_ctf::sidecar::{ChannelSummary, Lost, Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME};
+use ivtrace_ctf::sidecar::{
+    ChannelSummary, Lost, Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME,
+};
 use ivtrace_ctf::trace::stream_dir;
 use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue, TraceEnv};
 use ivtrace_ring::meta::MetaStats;
@@ -32,11 +34,16 @@ pub struct UserError {
 /// which case only ivtrace's own entries are removed.
 pub fn prepare_output(dir: &Path, force: bool) -> Result<PathBuf> {
     if !dir.exists() {
-        fs::create_dir_all(dir).with_context(|| format!("cannot create output directory {}", dir.display()))?;
+        fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create output directory {}", dir.display()))?;
         return Ok(dir.to_path_buf());
     }
     if !dir.is_dir() {
-        return Err(UserError { message: format!("{} exists and is not a directory", dir.display()), hint: "pass a directory path to -o".into() }.into());
+        return Err(UserError {
+            message: format!("{} exists and is not a directory", dir.display()),
+            hint: "pass a directory path to -o".into(),
+        }
+        .into());
     }
     let entries: Vec<String> = fs::read_dir(dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
@@ -47,8 +54,14 @@ pub fn prepare_output(dir: &Path, force: bool) -> Result<PathBuf> {
     }
     if !force {
         return Err(UserError {
-            message: format!("output directory {} is not empty ({} entries)", dir.display(), entries.len()),
-            hint: "choose a new directory, or pass --force to replace an earlier ivtrace output there".into(),
+            message: format!(
+                "output directory {} is not empty ({} entries)",
+                dir.display(),
+                entries.len()
+            ),
+            hint:
+                "choose a new directory, or pass --force to replace an earlier ivtrace output there"
+                    .into(),
         }
         .into());
     }
@@ -64,7 +77,11 @@ fn remove_owned_entries(dir: &Path) -> Result<()> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", path.display())),
         };
-        let res = if meta.is_dir() { fs::remove_dir_all(&path) } else { fs::remove_file(&path) };
+        let res = if meta.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
         res.with_context(|| format!("cannot remove {}", path.display()))?;
     }
     Ok(())
@@ -75,7 +92,12 @@ pub fn creation_datetime(t: SystemTime) -> String {
     let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, d) = civil_from_days(days as i64);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}+0000", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}+0000",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// Gregorian date of a day number since 1970-01-01 (H. Hinnant's algorithm).
@@ -92,24 +114,52 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 }
 
 fn hostname() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname").map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
 }
 
 /// The `env` block of the traces written from `region`.
 pub fn trace_env(region: &Region, out: &Path, clock: &ClockMapping) -> TraceEnv {
     let h = region.header();
-    let trace_name = out.file_name().map_or_else(|| "ivtrace".into(), |n| n.to_string_lossy().into_owned());
-    let host = if h.is_loopback() { hostname() } else { format!("guest-{}", &h.uuid_string()[..8]) };
-    let version: Vec<i64> = env!("CARGO_PKG_VERSION").split('.').map(|p| p.parse().unwrap_or(0)).collect();
+    let trace_name = out
+        .file_name()
+        .map_or_else(|| "ivtrace".into(), |n| n.to_string_lossy().into_owned());
+    let host = if h.is_loopback() {
+        hostname()
+    } else {
+        format!("guest-{}", &h.uuid_string()[..8])
+    };
+    let version: Vec<i64> = env!("CARGO_PKG_VERSION")
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0))
+        .collect();
     let (offset_s, offset) = clock.ctf_offset();
     let extra = vec![
-        ("ivtrace_clock_method".into(), EnvValue::Str(clock.method.clone())),
-        ("ivtrace_clock_freq_hz".into(), EnvValue::Int(clock.freq_hz as i64)),
-        ("ivtrace_clock_error_ns".into(), EnvValue::Int(clock.error_ns.min(i64::MAX as u64) as i64)),
-        ("ivtrace_clock_coarse".into(), EnvValue::Int(clock.coarse as i64)),
+        (
+            "ivtrace_clock_method".into(),
+            EnvValue::Str(clock.method.clone()),
+        ),
+        (
+            "ivtrace_clock_freq_hz".into(),
+            EnvValue::Int(clock.freq_hz as i64),
+        ),
+        (
+            "ivtrace_clock_error_ns".into(),
+            EnvValue::Int(clock.error_ns.min(i64::MAX as u64) as i64),
+        ),
+        (
+            "ivtrace_clock_coarse".into(),
+            EnvValue::Int(clock.coarse as i64),
+        ),
         ("ivtrace_clock_offset_s".into(), EnvValue::Int(offset_s)),
-        ("ivtrace_clock_offset_cycles".into(), EnvValue::Int(offset as i64)),
-        ("ivtrace_region_features".into(), EnvValue::Int(h.features as i64)),
+        (
+            "ivtrace_clock_offset_cycles".into(),
+            EnvValue::Int(offset as i64),
+        ),
+        (
+            "ivtrace_region_features".into(),
+            EnvValue::Int(h.features as i64),
+        ),
     ];
     TraceEnv {
         hostname: host,
@@ -124,7 +174,13 @@ pub fn trace_env(region: &Region, out: &Path, clock: &ClockMapping) -> TraceEnv 
 /// A fresh writer for `region` into `out`.
 pub fn ctf_writer(region: &Region, out: &Path, clock: &ClockMapping) -> CtfWriter {
     let env = trace_env(region, out, clock);
-    CtfWriter::new(out, region.header().uuid, clock.clone(), env, region.layout().nr_channels)
+    CtfWriter::new(
+        out,
+        region.header().uuid,
+        clock.clone(),
+        env,
+        region.layout().nr_channels,
+    )
 }
 
 /// Counters of one channel, as the sidecar stores them.
@@ -172,7 +228,15 @@ fn meta_counters(m: &MetaStats) -> BTreeMap<String, u64> {
 }
 
 /// Everything about a finished run, for the sidecar and the summary.
-pub fn build_sidecar(reader: &Reader, writer: &CtfWriter, shm: &Path, mode: &str, clock: &ClockMapping, elapsed: Duration, stop_reason: &str) -> Sidecar {
+pub fn build_sidecar(
+    reader: &Reader,
+    writer: &CtfWriter,
+    shm: &Path,
+    mode: &str,
+    clock: &ClockMapping,
+    elapsed: Duration,
+    stop_reason: &str,
+) -> Sidecar {
     let h = reader.region().header();
     let l = h.layout;
     let region = json!({
@@ -193,7 +257,9 @@ pub fn build_sidecar(reader: &Reader, writer: &CtfWriter, shm: &Path, mode: &str
         .map(|s| StreamLayout::from_classes(s, stream_dir(s), reader.classes().stream(s)))
         .collect();
     // Relaxed: a statistics counter.
-    let lost_no_channel = reader.region().load_relaxed_u64(abi::hdr::LOST_NO_CHANNEL as u64);
+    let lost_no_channel = reader
+        .region()
+        .load_relaxed_u64(abi::hdr::LOST_NO_CHANNEL as u64);
     Sidecar {
         format: SIDECAR_FORMAT.into(),
         tracer_version: env!("CARGO_PKG_VERSION").into(),
@@ -202,7 +268,10 @@ pub fn build_sidecar(reader: &Reader, writer: &CtfWriter, shm: &Path, mode: &str
         region: serde_json::from_value(region).expect("an object"),
         clock: clock.clone(),
         streams,
-        channels: (0..reader.nr_channels()).map(|c| channel_summary(reader, writer, c)).filter(|c| c.packets > 0 || c.lost.total() > 0 || !c.skipped_packets.is_empty()).collect(),
+        channels: (0..reader.nr_channels())
+            .map(|c| channel_summary(reader, writer, c))
+            .filter(|c| c.packets > 0 || c.lost.total() > 0 || !c.skipped_packets.is_empty())
+            .collect(),
         lost_no_channel,
         elapsed_s: elapsed.as_secs_f64(),
         stop_reason: stop_reason.into(),
@@ -217,7 +286,9 @@ pub fn build_sidecar(reader: &Reader, writer: &CtfWriter, shm: &Path, mode: &str
 pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
     let region = Region::from_bytes(bytes, Access::ReadWrite)?;
     fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let clock = crate::clock::HeaderReference { clock: region.header().clock };
+    let clock = crate::clock::HeaderReference {
+        clock: region.header().clock,
+    };
     let clock = crate::clock::ClockEstimator::initial(&clock);
     let mut writer = ctf_writer(&region, out, &clock);
     let mut reader = Reader::new(region);
@@ -225,7 +296,15 @@ pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
     reader.flush_partial(&mut writer)?;
     reader.finish(&mut writer)?;
     writer.finish(reader.classes())?;
-    let sidecar = build_sidecar(&reader, &writer, Path::new("<bytes>"), "record", &clock, Duration::ZERO, "drained");
+    let sidecar = build_sidecar(
+        &reader,
+        &writer,
+        Path::new("<bytes>"),
+        "record",
+        &clock,
+        Duration::ZERO,
+        "drained",
+    );
     writer.write_sidecar(&sidecar)?;
     Ok(sidecar.channels.iter().map(|c| c.events).sum())
 }
@@ -238,7 +317,10 @@ mod tests {
     fn datetime_is_lttng_style() {
         let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         assert_eq!(creation_datetime(t), "20231114T221320+0000");
-        assert_eq!(creation_datetime(UNIX_EPOCH + Duration::from_secs(951_782_400)), "20000229T000000+0000");
+        assert_eq!(
+            creation_datetime(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "20000229T000000+0000"
+        );
     }
 
     #[test]
@@ -249,7 +331,10 @@ mod tests {
         let err = prepare_output(dir.path(), false).unwrap_err();
         assert!(err.downcast_ref::<UserError>().is_some());
         prepare_output(dir.path(), true).unwrap();
-        assert!(dir.path().join("keep.txt").exists(), "--force leaves foreign files alone");
+        assert!(
+            dir.path().join("keep.txt").exists(),
+            "--force leaves foreign files alone"
+        );
         assert!(!dir.path().join("user").exists());
     }
 }

@@ -11,7 +11,8 @@ use crate::{clock, session, summary};
 
 /// Runs `ivtrace snapshot`. Returns the number of events salvaged.
 pub fn run(args: &SnapshotArgs) -> Result<u64> {
-    let region = Region::open(&args.shm, Access::ReadOnly).with_context(|| format!("cannot use region {}", args.shm.display()))?;
+    let region = Region::open(&args.shm, Access::ReadOnly)
+        .with_context(|| format!("cannot use region {}", args.shm.display()))?;
     let out = session::prepare_output(&args.output, args.force)?;
     let started = Instant::now();
     let mut estimator = clock::estimator_for(region.header());
@@ -20,7 +21,15 @@ pub fn run(args: &SnapshotArgs) -> Result<u64> {
     let mut reader = Reader::new(region);
     reader.snapshot(&mut writer)?;
     writer.finish(reader.classes())?;
-    let sidecar = session::build_sidecar(&reader, &writer, &args.shm, "snapshot", &clock, started.elapsed(), "snapshot taken");
+    let sidecar = session::build_sidecar(
+        &reader,
+        &writer,
+        &args.shm,
+        "snapshot",
+        &clock,
+        started.elapsed(),
+        "snapshot taken",
+    );
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, &out, args.json)?;
     Ok(sidecar.channels.iter().map(|c| c.events).sum())

@@ -99,13 +99,25 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
         out_dir.display(),
         s.stop_reason
     )?;
-    writeln!(out, "  {:<10} {:>12} {:>9} {:>14} {:>10} {:>14} {:>6} {:>6}", "channel", "events", "packets", "bytes", "lost", "rate", "B/ev", "hdrB/ev")?;
+    writeln!(
+        out,
+        "  {:<10} {:>12} {:>9} {:>14} {:>10} {:>14} {:>6} {:>6}",
+        "channel", "events", "packets", "bytes", "lost", "rate", "B/ev", "hdrB/ev"
+    )?;
     for c in &s.channels {
-        let name = c.file.as_deref().and_then(|f| f.rsplit('/').next()).map_or_else(|| format!("chan{}", c.channel), str::to_string);
+        let name = c
+            .file
+            .as_deref()
+            .and_then(|f| f.rsplit('/').next())
+            .map_or_else(|| format!("chan{}", c.channel), str::to_string);
         row(&mut out, &name, c, secs)?;
     }
     row(&mut out, "total", &t, secs)?;
-    writeln!(out, "lost events: {}", lost_line(&t.lost, s.lost_no_channel))?;
+    writeln!(
+        out,
+        "lost events: {}",
+        lost_line(&t.lost, s.lost_no_channel)
+    )?;
     if !t.skipped_packets.is_empty() {
         writeln!(out, "skipped packets: {:?}", t.skipped_packets)?;
     }
@@ -113,10 +125,21 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
         writeln!(out, "partial packets flushed: {}", t.partial_packets)?;
     }
     if s.mode == "snapshot" {
-        writeln!(out, "older events already overwritten: {}", t.older_overwritten)?;
+        writeln!(
+            out,
+            "older events already overwritten: {}",
+            t.older_overwritten
+        )?;
     }
     let c = &s.clock;
-    writeln!(out, "clock: {} freq {} Hz, error <= {} ns{}", c.method, c.freq_hz, c.error_ns, if c.coarse { " (coarse)" } else { "" })?;
+    writeln!(
+        out,
+        "clock: {} freq {} Hz, error <= {} ns{}",
+        c.method,
+        c.freq_hz,
+        c.error_ns,
+        if c.coarse { " (coarse)" } else { "" }
+    )?;
     for w in &s.warnings {
         eprintln!("ivtrace: warning: {w}");
     }

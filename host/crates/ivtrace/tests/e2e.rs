@@ -17,16 +17,27 @@ fn repo() -> PathBuf {
 }
 
 fn loadgen() -> Option<PathBuf> {
-    ["bin/ivtrace-loadgen", "guest/lib/build/ivtrace-loadgen"].iter().map(|p| repo().join(p)).find(|p| p.is_file())
+    ["bin/ivtrace-loadgen", "guest/lib/build/ivtrace-loadgen"]
+        .iter()
+        .map(|p| repo().join(p))
+        .find(|p| p.is_file())
 }
 
 fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().is_ok_and(|o| o.status.success())
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }
 
 fn run(cmd: &mut Command) -> Output {
     let out = cmd.output().expect("command runs");
-    eprintln!("{cmd:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!(
+        "{cmd:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
@@ -47,14 +58,19 @@ for m in bt2.TraceCollectionMessageIterator(sys.argv[1]):
     elif type(m) is bt2._DiscardedEventsMessageConst: disc += m.count
 print(ev, disc)
 "#;
-    let out = run(Command::new("/usr/bin/python3").args(["-c", script]).arg(dir));
+    let out = run(Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(dir));
     assert!(out.status.success(), "bt2 failed to read {}", dir.display());
     let text = String::from_utf8(out.stdout).unwrap();
     if text.trim() == "no-bt2" {
         eprintln!("SKIP bt2 check: python3-bt2 is not installed");
         return None;
     }
-    let v: Vec<u64> = text.split_whitespace().map(|s| s.parse().unwrap()).collect();
+    let v: Vec<u64> = text
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
     Some((v[0], v[1]))
 }
 
@@ -65,8 +81,17 @@ fn babeltrace_events(dir: &Path) -> Option<u64> {
         return None;
     }
     let out = Command::new("babeltrace2").arg(dir).output().unwrap();
-    assert!(out.status.success(), "babeltrace2 failed: {}", String::from_utf8_lossy(&out.stderr));
-    Some(out.stdout.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count() as u64)
+    assert!(
+        out.status.success(),
+        "babeltrace2 failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(
+        out.stdout
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count() as u64,
+    )
 }
 
 fn report_json(dir: &Path) -> serde_json::Value {
@@ -79,14 +104,29 @@ fn report_json(dir: &Path) -> serde_json::Value {
 fn model_region(path: &Path, n: u64) -> (u64, u64) {
     let mut r = RegionBuilder::new(2, 2, 4096).build_region();
     r.register_loadgen(0);
-    r.register(1, 33, "demo:text", &[("msg", abi::IVT_FT_STRING, 0), ("v", abi::IVT_FT_S64, 0)]);
+    r.register(
+        1,
+        33,
+        "demo:text",
+        &[("msg", abi::IVT_FT_STRING, 0), ("v", abi::IVT_FT_S64, 0)],
+    );
     let mut kept = 0;
     for i in 0..n {
         let c = (i % 2) as u32;
         let ok = if i % 7 == 0 {
-            r.emit(c, 1000 + i * 50, 33, &[&b"hi\xff\0"[..], &(-(i as i64)).to_le_bytes()].concat())
+            r.emit(
+                c,
+                1000 + i * 50,
+                33,
+                &[&b"hi\xff\0"[..], &(-(i as i64)).to_le_bytes()].concat(),
+            )
         } else {
-            r.emit(c, 1000 + i * 50, 0, &TestRegion::loadgen_payload(c as u16, i, &[1, 2, 3]))
+            r.emit(
+                c,
+                1000 + i * 50,
+                0,
+                &TestRegion::loadgen_payload(c as u16, i, &[1, 2, 3]),
+            )
         };
         kept += ok as u64;
     }
@@ -102,7 +142,11 @@ fn record_writes_ctf_that_babeltrace2_reads_with_every_loss_counted() {
     let out = tmp.path().join("trace");
     let (kept, dropped) = model_region(&shm, 1500);
     assert!(dropped > 0);
-    let o = run(ivtrace().args(["record", "--shm"]).arg(&shm).arg("-o").arg(&out));
+    let o = run(ivtrace()
+        .args(["record", "--shm"])
+        .arg(&shm)
+        .arg("-o")
+        .arg(&out));
     assert_eq!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("{kept} events")));
     assert!(out.join("user/metadata").is_file() && out.join("ivtrace.json").is_file());
@@ -110,7 +154,10 @@ fn record_writes_ctf_that_babeltrace2_reads_with_every_loss_counted() {
     assert_eq!(rep["events"], kept);
     assert_eq!(rep["discarded"], dropped);
     if let Some(n) = babeltrace_events(&out) {
-        assert_eq!(n, kept, "babeltrace2 prints every event and ignores ivtrace.json");
+        assert_eq!(
+            n, kept,
+            "babeltrace2 prints every event and ignores ivtrace.json"
+        );
     }
     if let Some((ev, disc)) = bt2_counts(&out) {
         assert_eq!((ev, disc), (kept, dropped));
@@ -125,14 +172,29 @@ fn exit_codes_and_messages_follow_the_documentation() {
     r.close_region();
     std::fs::write(&shm, &r.bytes).unwrap();
     let out = tmp.path().join("o");
-    let o = run(ivtrace().args(["record", "--shm"]).arg(&shm).arg("-o").arg(&out));
+    let o = run(ivtrace()
+        .args(["record", "--shm"])
+        .arg(&shm)
+        .arg("-o")
+        .arg(&out));
     assert_eq!(o.status.code(), Some(1), "nothing recorded");
-    let o = run(ivtrace().args(["record", "--shm"]).arg(&shm).arg("-o").arg(tmp.path()));
+    let o = run(ivtrace()
+        .args(["record", "--shm"])
+        .arg(&shm)
+        .arg("-o")
+        .arg(tmp.path()));
     assert_eq!(o.status.code(), Some(2), "non-empty output directory");
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("ivtrace: record failed: output directory") && err.contains("hint: "), "{err}");
+    assert!(
+        err.contains("ivtrace: record failed: output directory") && err.contains("hint: "),
+        "{err}"
+    );
     std::fs::write(&shm, vec![0xabu8; 1 << 16]).unwrap();
-    let o = run(ivtrace().args(["snapshot", "--shm"]).arg(&shm).arg("-o").arg(tmp.path().join("s")));
+    let o = run(ivtrace()
+        .args(["snapshot", "--shm"])
+        .arg(&shm)
+        .arg("-o")
+        .arg(tmp.path().join("s")));
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("bad magic"));
     let o = run(ivtrace().arg("report").arg(tmp.path().join("nope")));
@@ -142,7 +204,11 @@ fn exit_codes_and_messages_follow_the_documentation() {
 #[test]
 fn record_waits_for_the_region_and_stops_after_duration() {
     let tmp = tempfile::tempdir().unwrap();
-    let o = run(ivtrace().args(["record", "--duration", "0.3", "--shm"]).arg(tmp.path().join("later")).arg("-o").arg(tmp.path().join("o")));
+    let o = run(ivtrace()
+        .args(["record", "--duration", "0.3", "--shm"])
+        .arg(tmp.path().join("later"))
+        .arg("-o")
+        .arg(tmp.path().join("o")));
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("waiting for"));
 }
@@ -157,7 +223,10 @@ fn loadgen_or_skip() -> Option<PathBuf> {
 
 fn loadgen_json(out: &Output) -> serde_json::Value {
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().find(|l| l.starts_with('{')).expect("loadgen --json prints JSON");
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .expect("loadgen --json prints JSON");
     serde_json::from_str(line).unwrap()
 }
 
@@ -167,12 +236,38 @@ fn live_loadgen_run_is_recorded_completely() {
     let tmp = tempfile::tempdir().unwrap();
     let shm = tmp.path().join("region");
     let out = tmp.path().join("trace");
-    let rec = ivtrace().args(["record", "--duration", "60", "--shm"]).arg(&shm).arg("-o").arg(&out).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let lo = run(Command::new(lg).arg("--shm").arg(&shm).args(["--events", "200000", "--size", "0-40", "--threads", "3", "--subbufs", "16", "--subbuf-size", "65536", "--channels", "4", "--json"]));
+    let rec = ivtrace()
+        .args(["record", "--duration", "60", "--shm"])
+        .arg(&shm)
+        .arg("-o")
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lo = run(Command::new(lg).arg("--shm").arg(&shm).args([
+        "--events",
+        "200000",
+        "--size",
+        "0-40",
+        "--threads",
+        "3",
+        "--subbufs",
+        "16",
+        "--subbuf-size",
+        "65536",
+        "--channels",
+        "4",
+        "--json",
+    ]));
     assert!(lo.status.success());
     let stats = loadgen_json(&lo);
     let rec = rec.wait_with_output().unwrap();
-    eprintln!("record stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&rec.stdout), String::from_utf8_lossy(&rec.stderr));
+    eprintln!(
+        "record stdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&rec.stdout),
+        String::from_utf8_lossy(&rec.stderr)
+    );
     assert_eq!(rec.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&rec.stdout).contains("region closed"));
     let written = stats["total"]["written"].as_u64().unwrap();
@@ -190,19 +285,49 @@ fn snapshot_salvages_an_overwrite_region_left_open() {
     let Some(lg) = loadgen_or_skip() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let shm = tmp.path().join("region");
-    let lo = run(Command::new(lg).arg("--shm").arg(&shm).args(["--events", "100000", "--size", "16", "--threads", "1", "--mode", "overwrite", "--subbufs", "4", "--subbuf-size", "16384", "--channels", "2", "--no-close", "--json"]));
+    let lo = run(Command::new(lg).arg("--shm").arg(&shm).args([
+        "--events",
+        "100000",
+        "--size",
+        "16",
+        "--threads",
+        "1",
+        "--mode",
+        "overwrite",
+        "--subbufs",
+        "4",
+        "--subbuf-size",
+        "16384",
+        "--channels",
+        "2",
+        "--no-close",
+        "--json",
+    ]));
     assert!(lo.status.success());
     let before = std::fs::read(&shm).unwrap();
     let out = tmp.path().join("snap");
-    let o = run(ivtrace().args(["snapshot", "--shm"]).arg(&shm).arg("-o").arg(&out));
+    let o = run(ivtrace()
+        .args(["snapshot", "--shm"])
+        .arg(&shm)
+        .arg("-o")
+        .arg(&out));
     assert_eq!(o.status.code(), Some(0));
-    assert_eq!(std::fs::read(&shm).unwrap(), before, "snapshot never writes to the region");
-    let side: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("ivtrace.json")).unwrap()).unwrap();
+    assert_eq!(
+        std::fs::read(&shm).unwrap(),
+        before,
+        "snapshot never writes to the region"
+    );
+    let side: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("ivtrace.json")).unwrap()).unwrap();
     let ch = &side["channels"][0];
     let kept = ch["events"].as_u64().unwrap();
     let older = ch["older_overwritten"].as_u64().unwrap();
     assert!(kept > 0 && older > 0);
-    assert_eq!(kept + older, 100000, "every written event is either salvaged or known overwritten");
+    assert_eq!(
+        kept + older,
+        100000,
+        "every written event is either salvaged or known overwritten"
+    );
     if let Some(n) = babeltrace_events(&out) {
         assert_eq!(n, kept);
     }

@@ -13,16 +13,39 @@ use ivtrace_ring::{Access, Region};
 
 /// A small valid region with events of every field type on two channels.
 fn valid_region(events: u64, overwrite: bool) -> Vec<u8> {
-    let mode = if overwrite { abi::IVT_MODE_OVERWRITE } else { abi::IVT_MODE_DISCARD };
+    let mode = if overwrite {
+        abi::IVT_MODE_OVERWRITE
+    } else {
+        abi::IVT_MODE_DISCARD
+    };
     let mut r = RegionBuilder::new(2, 2, 4096).mode(mode).build_region();
     r.register_loadgen(0);
-    r.register(1, 3, "text", &[("s", abi::IVT_FT_STRING, 0), ("c", abi::IVT_FT_CHARS, 4), ("v", abi::IVT_FT_S16, 0)]);
+    r.register(
+        1,
+        3,
+        "text",
+        &[
+            ("s", abi::IVT_FT_STRING, 0),
+            ("c", abi::IVT_FT_CHARS, 4),
+            ("v", abi::IVT_FT_S16, 0),
+        ],
+    );
     for i in 0..events {
         let c = (i % 2) as u32;
         if i % 3 == 0 {
-            r.emit(c, 100 + i * (1 << 20), 3, &[&b"str\0abcd"[..], &7i16.to_le_bytes()].concat());
+            r.emit(
+                c,
+                100 + i * (1 << 20),
+                3,
+                &[&b"str\0abcd"[..], &7i16.to_le_bytes()].concat(),
+            );
         } else {
-            r.emit(c, 100 + i * 1000, 0, &TestRegion::loadgen_payload(c as u16, i, &vec![9; (i % 20) as usize]));
+            r.emit(
+                c,
+                100 + i * 1000,
+                0,
+                &TestRegion::loadgen_payload(c as u16, i, &vec![9; (i % 20) as usize]),
+            );
         }
     }
     r.close_region();
@@ -50,7 +73,10 @@ fn mutations(len: usize) -> impl Strategy<Value = Vec<(usize, u8)>> {
 fn assert_only_expected_files(root: &Path, out: &Path) {
     for entry in std::fs::read_dir(root).unwrap() {
         let p = entry.unwrap().path();
-        assert_eq!(p, out, "unexpected entry {p:?} next to the output directory");
+        assert_eq!(
+            p, out,
+            "unexpected entry {p:?} next to the output directory"
+        );
     }
     if !out.exists() {
         return;
@@ -63,7 +89,9 @@ fn assert_only_expected_files(root: &Path, out: &Path) {
             "user" | "kernel" => {
                 for f in std::fs::read_dir(e.path()).unwrap() {
                     let f = f.unwrap().file_name().into_string().unwrap();
-                    let ok = f == "metadata" || f.strip_prefix(&format!("{name}_chan")).is_some_and(|n| n.parse::<u32>().is_ok());
+                    let ok = f == "metadata"
+                        || f.strip_prefix(&format!("{name}_chan"))
+                            .is_some_and(|n| n.parse::<u32>().is_ok());
                     assert!(ok, "unexpected file {name}/{f}");
                 }
             }
@@ -79,7 +107,8 @@ fn drain_into_tempdir(bytes: &[u8]) {
     match ivtrace::session::drain_bytes_to_dir(bytes, &out) {
         Ok(_) => assert!(out.join("ivtrace.json").is_file()),
         Err(e) => {
-            let typed = e.downcast_ref::<ivtrace_ring::RegionError>().is_some() || e.downcast_ref::<ivtrace_ctf::CtfError>().is_some();
+            let typed = e.downcast_ref::<ivtrace_ring::RegionError>().is_some()
+                || e.downcast_ref::<ivtrace_ctf::CtfError>().is_some();
             assert!(typed, "untyped error: {e:#}");
         }
     }
@@ -143,7 +172,10 @@ fn template_packets_pass_unmutated() {
     let bytes = valid_region(100, false);
     let tmp = tempfile::tempdir().unwrap();
     let events = ivtrace::session::drain_bytes_to_dir(&bytes, tmp.path()).unwrap();
-    assert!(events > 0, "the unmutated region drains (so mutations test something)");
+    assert!(
+        events > 0,
+        "the unmutated region drains (so mutations test something)"
+    );
 }
 
 /// Found by the region fuzzer: writer drop counters near u64::MAX
@@ -154,11 +186,19 @@ fn huge_guest_drop_counters_saturate() {
     r.register_loadgen(0);
     r.emit(0, 10, 0, &TestRegion::loadgen_payload(0, 0, &[]));
     r.close_region();
-    for (chan, field) in [(0, abi::chan::LOST_FULL), (0, abi::chan::LOST_TOO_BIG), (1, abi::chan::LOST_NESTED)] {
+    for (chan, field) in [
+        (0, abi::chan::LOST_FULL),
+        (0, abi::chan::LOST_TOO_BIG),
+        (1, abi::chan::LOST_NESTED),
+    ] {
         r.set_chan_u64(chan, field, u64::MAX - 1);
     }
     let tmp = tempfile::tempdir().unwrap();
-    assert_eq!(ivtrace::session::drain_bytes_to_dir(&r.bytes, tmp.path()).unwrap(), 1);
-    let side: serde_json::Value = serde_json::from_slice(&std::fs::read(tmp.path().join("ivtrace.json")).unwrap()).unwrap();
+    assert_eq!(
+        ivtrace::session::drain_bytes_to_dir(&r.bytes, tmp.path()).unwrap(),
+        1
+    );
+    let side: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tmp.path().join("ivtrace.json")).unwrap()).unwrap();
     assert_eq!(side["channels"][0]["lost"]["full"], u64::MAX - 1);
 }

@@ -222,30 +222,60 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("offsetof.ivt_region_hdr.abi_major", hdr::ABI_MAJOR as u64),
     ("offsetof.ivt_region_hdr.abi_minor", hdr::ABI_MINOR as u64),
     ("offsetof.ivt_region_hdr.hdr_size", hdr::HDR_SIZE as u64),
-    ("offsetof.ivt_region_hdr.region_size", hdr::REGION_SIZE as u64),
+    (
+        "offsetof.ivt_region_hdr.region_size",
+        hdr::REGION_SIZE as u64,
+    ),
     ("offsetof.ivt_region_hdr.features", hdr::FEATURES as u64),
     ("offsetof.ivt_region_hdr.uuid", hdr::UUID as u64),
-    ("offsetof.ivt_region_hdr.default_mode", hdr::DEFAULT_MODE as u64),
+    (
+        "offsetof.ivt_region_hdr.default_mode",
+        hdr::DEFAULT_MODE as u64,
+    ),
     ("offsetof.ivt_region_hdr.owner_pid", hdr::OWNER_PID as u64),
     ("offsetof.ivt_region_hdr.layout", hdr::LAYOUT as u64),
     ("offsetof.ivt_region_hdr.clock", hdr::CLOCK as u64),
     ("offsetof.ivt_region_hdr.state", hdr::STATE as u64),
     ("offsetof.ivt_region_hdr.meta_tail", hdr::META_TAIL as u64),
-    ("offsetof.ivt_region_hdr.lost_no_channel", hdr::LOST_NO_CHANNEL as u64),
-    ("offsetof.ivt_region_hdr.host_heartbeat", hdr::HOST_HEARTBEAT as u64),
-    ("offsetof.ivt_layout.channels_off", layout::CHANNELS_OFF as u64),
+    (
+        "offsetof.ivt_region_hdr.lost_no_channel",
+        hdr::LOST_NO_CHANNEL as u64,
+    ),
+    (
+        "offsetof.ivt_region_hdr.host_heartbeat",
+        hdr::HOST_HEARTBEAT as u64,
+    ),
+    (
+        "offsetof.ivt_layout.channels_off",
+        layout::CHANNELS_OFF as u64,
+    ),
     ("offsetof.ivt_layout.meta_off", layout::META_OFF as u64),
     ("offsetof.ivt_layout.pool_off", layout::POOL_OFF as u64),
     ("offsetof.ivt_layout.meta_size", layout::META_SIZE as u64),
-    ("offsetof.ivt_layout.nr_channels", layout::NR_CHANNELS as u64),
-    ("offsetof.ivt_layout.nr_kernel_channels", layout::NR_KERNEL_CHANNELS as u64),
-    ("offsetof.ivt_layout.channel_size", layout::CHANNEL_SIZE as u64),
+    (
+        "offsetof.ivt_layout.nr_channels",
+        layout::NR_CHANNELS as u64,
+    ),
+    (
+        "offsetof.ivt_layout.nr_kernel_channels",
+        layout::NR_KERNEL_CHANNELS as u64,
+    ),
+    (
+        "offsetof.ivt_layout.channel_size",
+        layout::CHANNEL_SIZE as u64,
+    ),
     ("offsetof.ivt_layout.nr_subbufs", layout::NR_SUBBUFS as u64),
-    ("offsetof.ivt_layout.subbuf_size", layout::SUBBUF_SIZE as u64),
+    (
+        "offsetof.ivt_layout.subbuf_size",
+        layout::SUBBUF_SIZE as u64,
+    ),
     ("offsetof.ivt_clock.freq_hz", clock::FREQ_HZ as u64),
     ("offsetof.ivt_clock.source", clock::SOURCE as u64),
     ("offsetof.ivt_clock.ref_ticks", clock::REF_TICKS as u64),
-    ("offsetof.ivt_clock.ref_realtime_ns", clock::REF_REALTIME_NS as u64),
+    (
+        "offsetof.ivt_clock.ref_realtime_ns",
+        clock::REF_REALTIME_NS as u64,
+    ),
     ("offsetof.ivt_channel.commit_pos", chan::COMMIT_POS),
     ("offsetof.ivt_channel.open_seq", chan::OPEN_SEQ),
     ("offsetof.ivt_channel.lost_full", chan::LOST_FULL),
@@ -256,15 +286,42 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("offsetof.ivt_channel.consumed", chan::CONSUMED),
     ("offsetof.ivt_packet_hdr.magic", pkt::MAGIC as u64),
     ("offsetof.ivt_packet_hdr.stream_id", pkt::STREAM_ID as u64),
-    ("offsetof.ivt_packet_hdr.stream_instance_id", pkt::STREAM_INSTANCE_ID as u64),
-    ("offsetof.ivt_packet_hdr.timestamp_begin", pkt::TIMESTAMP_BEGIN as u64),
-    ("offsetof.ivt_packet_hdr.timestamp_end", pkt::TIMESTAMP_END as u64),
-    ("offsetof.ivt_packet_hdr.content_size", pkt::CONTENT_SIZE as u64),
-    ("offsetof.ivt_packet_hdr.packet_size", pkt::PACKET_SIZE as u64),
-    ("offsetof.ivt_packet_hdr.packet_seq_num", pkt::PACKET_SEQ_NUM as u64),
-    ("offsetof.ivt_packet_hdr.events_discarded", pkt::EVENTS_DISCARDED as u64),
-    ("offsetof.ivt_packet_hdr.first_event_seq", pkt::FIRST_EVENT_SEQ as u64),
-    ("offsetof.ivt_packet_hdr.event_count", pkt::EVENT_COUNT as u64),
+    (
+        "offsetof.ivt_packet_hdr.stream_instance_id",
+        pkt::STREAM_INSTANCE_ID as u64,
+    ),
+    (
+        "offsetof.ivt_packet_hdr.timestamp_begin",
+        pkt::TIMESTAMP_BEGIN as u64,
+    ),
+    (
+        "offsetof.ivt_packet_hdr.timestamp_end",
+        pkt::TIMESTAMP_END as u64,
+    ),
+    (
+        "offsetof.ivt_packet_hdr.content_size",
+        pkt::CONTENT_SIZE as u64,
+    ),
+    (
+        "offsetof.ivt_packet_hdr.packet_size",
+        pkt::PACKET_SIZE as u64,
+    ),
+    (
+        "offsetof.ivt_packet_hdr.packet_seq_num",
+        pkt::PACKET_SEQ_NUM as u64,
+    ),
+    (
+        "offsetof.ivt_packet_hdr.events_discarded",
+        pkt::EVENTS_DISCARDED as u64,
+    ),
+    (
+        "offsetof.ivt_packet_hdr.first_event_seq",
+        pkt::FIRST_EVENT_SEQ as u64,
+    ),
+    (
+        "offsetof.ivt_packet_hdr.event_count",
+        pkt::EVENT_COUNT as u64,
+    ),
     ("offsetof.ivt_packet_hdr.cpu_id", pkt::CPU_ID as u64),
     ("offsetof.ivt_packet_hdr.owner_pid", pkt::OWNER_PID as u64),
     ("offsetof.ivt_packet_hdr.owner_tid", pkt::OWNER_TID as u64),
@@ -325,7 +382,11 @@ mod tests {
                 other => wrong.push(format!("{name}: ours {ours}, abi {other:?}")),
             }
         }
-        assert!(wrong.is_empty(), "mirror differs from abi.h:\n{}", wrong.join("\n"));
+        assert!(
+            wrong.is_empty(),
+            "mirror differs from abi.h:\n{}",
+            wrong.join("\n")
+        );
     }
 
     #[test]

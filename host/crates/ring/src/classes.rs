@@ -98,7 +98,11 @@ impl FieldType {
         if let Some((_, t)) = simple.iter().find(|(n, _)| *n == name) {
             return Some(*t);
         }
-        let n = name.strip_prefix("chars[")?.strip_suffix(']')?.parse().ok()?;
+        let n = name
+            .strip_prefix("chars[")?
+            .strip_suffix(']')?
+            .parse()
+            .ok()?;
         (n > 0).then_some(FieldType::Chars(n))
     }
 }
@@ -287,7 +291,13 @@ mod tests {
             field("c", FieldType::Chars(16)),
             field("x", FieldType::U32),
         ]);
-        let want = [Op::Skip(10), Op::Bytes, Op::String, Op::Chars(16), Op::Skip(4)];
+        let want = [
+            Op::Skip(10),
+            Op::Bytes,
+            Op::String,
+            Op::Chars(16),
+            Op::Skip(4),
+        ];
         assert_eq!(p, Payload::Program(want.into()));
     }
 
@@ -303,7 +313,12 @@ mod tests {
 
     #[test]
     fn type_names_round_trip() {
-        for t in [FieldType::U8, FieldType::S64, FieldType::Bytes, FieldType::Chars(16)] {
+        for t in [
+            FieldType::U8,
+            FieldType::S64,
+            FieldType::Bytes,
+            FieldType::Chars(16),
+        ] {
             assert_eq!(FieldType::parse(&t.name()), Some(t));
         }
         assert_eq!(FieldType::from_abi(abi::IVT_FT_CHARS, 0), None);

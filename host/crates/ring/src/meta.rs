@@ -15,7 +15,8 @@ use crate::region::Region;
 use crate::sanitize;
 
 /// Largest record a valid writer produces (88 + 32 fields * 40 bytes).
-pub const META_REC_MAX: usize = abi::META_REC_SIZE + abi::IVT_FIELDS_MAX as usize * abi::META_FIELD_SIZE;
+pub const META_REC_MAX: usize =
+    abi::META_REC_SIZE + abi::IVT_FIELDS_MAX as usize * abi::META_FIELD_SIZE;
 /// How long a reserved record may stay uncommitted before it is skipped.
 pub const UNCOMMITTED_GRACE: Duration = Duration::from_secs(2);
 /// Warnings kept for the user (the counters keep counting past this).
@@ -99,7 +100,13 @@ impl MetaParser {
         added
     }
 
-    fn record_at(&mut self, region: &Region, classes: &mut EventClasses, tail: u32, mode: ScanMode) -> RecordOutcome {
+    fn record_at(
+        &mut self,
+        region: &Region,
+        classes: &mut EventClasses,
+        tail: u32,
+        mode: ScanMode,
+    ) -> RecordOutcome {
         let off = self.next_off;
         let base = region.layout().meta_off + off as u64;
         // Pairs with the store-release of `commit` in ivt_event_register()
@@ -107,14 +114,18 @@ impl MetaParser {
         let commit = region.load_acquire_u32(base + abi::meta::COMMIT as u64);
         // Relaxed: written before commit; only its value matters here.
         let len = region.load_relaxed_u32(base + abi::meta::LEN as u64);
-        let len_ok = len % 8 == 0 && len as usize >= abi::META_REC_SIZE && off as u64 + len as u64 <= tail as u64;
+        let len_ok = len.is_multiple_of(8)
+            && len as usize >= abi::META_REC_SIZE
+            && off as u64 + len as u64 <= tail as u64;
         if commit != abi::IVT_META_COMMIT {
             return self.uncommitted(off, len, len_ok, mode);
         }
         self.pending = None;
         if !len_ok {
             self.stats.invalid += 1;
-            self.warn(format!("metadata record at +{off:#x} has unusable length {len}; later records are ignored"));
+            self.warn(format!(
+                "metadata record at +{off:#x} has unusable length {len}; later records are ignored"
+            ));
             return RecordOutcome::Broken;
         }
         let mut rec = vec![0u8; (len as usize).min(META_REC_MAX)];
@@ -137,7 +148,9 @@ impl MetaParser {
         }
         self.stats.skipped_uncommitted += 1;
         self.pending = None;
-        self.warn(format!("metadata record at +{off:#x} ({len} bytes) was never committed; skipped"));
+        self.warn(format!(
+            "metadata record at +{off:#x} ({len} bytes) was never committed; skipped"
+        ));
         RecordOutcome::Next(len)
     }
 
@@ -157,7 +170,10 @@ impl MetaParser {
         };
         if classes.stream(parsed.stream).contains(parsed.id) {
             self.stats.duplicates += 1;
-            self.warn(format!("event id {} of stream {} registered twice; the first wins", parsed.id, parsed.stream));
+            self.warn(format!(
+                "event id {} of stream {} registered twice; the first wins",
+                parsed.id, parsed.stream
+            ));
             return;
         }
         let class = self.name_event(parsed, classes);
@@ -176,18 +192,29 @@ impl MetaParser {
             let (fname, changed) = sanitize::field_name(&raw, i);
             let (fname, deduped) = dedupe_field(fname, ty, &mut taken);
             renamed |= changed || deduped;
-            fields.push(Field { name: fname, ty, hex });
+            fields.push(Field {
+                name: fname,
+                ty,
+                hex,
+            });
         }
         if renamed {
             self.stats.renamed += 1;
-            self.warn(format!("event id {} of stream {}: names sanitized to {name:?}", p.id, p.stream));
+            self.warn(format!(
+                "event id {} of stream {}: names sanitized to {name:?}",
+                p.id, p.stream
+            ));
         }
         EventClass::new(p.id, p.stream, name, fields)
     }
 }
 
 /// A byte field also declares `<name>_len`; both names must be unique.
-fn dedupe_field(name: String, ty: FieldType, taken: &mut std::collections::HashSet<String>) -> (String, bool) {
+fn dedupe_field(
+    name: String,
+    ty: FieldType,
+    taken: &mut std::collections::HashSet<String>,
+) -> (String, bool) {
     if ty != FieldType::Bytes {
         return sanitize::dedupe(name, taken);
     }
@@ -225,7 +252,9 @@ fn parse_event(rec: &[u8], len: u32) -> Result<ParsedEvent, String> {
     }
     let need = abi::META_REC_SIZE + nr_fields as usize * abi::META_FIELD_SIZE;
     if (len as usize) < need || rec.len() < need {
-        return Err(format!("record of {len} bytes cannot hold {nr_fields} fields"));
+        return Err(format!(
+            "record of {len} bytes cannot hold {nr_fields} fields"
+        ));
     }
     let fields = (0..nr_fields as usize)
         .map(|i| parse_field(&rec[abi::meta::FIELDS + i * abi::META_FIELD_SIZE..]))
@@ -242,7 +271,8 @@ fn parse_event(rec: &[u8], len: u32) -> Result<ParsedEvent, String> {
 fn parse_field(f: &[u8]) -> Result<(Vec<u8>, FieldType, bool), String> {
     let ty = f[abi::meta::FIELD_TYPE];
     let count = le_u16(f, abi::meta::FIELD_COUNT);
-    let ty = FieldType::from_abi(ty, count).ok_or_else(|| format!("field type {ty} (count {count}) unknown"))?;
+    let ty = FieldType::from_abi(ty, count)
+        .ok_or_else(|| format!("field type {ty} (count {count}) unknown"))?;
     let hex = f[abi::meta::FIELD_FLAGS] & abi::IVT_FF_HEX != 0;
     Ok((f[..abi::IVT_FIELD_NAME_MAX].to_vec(), ty, hex))
 }
@@ -265,12 +295,20 @@ mod tests {
     fn committed_records_become_classes() {
         let mut r = RegionBuilder::new(1, 2, 4096).build_region();
         r.register_loadgen(0);
-        r.register(0, 5, "sched_switch", &[("prev_comm", abi::IVT_FT_CHARS, 16)]);
+        r.register(
+            0,
+            5,
+            "sched_switch",
+            &[("prev_comm", abi::IVT_FT_CHARS, 16)],
+        );
         let (classes, parser) = scan(&r.bytes, ScanMode::Live);
         let user = classes.stream(1).get(0).unwrap();
         assert_eq!(user.name, "loadgen:payload");
         assert_eq!(user.fields.len(), 3);
-        assert_eq!(classes.stream(0).get(5).unwrap().fields[0].ty, FieldType::Chars(16));
+        assert_eq!(
+            classes.stream(0).get(5).unwrap().fields[0].ty,
+            FieldType::Chars(16)
+        );
         assert_eq!(parser.stats.classes, 2);
         assert_eq!(classes.generation(), 1);
     }
@@ -308,7 +346,17 @@ mod tests {
         r.register(7, 0, "bad_stream", &[]);
         r.register(1, 5000, "bad_id", &[]);
         r.register(1, 1, "bad_type", &[("x", 42, 0)]);
-        r.register(1, 2, "ev\"il}", &[("a b", abi::IVT_FT_U8, 0), ("a_b", abi::IVT_FT_U8, 0), ("d", abi::IVT_FT_BYTES, 0), ("d_len", abi::IVT_FT_U8, 0)]);
+        r.register(
+            1,
+            2,
+            "ev\"il}",
+            &[
+                ("a b", abi::IVT_FT_U8, 0),
+                ("a_b", abi::IVT_FT_U8, 0),
+                ("d", abi::IVT_FT_BYTES, 0),
+                ("d_len", abi::IVT_FT_U8, 0),
+            ],
+        );
         let (classes, parser) = scan(&r.bytes, ScanMode::Live);
         assert_eq!(parser.stats.invalid, 3);
         let ev = classes.stream(1).get(2).unwrap();

@@ -174,18 +174,31 @@ pub enum Extent {
 
 /// Checks the header fields against `exp` and returns the content length
 /// in bytes (at least 88, at most the sub-buffer size).
-pub fn check_header(h: &PacketHeader, exp: &Expected, extent: Extent) -> Result<usize, PacketFault> {
+pub fn check_header(
+    h: &PacketHeader,
+    exp: &Expected,
+    extent: Extent,
+) -> Result<usize, PacketFault> {
     if h.magic != abi::IVT_CTF_MAGIC {
         return Err(PacketFault::Magic(h.magic));
     }
     if h.stream_id != exp.stream {
-        return Err(PacketFault::StreamId { found: h.stream_id, expected: exp.stream });
+        return Err(PacketFault::StreamId {
+            found: h.stream_id,
+            expected: exp.stream,
+        });
     }
     if h.stream_instance_id != exp.channel as u64 {
-        return Err(PacketFault::StreamInstance { found: h.stream_instance_id, expected: exp.channel as u64 });
+        return Err(PacketFault::StreamInstance {
+            found: h.stream_instance_id,
+            expected: exp.channel as u64,
+        });
     }
     if h.packet_seq_num != exp.seq {
-        return Err(PacketFault::Seq { found: h.packet_seq_num, expected: exp.seq });
+        return Err(PacketFault::Seq {
+            found: h.packet_seq_num,
+            expected: exp.seq,
+        });
     }
     match extent {
         Extent::Prefix(bytes) => Ok(bytes as usize),
@@ -196,14 +209,20 @@ pub fn check_header(h: &PacketHeader, exp: &Expected, extent: Extent) -> Result<
 fn check_complete(h: &PacketHeader, exp: &Expected) -> Result<usize, PacketFault> {
     let max = exp.subbuf_size as u64;
     let bits = h.content_size;
-    if bits % 8 != 0 || bits / 8 < abi::PACKET_HDR_SIZE as u64 || bits / 8 > max {
+    if !bits.is_multiple_of(8) || bits / 8 < abi::PACKET_HDR_SIZE as u64 || bits / 8 > max {
         return Err(PacketFault::ContentSize { bits, max });
     }
     if h.packet_size != max * 8 {
-        return Err(PacketFault::PacketSize { bits: h.packet_size, expected: max * 8 });
+        return Err(PacketFault::PacketSize {
+            bits: h.packet_size,
+            expected: max * 8,
+        });
     }
     if !h.end_unknown() && h.timestamp_begin > h.timestamp_end {
-        return Err(PacketFault::TimeRange { begin: h.timestamp_begin, end: h.timestamp_end });
+        return Err(PacketFault::TimeRange {
+            begin: h.timestamp_begin,
+            end: h.timestamp_end,
+        });
     }
     Ok((bits / 8) as usize)
 }
@@ -250,7 +269,10 @@ pub fn walk<V: EventVisitor>(
 ) -> Result<WalkSummary, WalkFault> {
     let len = content.len();
     let end = end.unwrap_or(u64::MAX);
-    let mut sum = WalkSummary { last_ts: begin, ..WalkSummary::default() };
+    let mut sum = WalkSummary {
+        last_ts: begin,
+        ..WalkSummary::default()
+    };
     let mut off = abi::PACKET_HDR_SIZE;
     while off < len {
         let at = off;
@@ -272,7 +294,8 @@ pub fn walk<V: EventVisitor>(
             sum.extended += 1;
             off += abi::IVT_EV_EXT_SIZE;
         } else {
-            ts = unwrap_compact(sum.last_ts, (word >> abi::IVT_EV_ID_BITS) as u64).ok_or(WalkFault::TimeAfterEnd { at })?;
+            ts = unwrap_compact(sum.last_ts, (word >> abi::IVT_EV_ID_BITS) as u64)
+                .ok_or(WalkFault::TimeAfterEnd { at })?;
             off += abi::IVT_EV_COMPACT_SIZE;
         }
         if ts > end {
@@ -281,7 +304,8 @@ pub fn walk<V: EventVisitor>(
         let class = classes.get(id).ok_or(WalkFault::UnknownId { at, id })?;
         let payload_end = match &class.payload {
             Payload::Fixed(n) => off + *n as usize,
-            Payload::Program(ops) => run_program(content, off, ops, &mut sum.utf8_fixed).ok_or(WalkFault::PayloadOverrun { at })??,
+            Payload::Program(ops) => run_program(content, off, ops, &mut sum.utf8_fixed)
+                .ok_or(WalkFault::PayloadOverrun { at })??,
         };
         if payload_end > len {
             return Err(WalkFault::PayloadOverrun { at });
@@ -308,7 +332,12 @@ fn unwrap_compact(prev: u64, low: u64) -> Option<u64> {
 
 /// Steps over a variable payload starting at `p`. Outer None: a length
 /// ran past the content; inner Err: a string is not terminated.
-fn run_program(content: &mut [u8], mut p: usize, ops: &[Op], utf8_fixed: &mut u64) -> Option<Result<usize, WalkFault>> {
+fn run_program(
+    content: &mut [u8],
+    mut p: usize,
+    ops: &[Op],
+    utf8_fixed: &mut u64,
+) -> Option<Result<usize, WalkFault>> {
     let len = content.len();
     let at = p;
     for op in ops {
@@ -342,11 +371,30 @@ mod tests {
     use crate::classes::{EventClass, Field, FieldType};
 
     fn classes() -> StreamClasses {
-        let f = |name: &str, ty| Field { name: name.into(), ty, hex: false };
+        let f = |name: &str, ty| Field {
+            name: name.into(),
+            ty,
+            hex: false,
+        };
         let mut s = StreamClasses::default();
-        s.insert(EventClass::new(0, 1, "fixed".into(), vec![f("x", FieldType::U64), f("y", FieldType::S8)]));
-        s.insert(EventClass::new(1, 1, "var".into(), vec![f("d", FieldType::Bytes), f("s", FieldType::String)]));
-        s.insert(EventClass::new(40, 1, "ext".into(), vec![f("c", FieldType::Chars(4))]));
+        s.insert(EventClass::new(
+            0,
+            1,
+            "fixed".into(),
+            vec![f("x", FieldType::U64), f("y", FieldType::S8)],
+        ));
+        s.insert(EventClass::new(
+            1,
+            1,
+            "var".into(),
+            vec![f("d", FieldType::Bytes), f("s", FieldType::String)],
+        ));
+        s.insert(EventClass::new(
+            40,
+            1,
+            "ext".into(),
+            vec![f("c", FieldType::Chars(4))],
+        ));
         s
     }
 
@@ -357,13 +405,14 @@ mod tests {
             Pkt(vec![0u8; abi::PACKET_HDR_SIZE])
         }
         fn align(&mut self) {
-            while self.0.len() % 4 != 0 {
+            while !self.0.len().is_multiple_of(4) {
                 self.0.push(0);
             }
         }
         fn compact(mut self, id: u32, ts: u64, payload: &[u8]) -> Pkt {
             self.align();
-            self.0.extend_from_slice(&(id | ((ts as u32) << 5)).to_le_bytes());
+            self.0
+                .extend_from_slice(&(id | ((ts as u32) << 5)).to_le_bytes());
             self.0.extend_from_slice(payload);
             self
         }
@@ -405,19 +454,40 @@ mod tests {
     fn each_walk_fault_is_reported() {
         let nine = [0u8; 9];
         let cases: Vec<(Pkt, WalkFault)> = vec![
-            (Pkt::new().compact(0, 10, &nine[..5]), WalkFault::PayloadOverrun { at: 88 }),
-            (Pkt::new().compact(7, 10, &nine), WalkFault::UnknownId { at: 88, id: 7 }),
-            (Pkt::new().compact(1, 10, &[9, 0, 0, 0, 1, 2]), WalkFault::PayloadOverrun { at: 88 }),
-            (Pkt::new().compact(1, 10, &[1, 0, 0, 0, 7, b'x']), WalkFault::UnterminatedString { at: 92 }),
-            (Pkt::new().ext(0, 5, &nine), WalkFault::TimeBackwards { at: 88 }),
-            (Pkt::new().ext(0, 5000, &nine), WalkFault::TimeAfterEnd { at: 88 }),
+            (
+                Pkt::new().compact(0, 10, &nine[..5]),
+                WalkFault::PayloadOverrun { at: 88 },
+            ),
+            (
+                Pkt::new().compact(7, 10, &nine),
+                WalkFault::UnknownId { at: 88, id: 7 },
+            ),
+            (
+                Pkt::new().compact(1, 10, &[9, 0, 0, 0, 1, 2]),
+                WalkFault::PayloadOverrun { at: 88 },
+            ),
+            (
+                Pkt::new().compact(1, 10, &[1, 0, 0, 0, 7, b'x']),
+                WalkFault::UnterminatedString { at: 92 },
+            ),
+            (
+                Pkt::new().ext(0, 5, &nine),
+                WalkFault::TimeBackwards { at: 88 },
+            ),
+            (
+                Pkt::new().ext(0, 5000, &nine),
+                WalkFault::TimeAfterEnd { at: 88 },
+            ),
         ];
         for (mut p, want) in cases {
             assert_eq!(run(&mut p, 10, Some(4000)), Err(want));
         }
         let mut short = Pkt::new().compact(0, 10, &nine);
         short.0.extend_from_slice(&[0, 0, 0, 0, 31]);
-        assert!(matches!(run(&mut short, 10, None), Err(WalkFault::TruncatedHeader { .. })));
+        assert!(matches!(
+            run(&mut short, 10, None),
+            Err(WalkFault::TruncatedHeader { .. })
+        ));
     }
 
     #[test]
@@ -442,12 +512,19 @@ mod tests {
             packet_seq_num: 3,
             ..Default::default()
         };
-        let exp = Expected { stream: 1, channel: 2, seq: 3, subbuf_size: 4096 };
+        let exp = Expected {
+            stream: 1,
+            channel: 2,
+            seq: 3,
+            subbuf_size: 4096,
+        };
         assert_eq!(check_header(&good, &exp, Extent::Complete), Ok(100));
         let bad = |f: fn(&mut PacketHeader)| {
             let mut h = good;
             f(&mut h);
-            check_header(&h, &exp, Extent::Complete).unwrap_err().reason()
+            check_header(&h, &exp, Extent::Complete)
+                .unwrap_err()
+                .reason()
         };
         assert_eq!(bad(|h| h.magic = 0), "magic");
         assert_eq!(bad(|h| h.stream_id = 0), "stream_id");
@@ -458,7 +535,10 @@ mod tests {
         assert_eq!(bad(|h| h.content_size = 801), "content_size");
         assert_eq!(bad(|h| h.packet_size = 8), "packet_size");
         assert_eq!(bad(|h| h.timestamp_begin = 10), "time_range");
-        let orphan = PacketHeader { timestamp_end: 0, ..good };
+        let orphan = PacketHeader {
+            timestamp_end: 0,
+            ..good
+        };
         assert!(check_header(&orphan, &exp, Extent::Complete).is_ok());
     }
 }

@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 use crate::abi;
 use crate::classes::EventClasses;
 use crate::meta::{MetaParser, ScanMode};
-use crate::packet::{self, EventVisitor, Expected, Extent, PacketFault, PacketHeader, WalkFault, WalkSummary};
+use crate::packet::{
+    self, EventVisitor, Expected, Extent, PacketFault, PacketHeader, WalkFault, WalkSummary,
+};
 use crate::region::{Layout, Region};
 
 /// Receives validated packets, ready to be written as they are.
@@ -26,7 +28,13 @@ pub trait PacketSink {
     type Error;
     /// One packet of channel `chan` of stream class `stream`; `classes`
     /// describes every event id it contains.
-    fn packet(&mut self, chan: u32, stream: u32, bytes: &[u8], classes: &EventClasses) -> Result<(), Self::Error>;
+    fn packet(
+        &mut self,
+        chan: u32,
+        stream: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+    ) -> Result<(), Self::Error>;
 }
 
 /// Why the host lost events (as opposed to the writer dropping them).
@@ -50,7 +58,9 @@ pub struct WriterLosses {
 
 impl WriterLosses {
     pub fn total(&self) -> u64 {
-        self.full.saturating_add(self.too_big).saturating_add(self.nested)
+        self.full
+            .saturating_add(self.too_big)
+            .saturating_add(self.nested)
     }
 }
 
@@ -64,7 +74,9 @@ pub struct HostLosses {
 
 impl HostLosses {
     pub fn total(&self) -> u64 {
-        self.overwritten.saturating_add(self.torn).saturating_add(self.corrupt)
+        self.overwritten
+            .saturating_add(self.torn)
+            .saturating_add(self.corrupt)
     }
 
     fn add(&mut self, reason: HostLoss, n: u64) {
@@ -193,7 +205,8 @@ impl Reader {
             .map(|c| {
                 // Relaxed: only hosts write `consumed`; no writer data is
                 // read on the strength of this value.
-                let consumed = region.load_relaxed_u64(layout.channel_offset(c) + abi::chan::CONSUMED);
+                let consumed =
+                    region.load_relaxed_u64(layout.channel_offset(c) + abi::chan::CONSUMED);
                 ChannelState::new(layout.stream_of(c), consumed)
             })
             .collect();
@@ -234,7 +247,8 @@ impl Reader {
     }
 
     fn max_events_per_packet(&self) -> u64 {
-        (self.layout.subbuf_size as u64 - abi::PACKET_HDR_SIZE as u64) / abi::IVT_EV_COMPACT_SIZE as u64
+        (self.layout.subbuf_size as u64 - abi::PACKET_HDR_SIZE as u64)
+            / abi::IVT_EV_COMPACT_SIZE as u64
     }
 
     fn chan_word(&self, c: u32, field: u64) -> u64 {
@@ -245,7 +259,8 @@ impl Reader {
     /// ivt_writer_close() and ivt_writer_seal_orphan() (writer.h): every
     /// byte below the loaded position is visible after this load.
     fn load_commit_pos(&self, c: u32) -> u64 {
-        self.region.load_acquire_u64(self.chan_word(c, abi::chan::COMMIT_POS))
+        self.region
+            .load_acquire_u64(self.chan_word(c, abi::chan::COMMIT_POS))
     }
 
     /// The writer's drop counters. Relaxed: statistics, each counter is
@@ -288,7 +303,8 @@ impl Reader {
             // Hand the sub-buffer back: pairs with the load-acquire of
             // `consumed` in ivt_writer_open(), so our copy above happens
             // before the writer reuses the sub-buffer (discard mode).
-            self.region.store_release_u64(self.chan_word(c, abi::chan::CONSUMED), seq + 1);
+            self.region
+                .store_release_u64(self.chan_word(c, abi::chan::CONSUMED), seq + 1);
         }
         Ok(pass)
     }
@@ -306,7 +322,13 @@ impl Reader {
 
     /// Copies, checks and emits packet `seq` of channel `c`. Returns the
     /// bytes emitted (0 if the packet was skipped).
-    fn process<S: PacketSink>(&mut self, c: u32, seq: u64, extent: Extent, sink: &mut S) -> Result<usize, S::Error> {
+    fn process<S: PacketSink>(
+        &mut self,
+        c: u32,
+        seq: u64,
+        extent: Extent,
+        sink: &mut S,
+    ) -> Result<usize, S::Error> {
         let exp = Expected {
             stream: self.channels[c as usize].stream,
             channel: c,
@@ -327,21 +349,31 @@ impl Reader {
     }
 
     fn skip_faulty(&mut self, c: u32, fault: PacketFault) -> usize {
-        let loss = if fault == PacketFault::Torn { HostLoss::Torn } else { HostLoss::Corrupt };
+        let loss = if fault == PacketFault::Torn {
+            HostLoss::Torn
+        } else {
+            HostLoss::Corrupt
+        };
         self.channels[c as usize].skip(loss, fault.reason(), 1);
         0
     }
 
     /// Copies the header, checks it, copies the content, then checks that
     /// the writer did not reuse the sub-buffer meanwhile.
-    fn copy_packet(&mut self, c: u32, exp: &Expected, extent: Extent) -> Result<(PacketHeader, usize), PacketFault> {
+    fn copy_packet(
+        &mut self,
+        c: u32,
+        exp: &Expected,
+        extent: Extent,
+    ) -> Result<(PacketHeader, usize), PacketFault> {
         let off = self.layout.subbuf_offset(c, exp.seq);
         let hdr = abi::PACKET_HDR_SIZE;
         self.region.copy_out(off, &mut self.scratch[..hdr]);
         let header = PacketHeader::parse(&self.scratch[..hdr]);
         let checked = packet::check_header(&header, exp, extent);
         if let Ok(content) = checked {
-            self.region.copy_out(off + hdr as u64, &mut self.scratch[hdr..content]);
+            self.region
+                .copy_out(off + hdr as u64, &mut self.scratch[hdr..content]);
         }
         if self.torn(c, exp.seq) {
             return Err(PacketFault::Torn);
@@ -355,26 +387,49 @@ impl Reader {
     fn torn(&self, c: u32, seq: u64) -> bool {
         self.region.fence_acquire();
         // Relaxed: ordered by the fence above.
-        let open_seq = self.region.load_relaxed_u64(self.chan_word(c, abi::chan::OPEN_SEQ));
+        let open_seq = self
+            .region
+            .load_relaxed_u64(self.chan_word(c, abi::chan::OPEN_SEQ));
         open_seq >= seq.saturating_add(self.layout.nr_subbufs as u64)
     }
 
     /// Walks the copy; an unknown event id triggers one metadata re-scan
     /// (its registration may have committed after our last scan).
-    fn walk_copy(&mut self, c: u32, h: &PacketHeader, content: usize, extent: Extent) -> Result<WalkSummary, PacketFault> {
+    fn walk_copy(
+        &mut self,
+        c: u32,
+        h: &PacketHeader,
+        content: usize,
+        extent: Extent,
+    ) -> Result<WalkSummary, PacketFault> {
         let stream = self.channels[c as usize].stream;
         let end = (extent == Extent::Complete && !h.end_unknown()).then_some(h.timestamp_end);
         let walk = |classes: &EventClasses, scratch: &mut [u8]| {
-            packet::walk(&mut scratch[..content], classes.stream(stream), h.timestamp_begin, end, &mut ())
+            packet::walk(
+                &mut scratch[..content],
+                classes.stream(stream),
+                h.timestamp_begin,
+                end,
+                &mut (),
+            )
         };
         let mut result = walk(&self.classes, &mut self.scratch);
-        if matches!(result, Err(WalkFault::UnknownId { .. })) && self.scan_metadata(ScanMode::Live) > 0 {
+        if matches!(result, Err(WalkFault::UnknownId { .. }))
+            && self.scan_metadata(ScanMode::Live) > 0
+        {
             result = walk(&self.classes, &mut self.scratch);
         }
         let summary = result?;
         let claimed = h.event_count;
-        if extent == Extent::Complete && claimed != abi::IVT_EVENT_COUNT_UNKNOWN && claimed as u64 != summary.events {
-            return Err(WalkFault::EventCount { claimed, found: summary.events }.into());
+        if extent == Extent::Complete
+            && claimed != abi::IVT_EVENT_COUNT_UNKNOWN
+            && claimed as u64 != summary.events
+        {
+            return Err(WalkFault::EventCount {
+                claimed,
+                found: summary.events,
+            }
+            .into());
         }
         self.check_continuity(c, h)?;
         Ok(summary)
@@ -383,14 +438,24 @@ impl Reader {
     /// A packet may not start before the previous one of its channel ended.
     fn check_continuity(&self, c: u32, h: &PacketHeader) -> Result<(), PacketFault> {
         match self.channels[c as usize].last_written {
-            Some(last) if h.timestamp_begin < last.ts_end => Err(PacketFault::TimeRange { begin: h.timestamp_begin, end: last.ts_end }),
+            Some(last) if h.timestamp_begin < last.ts_end => Err(PacketFault::TimeRange {
+                begin: h.timestamp_begin,
+                end: last.ts_end,
+            }),
             _ => Ok(()),
         }
     }
 
     /// Rewrites the host-owned header fields and pads the content to a
     /// multiple of 8 bytes with zeros. Returns the packet's new size.
-    fn finalize(&mut self, c: u32, mut h: PacketHeader, content: usize, extent: Extent, s: &WalkSummary) -> usize {
+    fn finalize(
+        &mut self,
+        c: u32,
+        mut h: PacketHeader,
+        content: usize,
+        extent: Extent,
+        s: &WalkSummary,
+    ) -> usize {
         let max_per_packet = self.max_events_per_packet();
         let writer_now = self.writer_losses(c).total();
         let ch = &mut self.channels[c as usize];
@@ -406,7 +471,9 @@ impl Reader {
         h.stream_instance_id = c as u64;
         h.content_size = content as u64 * 8;
         h.packet_size = padded as u64 * 8;
-        h.events_discarded = ch.writer_discarded.saturating_add(ch.stats.host_lost.total());
+        h.events_discarded = ch
+            .writer_discarded
+            .saturating_add(ch.stats.host_lost.total());
         if extent != Extent::Complete || h.end_unknown() {
             h.timestamp_end = s.last_ts;
         }
@@ -442,7 +509,13 @@ impl Reader {
             return Ok(0);
         }
         if (within as usize) < abi::PACKET_HDR_SIZE {
-            return Ok(self.skip_faulty(c, PacketFault::ContentSize { bits: within as u64 * 8, max: self.layout.subbuf_size as u64 }));
+            return Ok(self.skip_faulty(
+                c,
+                PacketFault::ContentSize {
+                    bits: within as u64 * 8,
+                    max: self.layout.subbuf_size as u64,
+                },
+            ));
         }
         let bytes = self.process(c, seq, Extent::Prefix(within), sink)?;
         // The prefix was taken: later passes start after this packet.
@@ -459,7 +532,9 @@ impl Reader {
         for c in 0..self.layout.nr_channels {
             let losses = self.writer_losses(c);
             // Relaxed: final statistics (the region is closed or stopped).
-            let closed = self.region.load_relaxed_u64(self.chan_word(c, abi::chan::EVENTS_CLOSED));
+            let closed = self
+                .region
+                .load_relaxed_u64(self.chan_word(c, abi::chan::EVENTS_CLOSED));
             let ch = &mut self.channels[c as usize];
             ch.stats.writer_lost = losses;
             let end = closed.max(ch.expected_first_event.unwrap_or(0));
@@ -472,7 +547,9 @@ impl Reader {
 
     fn emit_trailing_drops<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<(), S::Error> {
         let ch = &mut self.channels[c as usize];
-        let total = ch.writer_discarded.saturating_add(ch.stats.host_lost.total());
+        let total = ch
+            .writer_discarded
+            .saturating_add(ch.stats.host_lost.total());
         let written = ch.last_written.map_or(0, |l| l.discarded);
         if total <= written {
             return Ok(());
@@ -497,7 +574,17 @@ impl Reader {
         };
         let mut bytes = [0u8; abi::PACKET_HDR_SIZE];
         h.write(&mut bytes);
-        record_packet(ch, &h, abi::PACKET_HDR_SIZE, abi::PACKET_HDR_SIZE, Extent::Complete, &WalkSummary { last_ts: ts, ..Default::default() });
+        record_packet(
+            ch,
+            &h,
+            abi::PACKET_HDR_SIZE,
+            abi::PACKET_HDR_SIZE,
+            Extent::Complete,
+            &WalkSummary {
+                last_ts: ts,
+                ..Default::default()
+            },
+        );
         ch.stats.packets -= 1; // bookkeeping packet, not data
         sink.packet(c, ch.stream, &bytes, &self.classes)
     }
@@ -524,7 +611,14 @@ impl Reader {
 }
 
 /// Counts an emitted packet in its channel's statistics.
-fn record_packet(ch: &mut ChannelState, h: &PacketHeader, content: usize, padded: usize, extent: Extent, s: &WalkSummary) {
+fn record_packet(
+    ch: &mut ChannelState,
+    h: &PacketHeader,
+    content: usize,
+    padded: usize,
+    extent: Extent,
+    s: &WalkSummary,
+) {
     let st = &mut ch.stats;
     st.events += s.events;
     st.packets += 1;
@@ -550,18 +644,35 @@ fn record_packet(ch: &mut ChannelState, h: &PacketHeader, content: usize, padded
 
 /// Walks a packet the host wrote itself (report): checks the header
 /// against the host's own rules and returns the walk summary.
-pub fn walk_own_packet<V: EventVisitor>(bytes: &mut [u8], classes: &EventClasses, visitor: &mut V) -> Result<(PacketHeader, WalkSummary), PacketFault> {
+pub fn walk_own_packet<V: EventVisitor>(
+    bytes: &mut [u8],
+    classes: &EventClasses,
+    visitor: &mut V,
+) -> Result<(PacketHeader, WalkSummary), PacketFault> {
     if bytes.len() < abi::PACKET_HDR_SIZE {
-        return Err(PacketFault::ContentSize { bits: bytes.len() as u64 * 8, max: 0 });
+        return Err(PacketFault::ContentSize {
+            bits: bytes.len() as u64 * 8,
+            max: 0,
+        });
     }
     let h = PacketHeader::parse(bytes);
     if h.magic != abi::IVT_CTF_MAGIC {
         return Err(PacketFault::Magic(h.magic));
     }
     let content = (h.content_size / 8) as usize;
-    if h.content_size % 8 != 0 || content < abi::PACKET_HDR_SIZE || content > bytes.len() {
-        return Err(PacketFault::ContentSize { bits: h.content_size, max: bytes.len() as u64 });
+    if !h.content_size.is_multiple_of(8) || content < abi::PACKET_HDR_SIZE || content > bytes.len()
+    {
+        return Err(PacketFault::ContentSize {
+            bits: h.content_size,
+            max: bytes.len() as u64,
+        });
     }
-    let s = packet::walk(&mut bytes[..content], classes.stream(h.stream_id), h.timestamp_begin, Some(h.timestamp_end), visitor)?;
+    let s = packet::walk(
+        &mut bytes[..content],
+        classes.stream(h.stream_id),
+        h.timestamp_begin,
+        Some(h.timestamp_end),
+        visitor,
+    )?;
     Ok((h, s))
 }

@@ -283,7 +283,7 @@ impl Region {
 
     fn assert_word(&self, off: u64, size: u64) -> usize {
         assert!(
-            off % size == 0 && off + size <= self.len as u64,
+            off.is_multiple_of(size) && off + size <= self.len as u64,
             "control word at {off:#x} is misaligned or out of bounds (layout bug)"
         );
         off as usize
@@ -482,7 +482,9 @@ pub fn parse_header(page: &[u8], actual: u64) -> Result<Header, RegionError> {
         abi_minor: le_u16(page, hdr::ABI_MINOR),
         region_size,
         features: le_u64(page, hdr::FEATURES),
-        uuid: page[hdr::UUID..hdr::UUID + 16].try_into().expect("16 bytes"),
+        uuid: page[hdr::UUID..hdr::UUID + 16]
+            .try_into()
+            .expect("16 bytes"),
         default_mode: le_u32(page, hdr::DEFAULT_MODE),
         owner_pid: le_u32(page, hdr::OWNER_PID),
         layout,
@@ -537,8 +539,18 @@ fn check_counts(l: &Layout) -> Result<(), RegionError> {
             total: l.nr_channels,
         });
     }
-    check_pow2("subbuf_size", l.subbuf_size, abi::IVT_SUBBUF_MIN, abi::IVT_SUBBUF_MAX)?;
-    check_pow2("nr_subbufs", l.nr_subbufs, abi::IVT_SUBBUFS_MIN, abi::IVT_SUBBUFS_MAX)
+    check_pow2(
+        "subbuf_size",
+        l.subbuf_size,
+        abi::IVT_SUBBUF_MIN,
+        abi::IVT_SUBBUF_MAX,
+    )?;
+    check_pow2(
+        "nr_subbufs",
+        l.nr_subbufs,
+        abi::IVT_SUBBUFS_MIN,
+        abi::IVT_SUBBUFS_MAX,
+    )
 }
 
 fn check_pow2(what: &'static str, value: u32, min: u32, max: u32) -> Result<(), RegionError> {
@@ -615,7 +627,8 @@ mod tests {
     #[test]
     fn each_header_fault_has_its_own_error() {
         let good = RegionBuilder::new(2, 4, 4096).build();
-        let cases: Vec<(Box<dyn Fn(&mut Vec<u8>)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|b| b[0..8].fill(0)), "NotFormatted"),
             (Box::new(|b| b[0] ^= 1), "BadMagic"),
             (Box::new(|b| b[8] = 2), "AbiMajor"),
@@ -627,8 +640,17 @@ mod tests {
             (Box::new(|b| b[64 + 44] = 1), "Geometry"),
             (Box::new(|b| b[64 + 40] = 3), "Geometry"),
             (Box::new(|b| b[64] = 8), "Misaligned"),
-            (Box::new(|b| b[64 + 16..64 + 24].copy_from_slice(&(1u64 << 40).to_le_bytes())), "OutOfBounds"),
-            (Box::new(|b| { let m = b[64 + 8..64 + 16].to_vec(); b[64..64 + 8].copy_from_slice(&m); }), "Overlap"),
+            (
+                Box::new(|b| b[64 + 16..64 + 24].copy_from_slice(&(1u64 << 40).to_le_bytes())),
+                "OutOfBounds",
+            ),
+            (
+                Box::new(|b| {
+                    let m = b[64 + 8..64 + 16].to_vec();
+                    b[64..64 + 8].copy_from_slice(&m);
+                }),
+                "Overlap",
+            ),
         ];
         for (mutate, want) in cases {
             let mut b = good.clone();
@@ -640,7 +662,10 @@ mod tests {
 
     #[test]
     fn tiny_and_non_power_of_two_regions_are_refused() {
-        assert!(matches!(open(&[0u8; 100]), Err(RegionError::TooSmall { .. })));
+        assert!(matches!(
+            open(&[0u8; 100]),
+            Err(RegionError::TooSmall { .. })
+        ));
         let mut b = RegionBuilder::new(1, 2, 4096).build();
         b.extend_from_slice(&[0u8; 4096]);
         let size = b.len() as u64;
@@ -669,7 +694,10 @@ mod tests {
 
     #[test]
     fn uuid_formats_canonically() {
-        let u = [0x2a, 0x64, 0x22, 0xd0, 0x6c, 0xee, 0x11, 0xe0, 0x8c, 0x08, 0xcb, 0x07, 0xd7, 0xb3, 0xa5, 0x64];
+        let u = [
+            0x2a, 0x64, 0x22, 0xd0, 0x6c, 0xee, 0x11, 0xe0, 0x8c, 0x08, 0xcb, 0x07, 0xd7, 0xb3,
+            0xa5, 0x64,
+        ];
         assert_eq!(format_uuid(&u), "2a6422d0-6cee-11e0-8c08-cb07d7b3a564");
     }
 }

@@ -91,8 +91,14 @@ mod tests {
 
     #[test]
     fn hostile_event_names_are_restricted() {
-        assert_eq!(event_name(b"sched:switch\0junk", 3), ("sched:switch".into(), false));
-        assert_eq!(event_name(b"a\"; } evil {", 3), ("a_____evil__".into(), true));
+        assert_eq!(
+            event_name(b"sched:switch\0junk", 3),
+            ("sched:switch".into(), false)
+        );
+        assert_eq!(
+            event_name(b"a\"; } evil {", 3),
+            ("a_____evil__".into(), true)
+        );
         assert_eq!(event_name(b"../../etc", 3).0, ".._.._etc");
         assert_eq!(event_name(b"\0", 7), ("event_7".into(), true));
     }

@@ -48,8 +48,8 @@ impl RegionBuilder {
         let channels_off = 4096u64;
         let meta_off = align(channels_off + self.nr_channels as u64 * 256);
         let pool_off = align(meta_off + self.meta_size as u64);
-        let need = pool_off
-            + self.nr_channels as u64 * self.nr_subbufs as u64 * self.subbuf_size as u64;
+        let need =
+            pool_off + self.nr_channels as u64 * self.nr_subbufs as u64 * self.subbuf_size as u64;
         let size = need.next_power_of_two().max(abi::IVT_REGION_MIN);
         (channels_off, meta_off, pool_off, size)
     }
@@ -76,13 +76,25 @@ impl RegionBuilder {
         put_u64(&mut b, l + abi::layout::POOL_OFF, pool_off);
         put_u32(&mut b, l + abi::layout::META_SIZE, self.meta_size);
         put_u32(&mut b, l + abi::layout::NR_CHANNELS, self.nr_channels);
-        put_u32(&mut b, l + abi::layout::NR_KERNEL_CHANNELS, self.nr_kernel_channels);
+        put_u32(
+            &mut b,
+            l + abi::layout::NR_KERNEL_CHANNELS,
+            self.nr_kernel_channels,
+        );
         put_u32(&mut b, l + abi::layout::CHANNEL_SIZE, 256);
         put_u32(&mut b, l + abi::layout::NR_SUBBUFS, self.nr_subbufs);
         put_u32(&mut b, l + abi::layout::SUBBUF_SIZE, self.subbuf_size);
         put_u64(&mut b, abi::hdr::CLOCK + abi::clock::FREQ_HZ, self.freq_hz);
-        put_u32(&mut b, abi::hdr::CLOCK + abi::clock::SOURCE, abi::IVT_CLOCK_TSC);
-        put_u64(&mut b, abi::hdr::CLOCK + abi::clock::REF_REALTIME_NS, 1_700_000_000_000_000_000);
+        put_u32(
+            &mut b,
+            abi::hdr::CLOCK + abi::clock::SOURCE,
+            abi::IVT_CLOCK_TSC,
+        );
+        put_u64(
+            &mut b,
+            abi::hdr::CLOCK + abi::clock::REF_REALTIME_NS,
+            1_700_000_000_000_000_000,
+        );
         put_u32(&mut b, abi::hdr::STATE, abi::IVT_STATE_LIVE);
         for c in 0..self.nr_channels {
             let ch = (channels_off + c as u64 * 256) as usize;
@@ -172,7 +184,11 @@ impl TestRegion {
 
     /// The loadgen event: `loadgen:payload { thread u16, seq u64, data bytes }`.
     pub fn register_loadgen(&mut self, id: u32) {
-        let fields = [("thread", abi::IVT_FT_U16, 0), ("seq", abi::IVT_FT_U64, 0), ("data", abi::IVT_FT_BYTES, 0)];
+        let fields = [
+            ("thread", abi::IVT_FT_U16, 0),
+            ("seq", abi::IVT_FT_U64, 0),
+            ("data", abi::IVT_FT_BYTES, 0),
+        ];
         self.register(abi::IVT_STREAM_USER, id, "loadgen:payload", &fields);
     }
 
@@ -252,7 +268,11 @@ impl TestRegion {
         put_u64(h, abi::pkt::CONTENT_SIZE, w.cur_end * 8);
         put_u32(h, abi::pkt::EVENT_COUNT, w.count);
         put_u64(h, abi::pkt::EVENTS_DISCARDED, drops);
-        self.set_chan_u64(c, abi::chan::EVENTS_CLOSED, w.first_event_seq + w.count as u64);
+        self.set_chan_u64(
+            c,
+            abi::chan::EVENTS_CLOSED,
+            w.first_event_seq + w.count as u64,
+        );
         let size = self.spec.subbuf_size as u64;
         self.set_chan_u64(c, abi::chan::COMMIT_POS, (w.seq + 1) * size);
         let w = &mut self.writers[c as usize];
@@ -323,7 +343,10 @@ pub const FUZZ_REGION_MAX: usize = 1 << 20;
 /// capped at [`FUZZ_REGION_MAX`].
 pub fn region_image(input: &[u8]) -> Vec<u8> {
     let input = &input[..input.len().min(FUZZ_REGION_MAX)];
-    let size = input.len().next_power_of_two().max(abi::IVT_REGION_MIN as usize);
+    let size = input
+        .len()
+        .next_power_of_two()
+        .max(abi::IVT_REGION_MIN as usize);
     let mut b = vec![0u8; size];
     b[..input.len()].copy_from_slice(input);
     b
@@ -335,8 +358,22 @@ pub fn region_image(input: &[u8]) -> Vec<u8> {
 pub fn packet_template() -> TestRegion {
     let mut r = RegionBuilder::new(1, 2, 4096).build_region();
     r.register_loadgen(0);
-    r.register(1, 1, "text", &[("s", abi::IVT_FT_STRING, 0), ("c", abi::IVT_FT_CHARS, 8)]);
-    r.register(1, 2, "ints", &[("a", abi::IVT_FT_U8, 0), ("b", abi::IVT_FT_S32, 0), ("c", abi::IVT_FT_U64, 0)]);
+    r.register(
+        1,
+        1,
+        "text",
+        &[("s", abi::IVT_FT_STRING, 0), ("c", abi::IVT_FT_CHARS, 8)],
+    );
+    r.register(
+        1,
+        2,
+        "ints",
+        &[
+            ("a", abi::IVT_FT_U8, 0),
+            ("b", abi::IVT_FT_S32, 0),
+            ("c", abi::IVT_FT_U64, 0),
+        ],
+    );
     r.register(1, 40, "ext", &[("x", abi::IVT_FT_U16, 0)]);
     r
 }

@@ -12,7 +12,13 @@ struct Collect(Vec<(u32, Vec<u8>)>);
 
 impl PacketSink for Collect {
     type Error = std::convert::Infallible;
-    fn packet(&mut self, chan: u32, _stream: u32, bytes: &[u8], _c: &EventClasses) -> Result<(), Self::Error> {
+    fn packet(
+        &mut self,
+        chan: u32,
+        _stream: u32,
+        bytes: &[u8],
+        _c: &EventClasses,
+    ) -> Result<(), Self::Error> {
         self.0.push((chan, bytes.to_vec()));
         Ok(())
     }
@@ -20,14 +26,20 @@ impl PacketSink for Collect {
 
 impl Collect {
     fn headers(&self, chan: u32) -> Vec<PacketHeader> {
-        self.0.iter().filter(|(c, _)| *c == chan).map(|(_, b)| PacketHeader::parse(b)).collect()
+        self.0
+            .iter()
+            .filter(|(c, _)| *c == chan)
+            .map(|(_, b)| PacketHeader::parse(b))
+            .collect()
     }
 }
 
 const EV: usize = 4 + 14 + 8; // compact header + loadgen payload with 8 data bytes
 
 fn region(mode: u32, subbufs: u32) -> TestRegion {
-    let mut r = RegionBuilder::new(2, subbufs, 4096).mode(mode).build_region();
+    let mut r = RegionBuilder::new(2, subbufs, 4096)
+        .mode(mode)
+        .build_region();
     r.register_loadgen(0);
     r
 }
@@ -35,7 +47,12 @@ fn region(mode: u32, subbufs: u32) -> TestRegion {
 fn emit(r: &mut TestRegion, chan: u32, n: u64, ts0: u64) -> u64 {
     let mut kept = 0;
     for i in 0..n {
-        kept += r.emit(chan, ts0 + i * 10, 0, &TestRegion::loadgen_payload(chan as u16, i, &[7; 8])) as u64;
+        kept += r.emit(
+            chan,
+            ts0 + i * 10,
+            0,
+            &TestRegion::loadgen_payload(chan as u16, i, &[7; 8]),
+        ) as u64;
     }
     kept
 }
@@ -61,7 +78,9 @@ fn discard_drain_keeps_every_event_and_releases_subbuffers() {
     let mut sink = Collect::default();
     let pass = rd.drain_available(&mut sink).unwrap();
     assert_eq!(pass.packets, 3, "three complete packets");
-    let consumed = rd.region().load_relaxed_u64(rd.region().layout().channel_offset(0) + abi::chan::CONSUMED);
+    let consumed = rd
+        .region()
+        .load_relaxed_u64(rd.region().layout().channel_offset(0) + abi::chan::CONSUMED);
     assert_eq!(consumed, 3, "sub-buffers handed back");
     rd.flush_partial(&mut sink).unwrap();
     rd.finish(&mut sink).unwrap();
@@ -69,15 +88,25 @@ fn discard_drain_keeps_every_event_and_releases_subbuffers() {
     assert_eq!(st.events, per_packet * 3 + 5);
     assert_eq!((st.packets, st.partial_packets), (4, 1));
     let hs = sink.headers(0);
-    assert_eq!(hs.iter().map(|h| h.event_count as u64).sum::<u64>(), st.events);
+    assert_eq!(
+        hs.iter().map(|h| h.event_count as u64).sum::<u64>(),
+        st.events
+    );
     for (seq, h) in hs.iter().enumerate() {
         assert_eq!(h.packet_seq_num, seq as u64);
-        assert_eq!(h.packet_size, h.content_size.next_multiple_of(64), "trimmed to content rounded to 8 bytes");
+        assert_eq!(
+            h.packet_size,
+            h.content_size.next_multiple_of(64),
+            "trimmed to content rounded to 8 bytes"
+        );
         assert_eq!(h.events_discarded, 0);
     }
     let partial = hs.last().unwrap();
     assert_eq!(partial.event_count, 5);
-    assert!(partial.timestamp_end > partial.timestamp_begin, "end recomputed from the events");
+    assert!(
+        partial.timestamp_end > partial.timestamp_begin,
+        "end recomputed from the events"
+    );
 }
 
 #[test]
@@ -107,7 +136,11 @@ fn overwrite_lap_counts_overwritten_events_exactly() {
     assert_eq!(st.host_lost.overwritten, per_packet * 6);
     let first = &sink.headers(0)[0];
     assert_eq!(first.packet_seq_num, 6);
-    assert_eq!(first.events_discarded, per_packet * 6, "babeltrace sees the overwritten events");
+    assert_eq!(
+        first.events_discarded,
+        per_packet * 6,
+        "babeltrace sees the overwritten events"
+    );
 }
 
 #[test]
@@ -140,7 +173,11 @@ fn trailing_drops_get_a_final_empty_packet() {
     let sink = drain_all(&mut rd);
     let hs = sink.headers(0);
     let last = hs.last().unwrap();
-    assert_eq!((last.event_count, last.content_size), (0, 88 * 8), "an empty packet");
+    assert_eq!(
+        (last.event_count, last.content_size),
+        (0, 88 * 8),
+        "an empty packet"
+    );
     assert_eq!(last.events_discarded, dropped);
     assert_eq!(rd.channel_stats(0).writer_lost.full, dropped);
 }
@@ -187,7 +224,10 @@ fn snapshot_takes_the_newest_packets_and_the_open_prefix() {
     let mut sink = Collect::default();
     rd.snapshot(&mut sink).unwrap();
     let st = rd.channel_stats(0);
-    assert_eq!(st.packets, 4, "3 complete (one slot is the open packet) + the prefix");
+    assert_eq!(
+        st.packets, 4,
+        "3 complete (one slot is the open packet) + the prefix"
+    );
     assert_eq!(st.events, per_packet * 3 + 3);
     assert_eq!(st.older_overwritten, per_packet * 3);
     assert_eq!(sink.headers(0)[0].packet_seq_num, 3);
