@@ -141,19 +141,22 @@ def machine_info():
 
 
 def cpu_times():
-    """Per-CPU (busy, total) jiffies from /proc/stat."""
+    """Per-CPU (busy, total, steal) jiffies from /proc/stat (guest/guest_nice are
+    already counted in user/nice)."""
     out = {}
     for line in read("/proc/stat", "").splitlines():
         m = re.match(r"cpu(\d+)\s+(.*)", line)
         if m:
-            v = [int(x) for x in m.group(2).split()]
-            idle = v[3] + (v[4] if len(v) > 4 else 0)
-            out[int(m.group(1))] = (sum(v) - idle, sum(v))
+            v = [int(x) for x in m.group(2).split()][:8]
+            v += [0] * (8 - len(v))
+            idle = v[3] + v[4]
+            out[int(m.group(1))] = (sum(v) - idle, sum(v), v[7])
     return out
 
 
-def busy_percent(t0, t1):
-    return {f"cpu{c}": round(100.0 * (t1[c][0] - t0[c][0]) / max(1, t1[c][1] - t0[c][1]), 1)
+def busy_percent(t0, t1, field=0):
+    return {f"cpu{c}": round(100.0 * (t1[c][field] - t0[c][field]) /
+                             max(1, t1[c][1] - t0[c][1]), 1)
             for c in t0 if c in t1}
 
 
@@ -183,7 +186,8 @@ class Section:
         self.result.setdefault("conditions", {})[self.name] = {
             "before": self.load, "after": load_snapshot(),
             "seconds": round(time.time() - self.t0, 1),
-            "cpu_busy_percent": busy_percent(self.c0, cpu_times()),
+            "cpu_busy_percent": busy_percent(self.c0, t1 := cpu_times()),
+            "cpu_steal_percent": busy_percent(self.c0, t1, field=2),
         }
         return False
 

@@ -36,7 +36,7 @@ PROFILES = [
     {"name": "large", "size": 1024, "events": 1_000_000, "quick_events": 200_000,
      "subbufs": 1024, "subbuf_size": 1 << 20},
 ]
-RUNS, QUICK_RUNS = 3, 1
+RUNS, QUICK_RUNS = 5, 1
 
 # Live: the writer at a fixed rate into loadgen's default ring (8 x 256 KiB)
 # and into a larger one (32 x 1 MiB), the reader draining concurrently.
