@@ -1,0 +1,286 @@
+"""guest/kmod: ivtrace.ko in a real guest (QEMU, TCG on these machines), one boot.
+
+The guest (vm/ivtvm.py, ivshmem-plain backed by a /dev/shm file) runs GUEST_SCRIPT:
+  1. insmod ivtrace.ko (discard mode, default groups): /dev/ivtrace and the console exist;
+     ivtrace_test.ko writes 100 events (+10 blobs) through the kernel API;
+  2. rmmod/insmod ivtrace.ko twice;
+  3. the last load in overwrite mode with every group, 100 test events again, a crit-level
+     line into the kernel log, a dmesg check (BUG/WARNING/Oops) done in the guest;
+  4. a kernel panic (sysrq c), so the host salvages a region whose writer died.
+The host then checks the region header and the published event descriptions against
+docs/abi.md's kernel table, and reads the region with `ivtrace snapshot` + babeltrace2:
+scheduler and state dump events, the test events' exact payloads, the panic line.
+
+Run: /usr/bin/python3 -m pytest tests/kmod (needs linux-headers for the guest kernel;
+`make host` for the snapshot checks).
+"""
+import mmap
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+KMOD = REPO / "guest" / "kmod"
+IVTRACE = REPO / "bin" / "ivtrace"
+sys.path.insert(0, str(REPO / "vm"))
+import ivtvm  # noqa: E402
+
+TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "240"))
+SMP = 2
+TEST_MAGIC = 0x1F7ACE5D  # guest/kmod/tests/ivtrace_test.c
+IVT_MAGIC = 0x3145434152545649
+
+# docs/abi.md "Kernel stream": id -> (name, group, [(field, type, flags, count)]).
+# Types: 1 u8 2 u16 3 u32 4 u64 5 s8 6 s16 7 s32 8 s64 9 string 10 bytes 11 chars.
+U8, U16, U32, U64, S8, S16, S32, S64, STR, BYTES, CHARS = range(1, 12)
+HEX, TID = 1, 2
+SCHED, IRQ, TIMER, KMEM, SYSCALL, PRINTK, ALWAYS = 0, 1, 2, 3, 4, 5, 0xFFFFFFFF
+
+
+def f(name, t, flags=0, count=0):
+    return (name, t, flags, count)
+
+
+KERNEL_EVENTS = [
+    ("sched_switch", SCHED, [f("prev_tid", U32, TID), f("prev_prio", S8), f("prev_state", U16),
+                             f("next_tid", U32, TID), f("next_prio", S8)]),
+    ("sched_wakeup", SCHED, [f("tid", U32, TID), f("prio", S8), f("target_cpu", U16)]),
+    ("irq_handler_entry", IRQ, [f("irq", U32)]),
+    ("irq_handler_exit", IRQ, [f("irq", U32), f("ret", S32)]),
+    ("irq_softirq_entry", IRQ, [f("vec", U8)]),
+    ("irq_softirq_exit", IRQ, [f("vec", U8)]),
+    ("timer_hrtimer_expire_entry", TIMER, [f("hrtimer", U64, HEX), f("now", S64),
+                                           f("function", U64, HEX)]),
+    ("timer_hrtimer_expire_exit", TIMER, [f("hrtimer", U64, HEX)]),
+    ("kmem_kmalloc", KMEM, [f("call_site", U64, HEX), f("ptr", U64, HEX), f("bytes_req", U32),
+                            f("bytes_alloc", U32), f("gfp_flags", U32)]),
+    ("kmem_kfree", KMEM, [f("call_site", U64, HEX), f("ptr", U64, HEX)]),
+    ("kmem_mm_page_alloc", KMEM, [f("pfn", U64), f("order", U32), f("gfp_flags", U32),
+                                  f("migratetype", S32)]),
+    ("kmem_mm_page_free", KMEM, [f("pfn", U64), f("order", U32)]),
+    ("syscall_entry", SYSCALL, [f("id", U16)] + [f(f"args{i}", U64, HEX) for i in range(6)]),
+    ("syscall_exit", SYSCALL, [f("id", U16), f("ret", S64)]),
+    ("printk_console", PRINTK, [f("msg", STR)]),
+    ("sched_wakeup_new", SCHED, [f("tid", U32, TID), f("prio", S8), f("target_cpu", U16)]),
+    ("sched_process_fork", SCHED, [f("parent_tid", U32, TID), f("parent_pid", U32),
+                                   f("child_comm", CHARS, 0, 16), f("child_tid", U32),
+                                   f("child_pid", U32)]),
+    ("sched_process_exec", SCHED, [f("filename", STR), f("tid", U32), f("old_tid", U32),
+                                   f("comm", CHARS, 0, 16)]),
+    ("sched_process_exit", SCHED, [f("tid", U32, TID), f("prio", S8)]),
+    ("sched_process_free", SCHED, [f("tid", U32, TID), f("prio", S8)]),
+    ("task_rename", SCHED, [f("tid", U32), f("newcomm", CHARS, 0, 16)]),
+    ("lttng_statedump_start", ALWAYS, [f("unused", U8)]),
+    ("lttng_statedump_end", ALWAYS, [f("unused", U8)]),
+    ("lttng_statedump_process_state", ALWAYS, [f("tid", U32), f("pid", U32), f("ppid", U32),
+                                               f("name", CHARS, 0, 16), f("type", S32),
+                                               f("mode", S32), f("submode", S32),
+                                               f("status", S32), f("cpu", S32)]),
+    ("lttng_statedump_interrupt", ALWAYS, [f("irq", U32), f("name", STR), f("action", STR)]),
+]
+# docs/abi.md's "wire bytes incl. header" column (None: has a string).
+WIRE_BYTES = [16, 12, 8, 12, 8, 8, 28, 12, 32, 20, 24, 16, 56, 16, None, 12, 36, None, 12, 12,
+              24, 8, 8, 52, None]
+FIXED = {U8: 1, U16: 2, U32: 4, U64: 8, S8: 1, S16: 2, S32: 4, S64: 8}
+
+GUEST_SCRIPT = r"""
+M=/lib/modules/$(uname -r)/extra
+ok() { "$@"; echo "KMOD-RC $? $*"; }
+ok insmod $M/ivtrace.ko
+[ -c /dev/ivtrace ] && echo "KMOD: devnode"
+grep -q '^ivtrace0 ' /proc/consoles && echo "KMOD: console"
+ok insmod $M/ivtrace_test.ko
+echo 100 > /proc/ivtrace-test
+echo "KMOD: test1 $(cat /proc/ivtrace-test)"
+ok rmmod ivtrace_test
+for i in 1 2; do
+    ok rmmod ivtrace
+    ok insmod $M/ivtrace.ko
+done
+ok rmmod ivtrace
+ok insmod $M/ivtrace.ko mode=overwrite events=all
+ok insmod $M/ivtrace_test.ko
+echo 100 > /proc/ivtrace-test
+echo "KMOD: test2 $(cat /proc/ivtrace-test)"
+echo "<2>ivtrace-kmod-test: before the crash" > /dev/kmsg
+sleep 0.2
+echo "KMOD: dmesg-problems $(dmesg | grep -c -E 'BUG|WARNING|Oops|Call Trace|refcount_t')"
+dmesg | grep -i ivtrace
+echo c > /proc/sysrq-trigger
+"""
+
+
+def build_modules(manifest):
+    """Build ivtrace.ko and ivtrace_test.ko for the kernel the guest boots."""
+    kver = manifest["kernel_version"]
+    if not Path(f"/lib/modules/{kver}/build/Makefile").exists():
+        pytest.skip(f"no kernel headers for the guest kernel {kver}: "
+                    f"apt-get install linux-headers-{kver} (vm/build does)")
+    args = ["make", "-C", str(KMOD), f"KVER={kver}"]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        pytest.fail(f"guest/kmod build failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    for ko in ("ivtrace.ko", "tests/ivtrace_test.ko"):
+        assert (KMOD / ko).is_file(), ko
+
+
+@pytest.fixture(scope="module")
+def booted():
+    """Build the guest and the modules, boot once, return (BootResult, shm path)."""
+    build_modules(ivtvm.ensure_built())
+    shm = Path(f"/dev/shm/ivt-kmod-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        r = ivtvm.boot(GUEST_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=SMP,
+                       add=[f"{KMOD}/ivtrace.ko", f"{KMOD}/tests/ivtrace_test.ko"],
+                       timeout=TIMEOUT)
+        yield r, shm
+    finally:
+        shm.unlink(missing_ok=True)
+
+
+def marks(r, key):
+    return re.findall(rf"^KMOD: {key}(.*)$", r.console_text, re.M)
+
+
+def test_load_unload_cycles(booted):
+    r, _ = booted
+    assert r.panicked, r.summary() + "\n" + r.tail(60)
+    rcs = re.findall(r"^KMOD-RC (\d+) (.*)$", r.console_text, re.M)
+    # insmod, insmod test, rmmod test, 2 x (rmmod, insmod), rmmod, insmod, insmod test
+    assert len(rcs) == 10, r.tail(80)
+    bad = [(rc, cmd) for rc, cmd in rcs if rc != "0"]
+    assert not bad, f"failed: {bad}\n{r.tail(80)}"
+    assert marks(r, "devnode") and marks(r, "console"), r.tail(80)
+
+
+def test_dmesg_clean(booted):
+    r, _ = booted
+    probs = marks(r, "dmesg-problems")
+    assert probs and probs[0].strip() == "0", r.tail(120)
+    # the module's own errors are dev_err/pr_err lines naming it (an unsigned module's
+    # "module verification failed" taint line is expected)
+    errs = [ln for ln in r.console_text.splitlines()
+            if re.search(r"ivtrace.*(failed|error|refus|cannot|too small)", ln, re.I)
+            and "module verification failed" not in ln]
+    assert not errs, errs
+
+
+def test_kernel_api_counts(booted):
+    r, _ = booted
+    t1, t2 = marks(r, "test1"), marks(r, "test2")
+    assert t1 and t2, r.tail(60)
+    m1 = re.match(r" written (\d+) dropped (\d+) errors (\d+)", t1[0])
+    m2 = re.match(r" written (\d+) dropped (\d+) errors (\d+)", t2[0])
+    # discard mode without a reader may drop, never error; overwrite never drops
+    assert int(m1[1]) + int(m1[2]) == 110 and m1[3] == "0", t1
+    assert (m2[1], m2[2], m2[3]) == ("110", "0", "0"), t2
+
+
+def region(shm):
+    with open(shm, "rb") as fh:
+        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def test_region_header(booted):
+    _, shm = booted
+    m = region(shm)
+    magic, major, _minor, hdr_size, size, features = struct.unpack_from("<QHHIQQ", m, 0)
+    assert magic == IVT_MAGIC and major == 1 and hdr_size == 4096 and size == len(m)
+    assert features & 0x1 and features & 0x8, hex(features)  # KERNEL, CONTROL
+    ch_off, meta_off, pool_off, meta_size, nr, nk, csz, nsub, subsz = \
+        struct.unpack_from("<QQQIIIIII", m, 64)
+    assert nk == SMP and nr == SMP + 16 and csz == 256 and subsz == 64 << 10
+    assert nsub >= 2 and nsub & (nsub - 1) == 0
+    assert pool_off + nr * nsub * subsz <= size
+    state = struct.unpack_from("<I", m, 192)[0]
+    assert state == 1, "the guest panicked: the region stays LIVE"
+    assert struct.unpack_from("<I", m, 272)[0] == 100  # flush_interval_ms
+    for c in range(nk):
+        mode, stream, cpu = struct.unpack_from("<III", m, ch_off + c * 256 + 40)
+        assert (mode, stream, cpu) == (1, 0, c)  # overwrite, kernel stream
+
+
+def meta_records(m):
+    meta_off, meta_size = struct.unpack_from("<Q", m, 72)[0], struct.unpack_from("<I", m, 88)[0]
+    off, recs = 0, {}
+    while off + 88 <= meta_size:
+        ln, commit, kind, nf, eid, stream, group = struct.unpack_from("<IIHHIII", m, meta_off + off)
+        if commit != 0x434F4D54 or ln < 88 or ln % 8:
+            break
+        name = m[meta_off + off + 24:meta_off + off + 88].split(b"\0")[0].decode()
+        fields = []
+        for i in range(nf):
+            fo = meta_off + off + 88 + 40 * i
+            fname = m[fo:fo + 32].split(b"\0")[0].decode()
+            ftype, fflags, fcount = struct.unpack_from("<BBH", m, fo + 32)
+            fields.append((fname, ftype, fflags, fcount))
+        recs[(stream, eid)] = (name, group, fields)
+        off += ln
+    return recs
+
+
+def test_kernel_event_table(booted):
+    """The published descriptions are docs/abi.md's table, ids 0..24 then the test's."""
+    _, shm = booted
+    recs = meta_records(region(shm))
+    for eid, (name, group, fields) in enumerate(KERNEL_EVENTS):
+        assert recs.get((0, eid)) == (name, group, fields), (eid, recs.get((0, eid)))
+        wire = 4 + sum(FIXED.get(t, c) for _, t, _, c in fields)
+        if WIRE_BYTES[eid] is not None:
+            assert (wire + 3) & ~3 == WIRE_BYTES[eid], (name, wire)
+    assert recs[(0, 0)][0] == "sched_switch"
+    names = {v[0]: k for k, v in recs.items()}
+    assert names["ivtrace_test_event"] == (0, 25) and names["ivtrace_test_blob"] == (0, 26)
+
+
+@pytest.fixture(scope="module")
+def snapshot(booted, tmp_path_factory):
+    if not os.access(IVTRACE, os.X_OK):
+        pytest.skip(f"{IVTRACE} missing: run `make host` to read the region with ivtrace snapshot")
+    pytest.importorskip("bt2", reason="python3-bt2 (babeltrace2's bindings) is not installed")
+    import ctf
+    _, shm = booted
+    out = tmp_path_factory.mktemp("kmod-snapshot")
+    p = subprocess.run([str(IVTRACE), "snapshot", "--shm", str(shm), "-o", str(out), "--force"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    evs = ctf.events(out / "kernel")
+    assert evs, f"no kernel events in the snapshot\n{p.stderr}"
+    return evs
+
+
+def test_snapshot_events(snapshot):
+    counts = {}
+    for e in snapshot:
+        counts[e.name] = counts.get(e.name, 0) + 1
+    for name in ("sched_switch", "sched_wakeup", "irq_softirq_entry", "timer_hrtimer_expire_entry",
+                 "syscall_entry", "syscall_exit", "lttng_statedump_start",
+                 "lttng_statedump_process_state", "lttng_statedump_interrupt", "lttng_statedump_end"):
+        assert counts.get(name, 0) > 0, (name, counts)
+    dump = [e.payload for e in snapshot if e.name == "lttng_statedump_process_state"]
+    assert any(d["tid"] == 1 and d["name"] == "init" for d in dump), dump[:3]
+
+
+def test_snapshot_test_payloads(snapshot):
+    evs = [e.payload for e in snapshot if e.name == "ivtrace_test_event"]
+    assert sorted(e["seq"] for e in evs) == list(range(100))
+    for e in evs:
+        assert e["magic"] == TEST_MAGIC and e["msg"] == "ivtrace test event" and e["cpu"] < SMP
+    blobs = [e.payload for e in snapshot if e.name == "ivtrace_test_blob"]
+    assert sorted(b["seq"] for b in blobs) == list(range(0, 100, 10))
+    for b in blobs:
+        n = b["seq"] % 64
+        data = b["data"] if isinstance(b["data"], list) else list(b["data"])
+        assert len(data) == n and data == [(b["seq"] + k) & 0xFF for k in range(n)], b
+
+
+def test_snapshot_panic_line(snapshot):
+    msgs = [e.payload["msg"] for e in snapshot if e.name == "printk_console"]
+    assert any("ivtrace-kmod-test: before the crash" in m for m in msgs), msgs[-10:]
+    assert any("Kernel panic - not syncing: sysrq triggered crash" in m for m in msgs), msgs[-10:]
