@@ -99,6 +99,17 @@ mod tests {
     }
 
     #[test]
+    fn extreme_values_do_not_overflow() {
+        let m = mapping(u64::MAX, u64::MAX, u64::MAX);
+        let _ = (
+            m.ctf_offset(),
+            m.precision_cycles(),
+            m.realtime_ns(0),
+            m.realtime_ns(u64::MAX),
+        );
+    }
+
+    #[test]
     fn precision_is_in_cycles() {
         assert_eq!(mapping(2_000_000_000, 0, 0).precision_cycles(), 500);
     }

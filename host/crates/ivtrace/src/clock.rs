@@ -17,6 +17,19 @@ const BURST: usize = 64;
 const MIN_FIT_SPAN_NS: u64 = 200_000_000;
 /// Error assumed for a mapping nobody measured.
 const COARSE_ERROR_NS: u64 = 1_000_000;
+/// Writer clock frequencies believed (the header is guest-written).
+const FREQ_PLAUSIBLE: std::ops::RangeInclusive<u64> = 1_000..=100_000_000_000;
+/// Used when the header's frequency is not plausible.
+const FREQ_FALLBACK: u64 = 1_000_000_000;
+
+/// The header's frequency if plausible, else 1 GHz.
+fn plausible_freq(freq_hz: u64) -> u64 {
+    if FREQ_PLAUSIBLE.contains(&freq_hz) {
+        freq_hz
+    } else {
+        FREQ_FALLBACK
+    }
+}
 
 /// Produces a clock mapping at the start of a recording and a final one
 /// at its end.
@@ -134,11 +147,7 @@ impl LoopbackTscFit {
     }
 
     fn header_freq(&self) -> u64 {
-        if self.header.freq_hz == 0 {
-            1_000_000_000
-        } else {
-            self.header.freq_hz
-        }
+        plausible_freq(self.header.freq_hz)
     }
 
     fn gap_ns(&self, gap_ticks: u64, freq: u64) -> u64 {
@@ -208,20 +217,30 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn loopback_fit_recovers_the_tsc_frequency() {
-        let a = min_gap_sample();
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let b = min_gap_sample();
-        assert!(b.tsc > a.tsc && b.realtime_ns > a.realtime_ns);
-        let mut fit = LoopbackTscFit {
-            header: ClockRef {
-                freq_hz: 1,
-                ..Default::default()
-            },
-            start: a,
-        };
-        fit.start.realtime_ns -= MIN_FIT_SPAN_NS; // pretend a long recording
+        let mut fit = LoopbackTscFit::start(ClockRef {
+            freq_hz: 5_000,
+            ..Default::default()
+        });
+        let (t0, i0) = (rdtsc(), std::time::Instant::now());
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let (t1, i1) = (rdtsc(), std::time::Instant::now());
+        let independent = (t1 - t0) as f64 / (i1 - i0).as_secs_f64();
         let m = fit.finish();
         assert_eq!(m.method, "loopback-tsc-fit");
-        assert!(m.freq_hz > 1, "fitted, not the header's 1 Hz");
+        assert!(!m.coarse);
+        let rel = (m.freq_hz as f64 - independent).abs() / independent;
+        assert!(
+            rel < 0.01,
+            "fit {} Hz vs monotonic-clock estimate {independent} Hz",
+            m.freq_hz
+        );
+        assert!(m.error_ns < 100_000, "error bound {} ns", m.error_ns);
+    }
+
+    #[test]
+    fn implausible_header_frequencies_fall_back() {
+        assert_eq!(plausible_freq(0), FREQ_FALLBACK);
+        assert_eq!(plausible_freq(u64::MAX), FREQ_FALLBACK);
+        assert_eq!(plausible_freq(2_600_000_000), 2_600_000_000);
     }
 }

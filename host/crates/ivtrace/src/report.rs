@@ -171,7 +171,7 @@ pub fn build(dir: &Path) -> Result<Report> {
             &mut counts[stream as usize],
         )?;
         let span = match (r.first_ts, r.last_ts) {
-            (Some(a), Some(b)) => sidecar.clock.ticks_to_ns(b - a) / 1e9,
+            (Some(a), Some(b)) => sidecar.clock.ticks_to_ns(b.saturating_sub(a)) / 1e9,
             _ => 0.0,
         };
         r.events_per_s = ratio(r.events as f64, span);
