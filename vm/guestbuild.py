@@ -270,7 +270,7 @@ def fetch_kernel(apt: Apt, ver: str, out: Path) -> Path:
         if not (mdir / "modules.dep").is_file():
             # The .deb ships no modules.dep (dpkg's postinst runs depmod); make one in place.
             log(f"depmod -b {tmp} {ver} (the .deb ships no modules.dep) ...")
-            run(["depmod", "-b", str(tmp), ver], what="depmod on the extracted kernel tree")
+            run(["/sbin/depmod", "-b", str(tmp), ver], what="depmod on the extracted kernel tree")
         if root.exists():
             shutil.rmtree(root)
         root.parent.mkdir(parents=True, exist_ok=True)
@@ -554,7 +554,7 @@ def build_base(kroot: Path, ver: str, modules: list[str], out: Path) -> tuple[Pa
             kept = {re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", r) for r in order}
             lines = [re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", l) for l in (sm / "modules.order").read_text().splitlines()]
             (sm / "modules.order").write_text("".join(l + "\n" for l in lines if l in kept))
-        run(["depmod", "-b", str(stage), ver], what="depmod on the initramfs module tree")
+        run(["/sbin/depmod", "-b", str(stage), ver], what="depmod on the initramfs module tree")
         for p in sorted(stage.rglob("*")):
             rel = p.relative_to(stage).as_posix()
             if p.is_dir():

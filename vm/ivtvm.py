@@ -289,6 +289,8 @@ class VM:
         self.t_booted: float | None = None
         self.timed_out = False
         self.accel, self.accel_reason = probe_accel(accel)
+        if not echo:
+            print(f"ivtvm: accelerator {self.accel}: {self.accel_reason}", file=sys.stderr, flush=True)
 
     # ---- command line
     def build_command(self) -> list[str]:
@@ -361,6 +363,8 @@ class VM:
                 app.append(cmdline_param("ivtrace.run", run))
             else:
                 raise VMError("run_via must be 'fw_cfg' or 'cmdline'")
+        elif not o["interactive"]:
+            app.append("ivtrace.interactive=0")  # nobody could type into the shell: just boot
 
         if o["shm"] is not None:
             p = shm_path(o["shm"])
@@ -628,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
             quiet=not a.verbose, panic_on_oops=a.panic_on_oops, share=a.share,
             share_mount=a.share_mount, net=a.net, extra_args=a.qemu_args, log=a.log,
             echo=True, interactive=interactive, initrd=a.initrd, build=not a.no_build)
-    print(f"vm/run: accelerator {vm.accel}: {vm.accel_reason}", file=sys.stderr, flush=True)
+    print(f"vm/run: accelerator {vm.accel}: {vm.accel_reason}", file=sys.stderr, flush=True)  # noqa
     try:
         if a.dry_run:
             cmd = vm.build_command()

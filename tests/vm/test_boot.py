@@ -1,10 +1,13 @@
 """vm/: boot the demo guest under QEMU (auto accelerator: TCG on these machines).
 
-Two boots (~5-10 s each under TCG):
+Three boots (~5-10 s each under TCG):
   1. ivshmem-plain: the guest finds 1af4:1110 in sysfs, reads a word the host put in the
      region and writes a known word into BAR2 with busybox devmem; the host sees it in
      /dev/shm. The same boot checks --add (overlay archive), modules= and modopts=.
   2. a guest kernel panic (sysrq c) is reported as panicked and QEMU exits by itself.
+  3. ivshmem-doorbell against a minimal in-test server (the real one is `ivtrace serve`):
+     the options realize the device, IVPosition is the ID the server sent and a guest doorbell
+     write reaches the host's eventfd. Uses the VM context API (start / wait_for / wait).
 Plus quick checks that need no boot.
 """
 import os
@@ -73,7 +76,7 @@ def test_ivshmem_bar2_write_reaches_host(guest, shm, tmp_path):
                    add=[f"{script}:/workload/probe.sh"],
                    modules=["virtio_net"], modopts={"virtio_net": "napi_tx=1 csum=0"},
                    timeout=TIMEOUT, log=tmp_path / "console.log")
-    print(r.summary())
+    print(r.summary(), f"boot to /init {r.boot_time:.1f} s")
     print(r.tail(30))
     assert r.accel == ivtvm.probe_accel("auto")[0]
     assert not r.timed_out, r.tail()
@@ -110,6 +113,95 @@ def test_guest_panic_is_detected_and_qemu_exits(guest, tmp_path):
     assert not ivtvm._LIVE                          # nothing left running
 
 
+class MiniServer:
+    """Just enough of the ivshmem server protocol (reference/specs.md 1.6) for one guest:
+    version 0, guest id, -1 + shm fd, then host-peer and own-id eventfds, one fd per sendmsg."""
+
+    GUEST_ID, HOST_ID, VECTORS = 3, 1, 2
+
+    def __init__(self, path):
+        import socket
+        self.path = str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(self.path)
+        self.sock.listen(1)
+        self.shm = os.memfd_create("ivt-test", os.MFD_CLOEXEC)
+        os.ftruncate(self.shm, SHM_SIZE)
+        self.host_rx = [os.eventfd(0, os.EFD_NONBLOCK) for _ in range(self.VECTORS)]
+        self.guest_rx = [os.eventfd(0) for _ in range(self.VECTORS)]
+        self.conn = None
+        import threading
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import array
+        import socket
+        self.sock.settimeout(TIMEOUT)
+        self.conn, _ = self.sock.accept()
+
+        def send(v, fd=-1):
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))] if fd >= 0 else []
+            self.conn.sendmsg([struct.pack("<q", v)], anc)
+        send(0)
+        send(self.GUEST_ID)
+        send(-1, self.shm)
+        for fd in self.host_rx:
+            send(self.HOST_ID, fd)
+        for fd in self.guest_rx:
+            send(self.GUEST_ID, fd)
+
+    def doorbells(self, vector):
+        try:
+            return os.eventfd_read(self.host_rx[vector])
+        except BlockingIOError:
+            return 0
+
+    def close(self):
+        for fd in [self.shm, *self.host_rx, *self.guest_rx]:
+            os.close(fd)
+        if self.conn:
+            self.conn.close()
+        self.sock.close()
+        Path(self.path).unlink(missing_ok=True)
+
+
+DOORBELL_SCRIPT = r"""
+d=$IVTRACE_IVSHMEM
+[ -n "$d" ] || exit 10
+bar0=$(sed -n 1p $d/resource | cut -d' ' -f1)
+echo "IVPOS $(devmem $((bar0 + 8)) 32)"
+echo "RING"
+devmem $((bar0 + 12)) 32 $(( (1 << 16) | 1 ))
+devmem $((bar0 + 12)) 32 $(( (1 << 16) | 1 ))
+sleep 1
+"""
+
+
+def test_ivshmem_doorbell_reaches_host(guest):
+    import tempfile
+    sockdir = Path(tempfile.mkdtemp(prefix="ivt-sock-"))  # short path: sun_path is 108 bytes
+    srv = MiniServer(sockdir / "ivsh.sock")
+    try:
+        with ivtvm.VM(run=DOORBELL_SCRIPT, doorbell=srv.path, vectors=srv.VECTORS) as vm:
+            vm.wait_for(r"^RING$", timeout=TIMEOUT)
+            r = vm.wait(timeout=TIMEOUT)
+        print(r.summary())
+        assert r.exit_code == 0 and not r.panicked, r.tail()
+        assert f"IVPOS 0x{srv.GUEST_ID:08X}" in r.console_text, r.tail()
+        assert "ivshmem-doorbell,chardev=ivsh,vectors=2" in " ".join(r.cmd)
+        assert srv.doorbells(1) == 2
+        assert srv.doorbells(0) == 0
+    finally:
+        srv.close()
+        sockdir.rmdir()
+
+
+def test_missing_doorbell_socket_is_a_clear_error(tmp_path):
+    with pytest.raises(ivtvm.VMError, match="ivtrace serve"):
+        ivtvm.VM(doorbell=tmp_path / "nosock", build=False).build_command()
+
+
 # ---------------------------------------------------------------- no boot needed
 
 def test_accel_probe_picks_tcg_without_vmx_svm(monkeypatch):
@@ -135,5 +227,3 @@ def test_options_are_validated(tmp_path):
     with pytest.raises(ivtvm.VMError):
         ivtvm.cmdline_param("ivtrace.run", 'echo "x"')
     assert ivtvm.qemu_escape("/a,b") == "/a,,b"
-    with pytest.raises(ivtvm.VMError):
-        ivtvm.VM(doorbell=tmp_path / "nosock", build=False).build_command()
