@@ -23,6 +23,12 @@
  * little-endian; IVT_FT_STRING is NUL-terminated, IVT_FT_BYTES is a u32
  * length followed by the bytes (see ivt_put_* below).
  *
+ * Signal handlers may write events: one that interrupts an event of the
+ * same thread is dropped and counted (lost_nested). A thread's first
+ * event in a region claims a channel and allocates; make it outside a
+ * signal handler (one that interrupts the library's own slow path drops
+ * its event instead of deadlocking).
+ *
  * Every function returns 0 or a negative errno; none sets errno.
  */
 #ifndef IVTRACE_H
@@ -88,6 +94,8 @@ struct ivt_region_info {
 	uint32_t meta_size;
 	uint32_t mode;			/* IVT_MODE_* given at format time */
 	uint32_t created;		/* 1 if this process formatted it */
+	void *base;			/* where it is mapped in this process (for
+					 * tests and debuggers, valid until close) */
 };
 
 void ivt_region_info(struct ivt_region *r, struct ivt_region_info *info);

@@ -45,6 +45,7 @@ static struct ivt_region *ivt__region_new(void *base, uint64_t size,
 	r->default_mode = h->default_mode;
 	r->refs = 1;
 
+	ivt__slow_enter();
 	pthread_mutex_lock(&ivt__lock);
 	r->gen = ++next_gen;
 	r->next = ivt__regions;
@@ -52,6 +53,7 @@ static struct ivt_region *ivt__region_new(void *base, uint64_t size,
 		r->next->prev = r;
 	ivt__regions = r;
 	pthread_mutex_unlock(&ivt__lock);
+	ivt__slow_exit();
 	return r;
 }
 
@@ -384,4 +386,5 @@ void ivt_region_info(struct ivt_region *r, struct ivt_region_info *info)
 	info->meta_size = r->layout.meta_size;
 	info->mode = r->default_mode;
 	info->created = r->creator_pid != 0;
+	info->base = r->base;
 }

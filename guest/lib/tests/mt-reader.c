@@ -135,6 +135,7 @@ int main(void)
 	};
 	const char *path = t_path("mtreader");
 	static struct reader rd;
+	struct ivt_region_info ri;
 	pthread_t th[THREADS], rth;
 	struct ivt_stats st;
 	uintptr_t i;
@@ -142,7 +143,8 @@ int main(void)
 
 	region = t_create(path, THREADS, NSUB, SUBBUF, IVT_MODE_DISCARD);
 	T_OK(ivt_event_register(region, "test:mt", f, 2, &ev));
-	T_OK(w_open(&wr, path) ? -EIO : 0);
+	ivt_region_info(region, &ri);
+	T_OK(w_use(&wr, ri.base, ri.size) ? -EIO : 0);	/* same addresses as the writer */
 	memset(rd.thread, -1, sizeof(rd.thread));
 	T_OK(pthread_create(&rth, NULL, reader_main, &rd));
 	for (i = 0; i < THREADS; i++)
@@ -164,7 +166,7 @@ int main(void)
 	T_CHECK(seen > 4 * THREADS * NSUB * (SUBBUF / 16));	/* rings reused */
 	fprintf(stderr, "mt-reader: %lu events read, %lu writes refused while "
 		"the reader lagged\n", (unsigned long)seen, (unsigned long)lost);
-	w_close(&wr);
+	w_close(&wr);		/* before close: it is the library's mapping */
 	ivt_region_close(region);
 	return T_PASS;
 }

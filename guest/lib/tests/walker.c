@@ -40,6 +40,13 @@ int w_open(struct w_region *wr, const char *path)
 	close(fd);
 	if (wr->base == MAP_FAILED)
 		return w_err("mmap %s failed", path);
+	return w_use(wr, wr->base, wr->size) ? -1 : (wr->mapped = 1, 0);
+}
+
+int w_use(struct w_region *wr, void *base, uint64_t size)
+{
+	wr->base = base;
+	wr->size = size;
 	wr->hdr = (struct ivt_region_hdr *)wr->base;
 	if (__atomic_load_n(&wr->hdr->magic, __ATOMIC_ACQUIRE) != IVT_MAGIC)
 		return w_err("bad magic");
@@ -52,7 +59,7 @@ int w_open(struct w_region *wr, const char *path)
 
 void w_close(struct w_region *wr)
 {
-	if (wr->base && wr->base != MAP_FAILED)
+	if (wr->mapped)
 		munmap(wr->base, wr->size);
 	free(wr->types);
 	memset(wr, 0, sizeof(*wr));

@@ -26,6 +26,7 @@ struct w_type {
 struct w_region {
 	uint8_t *base;
 	uint64_t size;
+	int mapped;			/* by w_open (unmapped by w_close) */
 	struct ivt_region_hdr *hdr;
 	struct ivt_layout l;
 	uint32_t nr_records;		/* committed metadata records seen */
@@ -68,6 +69,9 @@ struct w_chan {
 extern char w_error[512];
 
 int w_open(struct w_region *wr, const char *path);
+/* Use an existing mapping instead (the library's own, so that TSan sees
+ * the reader's and the writer's accesses at the same addresses). */
+int w_use(struct w_region *wr, void *base, uint64_t size);
 void w_close(struct w_region *wr);
 
 /* Re-read the metadata area (done by w_open). Returns records or -1. */
