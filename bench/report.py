@@ -104,15 +104,25 @@ def section_summary(res, out):
     if drain:
         prof = {p["name"]: p for p in drain["profiles"]}
         if "large" in prof:
-            gbps = prof["large"]["median"]["trace_MB_per_s"] / 1000
+            m = prof["large"]["median"]
+            gbps = m["trace_MB_per_s"] / 1000
+            cpu = (m.get("trace_MB_per_cpu_s") or 0) / 1000
             out.append(f"| drain, large events, one CPU | >= {TARGET_DRAIN_GBPS:.0f} GB/s | "
-                       f"{f1(gbps, 2)} GB/s of trace written (median of "
-                       f"{len(prof['large']['runs'])}) | {verdict(gbps >= TARGET_DRAIN_GBPS)} |")
+                       f"{f1(gbps, 2)} GB/s of trace written, wall clock (median of "
+                       f"{len(prof['large']['runs'])}); {f1(cpu, 2)} GB per CPU-second of the "
+                       f"recorder (it had the CPU {f1(m.get('cpu_percent'), 0)} % of the time) | "
+                       f"{verdict(gbps >= TARGET_DRAIN_GBPS)} (wall); "
+                       f"{verdict(cpu >= TARGET_DRAIN_GBPS)} (CPU time) |")
         if "small" in prof:
-            mev = prof["small"]["median"]["events_per_s"] / 1e6
+            m = prof["small"]["median"]
+            mev = m["events_per_s"] / 1e6
+            cpu = (m.get("events_per_cpu_s") or 0) / 1e6
             out.append(f"| drain, small events, one CPU | >= {TARGET_DRAIN_MEVPS:.0f} M events/s | "
-                       f"{f1(mev)} M events/s (median of {len(prof['small']['runs'])}) | "
-                       f"{verdict(mev >= TARGET_DRAIN_MEVPS)} |")
+                       f"{f1(mev)} M events/s, wall clock (median of "
+                       f"{len(prof['small']['runs'])}); {f1(cpu)} M events per CPU-second "
+                       f"(CPU {f1(m.get('cpu_percent'), 0)} % of the time) | "
+                       f"{verdict(mev >= TARGET_DRAIN_MEVPS)} (wall); "
+                       f"{verdict(cpu >= TARGET_DRAIN_MEVPS)} (CPU time) |")
         lost = sum(p["lost_total"] for p in drain["profiles"])
         complete = all(p["recorded_all"] for p in drain["profiles"])
         out.append(f"| drain loss | 0 | lost {lost}; every produced event recorded: "
@@ -315,26 +325,34 @@ def section_drain(res, out):
     if not d:
         return
     out.append("## 2. Drain throughput of `ivtrace record` (one CPU, to tmpfs)\n")
-    out.append(f"Method: {d['method']}. MB = 10^6 bytes. \"trace\" = bytes of the files "
+    out.append(f"Method: {d['method']}. Two rates per run: by wall clock (what the "
+               f"recorder achieved on the machine as it was) and by the recorder's CPU time "
+               f"(user + system, from wait4: what one drain thread costs; the two differ when "
+               f"other processes share the drain CPU, see the CPU % column). MB = 10^6 bytes. \"trace\" = bytes of the files "
                f"`ivtrace record` wrote (CTF streams + metadata); \"event\" = in-ring event "
                f"bytes (4-byte compact header + loadgen's u16 thread, u64 seq, u32 length and "
                f"`--size` data bytes, padded to 4); \"payload\" = loadgen's payload bytes "
                f"(the fields without header and padding).\n")
-    out.append("| profile | events | wall s (median) | M events/s | trace MB/s | event MB/s | "
-               "payload MB/s | M events/s by record's own clock | lost | all recorded |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    out.append("| profile | events | wall s | CPU s | CPU % | M events/s | trace MB/s | "
+               "event MB/s | payload MB/s | M events / CPU-s | trace MB / CPU-s | lost | "
+               "all recorded |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for p in d["profiles"]:
         m = p["median"]
-        own = [r.get("record_elapsed_events_per_s") for r in p["runs"]]
-        own = median([x for x in own if x]) if any(own) else None
         out.append(f"| {p['name']}: --size {p['size']} ({p['event_bytes']} B/event), ring "
                    f"{p['ring']['subbufs']} x {p['ring']['subbuf_size'] >> 10} KiB | "
-                   f"{p['events']:,} | {m['wall_s']:.3f} | {m['events_per_s'] / 1e6:.1f} | "
+                   f"{p['events']:,} | {m['wall_s']:.3f} | {f1(m.get('cpu_s'), 3)} | "
+                   f"{f1(m.get('cpu_percent'), 0)} | {m['events_per_s'] / 1e6:.1f} | "
                    f"{m['trace_MB_per_s']:,.0f} | {m['event_MB_per_s']:,.0f} | "
-                   f"{m['payload_MB_per_s']:,.0f} | {f1(own and own / 1e6)} | {p['lost_total']} | "
+                   f"{m['payload_MB_per_s']:,.0f} | "
+                   f"{f1((m.get('events_per_cpu_s') or 0) / 1e6)} | "
+                   f"{f1(m.get('trace_MB_per_cpu_s'), 0)} | {p['lost_total']} | "
                    f"{'yes' if p['recorded_all'] else 'NO'} |")
-    out.append("\nPer run (events/s): " + "; ".join(
-        f"{p['name']}: " + ", ".join(f"{r['events_per_s'] / 1e6:.1f} M" for r in p["runs"])
+    out.append(f"\nMedians over {len(d['profiles'][0]['runs'])} runs per profile (each column "
+               f"its own median).")
+    out.append("Per run, M events/s wall (CPU %): " + "; ".join(
+        f"{p['name']}: " + ", ".join(f"{r['events_per_s'] / 1e6:.1f} ({r.get('cpu_percent', 0):.0f} %)"
+                                     for r in p["runs"])
         for p in d["profiles"]))
     out.append("\nCommands (one run):\n")
     out.append("```")
@@ -351,8 +369,8 @@ def section_live(res, out):
     out.append("### 2b. Live: writer and reader at the same time\n")
     out.append(f"Method: {lv['method']}.\n")
     out.append("| ring | target rate | events | achieved rate (M/s) | dropped (writer) | "
-               "recorded | lost (recorder) | loss % |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|")
+               "recorded | lost (recorder) | loss % | recorder CPU % |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in lv["runs"]:
         rate = r["rate"] if isinstance(r["rate"], str) else f"{r['rate'] / 1e6:g} M/s"
         dropped = r.get("loadgen_dropped")
@@ -361,7 +379,7 @@ def section_live(res, out):
         ring = f"{ring.get('subbufs')} x {ring.get('subbuf_size', 0) >> 10} KiB"
         out.append(f"| {ring} | {rate} | {r['events']:,} | {r['achieved_rate'] / 1e6:.2f} | "
                    f"{f1(dropped, 0)} | {f1(r.get('recorded'), 0)} | {f1(r.get('lost'), 0)} | "
-                   f"{f1(loss, 3)} |")
+                   f"{f1(loss, 3)} | {f1(r.get('record_cpu_percent_of_writer_time'), 0)} |")
     out.append(f"\nCommand (one run): `{lv['runs'][0]['record_command']}` then "
                f"`{lv['runs'][0]['loadgen_command']}`\n")
 
@@ -452,7 +470,8 @@ def render(res, src):
                f"`make -C bench report` only regenerates it. Timings are measurements on one "
                f"shared machine, never pass/fail tests; every claim below is a ratio measured "
                f"side by side in the same run.\n")
-    out.append(f"Reproduce everything: `{res['reproduce']}`.")
+    out.append(f"Reproduce everything: `{res['reproduce']}` at the top of the repository, as "
+               f"root (it runs `bench/run.py`, then this script).")
     if res.get("native"):
         out.append(f"The per-event tables alone (inside the LTTng session and tracefs set-up "
                    f"of bench/run.py): `{res['native']['command']}`.")

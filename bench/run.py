@@ -335,6 +335,17 @@ def run_native(args, tools, result):
             keep.unlink(missing_ok=True)
 
 
+def repo_relative(obj):
+    """Commands in the results name tools relative to the repository root."""
+    if isinstance(obj, str):
+        return obj.replace(str(ROOT) + "/", "")
+    if isinstance(obj, list):
+        return [repo_relative(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: repo_relative(v) for k, v in obj.items()}
+    return obj
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -349,6 +360,7 @@ def main():
     ap.add_argument("-o", "--out", default=str(HERE / "results"))
     args = ap.parse_args()
     args.only = set(args.only.split(","))
+    args.ivbench = str(Path(args.ivbench).resolve())
 
     tools = {"ivtrace": Path(args.bin) / "ivtrace", "loadgen": Path(args.bin) / "ivtrace-loadgen"}
     try:
@@ -363,8 +375,7 @@ def main():
             "schema": SCHEMA,
             "date": started.isoformat(timespec="seconds"),
             "argv": sys.argv,
-            "reproduce": "make bench   (or: sudo /usr/bin/python3 bench/run.py "
-                         + " ".join(shlex.quote(a) for a in sys.argv[1:]) + ")",
+            "reproduce": "make bench" if not args.quick else "make -C bench quick",
             "machine": machine_info(),
         }
         if args.only & {"native", "noreader"}:
@@ -384,7 +395,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     tag = "-quick" if args.quick else ""
     path = out / f"{started:%Y-%m-%dT%H%M%S}-{socket.gethostname()}{tag}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    path.write_text(json.dumps(repo_relative(result), indent=1) + "\n")
     print(f"run: wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}",
           file=sys.stderr)
     return 0

@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -116,6 +117,36 @@ def run_checked(cmd, what, timeout=600):
     return p
 
 
+def run_timed(cmd, what, timeout=600):
+    """Run cmd; return (stdout, wall seconds, CPU seconds (user + system) of the child).
+
+    The CPU time is what the drain costs one thread whatever else shares its
+    CPU; wall time is what it took on the machine as it was.
+    """
+    cmd = [str(c) for c in cmd]
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        t0 = time.perf_counter_ns()
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                p.kill()
+                os.wait4(p.pid, 0)
+                raise DrainError(f"{what} did not finish within {timeout} s: {shlex.join(cmd)}")
+            time.sleep(0.0005)
+        wall = (time.perf_counter_ns() - t0) / 1e9
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if p.returncode != 0:
+            raise DrainError(f"{what} failed (exit {p.returncode}): {shlex.join(cmd)}\n"
+                             f"{err.read().strip()[-2000:]}")
+        return out.read(), wall, ru.ru_utime + ru.ru_stime
+
+
 def loadgen_cmd(tools, cpu, shm, events, size, ring, threads=1, rate=None):
     cmd = ["taskset", "-c", cpu, tools["loadgen"], "--shm", shm, "--create",
            "--events", events, "--size", size, "--threads", threads, "--channels", threads,
@@ -151,9 +182,7 @@ def drain_once(tools, cpu, drain_cpu, prof, events):
             raise DrainError(f"the prefill dropped {dropped} events: the ring "
                              f"({prof['subbufs']} x {prof['subbuf_size']} B) is too small")
         rec = record_cmd(tools, drain_cpu, shm, out)
-        t0 = time.perf_counter_ns()
-        p = run_checked(rec, "ivtrace record")
-        wall = (time.perf_counter_ns() - t0) / 1e9
+        stdout, wall, cpu_s = run_timed(rec, "ivtrace record")
         summ = record_summary(out)
         trace_bytes = tree_bytes(out)
         return {
@@ -162,16 +191,19 @@ def drain_once(tools, cpu, drain_cpu, prof, events):
             "recorded": summ["events"], "lost": summ["lost"],
             "lost_by_reason": summ.get("lost_by_reason"),
             "skipped_packets": summ.get("skipped_packets"),
-            "wall_s": wall, "record_elapsed_s": summ["elapsed_s"],
+            "wall_s": wall, "record_elapsed_s": summ["elapsed_s"], "cpu_s": cpu_s,
+            "cpu_percent": 100.0 * cpu_s / wall,
             "trace_bytes": trace_bytes,
             "events_per_s": events / wall,
             "trace_MB_per_s": trace_bytes / wall / 1e6,
+            "events_per_cpu_s": events / cpu_s if cpu_s else None,
+            "trace_MB_per_cpu_s": trace_bytes / cpu_s / 1e6 if cpu_s else None,
             "payload_bytes": loadgen_total(stats, "payload_bytes"),
             "payload_MB_per_s": (loadgen_total(stats, "payload_bytes") or 0) / wall / 1e6,
             "record_elapsed_events_per_s": (summ["events"] or 0) / summ["elapsed_s"]
             if summ["elapsed_s"] else None,
             "event_MB_per_s": events * event_bytes(prof["size"]) / wall / 1e6,
-            "record_stdout": p.stdout.strip()[-2000:],
+            "record_stdout": stdout.strip()[-2000:],
             "record_summary": summ["raw"],
         }
     finally:
@@ -209,7 +241,8 @@ def run_drain(tools, cpu, drain_cpu, quick=False):
             print(f"drain: {prof['name']} run {i + 1}: {events} events of {prof['size']} B",
                   file=sys.stderr, flush=True)
             runs.append(drain_once(tools, cpu, drain_cpu, prof, events))
-        keys = ("wall_s", "events_per_s", "trace_MB_per_s", "payload_MB_per_s", "event_MB_per_s")
+        keys = ("wall_s", "cpu_s", "cpu_percent", "events_per_s", "trace_MB_per_s",
+                "payload_MB_per_s", "event_MB_per_s", "events_per_cpu_s", "trace_MB_per_cpu_s")
         res["profiles"].append({
             "name": prof["name"], "size": prof["size"], "events": events,
             "event_bytes": event_bytes(prof["size"]),
@@ -230,20 +263,23 @@ def live_once(tools, cpu, drain_cpu, rate, ring):
     events = (rate or 10_000_000) * LIVE_SECONDS
     rec_cmd = record_cmd(tools, drain_cpu, shm, out)
     gen_cmd = loadgen_cmd(tools, cpu, shm, events, LIVE_SIZE, ring, rate=rate)
-    rec = subprocess.Popen(rec_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rec = subprocess.Popen(rec_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(0.3)  # let the recorder start waiting for the region
         t0 = time.perf_counter()
         gen = run_checked(gen_cmd, "ivtrace-loadgen", timeout=LIVE_SECONDS * 20 + 60)
         wall = time.perf_counter() - t0
-        try:
-            rout, rerr = rec.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            rec.kill()
-            rout, rerr = rec.communicate()
-            raise DrainError(f"ivtrace record did not exit after the writer closed:\n{rerr}")
+        deadline = time.monotonic() + 120
+        while not (w := os.wait4(rec.pid, os.WNOHANG))[0]:
+            if time.monotonic() > deadline:
+                rec.kill()
+                raise DrainError("ivtrace record did not exit after the writer closed:\n"
+                                 + rec.stderr.read())
+            time.sleep(0.001)
+        rec.returncode = os.waitstatus_to_exitcode(w[1])
+        rec_cpu = w[2].ru_utime + w[2].ru_stime
         if rec.returncode != 0:
-            raise DrainError(f"ivtrace record failed (exit {rec.returncode}):\n{rerr}")
+            raise DrainError(f"ivtrace record failed (exit {rec.returncode}):\n{rec.stderr.read()}")
         stats = json.loads(gen.stdout)
         summ = record_summary(out)
         loop_ns = loadgen_total(stats, "elapsed_ns")
@@ -252,11 +288,12 @@ def live_once(tools, cpu, drain_cpu, rate, ring):
             "achieved_rate": events / (loop_ns / 1e9) if loop_ns else events / wall,
             "loadgen_dropped": loadgen_total(stats, "dropped"), "recorded": summ["events"],
             "lost": summ["lost"], "trace_bytes": tree_bytes(out),
+            "record_cpu_s": rec_cpu, "record_cpu_percent_of_writer_time": 100.0 * rec_cpu / wall,
             "loadgen_command": shlex.join(gen_cmd), "record_command": shlex.join(rec_cmd),
             "loadgen": stats, "record_summary": summ["raw"],
         }
     finally:
-        if rec.poll() is None:
+        if rec.returncode is None:
             rec.kill()
             rec.wait()
         cleanup(shm, out)
