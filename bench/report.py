@@ -25,6 +25,7 @@ TARGET_DRAIN_MEVPS = 30.0
 LABELS = {
     "ivtrace": "ivtrace (no reader, ring holds the round)",
     "ivtrace_live": "ivtrace (`ivtrace record` draining)",
+    "ivtrace_busy": "ivtrace (no reader, other CPU copying memory)",
     "lttng_ust": "LTTng-UST",
     "trace_marker": "ftrace trace_marker",
     "trace_marker_raw": "ftrace trace_marker_raw",

@@ -305,7 +305,7 @@ def run_native(args, tools, result):
            "--recorder", tools["ivtrace"], "--json", out_json]
     if args.quick:
         cmd += ["--rounds", 2, "--samples", 50000, "--groups", 10000,
-                "--batch", 100000, "--batches", 4]
+                "--batch", 20000, "--batches", 10]
     else:
         cmd += ["--rounds", args.rounds]
     if "noreader" in args.only:

@@ -9,6 +9,9 @@
  *                 timed is the writer alone.
  *   ivtrace_live  the same writer while `ivtrace record` drains the region
  *                 on another CPU (the steady state of a real trace).
+ *   ivtrace_busy  the writer alone again, while a thread on the other CPU
+ *                 copies 64 MiB buffers in a loop: a control for
+ *                 ivtrace_live, same kind of load next door, no reader.
  *   no reader     ivb_noreader(): a small ring that fills, then every event
  *                 is dropped and counted; cost before and after full.
  */
@@ -16,6 +19,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -147,6 +152,97 @@ const struct ivb_bench ivb_bench_ivtrace = {
 	.batch = solo_batch,
 	.round_teardown = solo_round_teardown,
 	.report = solo_report,
+};
+
+/* ---- ivtrace_busy: the writer alone, the other CPU copying memory ------- */
+
+#define BUSY_BYTES	(64u << 20)
+
+static struct ivregion busy = { .bench = "ivtrace_busy" };
+static pthread_t busy_thread;
+static volatile int busy_stop;
+static char *busy_src, *busy_dst;
+static uint64_t busy_copies;
+
+static void *busy_main(void *arg)
+{
+	cpu_set_t set;
+
+	(void)arg;
+	CPU_ZERO(&set);
+	CPU_SET(ivb_opts.drain_cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	while (!busy_stop) {
+		memcpy(busy_dst, busy_src, BUSY_BYTES);
+		__atomic_fetch_add(&busy_copies, 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+static void busy_setup(void)
+{
+	solo_setup();		/* the same ring, sized for the round */
+	busy.ro = solo.ro;
+	snprintf(busy.path, sizeof(busy.path), "%s/ivbench-%d.busy", ivb_opts.shm_dir,
+		 (int)getpid());
+	busy_src = malloc(BUSY_BYTES);
+	busy_dst = malloc(BUSY_BYTES);
+	if (!busy_src || !busy_dst)
+		ivb_die(busy.bench, "cannot allocate 2 x %u bytes", BUSY_BYTES);
+	memset(busy_src, 1, BUSY_BYTES);
+	memset(busy_dst, 2, BUSY_BYTES);
+}
+
+static void busy_round_setup(unsigned round)
+{
+	const struct timespec settle = { 0, 50 * 1000000 };
+	int ret;
+
+	(void)round;
+	region_open(&busy);
+	busy_stop = 0;
+	ret = pthread_create(&busy_thread, NULL, busy_main, NULL);
+	if (ret)
+		ivb_die(busy.bench, "cannot start the copy thread: %s", strerror(ret));
+	nanosleep(&settle, NULL);
+}
+
+static void busy_round_teardown(unsigned round)
+{
+	struct ivt_stats st;
+	uint64_t lost = region_lost(&busy, &st);
+
+	(void)round;
+	busy_stop = 1;
+	pthread_join(busy_thread, NULL);
+	if (lost || busy.drops)
+		ivb_die(busy.bench, "the ring dropped %llu events in a round; it must hold the "
+			"whole round", (unsigned long long)(lost + busy.drops));
+	ivt_region_close(busy.r);
+	unlink(busy.path);
+}
+
+static void busy_report(FILE *f)
+{
+	region_json(f, &busy);
+	fprintf(f, "\"ring\": \"as ivtrace; meanwhile a thread on CPU %d copies %u MiB "
+		"buffers in a loop (%llu copies in all)\",\n", ivb_opts.drain_cpu,
+		BUSY_BYTES >> 20, (unsigned long long)busy_copies);
+}
+
+#define BUSY_WRITE(p)	(busy.drops += (ivt_write(&busy.ev, (p), sizeof(*(p))) != 0))
+IVB_LOOPS(busy, BUSY_WRITE)
+
+const struct ivb_bench ivb_bench_ivtrace_busy = {
+	.name = "ivtrace_busy",
+	.what = "ivt_write() as in `ivtrace` (no reader), while a thread on the other CPU copies memory (control for ivtrace_live)",
+	.setup = busy_setup,
+	.round_setup = busy_round_setup,
+	.sample = busy_sample,
+	.group = busy_group,
+	.batch = busy_batch,
+	.round_teardown = busy_round_teardown,
+	.report = busy_report,
 };
 
 /* ---- ivtrace_live: the writer while `ivtrace record` drains ------------ */

@@ -29,8 +29,8 @@ struct ivb_opts ivb_opts = {
 	.samples = 200000,
 	.groups = 50000,
 	.warmup = 20000,
-	.batch = 250000,
-	.batches = 8,
+	.batch = 20000,
+	.batches = 40,
 	.rounds = 3,
 	.cpu = 0,
 	.drain_cpu = 1,
@@ -49,6 +49,7 @@ static const struct ivb_bench *const all_benches[] = {
 	&ivb_bench_empty,
 	&ivb_bench_ivtrace,
 	&ivb_bench_ivtrace_live,
+	&ivb_bench_ivtrace_busy,
 	&ivb_bench_lttng,
 	&ivb_bench_marker,
 	&ivb_bench_marker_raw,
@@ -60,7 +61,7 @@ static const struct ivb_bench *const all_benches[] = {
 #define NR_ALL	(sizeof(all_benches) / sizeof(all_benches[0]))
 
 static const char default_benches[] =
-	"ivtrace,lttng_ust,trace_marker,trace_marker_raw,write_tmpfs,write_disk,rdtsc,getppid";
+	"ivtrace,ivtrace_busy,lttng_ust,trace_marker,trace_marker_raw,write_tmpfs,write_disk,rdtsc,getppid";
 
 void ivb_die(const char *bench, const char *fmt, ...)
 {
@@ -475,8 +476,8 @@ static void usage(FILE *f)
 "  --samples N          single events timed one by one, per bench and round (200000)\n"
 "  --groups N           groups of 16 events timed per sample, per bench and round (50000)\n"
 "  --warmup N           untimed events before sampling (20000)\n"
-"  --batch N            events per throughput batch (250000)\n"
-"  --batches N          throughput batches per bench and round (8)\n"
+"  --batch N            events per throughput batch (20000)\n"
+"  --batches N          throughput batches per bench and round (40)\n"
 "  --cpu N              CPU to run on (0)\n"
 "  --drain-cpu N        CPU for ivtrace_live's recorder (1)\n"
 "  --recorder PATH      `ivtrace` binary: enables ivtrace_live\n"

@@ -69,7 +69,7 @@ struct ivb_bench {
 
 /* The table, one entry per tracer, defined in the b_*.c files. */
 extern const struct ivb_bench ivb_bench_empty, ivb_bench_rdtsc, ivb_bench_getppid,
-	ivb_bench_ivtrace, ivb_bench_ivtrace_live, ivb_bench_lttng,
+	ivb_bench_ivtrace, ivb_bench_ivtrace_live, ivb_bench_ivtrace_busy, ivb_bench_lttng,
 	ivb_bench_marker, ivb_bench_marker_raw, ivb_bench_write_tmpfs,
 	ivb_bench_write_disk;
 
