@@ -8,6 +8,7 @@ APT_PACKAGES=(
 	qemu-system-x86 busybox-static cpio zstd xz-utils
 	babeltrace2 python3-bt2 python3-pytest python3-matplotlib
 	lttng-tools liblttng-ust-dev trace-cmd hyperfine
+	linux-perf procps util-linux
 )
 
 missing=()

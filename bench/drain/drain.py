@@ -224,6 +224,37 @@ def reread(ivtrace, region, cpu):
         cleanup(out)
 
 
+def profile_once(tools, cpu, drain_cpu, prof, events, top=14):
+    """Where a drain spends its CPU time: `perf record -e cpu-clock` (a software
+    clock, so it works without a PMU, as in this guest) around one drain."""
+    if not shutil.which("perf"):
+        return {"skipped": "perf is not installed (linux-perf)"}
+    shm = SHM / f"ivbench-prof-{os.getpid()}.region"
+    out = SHM / f"ivbench-prof-{os.getpid()}.out"
+    data = SHM / f"ivbench-prof-{os.getpid()}.perf"
+    cleanup(shm, out, data)
+    try:
+        run_checked(loadgen_cmd(tools, cpu, shm, events, prof["size"], prof), "prefill")
+        rec = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-o", data, "--",
+               *record_cmd(tools, drain_cpu, shm, out)]
+        run_checked(rec, "perf record of ivtrace record")
+        rep = run_checked(["perf", "report", "-i", data, "--stdio", "--no-children",
+                           "--sort", "dso,symbol", "-g", "none"], "perf report")
+        rows = []
+        for line in rep.stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[0].endswith("%") and not line.startswith("#"):
+                sym = " ".join(parts[3:])
+                while sym.endswith(" -"):
+                    sym = sym[:-2]
+                rows.append({"percent": float(parts[0][:-1]), "dso": parts[1], "symbol": sym})
+        return {"command": shlex.join(map(str, rec)), "events": events, "top": rows[:top]}
+    except DrainError as e:
+        return {"skipped": str(e)[:500]}
+    finally:
+        cleanup(shm, out, data)
+
+
 def median(v):
     v = sorted(v)
     n = len(v)
@@ -252,6 +283,7 @@ def run_drain(tools, cpu, drain_cpu, quick=False):
             "min_events_per_s": min(r["events_per_s"] for r in runs),
             "lost_total": sum((r["lost"] or 0) for r in runs),
             "recorded_all": all(r["recorded"] == r["produced"] for r in runs),
+            "profile": profile_once(tools, cpu, drain_cpu, prof, events),
         })
     return res
 
