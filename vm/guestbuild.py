@@ -648,8 +648,12 @@ def build(add: list[str] | None = None, *, out: Path = DEFAULT_OUT, kernel: str 
             final_p = build_final(base, add, ver, out)
             added = [{"src": str(s), "dest": d} for s, d in (parse_add(a, ver) for a in add)]
         else:
-            final_p = out / "initramfs.cpio.gz"
-            added = prev.get("added", [])
+            # Keep the files of the last `vm/build --add`, but on top of the current base.
+            added = [a for a in prev.get("added", []) if Path(a["src"]).exists()]
+            for a in prev.get("added", []):
+                if a not in added:
+                    log(f"warning: {a['src']} (added by the last vm/build) is gone; dropped")
+            final_p = build_final(base, [f"{a['src']}:{a['dest']}" for a in added], ver, out)
         if hdr is None:
             hdr = prev.get("headers") or (Path(f"/lib/modules/{ver}/build")
                                           if Path(f"/lib/modules/{ver}/build").exists() else None)
