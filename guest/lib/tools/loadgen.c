@@ -3,18 +3,24 @@
  * ivtrace-loadgen - write a known event stream into an ivtrace region.
  *
  * Each thread t (0-based) writes events seq = 0..N-1 of the type
- * `loadgen:payload` { thread u16, seq u64, data bytes }. The payload is
- * byte-packed: u16 t, u64 seq, u32 L, then L bytes with
+ * `loadgen:payload` { thread u16, seq u64, data }, byte-packed: u16 t,
+ * u64 seq, then data of L bytes, where
  *
- *	data[i] = (uint8_t)(seq * 131 + t * 7 + i)
- *
- * where L = B with --size B, and with --size MIN-MAX
- *
+ *	L = B                                                   (--size B)
  *	L = MIN + splitmix64(((uint64_t)t << 40) ^ seq) % (MAX - MIN + 1)
+ *	                                                  (--size MIN-MAX)
  *
- * splitmix64 is the standard one (see below). Readers and tests recompute
- * every byte from (t, seq) alone. Keep this comment, splitmix64() and the
- * --help text in agreement.
+ * and byte i of the data is, with --payload
+ *
+ *	binary: (uint8_t)(seq * 131 + t * 7 + i)   data is IVT_FT_BYTES:
+ *	                                            u32 L, then the L bytes
+ *	text:   0x21 + (seq * 131 + t * 7 + i) % 94  data is IVT_FT_STRING:
+ *	        (printable ASCII, the default)      the L bytes, then a NUL
+ *
+ * splitmix64 is the standard one (below). Readers and tests recompute
+ * every byte from (t, seq) alone (tests/loadgen_pattern.py,
+ * guest/lib/tests/loadgen.c). Keep this comment, splitmix64(), fill_*()
+ * and the --help text in agreement.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -36,13 +42,13 @@
 #define EXIT_RUNTIME		2
 #define MAX_THREADS		4096u
 #define MAX_DATA		(16u << 20)
-#define HDR_BYTES		14u	/* u16 thread + u64 seq + u32 length */
+#define ID_BYTES		10u	/* u16 thread + u64 seq */
 
 static const char usage_text[] =
 "usage: " PROG " --shm PATH [--events N] [--size BYTES|MIN-MAX] [--threads T]\n"
-"       [--mode discard|overwrite] [--rate EVENTS_PER_SEC_PER_THREAD]\n"
-"       [--channels C] [--subbufs K] [--subbuf-size B] [--create] [--no-close]\n"
-"       [--json]\n";
+"       [--payload text|binary] [--mode discard|overwrite]\n"
+"       [--rate EVENTS_PER_SEC_PER_THREAD] [--channels C] [--subbufs K]\n"
+"       [--subbuf-size B] [--create] [--no-close] [--json]\n";
 
 static const char help_text[] =
 "\n"
@@ -71,14 +77,17 @@ static const char help_text[] =
 "  --threads T         writer threads, each with its own channel   [default 1]\n"
 "  --events N          events per thread                          [default 1000000]\n"
 "  --size B | MIN-MAX  data bytes per event                         [default 32]\n"
+"  --payload KIND      text (default): data is a NUL-terminated string\n"
+"                      binary: data is a u32 length and that many bytes\n"
 "  --rate R            events per second per thread, paced in 1 ms batches\n"
 "                      [default 0: as fast as possible]\n"
 "  --json              print one JSON object with the results on stdout\n"
 "\n"
-"Payload: event `loadgen:payload` with fields { thread u16, seq u64, data bytes },\n"
-"byte-packed little-endian: u16 t, u64 seq, u32 L, L data bytes. Thread t\n"
-"(0-based) writes seq = 0..N-1 with\n"
-"    data[i] = (uint8_t)(seq * 131 + t * 7 + i)\n"
+"Payload: event `loadgen:payload` with fields { thread u16, seq u64, data },\n"
+"byte-packed little-endian: u16 t, u64 seq, then the data. Thread t (0-based)\n"
+"writes seq = 0..N-1 with L data bytes, byte i of which is\n"
+"    text:   0x21 + (seq * 131 + t * 7 + i) % 94    (then a NUL; data is a string)\n"
+"    binary: (uint8_t)(seq * 131 + t * 7 + i)       (after a u32 L; data is bytes)\n"
 "    L = B                                                     (--size B)\n"
 "    L = MIN + splitmix64(((uint64_t)t << 40) ^ seq) % (MAX - MIN + 1)\n"
 "                                                              (--size MIN-MAX)\n"
@@ -90,12 +99,13 @@ static const char help_text[] =
 "Output: a summary on stderr, per thread and in total: events attempted,\n"
 "written, dropped, ns/event (write-loop time / attempted) and MB/s (payload\n"
 "bytes written / write-loop time, 1 MB = 10^6 bytes), then the region's drop\n"
-"counters by reason. With --json the same numbers go to stdout as JSON.\n"
+"counters by reason. With --json the same numbers go to stdout as one JSON\n"
+"object (totals also at its top level: attempted, written, dropped).\n"
 "\n"
 "Examples:\n"
 "  " PROG " --shm /dev/shm/ivt-demo --events 1000000 --size 32 --threads 2\n"
 "  " PROG " --shm /dev/shm/ivt-demo --create --mode overwrite --subbufs 4 \\\n"
-"        --events 100000 --size 16-512 --json\n"
+"        --events 100000 --size 16-512 --payload binary --json\n"
 "  " PROG " --shm /dev/shm/ivt-demo --rate 100000 --events 500000 --no-close\n"
 "\n"
 "Exit status: 0 success (dropped events are reported, not errors); 1 usage\n"
@@ -110,7 +120,7 @@ struct opts {
 	uint64_t rate;
 	struct ivt_region_opts region;
 	int geometry_given;
-	int create, no_close, json;
+	int create, no_close, json, binary;
 };
 
 struct worker {
@@ -142,20 +152,35 @@ static uint32_t data_len(const struct opts *o, uint32_t t, uint64_t seq)
 	return o->size_min + (uint32_t)(splitmix64(((uint64_t)t << 40) ^ seq) % span);
 }
 
-/* data[i] = (seq * 131 + t * 7 + i) mod 256 is a window of a byte ramp. */
-static const uint8_t *data_of(const uint8_t *ramp, uint32_t t, uint64_t seq)
+/*
+ * Byte i of the data is ramp[start + i]: a window of a precomputed ramp
+ * (binary: k mod 256; text: 0x21 + k mod 94), so filling costs a memcpy.
+ */
+static uint32_t ramp_period(const struct opts *o)
 {
-	return ramp + (uint8_t)(seq * 131 + (uint64_t)t * 7);
+	return o->binary ? 256 : 94;
 }
 
-static uint8_t *make_ramp(uint32_t max)
+static const uint8_t *data_of(const struct opts *o, const uint8_t *ramp,
+			      uint32_t t, uint64_t seq)
 {
-	uint8_t *ramp = malloc(256 + (size_t)max);
-	size_t i;
+	return ramp + (seq * 131 + (uint64_t)t * 7) % ramp_period(o);
+}
 
-	for (i = 0; ramp && i < 256 + (size_t)max; i++)
-		ramp[i] = (uint8_t)i;
+static uint8_t *make_ramp(const struct opts *o)
+{
+	size_t n = ramp_period(o) + (size_t)o->size_max, i;
+	uint8_t *ramp = malloc(n);
+
+	for (i = 0; ramp && i < n; i++)
+		ramp[i] = o->binary ? (uint8_t)i : (uint8_t)(0x21 + i % 94);
 	return ramp;
+}
+
+/* Payload bytes of an event with L data bytes. */
+static uint32_t payload_size(const struct opts *o, uint32_t len)
+{
+	return ID_BYTES + (o->binary ? 4 + len : len + 1);
 }
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -243,7 +268,7 @@ static const char *mode_name(uint32_t mode)
 enum {
 	OPT_SHM = 256, OPT_EVENTS, OPT_SIZE, OPT_THREADS, OPT_MODE, OPT_RATE,
 	OPT_CHANNELS, OPT_SUBBUFS, OPT_SUBBUF_SIZE, OPT_CREATE, OPT_NO_CLOSE,
-	OPT_JSON,
+	OPT_JSON, OPT_PAYLOAD,
 };
 
 static const struct option long_opts[] = {
@@ -259,6 +284,7 @@ static const struct option long_opts[] = {
 	{ "create", no_argument, 0, OPT_CREATE },
 	{ "no-close", no_argument, 0, OPT_NO_CLOSE },
 	{ "json", no_argument, 0, OPT_JSON },
+	{ "payload", required_argument, 0, OPT_PAYLOAD },
 	{ "help", no_argument, 0, 'h' },
 	{ 0, 0, 0, 0 },
 };
@@ -295,6 +321,11 @@ static void parse_opt(struct opts *o, int c, const char *arg)
 	case OPT_CREATE: o->create = 1; break;
 	case OPT_NO_CLOSE: o->no_close = 1; break;
 	case OPT_JSON: o->json = 1; break;
+	case OPT_PAYLOAD:
+		if (strcmp(arg, "text") && strcmp(arg, "binary"))
+			die_usage("--payload %s: expected text or binary", arg);
+		o->binary = !strcmp(arg, "binary");
+		break;
 	case 'h':
 		printf("%s%s", usage_text, help_text);
 		exit(0);
@@ -398,22 +429,22 @@ static struct ivt_region *open_region(const struct opts *o)
 	return r;
 }
 
-static void register_payload(struct ivt_region *r, const char *path,
+static void register_payload(struct ivt_region *r, const struct opts *o,
 			     struct ivt_event *ev)
 {
-	static const struct ivt_field fields[] = {
+	const struct ivt_field fields[] = {
 		{ "thread", IVT_FT_U16, 0, 0 },
 		{ "seq", IVT_FT_U64, 0, 0 },
-		{ "data", IVT_FT_BYTES, 0, 0 },
+		{ "data", o->binary ? IVT_FT_BYTES : IVT_FT_STRING, 0, 0 },
 	};
 	int err = ivt_event_register(r, "loadgen:payload", fields, 3, ev);
 
 	if (err == -EEXIST)
-		runtime_error("cannot register loadgen:payload in", path, err,
-			      "another program registered that name with other "
-			      "fields; use a fresh region (--create)");
+		runtime_error("cannot register loadgen:payload in", o->shm, err,
+			      "the region already describes it with other fields "
+			      "(another --payload?); use --create or a fresh region");
 	if (err)
-		runtime_error("cannot register loadgen:payload in", path, err,
+		runtime_error("cannot register loadgen:payload in", o->shm, err,
 			      "the metadata area is full or corrupt; use --create");
 }
 
@@ -421,16 +452,21 @@ static void register_payload(struct ivt_region *r, const char *path,
 
 static int write_one(struct worker *w, uint64_t seq)
 {
-	uint32_t len = data_len(w->o, w->t, seq);
-	uint8_t *p = ivt_reserve(w->ev, HDR_BYTES + len);
+	const struct opts *o = w->o;
+	uint32_t len = data_len(o, w->t, seq), size = payload_size(o, len);
+	const uint8_t *data = data_of(o, w->ramp, w->t, seq);
+	uint8_t *p = ivt_reserve(w->ev, size);
 
 	if (!p)
 		return 0;
 	p = ivt_put_u16(p, (uint16_t)w->t);
 	p = ivt_put_u64(p, seq);
-	ivt_put_bytes(p, data_of(w->ramp, w->t, seq), len);
+	if (o->binary)
+		ivt_put_bytes(p, data, len);
+	else
+		ivt_put_string(p, (const char *)data, len);
 	ivt_commit(w->ev);
-	w->bytes += HDR_BYTES + len;
+	w->bytes += size;
 	return 1;
 }
 
@@ -579,8 +615,11 @@ static void print_json(const struct opts *o, const struct ivt_region_info *ri,
 	       ri->subbuf_size, mode_name(ri->mode), ri->freq_hz);
 	printf(",\"event\":{\"name\":\"loadgen:payload\",\"id\":%u}", ev->id);
 	printf(",\"threads\":%u,\"events_per_thread\":%" PRIu64
-	       ",\"size_min\":%u,\"size_max\":%u,\"rate\":%" PRIu64,
-	       o->threads, o->events, o->size_min, o->size_max, o->rate);
+	       ",\"size_min\":%u,\"size_max\":%u,\"payload\":\"%s\",\"rate\":%" PRIu64,
+	       o->threads, o->events, o->size_min, o->size_max,
+	       o->binary ? "binary" : "text", o->rate);
+	printf(",\"attempted\":%" PRIu64 ",\"written\":%" PRIu64 ",\"dropped\":%" PRIu64,
+	       tot->attempted, tot->written, tot->dropped);
 	printf(",\"per_thread\":[");
 	for (i = 0; i < o->threads; i++) {
 		printf(i ? "," : "");
@@ -634,13 +673,13 @@ int main(int argc, char **argv)
 	uint32_t i;
 
 	parse_args(&o, argc, argv);
-	ramp = make_ramp(o.size_max);
+	ramp = make_ramp(&o);
 	w = calloc(o.threads, sizeof(*w));
 	if (!ramp || !w)
 		runtime_error("cannot allocate buffers for", o.shm, -ENOMEM, NULL);
 
 	r = open_region(&o);
-	register_payload(r, o.shm, &ev);
+	register_payload(r, &o, &ev);
 	for (i = 0; i < o.threads; i++)
 		w[i] = (struct worker){ .t = i, .o = &o, .ev = &ev,
 					.region = r, .ramp = ramp };
