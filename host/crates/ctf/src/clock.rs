@@ -35,8 +35,10 @@ impl ClockMapping {
     /// `ns_from_origin = (offset_s + (offset + value) / freq) * 1e9`.
     pub fn ctf_offset(&self) -> (i64, u64) {
         let freq = self.freq_hz.max(1) as i128;
-        let origin_cycles =
-            self.ref_realtime_ns as i128 * freq / 1_000_000_000 - self.ref_ticks as i128;
+        // u64 * u64 fits in u128; divided by 1e9 it fits in i128.
+        let epoch_cycles =
+            (self.ref_realtime_ns as u128 * self.freq_hz.max(1) as u128 / 1_000_000_000) as i128;
+        let origin_cycles = epoch_cycles - self.ref_ticks as i128;
         let offset_s = origin_cycles.div_euclid(freq);
         let offset = origin_cycles.rem_euclid(freq);
         (offset_s as i64, offset as u64)
