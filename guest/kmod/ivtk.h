@@ -136,7 +136,7 @@ struct ivtk_dev {
  */
 extern struct mutex ivtk_mutex;
 extern struct ivtk_dev *ivtk_dev;
-extern bool ivtk_live;			/* writers may write (READ_ONCE) */
+extern bool ivtk_live;			/* writers may write (load-acquire) */
 extern u32 ivtk_groups;			/* groups enabled (READ_ONCE) */
 extern const char *const ivtk_group_names[IVTRACE_NR_GROUPS];
 extern const struct ivtk_event_desc ivtk_events[IVTK_NR_EVENTS];
@@ -171,7 +171,10 @@ static __always_inline u8 *ivtk_reserve(struct ivt_writer **wp, u32 id,
 	struct ivt_writer *w;
 	u8 *p;
 
-	if (unlikely(!READ_ONCE(ivtk_live)))
+	/* Pairs with the store-release in ivtk_start(): a writer that sees
+	 * the region live sees its CPU's writer bound to it.
+	 */
+	if (unlikely(!smp_load_acquire(&ivtk_live)))
 		return NULL;
 	w = this_cpu_ptr(&ivtk_writer);
 	if (unlikely(!ivt_writer_enter(w)))
@@ -239,6 +242,9 @@ static inline size_t ivtk_strlen(const char *s, size_t max)
 
 /* Write an event whose payload is one u8 (state dump start/end). */
 void ivtk_emit_u8(u32 id, u8 v);
+/* Write a printk_console event (ivtk_console.c). */
+void ivtk_write_printk(const char *s, size_t n);
+extern bool ivtk_printk_tracepoint;	/* printk_source=tracepoint */
 
 /* ---- ivtk_region.c ---------------------------------------------------- */
 

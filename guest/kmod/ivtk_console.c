@@ -14,25 +14,34 @@
  * write() runs under console_lock with interrupts off (and, at panic,
  * on the panicking CPU with the others stopped); it must not sleep or
  * printk.
+ *
+ * A console only sees records at or above the console log level (all but
+ * warnings and worse are dropped with `quiet`; loglevel=8 or dmesg -n 8
+ * lets everything through, to every console). With
+ * printk_source=tracepoint the module instead probes the "console"
+ * tracepoint (printk_sprint()), as lttng-modules does for its
+ * printk_console event: every record at every level, when it is stored,
+ * without the "[ time]" prefix.
  */
 #include <linux/console.h>
 #include <linux/string.h>
 
 #include "ivtk.h"
 
-static void ivtk_console_write(struct console *con, const char *s,
-			       unsigned int n)
+/*
+ * Write one printk_console event: @n bytes of @s without the trailing
+ * newline. Any context (the console's, a printk caller's, NMI).
+ */
+void ivtk_write_printk(const char *s, size_t n)
 {
 	struct ivt_writer *w;
 	unsigned long flags;
-	unsigned int i;
+	size_t i;
 	u8 *p;
 
-	if (!(READ_ONCE(ivtk_groups) & BIT(IVTRACE_GROUP_PRINTK)))
-		return;
 	while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
 		n--;
-	n = min(n, IVTK_CONSOLE_MAX);
+	n = min_t(size_t, n, IVTK_CONSOLE_MAX);
 
 	local_irq_save(flags);
 	p = ivtk_reserve(&w, IVTK_EV_PRINTK_CONSOLE, n + 1);
@@ -48,6 +57,13 @@ static void ivtk_console_write(struct console *con, const char *s,
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
+}
+
+static void ivtk_console_write(struct console *con, const char *s,
+			       unsigned int n)
+{
+	if (READ_ONCE(ivtk_groups) & BIT(IVTRACE_GROUP_PRINTK))
+		ivtk_write_printk(s, n);
 }
 
 static struct console ivtk_console = {
@@ -72,6 +88,8 @@ static bool ivtk_console_listed(void)
 
 void ivtk_console_register(struct ivtk_dev *d)
 {
+	if (ivtk_printk_tracepoint)
+		return;		/* the printk group's probe on "console" instead */
 	/* unregister_console() clears CON_ENABLED and register_console()
 	 * may set other flags: start from the same state on every bind.
 	 */

@@ -53,14 +53,19 @@ static char *events = "sched,irq,timer,kmem,printk";
 module_param(events, charp, 0444);
 MODULE_PARM_DESC(events, "event groups at load: sched,irq,timer,kmem,syscall,printk, all or none (default: all but syscall)");
 
+static char *printk_source = "console";
+module_param(printk_source, charp, 0444);
+MODULE_PARM_DESC(printk_source, "console (a console: records at the console log level, with their time prefix, the default) or tracepoint (every record, as lttng-modules)");
+
 /* Checked parameters. */
 static u32 ivtk_mode, ivtk_groups_at_load;
 
 /* Lock nesting and what it protects: see ivtk.h. */
 DEFINE_MUTEX(ivtk_mutex);
 struct ivtk_dev *ivtk_dev;		/* under ivtk_mutex; READ_ONCE in ivtk_ring_host() */
-bool ivtk_live;				/* READ_ONCE by writers, interrupts off */
+bool ivtk_live;				/* load-acquire by writers, interrupts off */
 u32 ivtk_groups;			/* written under ivtk_mutex */
+bool ivtk_printk_tracepoint;
 static unsigned int ivtk_gen;
 
 static const char *ivtk_mode_name(u32 m)
@@ -100,7 +105,8 @@ static int ivtk_start(struct ivtk_dev *d)
 		return ret;
 	d->gen = ++ivtk_gen;
 	WRITE_ONCE(ivtk_dev, d);
-	WRITE_ONCE(ivtk_live, true);
+	/* Publish the bound writers: pairs with ivtk_reserve()'s acquire. */
+	smp_store_release(&ivtk_live, true);
 	ret = ivtk_cpus_start(d);
 	if (ret)
 		goto err;
@@ -278,6 +284,13 @@ static int __init ivtk_check_params(void)
 		ivtk_mode = IVT_MODE_OVERWRITE;
 	} else {
 		pr_err("ivtrace: mode=%s: need discard or overwrite\n", mode);
+		return -EINVAL;
+	}
+	if (!strcmp(printk_source, "tracepoint")) {
+		ivtk_printk_tracepoint = true;
+	} else if (strcmp(printk_source, "console")) {
+		pr_err("ivtrace: printk_source=%s: need console or tracepoint\n",
+		       printk_source);
 		return -EINVAL;
 	}
 	if (flush_ms > 60000) {

@@ -9,8 +9,9 @@
  * include/trace/events/{sched,task,irq,timer,kmem,syscalls}.h, with the
  * version-dependent ones in wrapper/compat.h.
  *
- * Probes run with preemption disabled and may nest in interrupts; each
- * one writes with interrupts off (ivtk_reserve()). A group is attached and
+ * Probes run with preemption disabled and may nest in interrupts (the
+ * printk one even in NMIs); each one writes with interrupts off
+ * (ivtk_reserve()). A group is attached and
  * detached as a whole, from process context, under ivtk_mutex.
  */
 #include <linux/irq.h>
@@ -420,18 +421,29 @@ static void ivtk_sys_exit(void *data, struct pt_regs *regs, long ret)
 	local_irq_restore(flags);
 }
 
+/* ---- printk (printk_source=tracepoint) --------------------------------- */
+
+static void ivtk_printk_console(void *data, const char *text, size_t len)
+{
+	ivtk_write_printk(text, len);
+}
+
 /* ---- registration ----------------------------------------------------- */
 
 struct ivtk_probe {
 	const char *tp_name;
 	void *func;
 	u32 group;
+	const bool *only_if;		/* attach only when *only_if, if set */
 	struct tracepoint *tp;		/* found at init, NULL if absent */
 	bool registered;		/* under ivtk_mutex */
 };
 
 #define PROBE(_tp, _func, _group) \
 	{ .tp_name = #_tp, .func = _func, .group = IVTRACE_GROUP_##_group }
+#define PROBE_IF(_tp, _func, _group, _cond) \
+	{ .tp_name = #_tp, .func = _func, .group = IVTRACE_GROUP_##_group, \
+	  .only_if = _cond }
 
 static struct ivtk_probe ivtk_probes[] = {
 	PROBE(sched_switch, ivtk_sched_switch, SCHED),
@@ -454,6 +466,7 @@ static struct ivtk_probe ivtk_probes[] = {
 	PROBE(mm_page_free, ivtk_mm_page_free, KMEM),
 	PROBE(sys_enter, ivtk_sys_enter, SYSCALL),
 	PROBE(sys_exit, ivtk_sys_exit, SYSCALL),
+	PROBE_IF(console, ivtk_printk_console, PRINTK, &ivtk_printk_tracepoint),
 };
 
 static void ivtk_find_tracepoint(struct tracepoint *tp, void *priv)
@@ -474,6 +487,8 @@ int ivtk_probes_init(void)
 	for (i = 0; i < ARRAY_SIZE(ivtk_probes); i++) {
 		if (ivtk_probes[i].tp)
 			found++;
+		else if (ivtk_probes[i].only_if && !*ivtk_probes[i].only_if)
+			continue;
 		else
 			pr_warn("ivtrace: tracepoint %s not found; its events (group %s) will be missing\n",
 				ivtk_probes[i].tp_name,
@@ -540,7 +555,8 @@ static int ivtk_group_attach(u32 group)
 	for (i = 0; i < ARRAY_SIZE(ivtk_probes); i++) {
 		struct ivtk_probe *p = &ivtk_probes[i];
 
-		if (p->group != group || p->registered || !p->tp)
+		if (p->group != group || p->registered || !p->tp ||
+		    (p->only_if && !*p->only_if))
 			continue;
 		ret = tracepoint_probe_register(p->tp, p->func, NULL);
 		if (ret) {
