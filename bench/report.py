@@ -355,6 +355,13 @@ def section_drain(res, out):
         f"{p['name']}: " + ", ".join(f"{r['events_per_s'] / 1e6:.1f} ({r.get('cpu_percent', 0):.0f} %)"
                                      for r in p["runs"])
         for p in d["profiles"]))
+    for p in d["profiles"]:
+        top = (p.get("profile") or {}).get("top")
+        if top:
+            out.append(f"\nWhere one {p['name']}-event drain spends its CPU time "
+                       f"(`{p['profile']['command']}`, {p['profile']['events']:,} events): " +
+                       ", ".join(f"`{r['symbol']}` ({r['dso']}) {r['percent']:.1f} %"
+                                 for r in top[:8]) + ".")
     out.append("\nCommands (one run):\n")
     out.append("```")
     for p in d["profiles"]:
@@ -388,52 +395,120 @@ def section_live(res, out):
 def section_discussion(res, out):
     nat = res.get("native", {})
     bm = bench_map(nat) if nat else {}
+    num = {k: row_numbers(v) for k, v in bm.items()}
     out.append("## Discussion\n")
-    lines = []
-    if "ivtrace" in bm and "lttng_ust" in bm:
-        a, b = row_numbers(bm["ivtrace"]), row_numbers(bm["lttng_ust"])
-        lines.append(
-            f"- **Writer.** ivtrace's `ivt_write()` costs {f1(a['g50'])} ns per event at the "
-            f"median (mean {f1(a['mean'])} ns, {f1(a['batch'])} ns in back-to-back batches), "
-            f"against {f1(b['g50'])} / {f1(b['mean'])} / {f1(b['batch'])} ns for LTTng-UST in "
-            f"the same run: {f1(ratio(b['g50'], a['g50']))}x / {f1(ratio(b['mean'], a['mean']))}x / "
-            f"{f1(ratio(b['batch'], a['batch']))}x. The fast path is one TLS check, one "
-            f"compare chain, a 4-byte compact header (id + 27 bits of TSC delta), the 32-byte "
-            f"copy and one plain store of commit_pos (a store-release is a plain store on "
-            f"x86); `rdtsc` itself is a good part of it. LTTng-UST pays for an RCU read-side "
-            f"section, per-CPU buffer lookup, a cmpxchg-based reservation and "
-            f"`clock_gettime()` for its timestamps.")
-    if "ivtrace_live" in bm and "ivtrace" in bm:
-        a, c = row_numbers(bm["ivtrace"]), row_numbers(bm["ivtrace_live"])
-        lines.append(
-            f"- **With a live reader** the same writer costs {f1(c['g50'])} ns (p50) / "
-            f"{f1(c['batch'])} ns (batch) instead of {f1(a['g50'])} / {f1(a['batch'])}: the "
-            f"recorder on the other CPU touches the channel's cache lines and the packets, "
-            f"and it shares the machine. LTTng-UST's row always has its consumer daemon "
-            f"running, so this is the like-for-like comparison with it.")
-    if "trace_marker" in bm:
-        t = row_numbers(bm["trace_marker"])
-        g = row_numbers(bm["getppid"]) if "getppid" in bm else None
-        lines.append(
-            f"- **Syscall-based tracers** (trace_marker {f1(t['g50'])} ns, write(2) to a file) "
-            f"are dominated by the system call itself"
-            + (f" (getppid alone: {f1(g['g50'])} ns here, with this guest's speculative-"
-               f"execution mitigations)" if g else "") +
-            ", which is why the in-process tracers win by an order of magnitude.")
-    lines.append(
-        "- **Measurement limits.** The TSC of this guest ticks in 10 ns steps, so "
-        "single-event percentiles move in 10 ns jumps; the 16-event group p50 and the "
-        "means are the precise figures, the single-event p99/p99.9 the honest tails. "
-        "The machine is a shared 2-vCPU VM: rounds with other engineers' builds running "
-        "show up as spread in the per-round table and in the tails, which is why the "
-        "order is rotated and the rounds are kept separate in the JSON.")
-    lines.append(
-        "- **Drain.** `ivtrace record` copies whole packets (one sub-buffer = one CTF "
-        "packet) and validates them without decoding every event body; its cost per "
-        "byte is a copy into tmpfs (page allocation + memcpy), and per event what the "
-        "validation does per event header. The wall time includes process start-up and "
-        "writing the CTF metadata.")
-    out.extend(lines)
+    iv, lt, rd = num.get("ivtrace"), num.get("lttng_ust"), num.get("rdtsc")
+    if iv and lt:
+        line = (f"- **Writer.** `ivt_write()` of 32 bytes costs {f1(iv['g50'])} ns at the median "
+                f"and {f1(iv['batch'])} ns back to back, against {f1(lt['g50'])} and "
+                f"{f1(lt['batch'])} ns for LTTng-UST in the same run: "
+                f"{f1(ratio(lt['g50'], iv['g50']))}x and {f1(ratio(lt['batch'], iv['batch']))}x. ")
+        if rd:
+            line += (f"A bare `rdtsc` costs {f1(rd['g50'])} / {f1(rd['batch'])} ns on this CPU, "
+                     f"so the timestamp is nearly the whole cost: the rest of the fast path "
+                     f"(a TLS check, a compare chain, a 4-byte compact header, the 32-byte copy "
+                     f"and a plain store of commit_pos, which is what a store-release compiles "
+                     f"to on x86) overlaps with it. What limits ivtrace here is the TSC read, "
+                     f"not the ring. ")
+        line += ("LTTng-UST pays for an RCU read-side section, a per-CPU buffer lookup, a "
+                 "compare-and-swap reservation and `clock_gettime()` for each timestamp.")
+        out.append(line)
+    if iv and "ivtrace_live" in num:
+        lv = num["ivtrace_live"]
+        lost = bm["ivtrace_live"].get("lost_per_round")
+        line = (f"- **Reader running.** With `ivtrace record` draining on the other CPU the "
+                f"writer costs {f1(lv['g50'])} ns (p50) / {f1(lv['batch'])} ns (batch), "
+                f"against {f1(iv['g50'])} / {f1(iv['batch'])} ns with no reader")
+        if "ivtrace_busy" in num:
+            bz = num["ivtrace_busy"]
+            line += (f" and {f1(bz['g50'])} / {f1(bz['batch'])} ns with a plain memory-copy "
+                     f"loop on the other CPU instead (the control)")
+        line += (f". Events the writer dropped per round while the recorder drained: {lost} "
+                 f"(non-zero means the recorder fell behind a writer running flat out; the "
+                 f"recorder shares its CPU with whatever else runs on the machine). "
+                 f"LTTng-UST's row always has lttng-consumerd draining, so `ivtrace_live` is "
+                 f"the like-for-like row.")
+        out.append(line)
+    nr = nat.get("noreader")
+    if nr:
+        b, a = nr["before_full"]["net_ns"], nr["after_full"]["net_ns"]
+        fill = sum(x["batch_fill_ns_per_event_net"] for x in nr["rounds"]) / len(nr["rounds"])
+        full = sum(x["batch_full_ns_per_event_net"] for x in nr["rounds"]) / len(nr["rounds"])
+        am, bm_ = a.get("mean_under_10us"), b.get("mean_under_10us")
+        rises = (full > fill * 1.1) or (am is not None and bm_ is not None and am > bm_ * 1.1)
+        rr = nr.get("reread_by_record") or {}
+        last = nr["rounds"][-1]
+        agrees = rr.get("recorded") == last["committed"] and rr.get("lost") == last["lost"]
+        out.append(f"- **No reader.** Once the ring is full every event is dropped and counted: "
+                   f"{f1(full)} ns per dropped event in batches against {f1(fill)} ns while "
+                   f"the ring had room (single events, robust mean: {f1(am)} vs {f1(bm_)} ns), "
+                   + ("so the cost does not rise when the reader is missing. " if not rises else
+                      "**so the cost rises when the ring is full**. ") +
+                   f"Each dropped event goes through the packet-open slow path and re-reads the "
+                   f"reader's `consumed` word, which is what lets the writer resume as soon as a "
+                   f"reader frees a packet. lost == produced - committed in every round: "
+                   f"{'yes' if nr['lost_equals_produced_minus_committed'] else 'NO'}; "
+                   f"`ivtrace record` reading the full ring afterwards "
+                   + ("agrees (events and lost)." if agrees else
+                      f"**disagrees**: {rr.get('recorded')} recorded, {rr.get('lost')} lost."))
+    if "trace_marker" in num:
+        t = num["trace_marker"]
+        g = num.get("getppid")
+        out.append(f"- **System-call tracers** (trace_marker {f1(t['g50'])} ns, write(2) "
+                   f"{f1(num.get('write_tmpfs', {}).get('g50'))} ns to tmpfs) pay for a kernel "
+                   f"entry"
+                   + (f" (getppid alone: {f1(g['g50'])} ns with this guest's mitigations)" if g
+                      else "") + ", an order of magnitude over the in-process tracers.")
+    d = res.get("drain")
+    if d:
+        prof = {p["name"]: p for p in d["profiles"]}
+        parts = []
+        for name in ("small", "large"):
+            p = prof.get(name)
+            if not p:
+                continue
+            m = p["median"]
+            parts.append(f"{name} events: {m['events_per_s'] / 1e6:.1f} M events/s and "
+                         f"{m['trace_MB_per_s'] / 1000:.2f} GB/s by wall clock, "
+                         f"{(m.get('events_per_cpu_s') or 0) / 1e6:.1f} M events and "
+                         f"{(m.get('trace_MB_per_cpu_s') or 0) / 1000:.2f} GB per CPU-second "
+                         f"(the recorder had its CPU {f1(m.get('cpu_percent'), 0)} % of the time)")
+        line = "- **Drain.** " + "; ".join(parts) + ". "
+        top = (prof.get("small", {}).get("profile") or {}).get("top") or []
+        if top:
+            line += ("Where the small-event drain spends its CPU (perf, cpu-clock): " +
+                     ", ".join(f"{r['symbol']} {r['percent']:.0f} %" for r in top[:5]) +
+                     ". ")
+        line += ("The recorder copies whole packets (one sub-buffer = one CTF packet) with "
+                 "pread, walks the event headers to validate them, and writes the packet to "
+                 "the output file: per byte it is two kernel copies plus tmpfs page "
+                 "allocation; per event it is the header walk. When the wall-clock and the "
+                 "CPU-time rates differ, the difference is other processes sharing the "
+                 "drain CPU, not the recorder.")
+        out.append(line)
+    lv = res.get("live")
+    if lv:
+        lossy = [r for r in lv["runs"] if (r.get("loadgen_dropped") or 0) > 0]
+        if lossy:
+            r = min(lossy, key=lambda r: r["achieved_rate"])
+            ring = r.get("ring", {})
+            out.append(f"- **Live loss.** The lowest rate that lost events was "
+                       f"{r['achieved_rate'] / 1e6:.1f} M events/s into a "
+                       f"{ring.get('subbufs')} x {ring.get('subbuf_size', 0) >> 10} KiB ring. "
+                       f"`ivtrace record` polls with a sleep that backs off to 5 ms when it "
+                       f"finds nothing; a ring must hold what the writer produces while the "
+                       f"recorder sleeps or waits for its CPU, so loss at a given rate falls "
+                       f"with a larger ring and with a quieter drain CPU (compare the two rings "
+                       f"and the recorder CPU % column).")
+        else:
+            out.append("- **Live loss.** No run lost events.")
+    out.append(
+        "- **Measurement limits.** This guest's TSC ticks in 10 ns steps, so single-event "
+        "percentiles move in 10 ns jumps; the 16-event group p50 and the means are the precise "
+        "figures, single-event p99/p99.9 the honest tails. The machine is a shared 2-vCPU VM: "
+        "other engineers' builds and VMs preempt the benches; the per-round table, the "
+        "interrupt counts, the robust means, the batch medians and the CPU-time drain rates "
+        "are there so that load shows as load and not as a tracer's cost.")
     out.append("")
 
 

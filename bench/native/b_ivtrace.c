@@ -441,10 +441,29 @@ static uint64_t noreader_batch(struct ivregion *g, uint64_t n, uint64_t *ok)
 
 struct noreader_round {
 	uint64_t produced, committed, lost, first_drop;
-	uint64_t fill_events, fill_cycles;	/* batch while the ring has room */
-	uint64_t drop_events, drop_cycles;	/* batch once it is full */
+	uint64_t fill_events;		/* events per batch while the ring has room */
+	double fill_ns;			/* median ns/event of those batches, net */
+	uint64_t drop_events;		/* events per batch once it is full */
+	double drop_ns;			/* median ns/event of those batches, net */
 	uint64_t b_produced, b_committed, b_lost;
 };
+
+#define NR_FILL_BATCHES	9	/* 9 x 10 % of the ring: fits */
+#define NR_DROP_BATCHES	40
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Median ns per event, net of the empty batch, of k batches of n events. */
+static double median_batch_ns(uint64_t *cycles, unsigned k, uint64_t n)
+{
+	qsort(cycles, k, sizeof(*cycles), cmp_u64);
+	return (double)cycles[k / 2] * 1e9 / ivb_tsc_hz / (double)n - ivb_empty_batch_ns;
+}
 
 void ivb_noreader(FILE *f, const struct ivb_noreader_opts *o)
 {
@@ -455,6 +474,7 @@ void ivb_noreader(FILE *f, const struct ivb_noreader_opts *o)
 	uint64_t nb = 0, na = 0, capacity;
 	struct ivregion g = { .bench = "ivtrace_noreader" };
 	struct ivt_stats st;
+	uint64_t cyc[NR_DROP_BATCHES];
 	unsigned r;
 	int mismatch = 0;
 
@@ -487,17 +507,23 @@ void ivb_noreader(FILE *f, const struct ivb_noreader_opts *o)
 		if (!(r == o->rounds - 1 && o->keep_path))
 			unlink(g.path);
 
-		/* Part 2: a batch that fits (90 % of the ring), then a batch
-		 * into the full ring, on a fresh region. */
+		/* Part 2, on a fresh region: batches that fit (9 x 10 % of
+		 * the ring), then, once it is full, batches that are all
+		 * dropped. Medians, so a preempted batch does not count. */
 		snprintf(g.path, sizeof(g.path), "%s/ivbench-%d.noreader-b",
 			 ivb_opts.shm_dir, (int)getpid());
 		region_open(&g);
-		x->fill_events = capacity * 9 / 10;
-		x->fill_cycles = noreader_batch(&g, x->fill_events, &x->b_committed);
+		x->fill_events = capacity / 10;
+		for (unsigned k = 0; k < NR_FILL_BATCHES; k++)
+			cyc[k] = noreader_batch(&g, x->fill_events, &x->b_committed);
+		x->fill_ns = median_batch_ns(cyc, NR_FILL_BATCHES, x->fill_events);
 		noreader_batch(&g, capacity, &x->b_committed);	/* fill it up */
 		x->drop_events = o->batch;
-		x->drop_cycles = noreader_batch(&g, x->drop_events, &x->b_committed);
-		x->b_produced = x->fill_events + capacity + x->drop_events;
+		for (unsigned k = 0; k < NR_DROP_BATCHES; k++)
+			cyc[k] = noreader_batch(&g, x->drop_events, &x->b_committed);
+		x->drop_ns = median_batch_ns(cyc, NR_DROP_BATCHES, x->drop_events);
+		x->b_produced = NR_FILL_BATCHES * x->fill_events + capacity +
+				NR_DROP_BATCHES * x->drop_events;
 		x->b_lost = region_lost(&g, &st);
 		if (x->b_lost != x->b_produced - x->b_committed)
 			mismatch = 1;
@@ -528,10 +554,8 @@ void ivb_noreader(FILE *f, const struct ivb_noreader_opts *o)
 			"\"batch_produced\": %llu, \"batch_committed\": %llu, \"batch_lost\": %llu}%s\n",
 			(unsigned long long)x->produced, (unsigned long long)x->committed,
 			(unsigned long long)x->lost, (unsigned long long)x->first_drop,
-			(unsigned long long)x->fill_events,
-			x->fill_cycles * 1e9 / ivb_tsc_hz / x->fill_events - ivb_empty_batch_ns,
-			(unsigned long long)x->drop_events,
-			x->drop_cycles * 1e9 / ivb_tsc_hz / x->drop_events - ivb_empty_batch_ns,
+			(unsigned long long)x->fill_events, x->fill_ns,
+			(unsigned long long)x->drop_events, x->drop_ns,
 			(unsigned long long)x->b_produced, (unsigned long long)x->b_committed,
 			(unsigned long long)x->b_lost, r + 1 < o->rounds ? "," : "");
 	}

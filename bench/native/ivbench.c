@@ -515,7 +515,7 @@ int main(int argc, char **argv)
 		{ 0, 0, 0, 0 },
 	};
 	struct ivb_noreader_opts nro = {
-		.rounds = 3, .events = 1000000, .batch = 1000000,
+		.rounds = 3, .events = 1000000, .batch = 20000,
 		.subbufs = 64, .subbuf_size = 65536,
 	};
 	struct ivb_opts *o = &ivb_opts;
