@@ -90,6 +90,11 @@ void ivt__unbind_all(struct ivt_region *r);
 void ivt__slow_enter(void);
 void ivt__slow_exit(void);
 
+/* channel.c */
+int ivt__claim(struct ivt_region *r, uint32_t pid, uint32_t tid);
+void ivt__retire(struct ivt_writer *w);
+void ivt__populate(struct ivt_region *r, uint32_t chan);
+
 /* clock.c */
 uint64_t ivt__tsc_hz(void);
 void ivt__clock_ref(uint64_t *ticks, uint64_t *realtime_ns);
