@@ -330,8 +330,33 @@ fn unwrap_compact(prev: u64, low: u64) -> Option<u64> {
     }
 }
 
+/// Length of the NUL-terminated text at the start of `b` and whether it
+/// is plain ASCII (then it is valid UTF-8 without further checks).
+#[inline]
+fn scan_cstr(b: &[u8]) -> Option<(usize, bool)> {
+    let mut high = 0u8;
+    for (i, &c) in b.iter().enumerate() {
+        if c == 0 {
+            return Some((i, high < 0x80));
+        }
+        high |= c;
+    }
+    None
+}
+
+/// Makes `text` valid UTF-8 in place; the common ASCII case costs one scan.
+#[inline]
+fn fix_text(text: &mut [u8], ascii: bool) -> u64 {
+    if ascii {
+        0
+    } else {
+        fix_utf8_in_place(text) as u64
+    }
+}
+
 /// Steps over a variable payload starting at `p`. Outer None: a length
 /// ran past the content; inner Err: a string is not terminated.
+#[inline]
 fn run_program(
     content: &mut [u8],
     mut p: usize,
@@ -349,15 +374,16 @@ fn run_program(
                 body.checked_add(n).filter(|&e| e <= len)?
             }
             Op::String => {
-                let Some(nul) = content.get(p..)?.iter().position(|&b| b == 0) else {
+                let Some((nul, ascii)) = scan_cstr(content.get(p..)?) else {
                     return Some(Err(WalkFault::UnterminatedString { at }));
                 };
-                *utf8_fixed += fix_utf8_in_place(&mut content[p..p + nul]) as u64;
+                *utf8_fixed += fix_text(&mut content[p..p + nul], ascii);
                 p + nul + 1
             }
             Op::Chars(n) => {
                 let e = p.checked_add(n as usize).filter(|&e| e <= len)?;
-                *utf8_fixed += fix_utf8_in_place(&mut content[p..e]) as u64;
+                let ascii = content[p..e].is_ascii();
+                *utf8_fixed += fix_text(&mut content[p..e], ascii);
                 e
             }
         };
