@@ -59,7 +59,8 @@ struct ivt_region_opts {
  * truncated to the planned size, rounded up to a power of two). `opts` may
  * be NULL for the defaults. The caller owns the region: ivt_region_close()
  * marks it closed for the reader.
- * Return: 0; -EINVAL bad options; -errno from open/ftruncate/mmap.
+ * Return: 0; -EINVAL bad options; -EAGAIN no thread-specific key left
+ * in this process; -errno from open/ftruncate/mmap.
  */
 int ivt_region_create(const char *path, const struct ivt_region_opts *opts,
 		      struct ivt_region **out);
@@ -68,7 +69,7 @@ int ivt_region_create(const char *path, const struct ivt_region_opts *opts,
  * Attach to a region someone else formatted (a guest's /dev/ivtrace, or
  * another process's /dev/shm file). Validates the header and layout.
  * Return: 0; -ENODATA not formatted (yet); -EPROTO bad magic, version or
- * layout; -errno from open/mmap.
+ * layout; -EAGAIN as for ivt_region_create(); -errno from open/mmap.
  */
 int ivt_region_attach(const char *path, struct ivt_region **out);
 

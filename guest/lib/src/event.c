@@ -140,8 +140,9 @@ static int ivt__rec_same_fields(const struct ivt_meta_rec *a,
 /*
  * Look for a committed record of the same event. Returns 1 with *id set
  * when one has the same fields, -EEXIST when one has different fields,
- * 0 when there is none. Everything read here is untrusted: a record
- * whose length is not plausible ends the walk.
+ * 0 when there is none, -EPROTO if the one found has an impossible id.
+ * Everything read here is untrusted: a record whose length is not
+ * plausible ends the walk.
  */
 static int ivt__meta_find(struct ivt_region *r, const struct ivt_rec_buf *b,
 			  uint32_t *id)
@@ -173,8 +174,8 @@ static int ivt__meta_find(struct ivt_region *r, const struct ivt_rec_buf *b,
 		    ivt_meta_rec_size(rec->nr_fields) > len ||
 		    !ivt__rec_same_fields(rec, b))
 			return -EEXIST;
-		*id = rec->event_id;
-		return 1;
+		*id = ivt_read_once(rec->event_id);
+		return *id < IVT_EVENT_IDS_MAX ? 1 : -EPROTO;
 	}
 	return 0;
 }

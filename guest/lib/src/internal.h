@@ -84,7 +84,7 @@ extern pthread_mutex_t ivt__lock;
 extern struct ivt_region *ivt__regions;
 
 /* thread.c */
-void ivt__lib_init(void);
+int ivt__lib_init(void);
 void ivt__region_put(struct ivt_region *r);
 void ivt__unbind_all(struct ivt_region *r);
 void ivt__slow_enter(void);

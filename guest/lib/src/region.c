@@ -138,7 +138,9 @@ int ivt_region_create(const char *path, const struct ivt_region_opts *opts,
 	if (size > IVT_REGION_MAX || size > SIZE_MAX)
 		return -EINVAL;
 
-	ivt__lib_init();
+	err = ivt__lib_init();
+	if (err)
+		return err;
 	fd = ivt__open_sized(path, size);
 	if (fd < 0)
 		return fd;
@@ -314,7 +316,9 @@ int ivt_region_attach(const char *path, struct ivt_region **out)
 
 	if (!path || !out)
 		return -EINVAL;
-	ivt__lib_init();
+	err = ivt__lib_init();
+	if (err)
+		return err;
 	fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;

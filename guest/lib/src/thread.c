@@ -278,17 +278,23 @@ static void ivt__fork_child(void)
 	pthread_mutex_unlock(&ivt__lock);
 }
 
+static int ivt__init_err;
+
 static void ivt__init_once(void)
 {
-	if (pthread_key_create(&ivt__key, ivt__thread_exit))
-		abort();	/* PTHREAD_KEYS_MAX exhausted at startup */
+	/* Fails only when the process used up PTHREAD_KEYS_MAX keys. */
+	ivt__init_err = -pthread_key_create(&ivt__key, ivt__thread_exit);
+	if (ivt__init_err)
+		return;
 	pthread_atfork(ivt__fork_prepare, ivt__fork_parent, ivt__fork_child);
 	atexit(ivt__at_exit);
 }
 
-void ivt__lib_init(void)
+/* Once per process, before the first region: 0 or -EAGAIN. */
+int ivt__lib_init(void)
 {
 	pthread_once(&ivt__once, ivt__init_once);
+	return ivt__init_err;
 }
 
 /* ---- channel-less threads: drop cheaply, retry occasionally ----------- */
