@@ -67,6 +67,16 @@ static void ivtk_flush_tick(struct timer_list *t)
 
 	local_irq_save(flags);
 	w = this_cpu_ptr(&ivtk_writer);
+	/*
+	 * A timer interrupts nothing that is inside the write path (writers
+	 * run with interrupts off), so a busy writer here was left busy by
+	 * a bug: every later event of this CPU is dropped as "nested" (the
+	 * channel is in effect disabled, and says so in lost_nested).
+	 */
+	if (WARN_ON_ONCE(w->busy)) {
+		local_irq_restore(flags);
+		return;
+	}
 	if (ivt_writer_enter(w)) {
 		if (!w->pkt || !w->count || w->mode == IVT_MODE_OVERWRITE) {
 			/* Nothing to flush; or a flight recorder, whose

@@ -1,8 +1,9 @@
 """guest/kmod: ivtrace.ko in a real guest (QEMU, TCG on these machines), one boot.
 
 The guest (vm/ivtvm.py, ivshmem-plain backed by a /dev/shm file) runs GUEST_SCRIPT:
-  1. insmod ivtrace.ko (discard mode, default groups): /dev/ivtrace and the console exist;
-     ivtrace_test.ko writes 100 events (+10 blobs) through the kernel API;
+  1. insmod ivtrace.ko (discard mode, default groups); the host sends control commands
+     through the region (ivshmem-plain: the module polls them); /dev/ivtrace and the console
+     exist; ivtrace_test.ko writes 100 events (+10 blobs) through the kernel API;
   2. rmmod/insmod ivtrace.ko twice;
   3. the last load in overwrite mode with every group, 100 test events again, a crit-level
      line into the kernel log, a dmesg check (BUG/WARNING/Oops) done in the guest;
@@ -93,6 +94,8 @@ GUEST_SCRIPT = r"""
 M=/lib/modules/$(uname -r)/extra
 ok() { "$@"; echo "KMOD-RC $? $*"; }
 ok insmod $M/ivtrace.ko
+echo "KMOD: control-window"
+sleep 3
 [ -c /dev/ivtrace ] && echo "KMOD: devnode"
 grep -q '^ivtrace0 ' /proc/consoles && echo "KMOD: console"
 ok insmod $M/ivtrace_test.ko
@@ -130,16 +133,53 @@ def build_modules(manifest):
         assert (KMOD / ko).is_file(), ko
 
 
+# struct ivt_control in the region header (docs/abi.md "Host control").
+CTL_CMD_SEQ, CTL_CMD, CTL_ARG, CTL_ACK_SEQ, CTL_ACK_STATUS, CTL_GROUPS = 320, 328, 336, 384, 392, 396
+CMD_ENABLE, CMD_DISABLE, CMD_STATEDUMP = 2, 3, 6
+
+
+def control(m, cmd, arg=0, timeout=5.0):
+    """Post a command (cmd, arg, then cmd_seq: x86 stores are ordered) and wait for its ack.
+    Returns (ack_status, groups_enabled)."""
+    seq = struct.unpack_from("<Q", m, CTL_CMD_SEQ)[0] + 1
+    struct.pack_into("<I", m, CTL_CMD, cmd)
+    struct.pack_into("<Q", m, CTL_ARG, arg)
+    struct.pack_into("<Q", m, CTL_CMD_SEQ, seq)
+    end = time.monotonic() + timeout
+    while struct.unpack_from("<Q", m, CTL_ACK_SEQ)[0] != seq:
+        assert time.monotonic() < end, f"command {cmd} not acknowledged in {timeout} s"
+        time.sleep(0.01)
+    return struct.unpack_from("<iI", m, CTL_ACK_STATUS)
+
+
+def drive_control(shm):
+    """While the guest waits: groups off and on again, a state dump, a bad command."""
+    with open(shm, "r+b") as fh:
+        m = mmap.mmap(fh.fileno(), 0)
+        try:
+            assert struct.unpack_from("<Q", m, 0)[0] == IVT_MAGIC
+            acks = [control(m, CMD_DISABLE, 0x3F), control(m, CMD_ENABLE, 0x2F),
+                    control(m, CMD_STATEDUMP), control(m, 99)]
+        finally:
+            m.close()
+    return acks
+
+
 @pytest.fixture(scope="module")
 def booted():
-    """Build the guest and the modules, boot once, return (BootResult, shm path)."""
+    """Build the guest and the modules, boot once; return (BootResult, shm path, control acks)."""
     build_modules(ivtvm.ensure_built())
     shm = Path(f"/dev/shm/ivt-kmod-{os.getpid()}-{time.monotonic_ns()}")
     try:
-        r = ivtvm.boot(GUEST_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=SMP,
-                       add=[f"{KMOD}/ivtrace.ko", f"{KMOD}/tests/ivtrace_test.ko"],
-                       timeout=TIMEOUT)
-        yield r, shm
+        with ivtvm.VM(GUEST_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=SMP,
+                      add=[f"{KMOD}/ivtrace.ko", f"{KMOD}/tests/ivtrace_test.ko"]) as vm:
+            acks = None
+            try:
+                vm.wait_for(r"KMOD: control-window", timeout=TIMEOUT)
+                acks = drive_control(shm)
+            finally:
+                r = vm.wait(timeout=TIMEOUT)
+        yield r, shm, acks
     finally:
         shm.unlink(missing_ok=True)
 
@@ -149,7 +189,7 @@ def marks(r, key):
 
 
 def test_load_unload_cycles(booted):
-    r, _ = booted
+    r, _, _ = booted
     assert r.panicked, r.summary() + "\n" + r.tail(60)
     rcs = re.findall(r"^KMOD-RC (\d+) (.*)$", r.console_text, re.M)
     # insmod, insmod test, rmmod test, 2 x (rmmod, insmod), rmmod, insmod, insmod test
@@ -159,8 +199,14 @@ def test_load_unload_cycles(booted):
     assert marks(r, "devnode") and marks(r, "console"), r.tail(80)
 
 
+def test_control_commands(booted):
+    """ivshmem-plain: the module polls the control words every flush_ms."""
+    _, _, acks = booted
+    assert acks == [(0, 0), (0, 0x2F), (0, 0x2F), (-22, 0x2F)], acks
+
+
 def test_dmesg_clean(booted):
-    r, _ = booted
+    r, _, _ = booted
     probs = marks(r, "dmesg-problems")
     assert probs and probs[0].strip() == "0", r.tail(120)
     # the module's own errors are dev_err/pr_err lines naming it (an unsigned module's
@@ -172,7 +218,7 @@ def test_dmesg_clean(booted):
 
 
 def test_kernel_api_counts(booted):
-    r, _ = booted
+    r, _, _ = booted
     t1, t2 = marks(r, "test1"), marks(r, "test2")
     assert t1 and t2, r.tail(60)
     m1 = re.match(r" written (\d+) dropped (\d+) errors (\d+)", t1[0])
@@ -188,7 +234,7 @@ def region(shm):
 
 
 def test_region_header(booted):
-    _, shm = booted
+    _, shm, _ = booted
     m = region(shm)
     magic, major, _minor, hdr_size, size, features = struct.unpack_from("<QHHIQQ", m, 0)
     assert magic == IVT_MAGIC and major == 1 and hdr_size == 4096 and size == len(m)
@@ -227,7 +273,7 @@ def meta_records(m):
 
 def test_kernel_event_table(booted):
     """The published descriptions are docs/abi.md's table, ids 0..24 then the test's."""
-    _, shm = booted
+    _, shm, _ = booted
     recs = meta_records(region(shm))
     for eid, (name, group, fields) in enumerate(KERNEL_EVENTS):
         assert recs.get((0, eid)) == (name, group, fields), (eid, recs.get((0, eid)))
@@ -245,7 +291,7 @@ def snapshot(booted, tmp_path_factory):
         pytest.skip(f"{IVTRACE} missing: run `make host` to read the region with ivtrace snapshot")
     pytest.importorskip("bt2", reason="python3-bt2 (babeltrace2's bindings) is not installed")
     import ctf
-    _, shm = booted
+    _, shm, _ = booted
     out = tmp_path_factory.mktemp("kmod-snapshot")
     p = subprocess.run([str(IVTRACE), "snapshot", "--shm", str(shm), "-o", str(out), "--force"],
                        capture_output=True, text=True, timeout=120)
