@@ -88,6 +88,7 @@ def test_ivshmem_bar2_write_reaches_host(guest, shm, tmp_path):
     assert f"BAR2 start=" in text and f"size={SHM_SIZE}" in text, r.tail()
     assert f"HOSTWORD 0x{HOST_WORD:08X}" in text, r.tail()
     assert f"READBACK 0x{GUEST_WORD:08X}" in text, r.tail()
+    # The last lines of the command must not be lost (serial tty hang-up trap, vm/README.md).
     assert "NAPI_TX Y CSUM N" in text, r.tail()          # modopts reached the module
     assert "IVTRACE-GUEST: module-loaded virtio_net napi_tx=1 csum=0" in text
     assert "ENV /sys/bus/pci/devices/" in text
