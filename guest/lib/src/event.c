@@ -17,11 +17,10 @@
 
 #define IVT_CHARS_MAX		4096u
 
-/* The record we would write, built in private memory first. */
-struct ivt_rec_buf {
-	struct ivt_meta_rec rec;
-	struct ivt_meta_field fields[IVT_FIELDS_MAX];
-};
+/* Bytes of the largest record: the one we would write is built in
+ * private memory first (a u64 array, for the record's alignment). */
+#define IVT_REC_MAX	(sizeof(struct ivt_meta_rec) + \
+			 IVT_FIELDS_MAX * sizeof(struct ivt_meta_field))
 
 /* ---- validation ------------------------------------------------------- */
 
@@ -102,17 +101,17 @@ static int ivt__fields_ok(const struct ivt_field *f, unsigned int n)
 
 /* ---- the record ------------------------------------------------------- */
 
-static void ivt__rec_build(struct ivt_rec_buf *b, const char *name,
+static void ivt__rec_build(struct ivt_meta_rec *b, const char *name,
 			   const struct ivt_field *f, unsigned int n)
 {
 	unsigned int i;
 
-	memset(b, 0, sizeof(*b));
-	b->rec.len = ivt_meta_rec_size(n);
-	b->rec.kind = IVT_META_EVENT;
-	b->rec.nr_fields = (uint16_t)n;
-	b->rec.stream = IVT_STREAM_USER;
-	strncpy(b->rec.name, name, IVT_NAME_MAX - 1);
+	memset(b, 0, IVT_REC_MAX);
+	b->len = ivt_meta_rec_size(n);
+	b->kind = IVT_META_EVENT;
+	b->nr_fields = (uint16_t)n;
+	b->stream = IVT_STREAM_USER;
+	strncpy(b->name, name, IVT_NAME_MAX - 1);
 	for (i = 0; i < n; i++) {
 		strncpy(b->fields[i].name, f[i].name, IVT_FIELD_NAME_MAX - 1);
 		b->fields[i].type = f[i].type;
@@ -130,11 +129,11 @@ static int ivt__rec_same_event(const struct ivt_meta_rec *a,
 }
 
 static int ivt__rec_same_fields(const struct ivt_meta_rec *a,
-				const struct ivt_rec_buf *b)
+				const struct ivt_meta_rec *b)
 {
-	return a->nr_fields == b->rec.nr_fields &&
+	return a->nr_fields == b->nr_fields &&
 	       !memcmp(a->fields, b->fields,
-		       b->rec.nr_fields * sizeof(struct ivt_meta_field));
+		       b->nr_fields * sizeof(struct ivt_meta_field));
 }
 
 /*
@@ -144,7 +143,7 @@ static int ivt__rec_same_fields(const struct ivt_meta_rec *a,
  * Everything read here is untrusted: a record whose length is not
  * plausible ends the walk.
  */
-static int ivt__meta_find(struct ivt_region *r, const struct ivt_rec_buf *b,
+static int ivt__meta_find(struct ivt_region *r, const struct ivt_meta_rec *b,
 			  uint32_t *id)
 {
 	uint8_t *meta = r->base + r->layout.meta_off;
@@ -168,7 +167,7 @@ static int ivt__meta_find(struct ivt_region *r, const struct ivt_rec_buf *b,
 		len = ivt_read_once(rec->len);
 		if (len < sizeof(*rec) || len % 8 || len > end - off)
 			break;
-		if (commit != IVT_META_COMMIT || !ivt__rec_same_event(rec, &b->rec))
+		if (commit != IVT_META_COMMIT || !ivt__rec_same_event(rec, b))
 			continue;
 		if (rec->nr_fields > IVT_FIELDS_MAX ||
 		    ivt_meta_rec_size(rec->nr_fields) > len ||
@@ -196,17 +195,17 @@ static int ivt__take(uint32_t *ctr, uint32_t n, uint32_t max, uint32_t *got)
 	return 0;
 }
 
-static int ivt__meta_append(struct ivt_region *r, struct ivt_rec_buf *b,
+static int ivt__meta_append(struct ivt_region *r, struct ivt_meta_rec *b,
 			    uint32_t *id)
 {
 	struct ivt_meta_rec *rec;
-	uint32_t off, len = b->rec.len;
+	uint32_t off, len = b->len;
 	int err;
 
 	/* The id first: if the space then runs out, a number is wasted,
 	 * but no hole is left in the records (the host stops at a hole). */
 	err = ivt__take(&r->hdr->next_event_id[IVT_STREAM_USER], 1,
-			IVT_EVENT_IDS_MAX, &b->rec.event_id);
+			IVT_EVENT_IDS_MAX, &b->event_id);
 	if (!err)
 		err = ivt__take(&r->hdr->meta_tail, len, r->layout.meta_size, &off);
 	if (err)
@@ -219,12 +218,12 @@ static int ivt__meta_append(struct ivt_region *r, struct ivt_rec_buf *b,
 	 * record before it is committed (ivt__meta_find). */
 	ivt_write_once(rec->len, len);
 	memcpy((uint8_t *)rec + offsetof(struct ivt_meta_rec, kind),
-	       (const uint8_t *)&b->rec + offsetof(struct ivt_meta_rec, kind),
+	       (const uint8_t *)b + offsetof(struct ivt_meta_rec, kind),
 	       len - offsetof(struct ivt_meta_rec, kind));
 	/* Release: the body above is visible before the commit; pairs with
 	 * the host's (and ivt__meta_find's) load-acquire of commit. */
 	ivt_store_release(&rec->commit, IVT_META_COMMIT);
-	*id = b->rec.event_id;
+	*id = b->event_id;
 	return 0;
 }
 
@@ -232,20 +231,21 @@ int ivt_event_register(struct ivt_region *r, const char *name,
 		       const struct ivt_field *fields, unsigned int nr_fields,
 		       struct ivt_event *ev)
 {
-	struct ivt_rec_buf b;
+	uint64_t buf[IVT_REC_MAX / 8];
+	struct ivt_meta_rec *b = (struct ivt_meta_rec *)buf;
 	uint32_t id = 0;
 	int err;
 
 	if (!r || !name || !ev || !ivt__event_name_ok(name) ||
 	    !ivt__fields_ok(fields, nr_fields))
 		return -EINVAL;
-	ivt__rec_build(&b, name, fields, nr_fields);
+	ivt__rec_build(b, name, fields, nr_fields);
 
 	ivt__slow_enter();
 	pthread_mutex_lock(&ivt__lock);
-	err = r->dead ? -EINVAL : ivt__meta_find(r, &b, &id);
+	err = r->dead ? -EINVAL : ivt__meta_find(r, b, &id);
 	if (err == 0)
-		err = ivt__meta_append(r, &b, &id);
+		err = ivt__meta_append(r, b, &id);
 	pthread_mutex_unlock(&ivt__lock);
 	ivt__slow_exit();
 	if (err < 0)
