@@ -87,25 +87,29 @@ int main(void)
 	const char *path = t_path("nochan");
 	struct holder a, b;
 	pthread_t late;
-	uint64_t v = 0, i, t0, ns, extra = 0;
+	uint64_t v = 0, i, t0 = 0, ns = UINT64_MAX, extra = 0;
 
 	region = t_create(path, 2, 2, 4096, IVT_MODE_DISCARD);
 	T_OK(ivt_event_register(region, "test:v", f, 1, &ev));
 	hold(&a);
 	hold(&b);
 
-	/* Count: DROPS refused writes, each counted, each cheap. */
-	t0 = t_now_ns();
-	for (i = 0; i < DROPS; i++)
+	/* Count: DROPS refused writes, each counted, each cheap. The cost
+	 * is the best of 10 batches, so a preemption cannot fail the test. */
+	for (i = 0; i < DROPS; i++) {
+		if (i % (DROPS / 10) == 0)
+			t0 = t_now_ns();
 		T_EQ(ivt_write(&ev, &v, sizeof(v)), -ENOBUFS);
-	ns = t_now_ns() - t0;
+		if (i % (DROPS / 10) == DROPS / 10 - 1 && t_now_ns() - t0 < ns)
+			ns = t_now_ns() - t0;
+	}
+	ns /= DROPS / 10;
 	T_EQ(lost_no_channel(), DROPS);
-	fprintf(stderr, "no-channel: %.1f ns per refused event\n",
-		(double)ns / DROPS);
+	fprintf(stderr, "no-channel: %lu ns per refused event\n", (unsigned long)ns);
 #if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 	/* Generous: a lock plus a channel scan with kill() per event would
 	 * cost well over a microsecond. */
-	T_CHECK(ns / DROPS < 500);
+	T_CHECK(ns < 500);
 #endif
 
 	/* A channel comes free: we get it within IVT_RETRY_EVENTS tries. */
