@@ -182,20 +182,75 @@ fn trailing_drops_get_a_final_empty_packet() {
     assert_eq!(rd.channel_stats(0).writer_lost.full, dropped);
 }
 
+/// Registers a class and writes an event of it on channel 1 while the
+/// reader is busy with channel 0 (after its metadata scan of this pass).
+struct RegisterLate {
+    file: std::fs::File,
+    region: TestRegion,
+    done: bool,
+}
+
+impl PacketSink for RegisterLate {
+    type Error = std::convert::Infallible;
+    fn packet(
+        &mut self,
+        chan: u32,
+        _s: u32,
+        _b: &[u8],
+        _c: &EventClasses,
+    ) -> Result<(), Self::Error> {
+        use std::os::unix::fs::FileExt;
+        if chan == 0 && !self.done {
+            self.done = true;
+            self.region
+                .register(1, 9, "late", &[("x", abi::IVT_FT_U32, 0)]);
+            self.region.emit(1, 100, 9, &5u32.to_le_bytes());
+            self.region.close(1);
+            self.file.write_all_at(&self.region.bytes, 0).unwrap();
+        }
+        Ok(())
+    }
+}
+
 #[test]
-fn events_of_classes_registered_after_the_first_scan_are_kept() {
+fn an_unknown_id_triggers_one_metadata_rescan() {
     let mut r = region(abi::IVT_MODE_DISCARD, 8);
-    let mut rd = reader(&r);
-    rd.scan_metadata(ivtrace_ring::meta::ScanMode::Live);
-    r.register(1, 9, "late", &[("x", abi::IVT_FT_U32, 0)]);
-    r.emit(0, 100, 9, &5u32.to_le_bytes());
+    emit(&mut r, 0, 3, 100);
     r.close(0);
-    // A reader over the new bytes that has already scanned the old ones.
-    let mut rd2 = reader(&r);
-    let sink = drain_all(&mut rd2);
-    assert_eq!(rd2.channel_stats(0).events, 1);
-    assert_eq!(sink.0.len(), 1);
-    drop(rd);
+    let tmp = tempfile_path();
+    std::fs::write(&tmp, &r.bytes).unwrap();
+    let mut rd = Reader::new(Region::open(&tmp, Access::ReadWrite).unwrap());
+    let file = std::fs::OpenOptions::new().write(true).open(&tmp).unwrap();
+    let mut sink = RegisterLate {
+        file,
+        region: r,
+        done: false,
+    };
+    rd.drain_available(&mut sink).unwrap();
+    std::fs::remove_file(&tmp).unwrap();
+    assert!(sink.done);
+    assert_eq!(
+        rd.channel_stats(1).events,
+        1,
+        "the late class was found by the re-scan"
+    );
+    assert!(rd.channel_stats(1).skipped.is_empty());
+}
+
+fn tempfile_path() -> std::path::PathBuf {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        "/dev/shm".into()
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(
+        format!(
+            "ivtrace-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        )
+        .replace(['(', ')'], ""),
+    )
 }
 
 #[test]
