@@ -132,6 +132,8 @@ pub enum PacketFault {
     TimeRange { begin: u64, end: u64 },
     #[error("copy was overwritten by the writer while it was taken")]
     Torn,
+    #[error("the sub-buffer could not be read (region file shrunk?)")]
+    Unreadable,
     #[error(transparent)]
     Walk(#[from] WalkFault),
 }
@@ -148,6 +150,7 @@ impl PacketFault {
             PacketFault::PacketSize { .. } => "packet_size",
             PacketFault::TimeRange { .. } => "time_range",
             PacketFault::Torn => "torn",
+            PacketFault::Unreadable => "unreadable",
             PacketFault::Walk(w) => w.reason(),
         }
     }

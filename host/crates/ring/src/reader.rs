@@ -368,12 +368,18 @@ impl Reader {
     ) -> Result<(PacketHeader, usize), PacketFault> {
         let off = self.layout.subbuf_offset(c, exp.seq);
         let hdr = abi::PACKET_HDR_SIZE;
-        self.region.copy_out(off, &mut self.scratch[..hdr]);
+        if !self.region.copy_out(off, &mut self.scratch[..hdr]) {
+            return Err(PacketFault::Unreadable);
+        }
         let header = PacketHeader::parse(&self.scratch[..hdr]);
         let checked = packet::check_header(&header, exp, extent);
         if let Ok(content) = checked {
-            self.region
-                .copy_out(off + hdr as u64, &mut self.scratch[hdr..content]);
+            if !self
+                .region
+                .copy_out(off + hdr as u64, &mut self.scratch[hdr..content])
+            {
+                return Err(PacketFault::Unreadable);
+            }
         }
         if self.torn(c, exp.seq) {
             return Err(PacketFault::Torn);

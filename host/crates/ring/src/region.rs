@@ -25,9 +25,6 @@ use thiserror::Error;
 
 use crate::abi::{self, le_u16, le_u32, le_u64};
 
-/// Copies at least this large use pread(2) on the region's file.
-const PREAD_MIN: usize = 64 * 1024;
-
 /// Why a region cannot be read (yet, or at all).
 #[derive(Debug, Error)]
 pub enum RegionError {
@@ -177,8 +174,7 @@ pub fn format_uuid(u: &[u8; 16]) -> String {
 }
 
 enum Backing {
-    /// The mapping, and the file for large copies (pread avoids faulting
-    /// every page of a packet into our page tables).
+    /// The mapping (control words) and the file (copies, with pread).
     Mapped(MmapRaw, File),
     /// u64 words so that the stand-in is as aligned as a mapping.
     Owned(Box<[u64]>),
@@ -359,9 +355,9 @@ impl Region {
             return false;
         }
         if let Backing::Mapped(_, file) = &self.backing {
-            if dst.len() >= PREAD_MIN && file.read_exact_at(dst, off).is_ok() {
-                return true;
-            }
+            // pread(2): no page faults in our mapping, and a file that
+            // shrank under us gives a short read instead of SIGBUS.
+            return file.read_exact_at(dst, off).is_ok();
         }
         // SAFETY: [off, off + len) is inside the mapping (checked above),
         // which outlives this call, and `dst` is private memory that cannot

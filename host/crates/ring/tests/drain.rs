@@ -300,3 +300,24 @@ fn a_wild_commit_pos_costs_at_most_one_ring_of_work() {
     assert!(sink.0.len() <= 6);
     assert!(st.skipped.values().sum::<u64>() > 0);
 }
+
+#[test]
+fn a_region_file_that_shrinks_under_the_reader_is_counted_not_fatal() {
+    let mut r = RegionBuilder::new(1, 2, 65536).build_region();
+    r.register_loadgen(0);
+    emit(&mut r, 0, 3000, 10); // packet 0 ends, packet 1 lies past 64 KiB
+    r.close(0);
+    let path = tempfile_path();
+    std::fs::write(&path, &r.bytes).unwrap();
+    let mut rd = Reader::new(Region::open(&path, Access::ReadWrite).unwrap());
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(65536)
+        .unwrap();
+    let sink = drain_all(&mut rd);
+    std::fs::remove_file(&path).unwrap();
+    assert!(sink.0.iter().all(|(c, b)| *c == 0 && b.len() == 88), "only the final empty packet");
+    assert_eq!(rd.channel_stats(0).skipped.get("unreadable"), Some(&2));
+}
