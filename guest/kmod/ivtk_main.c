@@ -23,6 +23,7 @@
 #include <linux/moduleparam.h>
 #include <linux/pci.h>
 #include <linux/tracepoint.h>
+#include <asm/pgtable.h>
 
 #include "ivtk.h"
 
@@ -124,6 +125,37 @@ err:
 	return ret;
 }
 
+/*
+ * The memory type the kernel mapping of BAR2 really got. memremap(WB) of
+ * a range the guest's MTRRs call uncached (SeaBIOS's 32-bit PCI hole) is
+ * downgraded to UC- by x86 PAT (pat_x_mtrr_type()); /dev/ivtrace then
+ * maps UC- too (it must match). That costs nothing under TCG (memory types
+ * are not emulated) or Intel EPT (KVM ignores the guest's type), but every
+ * access is uncached where the guest's PAT applies (AMD NPT). A BAR placed
+ * above 4 GiB (default type write-back) is mapped write-back.
+ */
+static const char *ivtk_cache_mode(const void *addr)
+{
+	unsigned int level;
+	pgprotval_t prot;
+	pte_t *pte;
+
+	pte = lookup_address((unsigned long)addr, &level);
+	if (!pte)
+		return "unmapped";
+	prot = pte_val(*pte);
+	if (level != PG_LEVEL_4K)
+		prot = pgprot_val(pgprot_large_2_4k(__pgprot(prot)));
+	prot &= _PAGE_CACHE_MASK;
+	if (prot == cachemode2protval(_PAGE_CACHE_MODE_WB))
+		return "write-back";
+	if (prot == cachemode2protval(_PAGE_CACHE_MODE_UC_MINUS))
+		return "uncached-minus (MTRR)";
+	if (prot == cachemode2protval(_PAGE_CACHE_MODE_UC))
+		return "uncached";
+	return "other";
+}
+
 static int ivtk_map(struct ivtk_dev *d)
 {
 	struct pci_dev *pdev = d->pdev;
@@ -220,9 +252,10 @@ static int ivtk_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		return ret;
 	}
 	pci_set_drvdata(pdev, d);
-	dev_info(&pdev->dev, "%s: %llu KiB region, %u kernel + %u user channels x %u x %u KiB, %s, groups 0x%x, ivposition %u%s\n",
+	dev_info(&pdev->dev, "%s: %llu KiB region at %pa (%s), %u kernel + %u user channels x %u x %u KiB, %s, groups 0x%x, ivposition %u%s\n",
 		 d->doorbell ? "ivshmem-doorbell" : "ivshmem-plain",
-		 d->shm_len >> 10, d->layout.nr_kernel_channels,
+		 d->shm_len >> 10, &d->shm_phys, ivtk_cache_mode(d->shm),
+		 d->layout.nr_kernel_channels,
 		 d->layout.nr_channels - d->layout.nr_kernel_channels,
 		 d->layout.nr_subbufs, d->layout.subbuf_size >> 10,
 		 ivtk_mode_name(d->mode), READ_ONCE(ivtk_groups),
