@@ -130,9 +130,12 @@ struct ivtk_dev {
  * ivtk_mutex (ivtk_main.c) protects ivtk_dev, the enabled groups (probe
  * registration) and the kernel API registrations. Process context only.
  * It nests outside tracepoints_mutex (tracepoint_probe_register),
- * console_lock (register_console), cpu_hotplug_lock (cpuhp_setup_state)
- * and misc_mtx (misc_register). Nothing that runs in a probe, an
- * interrupt, a timer or a cpuhp callback takes it.
+ * console_lock (register_console), cpu_hotplug_lock (cpuhp_setup_state),
+ * misc_mtx (misc_register) and ivtk_files_lock (ivtk_cdev.c). Nothing
+ * that runs in a probe, an interrupt, a timer, a cpuhp callback or a
+ * /dev/ivtrace file operation takes it. The other locks: d->sync_lock
+ * (raw spinlock, innermost) and desc->lock (irq descriptors, taken by the
+ * state dump; takes nothing of ours).
  */
 extern struct mutex ivtk_mutex;
 extern struct ivtk_dev *ivtk_dev;
