@@ -59,11 +59,7 @@ pub struct HeaderReference {
 impl ClockEstimator for HeaderReference {
     fn initial(&self) -> ClockMapping {
         ClockMapping {
-            freq_hz: if self.clock.freq_hz == 0 {
-                1_000_000_000
-            } else {
-                self.clock.freq_hz
-            },
+            freq_hz: plausible_freq(self.clock.freq_hz),
             ref_ticks: self.clock.ref_ticks,
             ref_realtime_ns: self.clock.ref_realtime_ns,
             error_ns: COARSE_ERROR_NS,
@@ -212,6 +208,13 @@ mod tests {
             (m.freq_hz, m.ref_ticks, m.ref_realtime_ns),
             (1_000_000_000, 5, 7)
         );
+        let hostile = HeaderReference {
+            clock: ClockRef {
+                freq_hz: u64::MAX,
+                ..Default::default()
+            },
+        };
+        assert_eq!(hostile.initial().freq_hz, FREQ_FALLBACK);
     }
 
     #[cfg(target_arch = "x86_64")]

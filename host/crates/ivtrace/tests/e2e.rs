@@ -110,10 +110,13 @@ fn model_region(path: &Path, n: u64) -> (u64, u64) {
         "demo:text",
         &[("msg", abi::IVT_FT_STRING, 0), ("v", abi::IVT_FT_S64, 0)],
     );
+    r.register(1, 5, "demo:tick", &[]);
     let mut kept = 0;
     for i in 0..n {
         let c = (i % 2) as u32;
-        let ok = if i % 7 == 0 {
+        let ok = if i % 11 == 0 {
+            r.emit(c, 1000 + i * 50, 5, &[])
+        } else if i % 7 == 0 {
             r.emit(
                 c,
                 1000 + i * 50,

@@ -318,6 +318,9 @@ fn a_region_file_that_shrinks_under_the_reader_is_counted_not_fatal() {
         .unwrap();
     let sink = drain_all(&mut rd);
     std::fs::remove_file(&path).unwrap();
-    assert!(sink.0.iter().all(|(c, b)| *c == 0 && b.len() == 88), "only the final empty packet");
+    assert!(
+        sink.0.iter().all(|(c, b)| *c == 0 && b.len() == 88),
+        "only the final empty packet"
+    );
     assert_eq!(rd.channel_stats(0).skipped.get("unreadable"), Some(&2));
 }
