@@ -118,6 +118,15 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
         "lost events: {}",
         lost_line(&t.lost, s.lost_no_channel)
     )?;
+    let several = s.channels.len() > 1;
+    for c in s.channels.iter().filter(|c| several && c.lost.total() > 0) {
+        let l = &c.lost;
+        writeln!(
+            out,
+            "  chan{}: full={} too_big={} nested={} overwritten={} torn={} corrupt={}",
+            c.channel, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt
+        )?;
+    }
     if !t.skipped_packets.is_empty() {
         writeln!(out, "skipped packets: {:?}", t.skipped_packets)?;
     }
