@@ -370,26 +370,41 @@ def section_drain(res, out):
     out.append("```\n")
 
 
+def live_table(out, runs, produced_key, dropped_key, cpu_key=None):
+    head = "| ring | target rate | events | achieved rate (M/s) | dropped (writer) | recorded | " \
+           "lost (recorder) | loss % |" + (" recorder CPU % |" if cpu_key else "")
+    out.append(head)
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if cpu_key else ""))
+    for r in runs:
+        rate = r["rate"] if isinstance(r["rate"], str) else (
+            "unthrottled" if not r["rate"] else f"{r['rate'] / 1e6:g} M/s")
+        dropped, n = r.get(dropped_key), r[produced_key]
+        loss = (100.0 * dropped / n) if isinstance(dropped, int) and n else None
+        ring = r.get("ring") or {"subbufs": r.get("subbufs"), "subbuf_size": r.get("subbuf_size")}
+        ring = f"{ring.get('subbufs')} x {(ring.get('subbuf_size') or 0) >> 10} KiB"
+        out.append(f"| {ring} | {rate} | {n:,} | {r['achieved_rate'] / 1e6:.2f} | "
+                   f"{f1(dropped, 0)} | {f1(r.get('recorded'), 0)} | {f1(r.get('lost'), 0)} | "
+                   f"{f1(loss, 3)} |" + (f" {f1(r.get(cpu_key), 0)} |" if cpu_key else ""))
+
+
 def section_live(res, out):
-    lv = res.get("live")
-    if not lv:
+    st, lv = res.get("live_steady"), res.get("live")
+    if not (st or lv):
         return
     out.append("### 2b. Live: writer and reader at the same time\n")
-    out.append(f"Method: {lv['method']}.\n")
-    out.append("| ring | target rate | events | achieved rate (M/s) | dropped (writer) | "
-               "recorded | lost (recorder) | loss % | recorder CPU % |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in lv["runs"]:
-        rate = r["rate"] if isinstance(r["rate"], str) else f"{r['rate'] / 1e6:g} M/s"
-        dropped = r.get("loadgen_dropped")
-        loss = (100.0 * dropped / r["events"]) if isinstance(dropped, int) else None
-        ring = r.get("ring") or lv.get("ring") or {}
-        ring = f"{ring.get('subbufs')} x {ring.get('subbuf_size', 0) >> 10} KiB"
-        out.append(f"| {ring} | {rate} | {r['events']:,} | {r['achieved_rate'] / 1e6:.2f} | "
-                   f"{f1(dropped, 0)} | {f1(r.get('recorded'), 0)} | {f1(r.get('lost'), 0)} | "
-                   f"{f1(loss, 3)} | {f1(r.get('record_cpu_percent_of_writer_time'), 0)} |")
-    out.append(f"\nCommand (one run): `{lv['runs'][0]['record_command']}` then "
-               f"`{lv['runs'][0]['loadgen_command']}`\n")
+    if st:
+        out.append(f"**Steady state** (`bench/native`, {st['method']}):\n")
+        live_table(out, st["runs"], "produced", "lost_full")
+        out.append(f"\nCommand: `{st['command']}`\n")
+    if lv:
+        out.append(f"**With ivtrace-loadgen**, started the way a user would ({lv['method']}). "
+                   f"`ivtrace record` looks for a region that does not exist yet every 50 ms, "
+                   f"so the first tens of milliseconds of writing happen before it attaches; "
+                   f"at high rates a small ring overflows in that window:\n")
+        live_table(out, lv["runs"], "events", "loadgen_dropped",
+                   "record_cpu_percent_of_writer_time")
+        out.append(f"\nCommand (one run): `{lv['runs'][0]['record_command']}` then "
+                   f"`{lv['runs'][0]['loadgen_command']}`\n")
 
 
 def section_discussion(res, out):
@@ -486,22 +501,35 @@ def section_discussion(res, out):
                  "CPU-time rates differ, the difference is other processes sharing the "
                  "drain CPU, not the recorder.")
         out.append(line)
-    lv = res.get("live")
-    if lv:
-        lossy = [r for r in lv["runs"] if (r.get("loadgen_dropped") or 0) > 0]
+    st = res.get("live_steady")
+    if st:
+        def rate_of(r):
+            return r["achieved_rate"]
+        clean = [r for r in st["runs"] if r["rate"] and not r.get("lost_full")]
+        lossy = [r for r in st["runs"] if r["rate"] and r.get("lost_full")]
+        flat = [r for r in st["runs"] if not r["rate"]]
+        line = "- **Live loss.** With the recorder attached first, "
+        if clean:
+            best = max(clean, key=rate_of)
+            line += (f"no event was lost up to {best['achieved_rate'] / 1e6:.1f} M events/s "
+                     f"({best['achieved_rate'] * best['event_bytes'] / 1e6:,.0f} MB/s into a "
+                     f"{best['subbufs']} x {best['subbuf_size'] >> 10} KiB ring)")
         if lossy:
-            r = min(lossy, key=lambda r: r["achieved_rate"])
-            ring = r.get("ring", {})
-            out.append(f"- **Live loss.** The lowest rate that lost events was "
-                       f"{r['achieved_rate'] / 1e6:.1f} M events/s into a "
-                       f"{ring.get('subbufs')} x {ring.get('subbuf_size', 0) >> 10} KiB ring. "
-                       f"`ivtrace record` polls with a sleep that backs off to 5 ms when it "
-                       f"finds nothing; a ring must hold what the writer produces while the "
-                       f"recorder sleeps or waits for its CPU, so loss at a given rate falls "
-                       f"with a larger ring and with a quieter drain CPU (compare the two rings "
-                       f"and the recorder CPU % column).")
-        else:
-            out.append("- **Live loss.** No run lost events.")
+            worst = min(lossy, key=rate_of)
+            line += ("; " if clean else "") + (
+                f"loss started at {worst['achieved_rate'] / 1e6:.1f} M events/s in a "
+                f"{worst['subbufs']} x {worst['subbuf_size'] >> 10} KiB ring "
+                f"({100.0 * worst['lost_full'] / worst['produced']:.2f} %)")
+        if flat:
+            f0 = flat[-1]
+            line += (f". A writer running flat out produced {f0['achieved_rate'] / 1e6:.0f} M "
+                     f"events/s; the recorder kept {100.0 * (f0.get('recorded') or 0) / f0['produced']:.0f} % "
+                     f"of them, the rest were counted as lost (no silent loss)")
+        line += (". `ivtrace record` sleeps up to 5 ms when it finds nothing to do and shares "
+                 "its CPU with the rest of the machine; the ring must cover those gaps, which "
+                 "is why the larger ring loses less. The loadgen table adds the recorder's "
+                 "start-up (it polls for the region file every 50 ms).")
+        out.append(line)
     out.append(
         "- **Measurement limits.** This guest's TSC ticks in 10 ns steps, so single-event "
         "percentiles move in 10 ns jumps; the 16-event group p50 and the means are the precise "

@@ -11,8 +11,10 @@ Sections (all by default, or pick with --only):
             re-read by `ivtrace record` (same run of ivbench as native)
   drain     `ivtrace record` draining a prefilled region to /dev/shm, one
             CPU, small and large events (bench/drain)
-  live      ivtrace-loadgen at a fixed rate while `ivtrace record` drains
-            concurrently, loss per rate (bench/drain)
+  live      a writer at fixed rates while `ivtrace record` drains
+            concurrently, loss per rate: ivbench (recorder attached before the
+            first event) and ivtrace-loadgen (started the way a user would,
+            recorder first; bench/drain)
 
 Needs root. Starts lttng-sessiond (if none runs), mounts tracefs (if not
 mounted) and undoes what it did. Fails loudly, exit 2, when a tracer cannot
@@ -346,6 +348,28 @@ def repo_relative(obj):
     return obj
 
 
+def run_live_steady(args, tools):
+    """ivbench's paced writer with the recorder attached before the first event."""
+    out_json = Path(f"/dev/shm/ivbench-live-{os.getpid()}.json")
+    rates = "1000000,5000000,0" if args.quick else "1000000,5000000,20000000,0"
+    rings = "8x262144" if args.quick else "8x262144,32x1048576"
+    cmd = [str(c) for c in [
+        "taskset", "-c", args.cpu, args.ivbench, "--cpu", args.cpu, "--drain-cpu", args.drain_cpu,
+        "--recorder", tools["ivtrace"], "--bench", "empty", "--rounds", 1, "--samples", 1000,
+        "--groups", 100, "--batch", 1000, "--batches", 1, "--live-rates", rates,
+        "--live-rings", rings, "--live-seconds", 1 if args.quick else 3, "--json", out_json]]
+    print(f"run: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
+        raise BenchError("ivbench --live-rates failed; see above")
+    live = json.loads(out_json.read_text())["live_rates"]
+    out_json.unlink()
+    live["command"] = shlex.join(cmd)
+    for r in live["runs"]:
+        summ = drain.summarize_sidecar(r.get("recorder_summary"))
+        r.update(recorded=summ["events"], lost=summ["lost"])
+    return live
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -386,6 +410,7 @@ def main():
                 result["drain"] = drain.run_drain(tools, args.cpu, args.drain_cpu, args.quick)
         if "live" in args.only:
             with Section(result, "live"):
+                result["live_steady"] = run_live_steady(args, tools)
                 result["live"] = drain.run_live(tools, args.cpu, args.drain_cpu, args.quick)
     except (BenchError, drain.DrainError) as e:
         print(f"run: error: {e}", file=sys.stderr)

@@ -25,6 +25,7 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -285,43 +286,74 @@ static char *slurp(const char *path, size_t max)
 	return buf;
 }
 
-static void live_setup(void)
+/* Check the recorder and name its output and log files. */
+static void rec_setup(const char *bench)
 {
 	const struct ivb_opts *o = &ivb_opts;
 
 	if (!o->recorder)
-		ivb_die(live.bench, "needs --recorder PATH (the `ivtrace` binary, bin/ivtrace)");
+		ivb_die(bench, "needs --recorder PATH (the `ivtrace` binary, bin/ivtrace)");
 	if (access(o->recorder, X_OK) != 0)
-		ivb_die(live.bench, "recorder %s is not executable: %s", o->recorder, strerror(errno));
-	snprintf(live.path, sizeof(live.path), "%s/ivbench-%d.live", o->shm_dir, (int)getpid());
+		ivb_die(bench, "recorder %s is not executable: %s", o->recorder, strerror(errno));
 	snprintf(live_out, sizeof(live_out), "%s/ivbench-%d.live-out", o->shm_dir, (int)getpid());
 	snprintf(live_log, sizeof(live_log), "%s/ivbench-%d.live-log", o->shm_dir, (int)getpid());
+}
+
+static void live_setup(void)
+{
+	const struct ivb_opts *o = &ivb_opts;
+
+	rec_setup(live.bench);
+	snprintf(live.path, sizeof(live.path), "%s/ivbench-%d.live", o->shm_dir, (int)getpid());
 	live.ro.channels = 1;
 	live.ro.subbufs = 64;		/* 64 MiB: holds a 1M-event batch even undrained */
 	live.ro.subbuf_size = 1u << 20;
 	live.ro.mode = IVT_MODE_DISCARD;
 }
 
-static void live_die_with_log(const char *what)
+static void live_die_with_log(const char *bench, const char *what)
 {
 	char *log = slurp(live_log, 4096);
 
-	ivb_die(live.bench, "%s; recorder log (%s):\n%s", what, live_log,
-		log ? log : "(empty)");
+	ivb_die(bench, "%s; recorder log (%s):\n%s", what, live_log, log ? log : "(empty)");
 }
 
-static void live_round_setup(unsigned round)
+/* Wait until the recorder drains `path`: it bumps host_heartbeat (region
+ * header, ivtrace/abi.h) once per drain pass. */
+static void rec_wait_attached(const char *bench, const char *path)
 {
-	const struct timespec settle = { 0, 300 * 1000000 };
+	const struct timespec ms = { 0, 1000000 };
+	const struct ivt_region_hdr *hdr;
+	int fd = open(path, O_RDONLY), status;
+	unsigned waited;
+
+	if (fd < 0)
+		ivb_die(bench, "cannot open %s: %s", path, strerror(errno));
+	hdr = mmap(NULL, sizeof(*hdr), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (hdr == MAP_FAILED)
+		ivb_die(bench, "cannot map %s: %s", path, strerror(errno));
+	for (waited = 0; !__atomic_load_n(&hdr->host_heartbeat, __ATOMIC_RELAXED); waited++) {
+		if (waitpid(live_pid, &status, WNOHANG) == live_pid)
+			live_die_with_log(bench, "the recorder exited before it attached");
+		if (waited == 10000)
+			live_die_with_log(bench, "the recorder did not attach within 10 s");
+		nanosleep(&ms, NULL);
+	}
+	munmap((void *)hdr, sizeof(*hdr));
+}
+
+/* Start `ivtrace record` on the drain CPU for region `path`; return once
+ * it drains. */
+static void rec_start(const char *bench, const char *path)
+{
 	char cpu[16];
 	char *argv[] = { "taskset", "-c", cpu, (char *)ivb_opts.recorder, "record",
-			 "--shm", live.path, "-o", live_out, NULL };
+			 "--shm", (char *)path, "-o", live_out, NULL };
 	posix_spawn_file_actions_t fa;
-	int ret, status;
+	int ret;
 
-	(void)round;
 	rm_tree(live_out);
-	region_open(&live);
 	snprintf(cpu, sizeof(cpu), "%d", ivb_opts.drain_cpu);
 	/* posix_spawn (vfork semantics), not fork: a fork would write-protect
 	 * our pre-faulted pages and cost page faults inside the timed loops. */
@@ -331,39 +363,58 @@ static void live_round_setup(unsigned round)
 	ret = posix_spawnp(&live_pid, "taskset", &fa, NULL, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	if (ret)
-		ivb_die(live.bench, "cannot start %s: %s", ivb_opts.recorder, strerror(ret));
-	/* Let the recorder attach and reach its drain loop. */
-	nanosleep(&settle, NULL);
-	if (waitpid(live_pid, &status, WNOHANG) == live_pid)
-		live_die_with_log("the recorder exited before the round started");
+		ivb_die(bench, "cannot start %s: %s", ivb_opts.recorder, strerror(ret));
+	rec_wait_attached(bench, path);
+}
+
+/* After the region was closed: wait for the recorder to drain and exit,
+ * keep its summary (live_summary), remove its output. */
+static void rec_finish(const char *bench)
+{
+	const struct timespec ms = { 0, 1000000 };
+	char path[300];
+	int status, waited;
+
+	for (waited = 0; waitpid(live_pid, &status, WNOHANG) != live_pid; waited++) {
+		if (waited == 60000) {
+			kill(live_pid, SIGTERM);
+			waitpid(live_pid, &status, 0);
+			live_die_with_log(bench, "the recorder did not exit within 60 s of the region closing");
+		}
+		nanosleep(&ms, NULL);
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		live_die_with_log(bench, "the recorder failed");
+	snprintf(path, sizeof(path), "%s/ivtrace.json", live_out);
+	free(live_summary);
+	live_summary = slurp(path, 1 << 16);
+	rm_tree(live_out);
+}
+
+static void live_round_setup(unsigned round)
+{
+	(void)round;
+	region_open(&live);
+	rec_start(live.bench, live.path);
 }
 
 static void live_round_teardown(unsigned round)
 {
-	const struct timespec ms = { 0, 1000000 };
 	struct ivt_stats st;
-	char path[300];
-	int status, waited;
 
 	live_lost[round < LIVE_ROUNDS_MAX ? round : LIVE_ROUNDS_MAX - 1] =
 		region_lost(&live, &st);
 	/* Closing marks the region closed: the recorder drains and exits. */
 	ivt_region_close(live.r);
-	for (waited = 0; waitpid(live_pid, &status, WNOHANG) != live_pid; waited++) {
-		if (waited == 60000) {
-			kill(live_pid, SIGTERM);
-			waitpid(live_pid, &status, 0);
-			live_die_with_log("the recorder did not exit within 60 s of the region closing");
-		}
-		nanosleep(&ms, NULL);
-	}
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-		live_die_with_log("the recorder failed");
-	snprintf(path, sizeof(path), "%s/ivtrace.json", live_out);
-	free(live_summary);
-	live_summary = slurp(path, 1 << 16);
-	rm_tree(live_out);
+	rec_finish(live.bench);
 	unlink(live.path);
+}
+
+/* The recorder's own summary, embedded as-is when it looks like JSON. */
+static void json_summary(FILE *f)
+{
+	if (live_summary && live_summary[strspn(live_summary, " \t\r\n")] == '{')
+		fprintf(f, "\"recorder_summary\": %s,\n", live_summary);
 }
 
 static void live_report(FILE *f)
@@ -378,8 +429,7 @@ static void live_report(FILE *f)
 		fprintf(f, "%s%llu", i ? ", " : "", (unsigned long long)live_lost[i]);
 	fprintf(f, "],\n");
 	/* The recorder's own summary, embedded as-is when it looks like JSON. */
-	if (live_summary && live_summary[strspn(live_summary, " \t\r\n")] == '{')
-		fprintf(f, "\"recorder_summary\": %s,\n", live_summary);
+	json_summary(f);
 }
 
 #define LIVE_WRITE(p)	(live.drops += (ivt_write(&live.ev, (p), sizeof(*(p))) != 0))
@@ -396,6 +446,95 @@ const struct ivb_bench ivb_bench_ivtrace_live = {
 	.round_teardown = live_round_teardown,
 	.report = live_report,
 };
+
+/* ---- live rates: a paced writer while `ivtrace record` drains ----------- */
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Write events at `rate` per second (0: as fast as possible), paced in
+ * 1 ms ticks, for `seconds`. Returns events attempted; *ok gets the
+ * committed ones. */
+static uint64_t paced_write(struct ivregion *g, uint64_t rate, double seconds, uint64_t *ok,
+			    uint64_t *elapsed_ns)
+{
+	struct ivb_payload pl, *p = &pl;
+	uint64_t t0 = now_ns(), end = t0 + (uint64_t)(seconds * 1e9), n = 0, good = 0;
+	struct timespec tick;
+
+	clock_gettime(CLOCK_MONOTONIC, &tick);
+	for (uint64_t t = t0; t < end; t = now_ns()) {
+		/* Events due by now (rate > 0), or a chunk (rate 0). */
+		uint64_t due = rate ? (uint64_t)((double)(t - t0) * 1e-9 * (double)rate) + 1 :
+				      n + 4096;
+
+		for (; n < due; n++) {
+			ivb_fill(p, n);
+			good += ivt_write(&g->ev, p, sizeof(*p)) == 0;
+		}
+		if (rate) {
+			tick.tv_nsec += 1000000;
+			if (tick.tv_nsec >= 1000000000) {
+				tick.tv_nsec -= 1000000000;
+				tick.tv_sec++;
+			}
+			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &tick, NULL) == EINTR)
+				;
+		}
+	}
+	*elapsed_ns = now_ns() - t0;
+	*ok = good;
+	return n;
+}
+
+void ivb_live_rates(FILE *f, const struct ivb_live_opts *o)
+{
+	struct ivregion g = { .bench = "live_rates" };
+	unsigned i, j, first = 1;
+
+	rec_setup(g.bench);
+	snprintf(g.path, sizeof(g.path), "%s/ivbench-%d.rate", ivb_opts.shm_dir, (int)getpid());
+	fprintf(f, "{\"method\": \"ivbench creates the region, starts `ivtrace record` on CPU %d, "
+		"waits until it drains (host_heartbeat), then writes ivbench:event4 (%zu B in the "
+		"ring) at the target rate in 1 ms ticks for %.1f s from CPU %d, closes the region "
+		"and waits for the recorder to finish\",\n\"runs\": [\n",
+		ivb_opts.drain_cpu, (size_t)EV_SIZE, o->seconds, ivb_opts.cpu);
+	for (i = 0; i < o->nr_rings; i++) {
+		for (j = 0; j < o->nr_rates; j++) {
+			uint64_t produced, ok, ns;
+			struct ivt_stats st;
+
+			fprintf(stderr, "\rivbench: live: ring %u x %u, rate %llu        ",
+				o->rings[i][0], o->rings[i][1], (unsigned long long)o->rates[j]);
+			g.ro = (struct ivt_region_opts){ .channels = 1, .subbufs = o->rings[i][0],
+				.subbuf_size = o->rings[i][1], .mode = IVT_MODE_DISCARD };
+			region_open(&g);
+			rec_start(g.bench, g.path);
+			produced = paced_write(&g, o->rates[j], o->seconds, &ok, &ns);
+			region_lost(&g, &st);
+			ivt_region_close(g.r);
+			rec_finish(g.bench);
+			unlink(g.path);
+			fprintf(f, "%s{\"subbufs\": %u, \"subbuf_size\": %u, \"rate\": %llu, "
+				"\"produced\": %llu, \"committed\": %llu, \"lost_full\": %llu, "
+				"\"seconds\": %.3f, \"achieved_rate\": %.0f,\n",
+				first ? "" : ",\n", o->rings[i][0], o->rings[i][1],
+				(unsigned long long)o->rates[j], (unsigned long long)produced,
+				(unsigned long long)ok, (unsigned long long)st.lost_full, ns / 1e9,
+				produced / (ns / 1e9));
+			json_summary(f);
+			fprintf(f, "\"event_bytes\": %zu}", (size_t)EV_SIZE);
+			first = 0;
+		}
+	}
+	fprintf(f, "\n]}");
+	fprintf(stderr, "\r%60s\r", "");
+}
 
 /* ---- no reader: the ring fills, then every event is dropped ------------ */
 

@@ -466,6 +466,38 @@ static void overhead_of(const uint32_t *v, uint64_t n, struct ivb_overhead *oh)
 	free(tmp);
 }
 
+/* "1000000,5000000,0" -> values; returns how many. */
+static unsigned parse_list(const char *s, uint64_t *v, unsigned max)
+{
+	unsigned n = 0;
+	char *end;
+
+	while (*s && n < max) {
+		v[n++] = strtoull(s, &end, 0);
+		if (end == s)
+			ivb_die("ivbench", "bad number list '%s'", s);
+		s = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
+/* "8x262144,32x1048576" -> { subbufs, subbuf_size } pairs. */
+static unsigned parse_rings(const char *s, uint32_t (*v)[2], unsigned max)
+{
+	unsigned n = 0;
+	char *end;
+
+	while (*s && n < max) {
+		v[n][0] = (uint32_t)strtoul(s, &end, 0);
+		if (*end != 'x')
+			ivb_die("ivbench", "bad ring list '%s' (want KxBYTES,...)", s);
+		v[n][1] = (uint32_t)strtoul(end + 1, &end, 0);
+		n++;
+		s = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -488,6 +520,10 @@ static void usage(FILE *f)
 "  --noreader-events N  timed events per no-reader round (1000000)\n"
 "  --noreader-subbufs N / --noreader-subbuf-size B   its ring (64 x 65536)\n"
 "  --keep-noreader PATH keep the last no-reader region at PATH (for `ivtrace record`)\n"
+"  --live-rates LIST    also write at these rates (events/s, 0 = flat out) while\n"
+"                       `ivtrace record` drains (needs --recorder)\n"
+"  --live-rings LIST    rings for --live-rates, KxBYTES,... (8x262144,32x1048576)\n"
+"  --live-seconds S     seconds per live run (3)\n"
 "  --no-mlock           do not mlockall (page faults may land in timed loops)\n"
 "  --json FILE          write the JSON there instead of stdout\n",
 		default_benches);
@@ -498,6 +534,7 @@ int main(int argc, char **argv)
 	enum { O_BENCH = 256, O_ROUNDS, O_SAMPLES, O_GROUPS, O_WARMUP, O_BATCH, O_BATCHES,
 	       O_CPU, O_DRAIN_CPU, O_RECORDER, O_SHM, O_DISK, O_TRACEFS, O_NOREADER,
 	       O_NR_EVENTS, O_NR_SUBBUFS, O_NR_SUBBUF_SIZE, O_KEEP, O_NO_MLOCK,
+	       O_LIVE_RATES, O_LIVE_RINGS, O_LIVE_SECONDS,
 	       O_JSON, O_LIST, O_HELP };
 	static const struct option lo[] = {
 		{ "bench", 1, 0, O_BENCH }, { "rounds", 1, 0, O_ROUNDS },
@@ -511,6 +548,8 @@ int main(int argc, char **argv)
 		{ "noreader-subbufs", 1, 0, O_NR_SUBBUFS },
 		{ "noreader-subbuf-size", 1, 0, O_NR_SUBBUF_SIZE },
 		{ "keep-noreader", 1, 0, O_KEEP }, { "no-mlock", 0, 0, O_NO_MLOCK },
+		{ "live-rates", 1, 0, O_LIVE_RATES }, { "live-rings", 1, 0, O_LIVE_RINGS },
+		{ "live-seconds", 1, 0, O_LIVE_SECONDS },
 		{ "json", 1, 0, O_JSON }, { "list", 0, 0, O_LIST }, { "help", 0, 0, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -518,6 +557,10 @@ int main(int argc, char **argv)
 		.rounds = 3, .events = 1000000, .batch = 20000,
 		.subbufs = 64, .subbuf_size = 65536,
 	};
+	static uint64_t live_rates[16];
+	static uint32_t live_rings[8][2] = { { 8, 256 << 10 }, { 32, 1 << 20 } };
+	struct ivb_live_opts lvo = { .rates = live_rates, .rings = live_rings,
+				     .nr_rings = 2, .seconds = 3 };
 	struct ivb_opts *o = &ivb_opts;
 	const struct ivb_bench *sel[NR_ALL];
 	struct result res[NR_ALL];
@@ -550,6 +593,13 @@ int main(int argc, char **argv)
 		case O_NR_SUBBUF_SIZE: nro.subbuf_size = (uint32_t)strtoul(optarg, 0, 0); break;
 		case O_KEEP: nro.keep_path = optarg; break;
 		case O_NO_MLOCK: mlocked = 0; break;
+		case O_LIVE_RATES:
+			lvo.nr_rates = parse_list(optarg, live_rates, 16);
+			break;
+		case O_LIVE_RINGS:
+			lvo.nr_rings = parse_rings(optarg, live_rings, 8);
+			break;
+		case O_LIVE_SECONDS: lvo.seconds = atof(optarg); break;
 		case O_JSON: json_path = optarg; break;
 		case O_LIST:
 			for (i = 0; i < NR_ALL; i++)
@@ -640,6 +690,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ivbench: no-reader test\n");
 		fprintf(f, ",\n\"noreader\": ");
 		ivb_noreader(f, &nro);
+	}
+	if (lvo.nr_rates) {
+		fprintf(f, ",\n\"live_rates\": ");
+		ivb_live_rates(f, &lvo);
 	}
 	fprintf(f, "\n}\n");
 	if (f != stdout)

@@ -84,6 +84,16 @@ struct ivb_noreader_opts {
 };
 void ivb_noreader(FILE *json, const struct ivb_noreader_opts *o);
 
+/* Paced writers at several rates while `ivtrace record` drains. */
+struct ivb_live_opts {
+	const uint64_t *rates;		/* events/s; 0: as fast as possible */
+	unsigned nr_rates;
+	const uint32_t (*rings)[2];	/* { subbufs, subbuf_size } */
+	unsigned nr_rings;
+	double seconds;			/* per run */
+};
+void ivb_live_rates(FILE *json, const struct ivb_live_opts *o);
+
 /* ---- shared by the benches: statistics and JSON ------------------------ */
 
 extern double ivb_tsc_hz;		/* calibrated TSC frequency */
