@@ -333,16 +333,20 @@ def section_drain(res, out):
                f"(user + system, from wait4: what one drain thread costs; the two differ when "
                f"other processes share the drain CPU, see the CPU % column). MB = 10^6 bytes. \"trace\" = bytes of the files "
                f"`ivtrace record` wrote (CTF streams + metadata); \"event\" = in-ring event "
-               f"bytes (4-byte compact header + loadgen's u16 thread, u64 seq, u32 length and "
-               f"`--size` data bytes, padded to 4); \"payload\" = loadgen's payload bytes "
-               f"(the fields without header and padding).\n")
+               f"bytes (4-byte compact header + loadgen's u16 thread and u64 seq + the data: "
+               f"binary = u32 length and `--size` bytes, text = `--size` bytes and a NUL; "
+               f"padded to 4); \"payload\" = loadgen's payload bytes (the fields without "
+               f"header and padding). Binary data is the bulk case: the recorder checks its "
+               f"length only. Text data is a string, and the recorder validates every byte "
+               f"of it (UTF-8, NUL) before it lets it into the CTF trace.\n")
     out.append("| profile | events | wall s | CPU s | CPU % | M events/s | trace MB/s | "
                "event MB/s | payload MB/s | M events / CPU-s | trace MB / CPU-s | lost | "
                "all recorded |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for p in d["profiles"]:
         m = p["median"]
-        out.append(f"| {p['name']}: --size {p['size']} ({p['event_bytes']} B/event), ring "
+        out.append(f"| {p['name']}: --size {p['size']} --payload {p.get('payload', 'text')} "
+                   f"({p['event_bytes']} B/event), ring "
                    f"{p['ring']['subbufs']} x {p['ring']['subbuf_size'] >> 10} KiB | "
                    f"{p['events']:,} | {m['wall_s']:.3f} | {f1(m.get('cpu_s'), 3)} | "
                    f"{f1(m.get('cpu_percent'), 0)} | {m['events_per_s'] / 1e6:.1f} | "
@@ -484,7 +488,7 @@ def section_discussion(res, out):
     if d:
         prof = {p["name"]: p for p in d["profiles"]}
         parts = []
-        for name in ("small", "large"):
+        for name in ("small", "large", "large-text"):
             p = prof.get(name)
             if not p:
                 continue
@@ -495,17 +499,19 @@ def section_discussion(res, out):
                          f"{(m.get('trace_MB_per_cpu_s') or 0) / 1000:.2f} GB per CPU-second "
                          f"(the recorder had its CPU {f1(m.get('cpu_percent'), 0)} % of the time)")
         line = "- **Drain.** " + "; ".join(parts) + ". "
-        top = (prof.get("small", {}).get("profile") or {}).get("top") or []
-        if top:
-            line += ("Where the small-event drain spends its CPU (perf, cpu-clock): " +
-                     ", ".join(f"{r['symbol']} {r['percent']:.0f} %" for r in top[:5]) +
-                     ". ")
+        for name in ("small", "large", "large-text"):
+            top = (prof.get(name, {}).get("profile") or {}).get("top") or []
+            if top:
+                line += (f"Where the {name} drain spends its CPU (perf, cpu-clock): " +
+                         ", ".join(f"{r['symbol']} {r['percent']:.0f} %" for r in top[:4]) +
+                         ". ")
         line += ("The recorder copies whole packets (one sub-buffer = one CTF packet) with "
-                 "pread, walks the event headers to validate them, and writes the packet to "
-                 "the output file: per byte it is two kernel copies plus tmpfs page "
-                 "allocation; per event it is the header walk. When the wall-clock and the "
-                 "CPU-time rates differ, the difference is other processes sharing the "
-                 "drain CPU, not the recorder.")
+                 "pread, walks the event headers to validate them (`packet::walk`; for string "
+                 "fields it also checks every byte), and writes the packet to the output "
+                 "file: per byte it is two kernel copies plus tmpfs page allocation, per "
+                 "event the header walk, per string byte the validation. When the wall-clock "
+                 "and the CPU-time rates differ, the difference is other processes sharing "
+                 "the drain CPU, not the recorder.")
         out.append(line)
     st = res.get("live_steady")
     if st:

@@ -28,14 +28,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SHM = Path("/dev/shm")
 
 # Rings sized so a whole profile fits: a prefill must never drop. In-ring
-# event bytes for loadgen's payload { u16 thread, u64 seq, u32 len + data }:
-# 4 (compact header) + 2 + 8 + 4 + size, rounded up to 4: 28 B for --size 8
-# (37,445 per 1 MiB packet), 1044 B for --size 1024 (1,004 per packet).
+# event bytes (event_bytes()) for loadgen's payload { u16 thread, u64 seq,
+# data }: binary data is a u32 length + the bytes, text data the bytes + NUL:
+# small/binary 28 B (37,445 per 1 MiB packet), large/binary 1044 B (1,004 per
+# packet), large/text 1040 B. Binary is the bulk case (the recorder checks
+# lengths only); text shows the recorder's per-byte string validation.
 PROFILES = [
-    {"name": "small", "size": 8, "events": 36_000_000, "quick_events": 8_000_000,
-     "subbufs": 1024, "subbuf_size": 1 << 20},
-    {"name": "large", "size": 1024, "events": 1_000_000, "quick_events": 200_000,
-     "subbufs": 1024, "subbuf_size": 1 << 20},
+    {"name": "small", "size": 8, "payload": "binary", "events": 36_000_000,
+     "quick_events": 8_000_000, "subbufs": 1024, "subbuf_size": 1 << 20},
+    {"name": "large", "size": 1024, "payload": "binary", "events": 1_000_000,
+     "quick_events": 200_000, "subbufs": 1024, "subbuf_size": 1 << 20},
+    {"name": "large-text", "size": 1024, "payload": "text", "events": 1_000_000,
+     "quick_events": 200_000, "subbufs": 1024, "subbuf_size": 1 << 20},
 ]
 RUNS, QUICK_RUNS = 5, 1
 
@@ -62,8 +66,9 @@ def tree_bytes(path):
     return total
 
 
-def event_bytes(size):
-    return (4 + 2 + 8 + 4 + size + 3) // 4 * 4
+def event_bytes(size, payload="binary"):
+    data = 4 + size if payload == "binary" else size + 1
+    return (4 + 2 + 8 + data + 3) // 4 * 4
 
 
 def loadgen_total(stats, key):
@@ -147,9 +152,10 @@ def run_timed(cmd, what, timeout=600):
         return out.read(), wall, ru.ru_utime + ru.ru_stime
 
 
-def loadgen_cmd(tools, cpu, shm, events, size, ring, threads=1, rate=None):
+def loadgen_cmd(tools, cpu, shm, events, size, ring, threads=1, rate=None, payload="binary"):
     cmd = ["taskset", "-c", cpu, tools["loadgen"], "--shm", shm, "--create",
-           "--events", events, "--size", size, "--threads", threads, "--channels", threads,
+           "--events", events, "--size", size, "--payload", payload,
+           "--threads", threads, "--channels", threads,
            "--subbufs", ring["subbufs"], "--subbuf-size", ring["subbuf_size"], "--json"]
     if rate:
         cmd += ["--rate", rate]
@@ -175,7 +181,7 @@ def drain_once(tools, cpu, drain_cpu, prof, events):
     out = SHM / f"ivbench-drain-{os.getpid()}.out"
     cleanup(shm, out)
     try:
-        pre = loadgen_cmd(tools, cpu, shm, events, prof["size"], prof)
+        pre = loadgen_cmd(tools, cpu, shm, events, prof["size"], prof, payload=prof["payload"])
         stats = json.loads(run_checked(pre, "prefill (ivtrace-loadgen)").stdout)
         dropped = loadgen_total(stats, "dropped")
         if dropped:
@@ -202,7 +208,7 @@ def drain_once(tools, cpu, drain_cpu, prof, events):
             "payload_MB_per_s": (loadgen_total(stats, "payload_bytes") or 0) / wall / 1e6,
             "record_elapsed_events_per_s": (summ["events"] or 0) / summ["elapsed_s"]
             if summ["elapsed_s"] else None,
-            "event_MB_per_s": events * event_bytes(prof["size"]) / wall / 1e6,
+            "event_MB_per_s": events * event_bytes(prof["size"], prof["payload"]) / wall / 1e6,
             "record_stdout": stdout.strip()[-2000:],
             "record_summary": summ["raw"],
         }
@@ -234,7 +240,8 @@ def profile_once(tools, cpu, drain_cpu, prof, events, top=14):
     data = SHM / f"ivbench-prof-{os.getpid()}.perf"
     cleanup(shm, out, data)
     try:
-        run_checked(loadgen_cmd(tools, cpu, shm, events, prof["size"], prof), "prefill")
+        run_checked(loadgen_cmd(tools, cpu, shm, events, prof["size"], prof,
+                                payload=prof["payload"]), "prefill")
         rec = ["perf", "record", "-q", "-e", "cpu-clock", "-F", "4999", "-o", data, "--",
                *record_cmd(tools, drain_cpu, shm, out)]
         run_checked(rec, "perf record of ivtrace record")
@@ -269,14 +276,15 @@ def run_drain(tools, cpu, drain_cpu, quick=False):
         events = prof["quick_events"] if quick else prof["events"]
         runs = []
         for i in range(QUICK_RUNS if quick else RUNS):
-            print(f"drain: {prof['name']} run {i + 1}: {events} events of {prof['size']} B",
+            print(f"drain: {prof['name']} run {i + 1}: {events} events of {prof['size']} B "
+                  f"({prof['payload']})",
                   file=sys.stderr, flush=True)
             runs.append(drain_once(tools, cpu, drain_cpu, prof, events))
         keys = ("wall_s", "cpu_s", "cpu_percent", "events_per_s", "trace_MB_per_s",
                 "payload_MB_per_s", "event_MB_per_s", "events_per_cpu_s", "trace_MB_per_cpu_s")
         res["profiles"].append({
-            "name": prof["name"], "size": prof["size"], "events": events,
-            "event_bytes": event_bytes(prof["size"]),
+            "name": prof["name"], "size": prof["size"], "payload": prof["payload"],
+            "events": events, "event_bytes": event_bytes(prof["size"], prof["payload"]),
             "ring": {"subbufs": prof["subbufs"], "subbuf_size": prof["subbuf_size"]},
             "runs": runs,
             "median": {k: median([r[k] for r in runs]) for k in keys},
