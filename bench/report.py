@@ -552,13 +552,25 @@ def section_discussion(res, out):
     out.append("")
 
 
+def payload_of(p):
+    """A drain profile's payload kind (older results did not record it)."""
+    if p.get("payload"):
+        return p["payload"]
+    run = p["runs"][0]
+    if run.get("loadgen", {}).get("payload"):
+        return run["loadgen"]["payload"]
+    # Binary data carries a u32 length, text data a NUL: 3 bytes more per event.
+    per_event = run["trace_bytes"] / max(1, run["produced"])
+    return "binary" if per_event >= 18 + p["size"] else "text"
+
+
 def section_history(out):
     files = sorted((HERE / "results").glob("*.json"))
     if len(files) < 2:
         return
     out.append("## History (every run in bench/results/)\n")
     out.append("| results file | ivtrace p50 grp | LTTng-UST p50 grp | ratio | ivtrace batch | "
-               "drain small M ev/s | drain large GB/s |")
+               "drain small M ev/s | drain --size 1024 GB/s |")
     out.append("|---|---:|---:|---:|---:|---:|---:|")
     for f in files:
         try:
@@ -568,13 +580,14 @@ def section_history(out):
         bm = bench_map(r.get("native", {}))
         iv = row_numbers(bm["ivtrace"]) if "ivtrace" in bm else None
         lt = row_numbers(bm["lttng_ust"]) if "lttng_ust" in bm else None
-        prof = {p["name"]: p for p in r.get("drain", {}).get("profiles", [])}
+        profs = r.get("drain", {}).get("profiles", [])
+        prof = {p["name"]: p for p in profs}
         small = prof.get("small", {}).get("median", {}).get("events_per_s")
-        large = prof.get("large", {}).get("median", {}).get("trace_MB_per_s")
+        large = ", ".join(f"{p['median']['trace_MB_per_s'] / 1000:.2f} ({payload_of(p)})"
+                          for p in profs if p["size"] == 1024) or "–"
         out.append(f"| {f.name} | {f1(iv and iv['g50'])} | {f1(lt and lt['g50'])} | "
                    f"{f1(ratio(lt and lt['g50'], iv and iv['g50']))} | "
-                   f"{f1(iv and iv['batch'])} | {f1(small and small / 1e6)} | "
-                   f"{f1(large and large / 1000, 2)} |")
+                   f"{f1(iv and iv['batch'])} | {f1(small and small / 1e6)} | {large} |")
     out.append("")
 
 
