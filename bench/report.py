@@ -609,6 +609,10 @@ def render(res, src):
     section_machine(res, out)
     if res.get("native", {}).get("benches"):
         section_native(res, out)
+        png = src.with_suffix(".png")
+        if png.exists():
+            rel_png = png.relative_to(ROOT) if png.is_relative_to(ROOT) else png
+            out.append(f"![per-event cost, log scale](../{rel_png})\n")
     section_noreader(res, out)
     section_drain(res, out)
     section_live(res, out)
