@@ -93,7 +93,7 @@ def section_summary(res, out):
             out.append(f"| ivtrace per-event p50 | <= {TARGET_P50_NS:.0f} ns | "
                        f"{f1(n['g50'])} ns (p50 of 16-event groups); {f1(n['p50'])} ns "
                        f"(p50 of single events, 10 ns resolution) | "
-                       f"{verdict(n['g50'] <= TARGET_P50_NS and n['p50'] <= TARGET_P50_NS + 0.5)} |")
+                       f"{verdict(n['g50'] <= TARGET_P50_NS and n['p50'] <= TARGET_P50_NS + .5)} |")
         if iv and lt:
             a, b = row_numbers(iv), row_numbers(lt)
             rs = [ratio(b["g50"], a["g50"]), ratio(b["batch"], a["batch"])]
@@ -155,7 +155,8 @@ def section_machine(res, out):
                if cpuid >= 10000 else
                "just under the 10k-cycle nested signature of anchors_perf.md §6 and far above "
                "a plain L1 exit (~1-2k cycles): probably nested")
-        virt += f"; CPUID exit p50 {cpuid:,.0f} cycles ({cpuid / nat['tsc_hz'] * 1e6:.1f} µs), {sig}"
+        us = cpuid / nat["tsc_hz"] * 1e6
+        virt += f"; CPUID exit p50 {cpuid:,.0f} cycles ({us:.1f} µs), {sig}"
     dm = "; ".join(l.split("] ", 1)[-1] for l in m.get("dmesg_hypervisor_tsc", [])[:3])
     out.append(f"| virtualization | {virt}. dmesg: {dm} |")
     v = m["versions"]
@@ -167,12 +168,14 @@ def section_machine(res, out):
         out.append("| mitigations (syscall cost) | " +
                    "; ".join(f"{k}: {vul[k]}" for k in keys) + " |")
     g = m.get("ivtrace_git", {})
+    dirty = g.get("uncommitted_in")
     out.append(f"| ivtrace | commit {str(g.get('commit'))[:12]}"
-               f"{', with uncommitted changes in ' + ', '.join(g['uncommitted_in']) if g.get('uncommitted_in') else ''} |")
+               + (f", with uncommitted changes in {', '.join(dirty)}" if dirty else "") + " |")
     for name, c in res.get("conditions", {}).items():
         busy = ", ".join(f"{k} {v}%" for k, v in c["cpu_busy_percent"].items())
         steal = ", ".join(f"{k} {v}%" for k, v in c.get("cpu_steal_percent", {}).items())
-        out.append(f"| load during {name} ({c['seconds']} s) | CPU busy: {busy}; steal: {steal or '–'}; loadavg "
+        out.append(f"| load during {name} ({c['seconds']} s) | CPU busy: {busy}; "
+                   f"steal: {steal or '–'}; loadavg "
                    f"before {c['before']['loadavg'].split()[0]}, after "
                    f"{c['after']['loadavg'].split()[0]} |")
     out.append("")
@@ -331,7 +334,8 @@ def section_drain(res, out):
     out.append(f"Method: {d['method']}. Two rates per run: by wall clock (what the "
                f"recorder achieved on the machine as it was) and by the recorder's CPU time "
                f"(user + system, from wait4: what one drain thread costs; the two differ when "
-               f"other processes share the drain CPU, see the CPU % column). MB = 10^6 bytes. \"trace\" = bytes of the files "
+               f"other processes share the drain CPU, see the CPU % column). MB = 10^6 bytes. "
+               f"\"trace\" = bytes of the files "
                f"`ivtrace record` wrote (CTF streams + metadata); \"event\" = in-ring event "
                f"bytes (4-byte compact header + loadgen's u16 thread and u64 seq + the data: "
                f"binary = u32 length and `--size` bytes, text = `--size` bytes and a NUL; "
@@ -358,8 +362,8 @@ def section_drain(res, out):
     out.append(f"\nMedians over {len(d['profiles'][0]['runs'])} runs per profile (each column "
                f"its own median).")
     out.append("Per run, M events/s wall (CPU %): " + "; ".join(
-        f"{p['name']}: " + ", ".join(f"{r['events_per_s'] / 1e6:.1f} ({r.get('cpu_percent', 0):.0f} %)"
-                                     for r in p["runs"])
+        f"{p['name']}: " + ", ".join(
+            f"{r['events_per_s'] / 1e6:.1f} ({r.get('cpu_percent', 0):.0f} %)" for r in p["runs"])
         for p in d["profiles"]))
     for p in d["profiles"]:
         top = (p.get("profile") or {}).get("top")
@@ -464,8 +468,8 @@ def section_discussion(res, out):
         out.append(f"- **No reader.** Once the ring is full every event is dropped and counted: "
                    f"{f1(full)} ns per dropped event in batches against {f1(fill)} ns while "
                    f"the ring had room (single events, robust mean: {f1(am)} vs {f1(bm_)} ns), "
-                   + ("so back to back the cost does not rise when the reader is missing" if not rises
-                      else "**so the cost rises when the ring is full**") +
+                   + ("so back to back the cost does not rise when the reader is missing"
+                      if not rises else "**so the cost rises when the ring is full**") +
                    (f"; timed one by one (serialized: latency rather than throughput) a drop "
                     f"takes {f1(am - bm_)} ns more, the packet-open slow path being on the "
                     f"critical path. " if lat else ". ") +
@@ -534,8 +538,9 @@ def section_discussion(res, out):
                 f"({100.0 * worst['lost_full'] / worst['produced']:.2f} %)")
         if flat:
             f0 = flat[-1]
+            kept = 100.0 * (f0.get("recorded") or 0) / f0["produced"]
             line += (f". A writer running flat out produced {f0['achieved_rate'] / 1e6:.0f} M "
-                     f"events/s; the recorder kept {100.0 * (f0.get('recorded') or 0) / f0['produced']:.0f} % "
+                     f"events/s; the recorder kept {kept:.0f} % "
                      f"of them, the rest were counted as lost (no silent loss)")
         line += (". `ivtrace record` sleeps up to 5 ms when it finds nothing to do and shares "
                  "its CPU with the rest of the machine; the ring must cover those gaps, which "

@@ -299,6 +299,19 @@ class Lttng:
 
 # ---- sections ------------------------------------------------------------------
 
+def run_ivbench(cmd, what):
+    """Run ivbench (its progress and errors go to our stderr); remove the files
+    it leaves when it fails midway (they are named after its pid, which
+    taskset keeps as it execs)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    rc = p.wait()
+    for d in ("/dev/shm", "/var/tmp"):
+        for f in Path(d).glob(f"ivbench-{p.pid}.*"):
+            shutil.rmtree(f, ignore_errors=True) if f.is_dir() else f.unlink(missing_ok=True)
+    if rc != 0:
+        raise BenchError(f"{what} failed (exit {rc}); see above")
+
+
 def run_native(args, tools, result):
     keep = Path(f"/dev/shm/ivbench-noreader-{os.getpid()}.region")
     out_json = Path(f"/dev/shm/ivbench-{os.getpid()}.json")
@@ -320,9 +333,7 @@ def run_native(args, tools, result):
 
     with Tracefs("ivbench"), Lttng(args.drain_cpu, 4 << 20, 8) as lt:
         print(f"run: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-        p = subprocess.run(cmd, stdout=subprocess.DEVNULL)
-        if p.returncode != 0:
-            raise BenchError(f"ivbench failed (exit {p.returncode}); see above")
+        run_ivbench(cmd, "ivbench")
     native = json.loads(out_json.read_text())
     out_json.unlink()
     native["command"] = shlex.join(cmd)
@@ -359,8 +370,7 @@ def run_live_steady(args, tools):
         "--groups", 100, "--batch", 1000, "--batches", 1, "--live-rates", rates,
         "--live-rings", rings, "--live-seconds", 1 if args.quick else 3, "--json", out_json]]
     print(f"run: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
-        raise BenchError("ivbench --live-rates failed; see above")
+    run_ivbench(cmd, "ivbench --live-rates")
     live = json.loads(out_json.read_text())["live_rates"]
     out_json.unlink()
     live["command"] = shlex.join(cmd)
@@ -374,7 +384,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ivbench", default=str(ROOT / "build/bench/ivbench"))
-    ap.add_argument("--bin", default=str(ROOT / "bin"), help="where ivtrace and ivtrace-loadgen are")
+    ap.add_argument("--bin", default=str(ROOT / "bin"),
+                    help="where ivtrace and ivtrace-loadgen are")
     ap.add_argument("--only", default="native,noreader,drain,live",
                     help="comma-separated sections (default: all)")
     ap.add_argument("--quick", action="store_true", help="fewer samples, smaller drains")

@@ -389,6 +389,7 @@ static void rec_finish(const char *bench)
 	free(live_summary);
 	live_summary = slurp(path, 1 << 16);
 	rm_tree(live_out);
+	unlink(live_log);
 }
 
 static void live_round_setup(unsigned round)
