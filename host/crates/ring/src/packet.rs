@@ -334,17 +334,12 @@ fn unwrap_compact(prev: u64, low: u64) -> Option<u64> {
 }
 
 /// Length of the NUL-terminated text at the start of `b` and whether it
-/// is plain ASCII (then it is valid UTF-8 without further checks).
+/// is plain ASCII (then it is valid UTF-8 without further checks). Both
+/// scans are SIMD/word-at-a-time.
 #[inline]
 fn scan_cstr(b: &[u8]) -> Option<(usize, bool)> {
-    let mut high = 0u8;
-    for (i, &c) in b.iter().enumerate() {
-        if c == 0 {
-            return Some((i, high < 0x80));
-        }
-        high |= c;
-    }
-    None
+    let nul = memchr::memchr(0, b)?;
+    Some((nul, b[..nul].is_ascii()))
 }
 
 /// Makes `text` valid UTF-8 in place; the common ASCII case costs one scan.
