@@ -129,6 +129,8 @@ impl MetaParser {
             return RecordOutcome::Broken;
         }
         let mut rec = vec![0u8; (len as usize).min(META_REC_MAX)];
+        // Plain copy: ordered after the commit load-acquire above; a writer
+        // rewriting a committed record only hurts itself (we parse the copy).
         region.copy_out(base, &mut rec);
         self.parse_record(&rec, len, classes);
         RecordOutcome::Next(len)

@@ -368,6 +368,8 @@ impl Reader {
     ) -> Result<(PacketHeader, usize), PacketFault> {
         let off = self.layout.subbuf_offset(c, exp.seq);
         let hdr = abi::PACKET_HDR_SIZE;
+        // Plain copies (pread): ordered after the commit_pos load-acquire in
+        // drain_channel/flush_prefix; tearing is checked right after.
         if !self.region.copy_out(off, &mut self.scratch[..hdr]) {
             return Err(PacketFault::Unreadable);
         }

@@ -245,6 +245,8 @@ impl Region {
         let magic = region.load_acquire_u64(abi::hdr::MAGIC as u64);
         check_magic(magic)?;
         let mut page = vec![0u8; abi::HDR_SIZE];
+        // Plain copy, ordered after the magic acquire: the formatter wrote
+        // the whole header page before publishing the magic.
         region.copy_out(0, &mut page);
         region.header = parse_header(&page, len as u64)?;
         Ok(region)
