@@ -71,6 +71,10 @@ fn is_transient(e: &RegionError) -> bool {
     )
 }
 
+/// A formatted header whose size disagrees with the file may be a region
+/// being re-created (truncated, then reformatted); past this it is an error.
+const SIZE_MISMATCH_GRACE: Duration = Duration::from_secs(2);
+
 /// Opens the region, waiting (and saying so) while it does not exist or
 /// is not formatted. None if stopped while waiting.
 fn wait_for_region(
@@ -79,9 +83,16 @@ fn wait_for_region(
     deadline: Option<Instant>,
 ) -> Result<Option<Region>> {
     let mut last_said = String::new();
+    let mut mismatch_since: Option<Instant> = None;
     loop {
         match Region::open(shm, Access::ReadWrite) {
             Ok(r) => return Ok(Some(r)),
+            Err(e @ RegionError::SizeMismatch { .. })
+                if mismatch_since.get_or_insert_with(Instant::now).elapsed()
+                    >= SIZE_MISMATCH_GRACE =>
+            {
+                return Err(e).with_context(|| format!("cannot use region {}", shm.display()))
+            }
             Err(e) if is_transient(&e) => {
                 let msg = match e {
                     RegionError::Missing { .. } => {

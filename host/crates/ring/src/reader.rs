@@ -127,6 +127,8 @@ struct ChannelState {
     writer_discarded: u64,
     last_written: Option<LastWritten>,
     saw_first_packet: bool,
+    /// A packet of this channel was handed to the sink.
+    emitted_any: bool,
     stats: ChannelStats,
 }
 
@@ -150,6 +152,7 @@ impl ChannelState {
             writer_discarded: 0,
             last_written: None,
             saw_first_packet: false,
+            emitted_any: false,
             stats: ChannelStats::default(),
         }
     }
@@ -344,8 +347,39 @@ impl Reader {
             Err(fault) => return Ok(self.skip_faulty(c, fault)),
         };
         let bytes = self.finalize(c, header, content, extent, &summary);
+        let emitted = PacketHeader::parse(&self.scratch[..abi::PACKET_HDR_SIZE]);
+        self.lead_packet(c, &emitted, sink)?;
         sink.packet(c, exp.stream, &self.scratch[..bytes], &self.classes)?;
         Ok(bytes)
+    }
+
+    /// babeltrace2 reports losses announced by a stream's *first* packet
+    /// without a count. So when the first packet of a channel already
+    /// carries events_discarded > 0, an empty packet with 0 goes first,
+    /// just before it in time and sequence, and every loss is countable.
+    fn lead_packet<S: PacketSink>(
+        &mut self,
+        c: u32,
+        first: &PacketHeader,
+        sink: &mut S,
+    ) -> Result<(), S::Error> {
+        let ch = &mut self.channels[c as usize];
+        if std::mem::replace(&mut ch.emitted_any, true) || first.events_discarded == 0 {
+            return Ok(());
+        }
+        let lead = PacketHeader {
+            timestamp_end: first.timestamp_begin,
+            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_seq_num: first.packet_seq_num.saturating_sub(1),
+            events_discarded: 0,
+            event_count: 0,
+            ..*first
+        };
+        let mut bytes = [0u8; abi::PACKET_HDR_SIZE];
+        lead.write(&mut bytes);
+        ch.stats.bytes_out += bytes.len() as u64;
+        sink.packet(c, ch.stream, &bytes, &self.classes)
     }
 
     fn skip_faulty(&mut self, c: u32, fault: PacketFault) -> usize {
@@ -594,7 +628,9 @@ impl Reader {
             },
         );
         ch.stats.packets -= 1; // bookkeeping packet, not data
-        sink.packet(c, ch.stream, &bytes, &self.classes)
+        let stream = ch.stream;
+        self.lead_packet(c, &h, sink)?;
+        sink.packet(c, stream, &bytes, &self.classes)
     }
 
     /// Flight-recorder salvage: per channel, the newest complete packets
