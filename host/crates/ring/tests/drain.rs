@@ -134,7 +134,17 @@ fn overwrite_lap_counts_overwritten_events_exactly() {
     assert_eq!(st.packets, 4);
     assert_eq!(st.skipped.get("overwritten"), Some(&6));
     assert_eq!(st.host_lost.overwritten, per_packet * 6);
-    let first = &sink.headers(0)[0];
+    let hs = sink.headers(0);
+    let (lead, first) = (&hs[0], &hs[1]);
+    assert_eq!(
+        (lead.event_count, lead.events_discarded),
+        (0, 0),
+        "an empty zero-loss packet leads"
+    );
+    assert_eq!(
+        (lead.packet_seq_num, lead.timestamp_end),
+        (5, first.timestamp_begin)
+    );
     assert_eq!(first.packet_seq_num, 6);
     assert_eq!(
         first.events_discarded,
