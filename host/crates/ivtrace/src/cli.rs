@@ -22,7 +22,8 @@ Output layout:
 
 Exit status:
   0  success: events were recorded (or reported)
-  1  nothing to show: the run finished without a single event
+  1  nothing to show: the run saw no event at all, neither recorded nor lost
+     (e.g. the writer wrote nothing, or it stopped before the region appeared)
   2  error: bad arguments, unusable region, output directory problems, I/O";
 
 /// Guest->host tracing over shared memory: drain ivtrace regions into CTF.
@@ -145,6 +146,9 @@ mod tests {
     #[test]
     fn help_documents_exit_codes() {
         let help = Cli::command().render_long_help().to_string();
-        assert!(help.contains("Exit status:") && help.contains("1  nothing to show"));
+        assert!(
+            help.contains("Exit status:")
+                && help.contains("1  nothing to show: the run saw no event")
+        );
     }
 }

@@ -15,7 +15,7 @@ pub mod summary;
 
 /// Exit status: success, events were recorded or reported.
 pub const EXIT_OK: i32 = 0;
-/// Exit status: the run finished without a single event.
+/// Exit status: the run saw no event at all (none recorded, none lost).
 pub const EXIT_NOTHING: i32 = 1;
 /// Exit status: an error (arguments, region, output, I/O).
 pub const EXIT_ERROR: i32 = 2;

@@ -15,7 +15,7 @@ fn main() {
     };
     let code = match result {
         Ok(0) => {
-            eprintln!("ivtrace: no events");
+            eprintln!("ivtrace: no events (none recorded, none lost)");
             EXIT_NOTHING
         }
         Ok(_) => EXIT_OK,

@@ -230,7 +230,7 @@ impl Loop<'_> {
     }
 }
 
-/// Runs `ivtrace record`. Returns the number of events recorded.
+/// Runs `ivtrace record`. Returns the events seen (recorded + lost).
 pub fn run(args: &RecordArgs) -> Result<u64> {
     let out = session::prepare_output(&args.output, args.force)?;
     let stop = install_stop_flag()?;
@@ -296,5 +296,5 @@ fn record_region(
     );
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out, json)?;
-    Ok(sidecar.channels.iter().map(|c| c.events).sum())
+    Ok(session::events_seen(&sidecar))
 }

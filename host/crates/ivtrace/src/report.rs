@@ -273,7 +273,8 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
-/// Runs `ivtrace report`. Returns the number of events found.
+/// Runs `ivtrace report`. Returns the events found plus those the trace
+/// says were lost (0: an empty trace).
 pub fn run(args: &ReportArgs) -> Result<u64> {
     let r = build(&args.dir)?;
     let stdout = io::stdout();
@@ -284,5 +285,5 @@ pub fn run(args: &ReportArgs) -> Result<u64> {
     } else {
         print_table(&r, &mut out)?;
     }
-    Ok(r.events)
+    Ok(r.events.saturating_add(r.discarded))
 }

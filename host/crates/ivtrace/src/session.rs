@@ -280,6 +280,14 @@ pub fn build_sidecar(
     }
 }
 
+/// Events a run saw: recorded plus lost (recorded losses are a result too:
+/// a trace whose every packet was corrupt still documents what was lost).
+pub fn events_seen(s: &Sidecar) -> u64 {
+    s.channels.iter().fold(s.lost_no_channel, |n, c| {
+        n.saturating_add(c.events).saturating_add(c.lost.total())
+    })
+}
+
 /// Drains a private copy of region bytes completely into `out` (as a
 /// final record would): the path the fuzzer and property tests exercise.
 /// Returns the events written.

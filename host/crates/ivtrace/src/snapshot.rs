@@ -9,7 +9,7 @@ use ivtrace_ring::{Access, Reader, Region};
 use crate::cli::SnapshotArgs;
 use crate::{clock, session, summary};
 
-/// Runs `ivtrace snapshot`. Returns the number of events salvaged.
+/// Runs `ivtrace snapshot`. Returns the events seen (salvaged + lost).
 pub fn run(args: &SnapshotArgs) -> Result<u64> {
     let region = Region::open(&args.shm, Access::ReadOnly)
         .with_context(|| format!("cannot use region {}", args.shm.display()))?;
@@ -32,5 +32,5 @@ pub fn run(args: &SnapshotArgs) -> Result<u64> {
     );
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, &out, args.json)?;
-    Ok(sidecar.channels.iter().map(|c| c.events).sum())
+    Ok(session::events_seen(&sidecar))
 }

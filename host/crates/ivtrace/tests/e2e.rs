@@ -402,3 +402,34 @@ fn a_region_whose_size_disagrees_with_its_header_is_an_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_run_whose_every_packet_was_corrupt_still_succeeds_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shm = tmp.path().join("region");
+    let mut r = RegionBuilder::new(1, 4, 4096).build_region();
+    r.register_loadgen(0);
+    for i in 0..50 {
+        r.emit(0, 10 + i, 0, &TestRegion::loadgen_payload(0, i, &[1]));
+    }
+    r.close(0);
+    let p = r.subbuf_offset(0, 0);
+    r.bytes[p] ^= 0xff; // packet magic
+    r.close_region();
+    std::fs::write(&shm, &r.bytes).unwrap();
+    let out = tmp.path().join("o");
+    let o = run(ivtrace()
+        .args(["record", "--shm"])
+        .arg(&shm)
+        .arg("-o")
+        .arg(&out));
+    assert_eq!(o.status.code(), Some(0), "the losses are the result");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("corrupt=50") && text.contains("\"magic\": 1"),
+        "{text}"
+    );
+    if let Some((ev, disc)) = bt2_counts(&out) {
+        assert_eq!((ev, disc), (0, 50));
+    }
+}
