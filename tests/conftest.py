@@ -43,6 +43,7 @@ def shm():
 
 def run(cmd, timeout=120, check=True, **kw):
     """Run a command; fail the test with its output if it times out or fails."""
+    cmd = [str(c) for c in cmd]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
     except subprocess.TimeoutExpired as e:

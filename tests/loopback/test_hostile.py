@@ -63,7 +63,7 @@ class Region:
 def region(tools, shm):
     """A closed region with 2 packets' worth of events on one channel."""
     run([tools["loadgen"], "--shm", str(shm), "--events", 600, "--threads", 1,
-         "--size", 16, "--subbufs", 4, "--subbuf-size", 4096, "--channels", 2])
+         "--size", 16, "--subbufs", 8, "--subbuf-size", 4096, "--channels", 2])
     r = Region(shm)
     yield r
     r.close()
@@ -159,7 +159,7 @@ def test_corrupt_packet_is_counted_and_skipped(tools, shm, region, tmp_path, cas
 
 def test_binary_length_past_end(tools, shm, tmp_path):
     run([tools["loadgen"], "--shm", str(shm), "--events", 600, "--threads", 1, "--size", 16,
-         "--payload", "binary", "--subbufs", 4, "--subbuf-size", 4096, "--channels", 2])
+         "--payload", "binary", "--subbufs", 8, "--subbuf-size", 4096, "--channels", 2])
     r = Region(shm)
     bytes_length_past_end(r)
     r.close()

@@ -126,8 +126,8 @@ def test_snapshot_after_writer_killed(tools, shm, tmp_path):
     """A writer killed mid-run (no close, packets left open): snapshot recovers every
     committed event, including those of the open packet, with no holes."""
     lg = subprocess.Popen(
-        [tools["loadgen"], "--shm", str(shm), "--events", 10_000_000, "--threads", 2,
-         "--size", 40, "--rate", 20_000, "--no-close"],
+        [str(a) for a in (tools["loadgen"], "--shm", shm, "--events", 10_000_000, "--threads", 2,
+                          "--size", 40, "--rate", 20_000, "--no-close")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         lg.wait(timeout=1.5)
