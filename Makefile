@@ -1,14 +1,15 @@
 # ivtrace - top-level build. `make` leaves the tools in bin/.
 #   make          build bin/ivtrace and bin/ivtrace-loadgen (and libivtrace)
 #   make test     install what is missing, build, run every test
-#   make demo     install what is missing, build, run the demo
+#   make demo     install what is missing, build, record a real guest (vm/demo), summary
+#   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
 #   make bench    native per-event and drain benchmarks -> bench/results/
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
 SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps host lib test test-abi test-lib test-host test-py demo bench fuzz clean
+.PHONY: all deps host lib test test-abi test-lib test-host test-py demo demo-loopback bench fuzz clean
 
 all: host lib
 
@@ -37,7 +38,10 @@ test-host:
 test-py: all
 	$(PYTHON) -m pytest -q tests
 
-demo: deps all
+demo:
+	vm/demo
+
+demo-loopback: deps all
 	scripts/demo.sh
 
 bench: deps all

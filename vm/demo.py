@@ -1,0 +1,338 @@
+#!/usr/bin/python3
+"""The guest demo behind `make demo` (run it through vm/demo, which installs packages first).
+
+Steps: build the host tools and libivtrace (make all), the guest kernel + headers (vm/build),
+ivtrace.ko for that kernel, the workload (vm/guest/workload) baked into the guest's initramfs;
+start `bin/ivtrace record` on the ivshmem backing file; boot the guest with ivtrace.ko loaded,
+run /workload/demo.sh for ~10 s, unload the module (the region is marked CLOSED and the
+recorder stops by itself); print a summary of the trace and how to open it.
+
+Python 3.11 standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "vm"))
+import ivtvm  # noqa: E402
+
+IVTRACE = REPO / "bin" / "ivtrace"
+KMOD = REPO / "guest" / "kmod"
+WORKLOAD = REPO / "vm" / "guest" / "workload"
+LOADGEN_STATIC = REPO / "guest" / "lib" / "build" / "ivtrace-loadgen-static"
+GROUPS = "sched,irq,timer,kmem,syscall,printk"
+TOTAL = 7
+
+
+class DemoError(Exception):
+    def __init__(self, what: str, hint: str, log: Path | None = None):
+        super().__init__(what)
+        self.hint, self.log = hint, log
+
+
+T0 = time.monotonic()
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def step(n: int, msg: str) -> None:
+    say(f"== [{n}/{TOTAL}] {msg}   (+{time.monotonic() - T0:.0f} s)")
+
+
+def run(cmd: list, what: str, hint: str, log: Path, heartbeat: float = 20.0) -> str:
+    """Run cmd with its output going to `log`; print a line every `heartbeat` s while it runs.
+    Returns the output; raises DemoError with the last lines of the log if it fails."""
+    cmd = [str(c) for c in cmd]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t = time.monotonic()
+    with open(log, "ab") as f:
+        f.write(f"\n$ {' '.join(cmd)}\n".encode())
+        f.flush()
+        p = subprocess.Popen(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT,
+                             stdin=subprocess.DEVNULL)
+        while True:
+            try:
+                p.wait(timeout=heartbeat)
+                break
+            except subprocess.TimeoutExpired:
+                say(f"   ... {what}: {time.monotonic() - t:.0f} s so far (log: {rel(log)})")
+            except KeyboardInterrupt:
+                p.terminate()
+                raise
+    text = log.read_text(errors="replace")
+    if p.returncode != 0:
+        raise DemoError(f"{what} failed (exit {p.returncode}): {' '.join(cmd)}", hint, log)
+    return text
+
+
+def rel(p: Path | str) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+# --------------------------------------------------------------------------- build
+
+def build(args, log: Path) -> dict:
+    step(2, "host tools and libivtrace: make all")
+    run(["make", "all"], "make all",
+        "the Rust toolchain (rustup) and build-essential are needed: run scripts/deps.sh", log)
+    for f in (IVTRACE, LOADGEN_STATIC):
+        if not f.exists():
+            raise DemoError(f"{rel(f)} was not built", "run `make all` and read its errors", log)
+
+    step(3, "guest kernel and its headers: vm/build (Debian package, cached in vm/out)")
+    run([REPO / "vm" / "build"], "vm/build",
+        "vm/build needs apt (root) and the Debian mirrors; run vm/build by hand to see why", log)
+    man = ivtvm.load_manifest()
+    kver = man["kernel_version"]
+    say(f"   guest kernel {kver}, headers {man['headers']}")
+
+    step(4, f"kernel module for {kver}: make -C guest/kmod KVER={kver}")
+    run(["make", "-C", KMOD, f"KVER={kver}"], "the ivtrace.ko build",
+        f"needs linux-headers-{kver} (vm/build installs it) and build-essential", log)
+
+    step(5, "workload helper, then the guest initramfs with the module and the workload")
+    run(["make", "-C", WORKLOAD], "the workload build (static ivtwl)",
+        "a static build needs libc6-dev (build-essential)", log)
+    adds = [KMOD / "ivtrace.ko", LOADGEN_STATIC, WORKLOAD / "ivtwl",
+            f"{WORKLOAD / 'demo.sh'}:/workload/"]
+    cmd = [REPO / "vm" / "build", "--no-update"]
+    for a in adds:
+        cmd += ["--add", a]
+    run(cmd, "vm/build --add", "run the vm/build command in the log by hand to see why", log)
+    return ivtvm.load_manifest()
+
+
+# --------------------------------------------------------------------------- record
+
+def stop_recorder(rec: subprocess.Popen, wait_s: float) -> str:
+    """Let the recorder finish on its own; SIGINT it (it flushes what was committed) if not."""
+    try:
+        rec.wait(timeout=wait_s)
+        return "stopped by itself (region closed)"
+    except subprocess.TimeoutExpired:
+        pass
+    rec.send_signal(signal.SIGINT)
+    try:
+        rec.wait(timeout=30)
+        return "stopped with SIGINT (flushed what was committed)"
+    except subprocess.TimeoutExpired:
+        rec.kill()
+        rec.wait()
+        return "killed (did not stop within 30 s of SIGINT)"
+
+
+def record(args, man: dict, out: Path, logdir: Path) -> dict:
+    shm = Path(f"/dev/shm/{args.shm_name}")
+    shm.unlink(missing_ok=True)  # a stale CLOSED region would stop the recorder at once
+    out.parent.mkdir(parents=True, exist_ok=True)
+    summary_f = logdir / "record.json"
+    rec_err = logdir / "record.log"
+    accel, why = ivtvm.probe_accel(args.accel)  # what ivtvm.VM will pick, said up front
+
+    step(6, f"record: bin/ivtrace record --shm {shm} -o {rel(out)}, boot the guest "
+            f"({accel}), run the workload for {args.seconds} s")
+    rec_cmd = [str(IVTRACE), "record", "--shm", str(shm), "-o", str(out), "--force", "--json"]
+    with open(summary_f, "wb") as so, open(rec_err, "wb") as se:
+        rec = subprocess.Popen(rec_cmd, cwd=REPO, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
+    script = (f"/workload/demo.sh {args.seconds}\nrc=$?\n"
+              "rmmod ivtrace || { echo 'demo: rmmod ivtrace failed'; rc=1; }\n"
+              "echo \"demo: ivtrace.ko unloaded, region closed\"\nexit $rc\n")
+    vm = ivtvm.VM(script, shm=str(shm), shm_size=args.shm_size, shm_clear=True, smp=args.smp,
+                  mem=args.mem, accel=args.accel, modules=["ivtrace"],
+                  modopts={"ivtrace": f"events={GROUPS}"}, initrd="built",
+                  log=str(logdir / "guest-console.log"), build=False)
+    stop = threading.Event()
+
+    def echo_guest():
+        seen = 0
+        while not stop.is_set():
+            lines = vm.console_text.splitlines()
+            for ln in lines[seen:]:
+                if ln.startswith(("workload:", "demo:", "IVTRACE-GUEST:")) or "Kernel panic" in ln:
+                    say(f"   guest| {ln}")
+            seen = len(lines)
+            stop.wait(0.5)
+
+    t = threading.Thread(target=echo_guest, daemon=True)
+    try:
+        vm.start()
+        t.start()
+        r = vm.wait(timeout=args.seconds + args.boot_timeout)
+    except BaseException:
+        vm.kill()
+        rec.send_signal(signal.SIGINT)
+        raise
+    finally:
+        time.sleep(0.6)
+        stop.set()
+        t.join()
+    how = stop_recorder(rec, 20)
+    say(f"   guest: {r.summary()}")
+    say(f"   recorder: {how}, exit {rec.returncode}")
+    shm.unlink(missing_ok=True)
+    if not r.booted:
+        raise DemoError("the guest did not boot",
+                        f"see {rel(logdir / 'guest-console.log')}; try `vm/run --run 'uname -a'`")
+    if r.module_errors:
+        raise DemoError(f"ivtrace.ko did not load: {r.module_errors}",
+                        f"see {rel(logdir / 'guest-console.log')} (dmesg lines of ivtrace)")
+    if rec.returncode not in (0,):
+        raise DemoError(f"the recorder failed (exit {rec.returncode})",
+                        f"see {rel(rec_err)}", rec_err)
+    if not r.ok:
+        say(f"   WARNING: the guest run was not clean ({r.summary()}); the trace holds what "
+            "was recorded")
+    return {"boot": r, "accel": accel, "accel_reason": why, "recorder": how,
+            "record": json.loads(summary_f.read_text() or "{}"), "kernel": man["kernel_version"]}
+
+
+# --------------------------------------------------------------------------- summary
+
+def trace_dirs(out: Path) -> list[Path]:
+    return sorted(p.parent for p in out.rglob("metadata"))
+
+
+def bt2_check(path: Path) -> tuple[bool, str]:
+    """Can babeltrace2 read `path`? (the counter sink reads every event)"""
+    if not shutil.which("babeltrace2"):
+        return False, "babeltrace2 is not installed"
+    p = subprocess.run(["babeltrace2", str(path), "-c", "sink.utils.counter"],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode == 0:
+        # the counter prints running totals, then the final one
+        m = re.findall(r"^\s*(\d+) Event messages", p.stdout, re.M)
+        return True, f"babeltrace2 reads {int(m[-1]):,} events" if m else "babeltrace2 reads it"
+    last = (p.stderr.strip().splitlines() or ["?"])[-1]
+    return False, f"exit {p.returncode}: {last.strip()[:160]}"
+
+
+def summarize(res: dict, out: Path) -> None:
+    step(7, "summary")
+    p = subprocess.run([str(IVTRACE), "report", str(out), "--json"], capture_output=True,
+                       text=True, timeout=300)
+    if p.returncode != 0:
+        raise DemoError(f"ivtrace report failed: {p.stderr.strip()}",
+                        f"the trace is in {rel(out)}; try `bin/ivtrace report {rel(out)}`")
+    rep = json.loads(p.stdout)
+    r = res["boot"]
+    lost = rep["discarded"]
+    say("")
+    say(f"  guest          Debian kernel {res['kernel']}, {res['smp']} vCPUs, QEMU ran "
+        f"{r.duration:.1f} s (boot {r.boot_time or 0:.1f} s), workload exit {r.exit_code}")
+    say(f"  accelerator    {res['accel']}: {res['accel_reason']}")
+    say(f"  recorded       {rep['events']:,} events over {rep['span_s']:.2f} s "
+        f"({rep['events_per_s'] / 1000:.1f} k/s), recorder {res['recorder']}")
+    reasons = ", ".join(f"{k} {v}" for k, v in rep["lost_by_reason"].items() if v)
+    say(f"  lost           {lost:,}" + (f" ({reasons})" if reasons else "")
+        + (f"; no free user channel: {rep['lost_no_channel']}" if rep["lost_no_channel"] else ""))
+    say(f"  bytes/event    {rep['bytes_per_event']:.1f} on average, "
+        f"{rep['header_bytes_per_event']:.1f} of them the event header")
+    say("")
+    say("  events per type:")
+    streams = {0: "kernel", 1: "user"}
+    for e in sorted(rep["event_types"], key=lambda e: -e["count"]):
+        if e["count"]:
+            say(f"    {streams.get(e['stream_class'], e['stream_class']):<7}"
+                f"{e['name']:<40}{e['count']:>12,}")
+    zero = [e["name"] for e in rep["event_types"] if not e["count"]]
+    if zero:
+        say(f"    (none of: {', '.join(zero)})")
+    say("")
+    dirs = trace_dirs(out)
+    say(f"  trace          {rel(out)}/  ({', '.join(rel(d) for d in dirs)}, ivtrace.json)")
+    say("  open it:")
+    ok_whole, why_whole = bt2_check(out)
+    if ok_whole:
+        say(f"    babeltrace2 {rel(out)} | less              # every event as text ({why_whole})")
+    for d in dirs:
+        ok, why = bt2_check(d)
+        say(f"    babeltrace2 {rel(d)} | less" + " " * max(1, 22 - len(rel(d)))
+            + (f"# {why}" if ok else f"# FAILS: {why}"))
+    if not ok_whole:
+        say(f"    (babeltrace2 {rel(out)}, both traces at once, fails: {why_whole})")
+    kdir = next((d for d in dirs if d.name == "kernel"), None)
+    if kdir is not None:
+        meta = (kdir / "metadata").read_text(errors="replace")
+        lttng = 'domain = "kernel"' in meta and "lttng-modules" in meta
+        say(f"    Trace Compass: File > Open Trace..., select {rel(kdir)}/metadata"
+            + (" (an LTTng kernel trace: Control Flow and Resources views)" if lttng else
+               " (opens as a generic CTF trace: thread ids, no names yet)"))
+    say(f"    bin/ivtrace report {rel(out)}                 # counts, losses, rates per channel")
+    say(f"  guest console: {rel(res['logdir'] / 'guest-console.log')}")
+    say(f"  boot the same guest yourself: vm/run --initrd built --shm ivt0 --shm-size "
+        f"{res['shm_size']} -M ivtrace --modopts 'ivtrace:events={GROUPS}' "
+        "--run '/workload/demo.sh 10; rmmod ivtrace'")
+    say(f"== done in {time.monotonic() - T0:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="vm/demo",
+        description="Record a real guest into a CTF trace: build everything, boot the demo "
+                    "guest with ivtrace.ko and a ~10 s workload, print a summary.")
+    ap.add_argument("-o", "--output", default="out/demo", help="trace directory (default out/demo)")
+    ap.add_argument("--seconds", type=int, default=10, help="workload duration (default 10)")
+    ap.add_argument("--accel", default="auto", help="auto (default), kvm or tcg")
+    ap.add_argument("--smp", type=int, default=2)
+    ap.add_argument("--mem", default="512M")
+    ap.add_argument("--shm-size", default="64M", help="ivshmem region, a power of two (64M)")
+    ap.add_argument("--shm-name", default=f"ivtrace-demo-{os.getpid()}")
+    ap.add_argument("--boot-timeout", type=float, default=300,
+                    help="seconds allowed on top of --seconds for boot and shutdown")
+    ap.add_argument("--no-build", action="store_true", help="skip the build steps (2-5)")
+    ap.add_argument("--no-deps", action="store_true", help="(vm/demo) skip scripts/deps.sh")
+    args = ap.parse_args(argv)
+    if args.seconds < 3:
+        ap.error("--seconds must be at least 3")
+    os.chdir(REPO)
+    out = (REPO / args.output).resolve() if not os.path.isabs(args.output) else Path(args.output)
+    logdir = out.parent / f"{out.name}-logs"
+    logdir.mkdir(parents=True, exist_ok=True)
+    blog = logdir / "build.log"
+    blog.write_text("")
+    try:
+        if args.no_build:
+            man = ivtvm.load_manifest()
+        else:
+            man = build(args, blog)
+        res = record(args, man, out, logdir)
+        res.update(smp=args.smp, logdir=logdir, shm_size=args.shm_size)
+        summarize(res, out)
+    except DemoError as e:
+        say(f"\ndemo: ERROR: {e}")
+        if e.log is not None and e.log.exists():
+            tail = e.log.read_text(errors="replace").splitlines()[-25:]
+            say(f"--- last lines of {rel(e.log)}:")
+            say("\n".join(tail))
+            say("---")
+        say(f"demo: next step: {e.hint}")
+        return 1
+    except (ivtvm.VMError, OSError) as e:
+        say(f"\ndemo: ERROR: {e}")
+        say("demo: next step: run `vm/build` and `vm/run --run 'uname -a'` to check the guest")
+        return 1
+    except KeyboardInterrupt:
+        say("\ndemo: interrupted")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

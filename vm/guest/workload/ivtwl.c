@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: MIT
+/*
+ * ivtwl - the ivtrace guest workload helper (static, for the busybox guest).
+ *
+ *   ivtwl kids [--ms N] NAME...    fork one child per NAME whose comm is NAME
+ *                                  from the fork on; each child alternates
+ *                                  ~1 ms of CPU work and a 1 ms sleep for N ms
+ *                                  (default 200), so the scheduler switches to
+ *                                  it many times, then exits. Prints
+ *                                  "IVTWL kid NAME pid=P tid=P" per child,
+ *                                  then "IVTWL kids-done N".
+ *   ivtwl spin MS                  the same work in this process (use it under
+ *                                  a copied or linked file name: exec sets comm
+ *                                  to the file name).
+ *   ivtwl syscalls N               N getppid() calls; prints ns per call
+ *   ivtwl forkexec N PATH [ARG]    N x (fork, exec PATH ARG, wait); prints ns
+ *                                  per round trip
+ *   ivtwl nop                      exit 0 at once (the exec target of forkexec)
+ *   ivtwl cpu N                    N iterations of an integer hash loop (no
+ *                                  system call); prints ns per iteration
+ *   ivtwl hostwait MAGIC [SECS]    wait (default 120 s) until the last 8 bytes
+ *                                  of the ivshmem BAR2 ($IVTRACE_IVSHMEM/
+ *                                  resource2) hold MAGIC (hex): a host->guest
+ *                                  signal usable while no driver owns the BAR.
+ *
+ * How the K children get their names: the parent renames itself to NAME
+ * (prctl PR_SET_NAME) right before fork(), so sched_process_fork's child_comm
+ * already is NAME, then takes its own name back.
+ *
+ * Exit status: 0 success, 1 a child failed or the wait timed out, 2 usage or
+ * system error.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static volatile uint64_t sink;
+
+static uint64_t mix(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* About `ms` milliseconds of alternating CPU work and 1 ms sleeps. */
+static void spin(long ms)
+{
+	uint64_t end = now_ns() + (uint64_t)ms * 1000000u, x = (uint64_t)getpid();
+	struct timespec one = { 0, 1000000 };
+
+	while (now_ns() < end) {
+		uint64_t stop = now_ns() + 1000000u;
+
+		/* Few clock reads: without a stable TSC (TCG) the guest's
+		 * clock_gettime() is a system call. */
+		while (now_ns() < stop)
+			for (int i = 0; i < 8192; i++)
+				x = mix(x);
+		sink = x;
+		nanosleep(&one, NULL);
+	}
+}
+
+static int usage(void)
+{
+	fputs("usage: ivtwl kids [--ms N] NAME... | spin MS | syscalls N |\n"
+	      "       forkexec N PATH [ARG] | cpu N | hostwait MAGIC [SECS]\n", stderr);
+	return 2;
+}
+
+static int cmd_kids(int argc, char **argv)
+{
+	long ms = 200;
+	int i = 0, n = 0, bad = 0;
+	char self[17] = "";
+
+	if (argc >= 2 && !strcmp(argv[0], "--ms")) {
+		ms = strtol(argv[1], NULL, 0);
+		argc -= 2;
+		argv += 2;
+	}
+	if (argc < 1)
+		return usage();
+	prctl(PR_GET_NAME, self, 0, 0, 0);
+	for (i = 0; i < argc; i++) {
+		pid_t p;
+
+		if (prctl(PR_SET_NAME, argv[i], 0, 0, 0)) {
+			perror("ivtwl: prctl");
+			return 2;
+		}
+		p = fork();
+		if (p == 0) {
+			spin(ms);
+			_exit(0);
+		}
+		prctl(PR_SET_NAME, self, 0, 0, 0);
+		if (p < 0) {
+			perror("ivtwl: fork");
+			return 2;
+		}
+		printf("IVTWL kid %s pid=%d tid=%d\n", argv[i], (int)p, (int)p);
+		fflush(stdout);
+		n++;
+	}
+	for (i = 0; i < n; i++) {
+		int st;
+
+		if (wait(&st) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+			bad++;
+	}
+	printf("IVTWL kids-done %d%s\n", n, bad ? " (a child failed)" : "");
+	return bad ? 1 : 0;
+}
+
+static int cmd_syscalls(long n)
+{
+	uint64_t t0 = now_ns();
+
+	for (long i = 0; i < n; i++)
+		syscall(SYS_getppid);
+	printf("IVTWL syscalls n=%ld ns_per_op=%.1f\n", n, (double)(now_ns() - t0) / (double)n);
+	return 0;
+}
+
+static int cmd_forkexec(long n, char **argv)
+{
+	uint64_t t0 = now_ns();
+
+	for (long i = 0; i < n; i++) {
+		int st;
+		pid_t p = fork();
+
+		if (p == 0) {
+			execv(argv[0], argv);
+			_exit(127);
+		}
+		if (p < 0 || waitpid(p, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+			fprintf(stderr, "ivtwl: %s failed\n", argv[0]);
+			return 1;
+		}
+	}
+	printf("IVTWL forkexec n=%ld ns_per_op=%.1f\n", n, (double)(now_ns() - t0) / (double)n);
+	return 0;
+}
+
+static int cmd_cpu(long n)
+{
+	uint64_t t0 = now_ns(), x = 1;
+
+	for (long i = 0; i < n; i++)
+		x = mix(x);
+	sink = x;
+	printf("IVTWL cpu n=%ld ns_per_op=%.2f\n", n, (double)(now_ns() - t0) / (double)n);
+	return 0;
+}
+
+static int cmd_hostwait(const char *magic_s, double secs)
+{
+	const char *dev = getenv("IVTRACE_IVSHMEM");
+	char path[512];
+	struct stat st;
+	uint64_t magic = strtoull(magic_s, NULL, 16), end;
+	volatile uint64_t *word;
+	void *p;
+	int fd;
+
+	if (!dev) {
+		fputs("ivtwl: IVTRACE_IVSHMEM is not set (no ivshmem device?)\n", stderr);
+		return 2;
+	}
+	snprintf(path, sizeof(path), "%s/resource2", dev);
+	fd = open(path, O_RDWR | O_SYNC);
+	if (fd < 0 || fstat(fd, &st) || st.st_size < 8) {
+		fprintf(stderr, "ivtwl: %s: %s\n", path, strerror(errno));
+		return 2;
+	}
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		fprintf(stderr, "ivtwl: mmap %s: %s\n", path, strerror(errno));
+		return 2;
+	}
+	word = (volatile uint64_t *)((char *)p + st.st_size - 8);
+	end = now_ns() + (uint64_t)(secs * 1e9);
+	while (*word != magic) {
+		struct timespec ms10 = { 0, 10000000 };
+
+		if (now_ns() > end) {
+			fprintf(stderr, "ivtwl: no host signal %#" PRIx64 " in %.0f s\n", magic, secs);
+			return 1;
+		}
+		nanosleep(&ms10, NULL);
+	}
+	printf("IVTWL hostwait ok\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage();
+	if (!strcmp(argv[1], "kids"))
+		return cmd_kids(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "spin") && argc == 3) {
+		spin(strtol(argv[2], NULL, 0));
+		return 0;
+	}
+	if (!strcmp(argv[1], "syscalls") && argc == 3)
+		return cmd_syscalls(strtol(argv[2], NULL, 0));
+	if (!strcmp(argv[1], "forkexec") && argc >= 4)
+		return cmd_forkexec(strtol(argv[2], NULL, 0), argv + 3);
+	if (!strcmp(argv[1], "nop"))
+		return 0;
+	if (!strcmp(argv[1], "cpu") && argc == 3)
+		return cmd_cpu(strtol(argv[2], NULL, 0));
+	if (!strcmp(argv[1], "hostwait") && (argc == 3 || argc == 4))
+		return cmd_hostwait(argv[2], argc == 4 ? strtod(argv[3], NULL) : 120.0);
+	return usage();
+}
