@@ -1,0 +1,198 @@
+"""Shared parts of the end-to-end guest tests: build, recorder, trace reading, checks.
+
+Real parts only: QEMU (vm/ivtvm.py), the Debian guest kernel, guest/kmod/ivtrace.ko,
+guest/lib's static ivtrace-loadgen, vm/guest/workload/ivtwl, bin/ivtrace, and babeltrace2's
+Python bindings (tests/ctf.py) as the independent reader.
+"""
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "vm"))
+import ivtvm  # noqa: E402
+
+import ctf  # noqa: E402
+import loadgen_pattern as pattern  # noqa: E402
+
+IVTRACE = REPO / "bin" / "ivtrace"
+KMOD = REPO / "guest" / "kmod"
+LOADGEN_STATIC = REPO / "guest" / "lib" / "build" / "ivtrace-loadgen-static"
+WORKLOAD = REPO / "vm" / "guest" / "workload"
+TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))
+LOADGEN_EVENT = "loadgen:payload"
+
+
+def _make(args, what):
+    p = subprocess.run(args, capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        pytest.fail(f"{what} failed: {' '.join(map(str, args))}\n{p.stdout[-3000:]}\n"
+                    f"{p.stderr[-3000:]}")
+
+
+def build_all():
+    """Everything a guest test boots with; returns the `add=` list for ivtvm."""
+    man = ivtvm.ensure_built()
+    kver = man["kernel_version"]
+    if not Path(f"/lib/modules/{kver}/build/Makefile").exists():
+        pytest.fail(f"no kernel headers for the guest kernel {kver}: run vm/build "
+                    f"(it installs linux-headers-{kver})")
+    _make(["make", "-C", str(KMOD), f"KVER={kver}"], "guest/kmod build")
+    _make(["make", "-C", str(REPO / "guest" / "lib")], "guest/lib build")
+    _make(["make", "-C", str(WORKLOAD)], "vm/guest/workload build")
+    for f in (IVTRACE, KMOD / "ivtrace.ko", LOADGEN_STATIC, WORKLOAD / "ivtwl"):
+        if not f.exists():
+            pytest.fail(f"{f} missing (run `make` at the top)")
+    return [str(KMOD / "ivtrace.ko"), str(LOADGEN_STATIC), str(WORKLOAD / "ivtwl")]
+
+
+def shm_path(tag):
+    return Path(f"/dev/shm/ivt-e2e-{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def token():
+    return uuid.uuid4().hex[:12]
+
+
+class Recorder:
+    """`ivtrace record --json` in the background; .wait() returns its summary (the sidecar)."""
+
+    def __init__(self, shm, out):
+        self.out = Path(out)
+        self.err = self.out.parent / f"{self.out.name}.record.log"
+        self.json = self.out.parent / f"{self.out.name}.record.json"
+        self.cmd = [str(IVTRACE), "record", "--shm", str(shm), "-o", str(out), "--force",
+                    "--json"]
+        with open(self.json, "wb") as so, open(self.err, "wb") as se:
+            self.proc = subprocess.Popen(self.cmd, stdout=so, stderr=se,
+                                         stdin=subprocess.DEVNULL)
+        self.rc = None
+
+    def wait(self, timeout):
+        """Wait for the recorder to stop by itself; fail (after a SIGINT) if it does not."""
+        try:
+            self.rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            pytest.fail(f"the recorder did not stop by itself within {timeout} s "
+                        f"(region not CLOSED?)\n{self.stderr()}")
+        return self.summary()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(2)
+            try:
+                self.rc = self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.rc = self.proc.wait()
+
+    def stderr(self):
+        return self.err.read_text(errors="replace")
+
+    def summary(self):
+        text = self.json.read_text()
+        assert text.strip(), f"recorder printed no summary (exit {self.rc})\n{self.stderr()}"
+        return json.loads(text)
+
+
+def snapshot(shm, out):
+    p = subprocess.run([str(IVTRACE), "snapshot", "--shm", str(shm), "-o", str(out), "--force",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"ivtrace snapshot failed ({p.returncode}):\n{p.stderr}"
+    return json.loads(p.stdout)
+
+
+def lost(summary):
+    """Every loss the recorder's summary reports, by reason (zero reasons left out)."""
+    out = {}
+    for c in summary["channels"]:
+        for k, v in c["lost"].items():
+            if v:
+                out[k] = out.get(k, 0) + v
+    if summary.get("lost_no_channel"):
+        out["no_channel"] = summary["lost_no_channel"]
+    return out
+
+
+def trace_dirs(out):
+    """The CTF traces under `out` (directories with a metadata file), wherever they are."""
+    dirs = sorted(p.parent for p in Path(out).rglob("metadata"))
+    assert dirs, f"no CTF trace (metadata file) under {out}"
+    return dirs
+
+
+def read(out):
+    """(events, discarded) of every trace under `out`, each trace read on its own by
+    babeltrace2 (see test_babeltrace2_reads_the_whole_output for why not all at once)."""
+    events, discarded = [], 0
+    for d in trace_dirs(out):
+        events += ctf.events(d)
+        discarded += ctf.discarded(d)
+    return events, discarded
+
+
+def by_name(events, name):
+    return [e for e in events if e.name == name]
+
+
+def check_loadgen(events, threads, n, lo, hi, payload="text"):
+    """Exactly seq 0..n-1 of every thread, each payload byte recomputed (tests/loadgen_pattern)."""
+    seen = {}
+    for e in events:
+        p = e.payload
+        t, s = p["thread"], p["seq"]
+        assert 0 <= t < threads, p
+        assert (t, s) not in seen, f"duplicate event thread {t} seq {s}"
+        ln = pattern.length(t, s, lo, hi)
+        if payload == "text":
+            want = pattern.text(t, s, ln)
+        else:
+            want = list(pattern.binary(t, s, ln))
+        got = p["data"] if payload == "text" else list(p["data"])
+        assert got == want, f"thread {t} seq {s}: payload differs"
+        seen[(t, s)] = True
+    for t in range(threads):
+        got = sorted(s for (tt, s) in seen if tt == t)
+        assert got == list(range(n)), (
+            f"thread {t}: {len(got)} of {n} events; first missing "
+            f"{next((i for i in range(n) if i not in set(got)), None)}")
+
+
+def console_json(text, key):
+    """The JSON object printed after `key` on a console line."""
+    m = re.search(rf"^{re.escape(key)} (\{{.*\}})\s*$", text, re.M)
+    assert m, f"no '{key} {{...}}' line on the console"
+    return json.loads(m.group(1))
+
+
+def marks(text, key):
+    return re.findall(rf"^{re.escape(key)}(.*)$", text, re.M)
+
+
+def kids(text):
+    """{name: pid} from ivtwl kids' "IVTWL kid NAME pid=P" lines."""
+    return {n: int(p) for n, p in re.findall(r"^IVTWL kid (\S+) pid=(\d+)", text, re.M)}
+
+
+def write_last_word(shm, value):
+    """The host->guest signal `ivtwl hostwait` polls: the BAR's last 8 bytes."""
+    with open(shm, "r+b") as f:
+        f.seek(-8, os.SEEK_END)
+        f.write(struct.pack("<Q", value))
+
+
+def wait_until(cond, timeout, what):
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
