@@ -338,7 +338,13 @@ fn unwrap_compact(prev: u64, low: u64) -> Option<u64> {
 /// scans are SIMD/word-at-a-time.
 #[inline]
 fn scan_cstr(b: &[u8]) -> Option<(usize, bool)> {
-    let nul = memchr::memchr(0, b)?;
+    // Short strings are the common case: look at the first 16 bytes inline
+    // before paying for a call.
+    let head = &b[..b.len().min(16)];
+    let nul = match head.iter().position(|&c| c == 0) {
+        Some(n) => n,
+        None => memchr::memchr(0, b)?,
+    };
     Some((nul, b[..nul].is_ascii()))
 }
 
