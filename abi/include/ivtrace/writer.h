@@ -42,7 +42,7 @@
 struct ivt_writer {
 	/* Hot: read or written by every event. */
 	uint8_t *pkt;			/* open packet, NULL when none */
-	uint64_t limit;			/* subbuf_size while a packet is open, else 0 */
+	uint64_t limit;			/* last usable end offset while a packet is open, else 0 */
 	uint64_t off;			/* 4-aligned offset of the next event */
 	uint64_t cur_end;		/* end of the last reserved event (unaligned) */
 	uint64_t last_ts;		/* timestamp of the last event, or of the packet begin */
@@ -208,7 +208,10 @@ static inline int ivt_writer_open(struct ivt_writer *w, uint64_t ts)
 	ph->owner_tid = w->tid;
 
 	w->pkt = (uint8_t *)ph;
-	w->limit = w->subbuf_size;
+	/* An event may end at subbuf_size - 1 at most: commit_pos of an open
+	 * packet must stay below (seq + 1) * subbuf_size, the value that
+	 * tells the host the packet is complete (and its end fields written). */
+	w->limit = w->subbuf_size - 1;
 	w->off = sizeof(*ph);
 	w->cur_end = sizeof(*ph);
 	w->count = 0;
@@ -284,8 +287,10 @@ uint8_t *ivt_writer_reserve_slow(struct ivt_writer *w, uint64_t ts,
 	uint32_t hlen;
 	uint64_t end;
 
+	/* Too big even for an empty packet with an extended header (the
+	 * last byte of a packet is never used, see ivt_writer_open()). */
 	if ((uint64_t)len + IVT_EV_EXT_SIZE + sizeof(struct ivt_packet_hdr) >
-	    w->subbuf_size) {
+	    w->subbuf_size - 1u) {
 		__ivt_count(&w->ch->lost_too_big);
 		return 0;
 	}

@@ -11,7 +11,8 @@
 #include "t.h"
 #include "walker.h"
 
-#define PKT_EVENTS ((4096 - 88) / 12)	/* 4-byte header + u64 payload */
+/* 4-byte header + u64 payload; the packet's last byte is never used */
+#define PKT_EVENTS ((4096 - 88 - 1) / 12)
 
 struct expect {
 	uint64_t next;
