@@ -33,10 +33,10 @@ sleep 10
 echo "E2E: survived the panic"
 """
 
-KILL_SIZE = 32           # payload bytes: 4 + 2 + 8 + 33 = 47-byte events
+KLO, KHI = 8, 64         # payload bytes: events of 4 + 2 + 8 + 9..65 = 23..79 bytes
 KILL_SCRIPT = r"""
 echo "E2E: writing"
-ivtrace-loadgen-static --shm /dev/ivtrace --events 1000000 --rate 2000 --size {size}
+ivtrace-loadgen-static --shm /dev/ivtrace --events 1000000 --rate 2000 --size {lo}-{hi}
 echo "E2E: loadgen ended rc=$?"
 """
 
@@ -109,7 +109,7 @@ def killed(tmp_path_factory, e2e_add):
     tmp = tmp_path_factory.mktemp("guest-sigkill")
     shm = g.shm_path("kill")
     try:
-        with g.ivtvm.VM(KILL_SCRIPT.format(size=KILL_SIZE), shm=str(shm), shm_size="16M",
+        with g.ivtvm.VM(KILL_SCRIPT.format(lo=KLO, hi=KHI), shm=str(shm), shm_size="16M",
                         shm_clear=True, smp=2, modules=["ivtrace"], add=e2e_add,
                         log=str(tmp / "console.log")) as vm:
             vm.wait_for(r"^E2E: writing", timeout=g.TIMEOUT)
@@ -138,7 +138,7 @@ def test_sigkill_snapshot_contiguous_from_zero(killed):
     user = [c for c in killed["summary"]["channels"] if c["stream_class"] == 1]
     assert len(user) == 1 and not any(user[0]["lost"].values()), user
     # every payload exact; at least the packets seen complete before the kill
-    g.check_loadgen(users, 1, len(seqs), KILL_SIZE, KILL_SIZE)
-    per_packet = (64 * 1024 - 88) // 48
+    g.check_loadgen(users, 1, len(seqs), KLO, KHI)
+    per_packet = (64 * 1024 - 88 - 1) // 80    # the fewest events a full packet holds
     assert len(seqs) >= killed["packets_before"] * per_packet, (len(seqs), killed)
     assert g.by_name(events, "sched_switch"), "no kernel events salvaged"
