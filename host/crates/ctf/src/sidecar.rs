@@ -160,6 +160,7 @@ impl EventLayout {
                     name: f.name.clone(),
                     ty: FieldType::parse(&f.ty)?,
                     hex: f.hex,
+                    tid_comm: false,
                 })
             })
             .collect::<Option<Vec<_>>>()?;

@@ -264,6 +264,7 @@ mod tests {
             name: name.into(),
             ty,
             hex,
+            tid_comm: false,
         };
         let mut classes = StreamClasses::default();
         classes.insert(EventClass::new(

@@ -64,6 +64,8 @@ pub const IVT_FT_STRING: u8 = 9;
 pub const IVT_FT_BYTES: u8 = 10;
 pub const IVT_FT_CHARS: u8 = 11;
 pub const IVT_FF_HEX: u8 = 1 << 0;
+/// A u32 thread id the host expands with the thread's name (docs/abi.md, "Kernel stream").
+pub const IVT_FF_TID_COMM: u8 = 1 << 1;
 
 /// `sizeof(struct ivt_region_hdr)`: the header page.
 pub const HDR_SIZE: usize = 4096;
@@ -212,6 +214,7 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("IVT_FT_BYTES", IVT_FT_BYTES as u64),
     ("IVT_FT_CHARS", IVT_FT_CHARS as u64),
     ("IVT_FF_HEX", IVT_FF_HEX as u64),
+    ("IVT_FF_TID_COMM", IVT_FF_TID_COMM as u64),
     ("sizeof.ivt_region_hdr", HDR_SIZE as u64),
     ("sizeof.ivt_channel", CHANNEL_SIZE),
     ("sizeof.ivt_packet_hdr", PACKET_HDR_SIZE as u64),

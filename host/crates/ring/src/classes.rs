@@ -113,6 +113,9 @@ pub struct Field {
     pub name: String,
     pub ty: FieldType,
     pub hex: bool,
+    /// `IVT_FF_TID_COMM`: a thread id whose name the host inserts before
+    /// it (kernel stream only; see ivtrace-ctf's `kernel` module).
+    pub tid_comm: bool,
 }
 
 /// One step of a variable-size payload walk.
@@ -271,6 +274,7 @@ mod tests {
             name: name.into(),
             ty,
             hex: false,
+            tid_comm: false,
         }
     }
 

@@ -190,14 +190,16 @@ impl MetaParser {
         let mut renamed = changed || deduped;
         let mut taken = std::collections::HashSet::new();
         let mut fields = Vec::with_capacity(p.fields.len());
-        for (i, (raw, ty, hex)) in p.fields.into_iter().enumerate() {
+        for (i, (raw, ty, flags)) in p.fields.into_iter().enumerate() {
             let (fname, changed) = sanitize::field_name(&raw, i);
             let (fname, deduped) = dedupe_field(fname, ty, &mut taken);
             renamed |= changed || deduped;
             fields.push(Field {
                 name: fname,
                 ty,
-                hex,
+                hex: flags & abi::IVT_FF_HEX != 0,
+                // Only a u32 can be a thread id; the flag is ignored elsewhere.
+                tid_comm: flags & abi::IVT_FF_TID_COMM != 0 && ty == FieldType::U32,
             });
         }
         if renamed {
@@ -235,7 +237,8 @@ struct ParsedEvent {
     id: u32,
     stream: u32,
     raw_name: Vec<u8>,
-    fields: Vec<(Vec<u8>, FieldType, bool)>,
+    /// Raw name, type, `IVT_FF_*` flags.
+    fields: Vec<(Vec<u8>, FieldType, u8)>,
 }
 
 /// Checks one committed event record (a private copy, `len` bytes long).
@@ -270,13 +273,13 @@ fn parse_event(rec: &[u8], len: u32) -> Result<ParsedEvent, String> {
     })
 }
 
-fn parse_field(f: &[u8]) -> Result<(Vec<u8>, FieldType, bool), String> {
+fn parse_field(f: &[u8]) -> Result<(Vec<u8>, FieldType, u8), String> {
     let ty = f[abi::meta::FIELD_TYPE];
     let count = le_u16(f, abi::meta::FIELD_COUNT);
     let ty = FieldType::from_abi(ty, count)
         .ok_or_else(|| format!("field type {ty} (count {count}) unknown"))?;
-    let hex = f[abi::meta::FIELD_FLAGS] & abi::IVT_FF_HEX != 0;
-    Ok((f[..abi::IVT_FIELD_NAME_MAX].to_vec(), ty, hex))
+    let flags = f[abi::meta::FIELD_FLAGS];
+    Ok((f[..abi::IVT_FIELD_NAME_MAX].to_vec(), ty, flags))
 }
 
 #[cfg(test)]

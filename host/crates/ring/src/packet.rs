@@ -405,6 +405,7 @@ mod tests {
             name: name.into(),
             ty,
             hex: false,
+            tid_comm: false,
         };
         let mut s = StreamClasses::default();
         s.insert(EventClass::new(

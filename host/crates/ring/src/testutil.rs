@@ -8,6 +8,8 @@ use crate::abi::{self, put_u32, put_u64};
 
 /// A field as registered by a writer: name, `IVT_FT_*`, count.
 pub type FieldSpec<'a> = (&'a str, u8, u16);
+/// A field with its `IVT_FF_*` flags: name, `IVT_FT_*`, count, flags.
+pub type FlaggedFieldSpec<'a> = (&'a str, u8, u16, u8);
 
 /// Plans a region like ivt_layout_plan() + ivt_region_format().
 #[derive(Debug, Clone)]
@@ -158,6 +160,19 @@ impl TestRegion {
 
     /// Appends a committed event description (ivt_event_register()).
     pub fn register(&mut self, stream: u32, id: u32, name: &str, fields: &[FieldSpec]) {
+        let flagged: Vec<FlaggedFieldSpec> =
+            fields.iter().map(|&(n, t, c)| (n, t, c, 0)).collect();
+        self.register_flagged(stream, id, name, &flagged);
+    }
+
+    /// [`TestRegion::register`] with `IVT_FF_*` flags per field.
+    pub fn register_flagged(
+        &mut self,
+        stream: u32,
+        id: u32,
+        name: &str,
+        fields: &[FlaggedFieldSpec],
+    ) {
         let len = (abi::META_REC_SIZE + fields.len() * abi::META_FIELD_SIZE).div_ceil(8) * 8;
         let at = (self.meta_off + self.meta_tail as u64) as usize;
         self.meta_tail += len as u32;
@@ -171,11 +186,12 @@ impl TestRegion {
         put_u32(r, abi::meta::STREAM, stream);
         let n = name.len().min(63);
         r[abi::meta::NAME..abi::meta::NAME + n].copy_from_slice(&name.as_bytes()[..n]);
-        for (i, (fname, ty, count)) in fields.iter().enumerate() {
+        for (i, (fname, ty, count, flags)) in fields.iter().enumerate() {
             let f = abi::meta::FIELDS + i * abi::META_FIELD_SIZE;
             let n = fname.len().min(31);
             r[f..f + n].copy_from_slice(&fname.as_bytes()[..n]);
             r[f + abi::meta::FIELD_TYPE] = *ty;
+            r[f + abi::meta::FIELD_FLAGS] = *flags;
             r[f + abi::meta::FIELD_COUNT..f + abi::meta::FIELD_COUNT + 2]
                 .copy_from_slice(&count.to_le_bytes());
         }
@@ -389,4 +405,129 @@ pub fn region_with_packet(packet: &[u8], complete: bool) -> Vec<u8> {
     r.set_chan_u64(0, abi::chan::COMMIT_POS, commit);
     r.close_region();
     r.bytes
+}
+
+/// The guest kernel module's 25 events (guest/kmod/ivtk_events.c,
+/// docs/abi.md "Kernel stream"), ids 0..24 in this order.
+pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
+    use abi::{
+        IVT_FF_HEX as H, IVT_FF_TID_COMM as C, IVT_FT_CHARS as CH, IVT_FT_S32 as S32,
+        IVT_FT_S64 as S64, IVT_FT_S8 as S8, IVT_FT_STRING as STR, IVT_FT_U16 as U16,
+        IVT_FT_U32 as U32, IVT_FT_U64 as U64, IVT_FT_U8 as U8,
+    };
+    &[
+        (
+            "sched_switch",
+            &[
+                ("prev_tid", U32, 0, C),
+                ("prev_prio", S8, 0, 0),
+                ("prev_state", U16, 0, 0),
+                ("next_tid", U32, 0, C),
+                ("next_prio", S8, 0, 0),
+            ],
+        ),
+        (
+            "sched_wakeup",
+            &[("tid", U32, 0, C), ("prio", S8, 0, 0), ("target_cpu", U16, 0, 0)],
+        ),
+        ("irq_handler_entry", &[("irq", U32, 0, 0)]),
+        ("irq_handler_exit", &[("irq", U32, 0, 0), ("ret", S32, 0, 0)]),
+        ("irq_softirq_entry", &[("vec", U8, 0, 0)]),
+        ("irq_softirq_exit", &[("vec", U8, 0, 0)]),
+        (
+            "timer_hrtimer_expire_entry",
+            &[("hrtimer", U64, 0, H), ("now", S64, 0, 0), ("function", U64, 0, H)],
+        ),
+        ("timer_hrtimer_expire_exit", &[("hrtimer", U64, 0, H)]),
+        (
+            "kmem_kmalloc",
+            &[
+                ("call_site", U64, 0, H),
+                ("ptr", U64, 0, H),
+                ("bytes_req", U32, 0, 0),
+                ("bytes_alloc", U32, 0, 0),
+                ("gfp_flags", U32, 0, 0),
+            ],
+        ),
+        ("kmem_kfree", &[("call_site", U64, 0, H), ("ptr", U64, 0, H)]),
+        (
+            "kmem_mm_page_alloc",
+            &[
+                ("pfn", U64, 0, 0),
+                ("order", U32, 0, 0),
+                ("gfp_flags", U32, 0, 0),
+                ("migratetype", S32, 0, 0),
+            ],
+        ),
+        ("kmem_mm_page_free", &[("pfn", U64, 0, 0), ("order", U32, 0, 0)]),
+        (
+            "syscall_entry",
+            &[
+                ("id", U16, 0, 0),
+                ("args0", U64, 0, H),
+                ("args1", U64, 0, H),
+                ("args2", U64, 0, H),
+                ("args3", U64, 0, H),
+                ("args4", U64, 0, H),
+                ("args5", U64, 0, H),
+            ],
+        ),
+        ("syscall_exit", &[("id", U16, 0, 0), ("ret", S64, 0, 0)]),
+        ("printk_console", &[("msg", STR, 0, 0)]),
+        (
+            "sched_wakeup_new",
+            &[("tid", U32, 0, C), ("prio", S8, 0, 0), ("target_cpu", U16, 0, 0)],
+        ),
+        (
+            "sched_process_fork",
+            &[
+                ("parent_tid", U32, 0, C),
+                ("parent_pid", U32, 0, 0),
+                ("child_comm", CH, 16, 0),
+                ("child_tid", U32, 0, 0),
+                ("child_pid", U32, 0, 0),
+            ],
+        ),
+        (
+            "sched_process_exec",
+            &[
+                ("filename", STR, 0, 0),
+                ("tid", U32, 0, 0),
+                ("old_tid", U32, 0, 0),
+                ("comm", CH, 16, 0),
+            ],
+        ),
+        ("sched_process_exit", &[("tid", U32, 0, C), ("prio", S8, 0, 0)]),
+        ("sched_process_free", &[("tid", U32, 0, C), ("prio", S8, 0, 0)]),
+        ("task_rename", &[("tid", U32, 0, 0), ("newcomm", CH, 16, 0)]),
+        ("lttng_statedump_start", &[("unused", U8, 0, 0)]),
+        ("lttng_statedump_end", &[("unused", U8, 0, 0)]),
+        (
+            "lttng_statedump_process_state",
+            &[
+                ("tid", U32, 0, 0),
+                ("pid", U32, 0, 0),
+                ("ppid", U32, 0, 0),
+                ("name", CH, 16, 0),
+                ("type", S32, 0, 0),
+                ("mode", S32, 0, 0),
+                ("submode", S32, 0, 0),
+                ("status", S32, 0, 0),
+                ("cpu", S32, 0, 0),
+            ],
+        ),
+        (
+            "lttng_statedump_interrupt",
+            &[("irq", U32, 0, 0), ("name", STR, 0, 0), ("action", STR, 0, 0)],
+        ),
+    ]
+};
+
+impl TestRegion {
+    /// Registers [`KERNEL_EVENTS`] on the kernel stream, ids 0..24.
+    pub fn register_kernel_events(&mut self) {
+        for (id, (name, fields)) in KERNEL_EVENTS.iter().enumerate() {
+            self.register_flagged(abi::IVT_STREAM_KERNEL, id as u32, name, fields);
+        }
+    }
 }
