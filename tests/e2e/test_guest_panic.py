@@ -27,6 +27,10 @@ ivtrace-loadgen-static --shm /dev/ivtrace --events {n} --threads {threads} --siz
     --json > /tmp/lg.json
 echo "E2E: loadgen rc=$?"
 echo "E2E-LG $(cat /tmp/lg.json)"
+# A panic throws away console output still queued in the tty: drain it first
+# (tcsetattr TCSADRAIN waits until the UART has sent everything, as /init does).
+stty -F /dev/console -echo 2>/dev/null
+sleep 0.2
 echo "<2>E2E-LAST-WORDS {token}" > /dev/kmsg
 echo c > /proc/sysrq-trigger
 sleep 10

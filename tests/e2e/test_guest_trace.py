@@ -29,6 +29,9 @@ MAGIC = 0x5EC0_4D5E_5510_4E21  # host -> guest: "recorder 1 is done"
 
 GUEST_SCRIPT = r"""
 M=/lib/modules/$(uname -r)/extra
+# Kernel lines reach the serial console at once, ours through the tty queue: let the queue
+# drain (tcsetattr TCSADRAIN) before the kernel prints, or its line lands inside ours.
+drain() {{ stty -F /dev/console -echo 2>/dev/null; }}
 echo "<3>E2E-PRINTK {token} before the children" > /dev/kmsg
 ivtwl kids --ms 300 {kids}
 echo "E2E: kids rc=$?"
@@ -36,6 +39,7 @@ ivtrace-loadgen-static --shm /dev/ivtrace --events {m} --threads {threads} --siz
     --json > /tmp/lg1.json
 echo "E2E: loadgen1 rc=$?"
 echo "E2E-LG1 $(cat /tmp/lg1.json)"
+drain
 rmmod ivtrace
 echo "E2E: rmmod1 rc=$?"
 ivtwl hostwait {magic:x} 120
@@ -46,6 +50,7 @@ echo "E2E: reloaded"
 ivtrace-loadgen-static --shm /dev/ivtrace --events {m2} --size {size2} --json > /tmp/lg2.json
 echo "E2E: loadgen2 rc=$?"
 echo "E2E-LG2 $(cat /tmp/lg2.json)"
+drain
 echo "<3>E2E-PRINTK {token} after the reload" > /dev/kmsg
 sleep 0.3
 rmmod ivtrace
