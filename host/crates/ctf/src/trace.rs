@@ -211,6 +211,18 @@ impl CtfWriter {
             .map(|f| f.rel.as_str())
     }
 
+    /// Flushes every stream file's buffer, so a reader of the files sees
+    /// every packet handed over so far (`ivtrace serve` going idle).
+    pub fn flush_streams(&mut self) -> Result<(), CtfError> {
+        for f in self.files.iter_mut().flatten() {
+            f.out.flush().map_err(|source| CtfError::Write {
+                path: f.rel.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
     /// Flushes every stream file and rewrites the metadata.
     pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         for f in self.files.iter_mut().flatten() {

@@ -66,6 +66,12 @@ were already overwritten.
 Example:
   ivtrace snapshot --shm /dev/shm/demo -o /tmp/salvage")]
     Snapshot(SnapshotArgs),
+    /// Be the ivshmem server for QEMU guests and record each into OUTROOT/<name>.
+    #[command(after_help = crate::serve::SERVE_HELP)]
+    Serve(crate::serve::ServeArgs),
+    /// Send a command to a guest (flush, enable/disable groups, mode, statedump) or list guests.
+    #[command(after_help = crate::ctl::CTL_HELP)]
+    Ctl(crate::ctl::CtlArgs),
 }
 
 #[derive(Debug, clap::Args)]

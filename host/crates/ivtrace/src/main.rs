@@ -12,6 +12,8 @@ fn main() {
         Command::Record(a) => ("record failed", record::run(a)),
         Command::Report(a) => ("report failed", report::run(a)),
         Command::Snapshot(a) => ("snapshot failed", snapshot::run(a)),
+        Command::Serve(a) => ("serve failed", ivtrace::serve::run(a)),
+        Command::Ctl(a) => ("ctl failed", ivtrace::ctl::run(a)),
     };
     let code = match result {
         Ok(0) => {

@@ -338,6 +338,22 @@ impl Region {
         }
     }
 
+    /// Relaxed store of a host-owned u32 word (`host_sleeping`, the
+    /// doorbell target, control `cmd`). Does nothing on a read-only region.
+    pub fn store_relaxed_u32(&self, off: u64, v: u32) {
+        if self.access == Access::ReadWrite {
+            self.atomic_u32(off).store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Full (sequentially consistent) fence: the host's half of a Dekker
+    /// handshake (store `host_sleeping`, fence, load `commit_pos`). Pairs
+    /// with the writer's `ivt_full_fence()` between its store of
+    /// `commit_pos` and its load of `host_sleeping` (writer.h).
+    pub fn fence_full(&self) {
+        fence(Ordering::SeqCst);
+    }
+
     /// Acquire fence, for the seqlock-style torn-copy check: orders the
     /// copy before the re-read of `open_seq`. Pairs with the release fence
     /// in ivt_writer_open() (writer.h).

@@ -1,0 +1,190 @@
+//! `ivtrace ctl`: host -> guest control. Either through a running
+//! `ivtrace serve` (its control socket; the guest is kicked on MSI-X vector
+//! 0 and answers at once) or directly on a region file (`--shm`, e.g. an
+//! `ivshmem-plain` guest: the module reads commands every `flush_ms`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use ivtrace_ring::{Access, Region};
+
+use crate::control::{self, Command};
+use crate::session::UserError;
+
+/// `ivtrace ctl --help`, after the options.
+pub const CTL_HELP: &str = "\
+Through a server (--socket, the path `ivtrace serve --socket` listens on): the
+guest's thread posts the command in its region and kicks the guest's MSI-X
+vector 0; the module acts and acknowledges within milliseconds. Directly on a
+region (--shm, e.g. an ivshmem-plain guest or a region no server owns): the
+module reads commands every flush_ms (default 100 ms). The reply shows the
+guest's status (0 or -errno) and the event groups now enabled. One controller
+at a time per region (an exclusive flock on the region file).
+
+Examples:
+  ivtrace ctl --socket /run/ivtrace.sock list
+  ivtrace ctl --socket /run/ivtrace.sock --guest web1 flush
+  ivtrace ctl --socket /run/ivtrace.sock --guest web1 enable syscall,kmem
+  ivtrace ctl --socket /run/ivtrace.sock --guest web1 disable all
+  ivtrace ctl --socket /run/ivtrace.sock --guest web1 mode overwrite
+  ivtrace ctl --shm /dev/shm/guest0 statedump";
+
+/// What `ivtrace ctl` takes (cli.rs embeds it).
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("target").required(true).args(["socket", "ctl_socket", "shm"]))]
+pub struct CtlArgs {
+    /// The `ivtrace serve` socket (its control socket is PATH.ctl).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// The control socket itself, if serve was given --ctl-socket.
+    #[arg(long, value_name = "PATH")]
+    pub ctl_socket: Option<PathBuf>,
+    /// Talk to the region file directly (no server; ivshmem-plain guests).
+    #[arg(long, value_name = "PATH")]
+    pub shm: Option<PathBuf>,
+    /// The guest, as `ivtrace ctl --socket PATH list` names it (optional
+    /// when exactly one guest is connected).
+    #[arg(long, value_name = "NAME")]
+    pub guest: Option<String>,
+    /// Print the reply as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// flush | enable GROUPS | disable GROUPS | mode discard|overwrite |
+    /// statedump | list | status. GROUPS: sched,irq,timer,kmem,syscall,printk or all.
+    #[arg(value_name = "COMMAND", required = true, num_args = 1..=2)]
+    pub command: Vec<String>,
+}
+
+fn print_reply(v: &Value, json_out: bool) -> Result<u64> {
+    if json_out {
+        println!("{v}");
+    }
+    if v.get("ok").and_then(Value::as_bool) != Some(true) {
+        let err = v
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("the server refused the request");
+        bail!("{err}");
+    }
+    if json_out {
+        return Ok(1);
+    }
+    if let Some(gs) = v.get("guests").and_then(Value::as_array) {
+        if gs.is_empty() {
+            println!("no guest has connected");
+        }
+        for g in gs {
+            println!(
+                "{:<16} pid {:<8} {:<10} events {:<10} packets {:<8} doorbells {:<8} clock {} (<= {} ns)  {}",
+                g["name"].as_str().unwrap_or("?"),
+                g["qemu_pid"].as_i64().map_or_else(|| "?".into(), |p| p.to_string()),
+                g["state"].as_str().unwrap_or("?").split(' ').next().unwrap_or("?"),
+                g["events"],
+                g["packets"],
+                g["doorbells"],
+                g["clock_method"].as_str().unwrap_or("-"),
+                g["clock_error_ns"],
+                g["traces"].as_array().and_then(|t| t.last()).and_then(Value::as_str).unwrap_or("")
+            );
+        }
+        return Ok(gs.len().max(1) as u64);
+    }
+    if let Some(g) = v.get("guest").filter(|g| g.is_object()) {
+        println!("{}", serde_json::to_string_pretty(g)?);
+        return Ok(1);
+    }
+    println!(
+        "guest {}: `{}` acknowledged (#{}, status {} = {}) in {:.0} us; groups enabled: {}",
+        v["guest"].as_str().unwrap_or("?"),
+        v["command"].as_str().unwrap_or("?"),
+        v["seq"],
+        v["ack_status"],
+        v["ack_status_name"].as_str().unwrap_or("?"),
+        v["latency_us"].as_f64().unwrap_or(0.0),
+        v["groups_enabled_names"]
+            .as_array()
+            .map(|a| a
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(","))
+            .unwrap_or_default()
+    );
+    Ok(1)
+}
+
+fn via_socket(path: &PathBuf, req: Value) -> Result<Value> {
+    let conn = UnixStream::connect(path).map_err(|e| UserError {
+        message: format!("cannot connect to {}: {e}", path.display()),
+        hint: "is `ivtrace serve` running? its control socket is the --socket path plus .ctl"
+            .into(),
+    })?;
+    conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut w = &conn;
+    writeln!(w, "{req}")?;
+    let mut line = String::new();
+    BufReader::new(&conn)
+        .read_line(&mut line)
+        .context("no reply from the server")?;
+    serde_json::from_str(&line).context("the server's reply is not JSON")
+}
+
+fn direct(shm: &PathBuf, cmd: Command, words: &[String]) -> Result<Value> {
+    let region = Region::open(shm, Access::ReadWrite)
+        .with_context(|| format!("cannot use region {}", shm.display()))?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(shm)
+        .with_context(|| format!("cannot open {}", shm.display()))?;
+    let timeout = control::ack_timeout(&region, false);
+    let a = control::send(&region, &file, cmd, &|| {}, timeout)?;
+    Ok(json!({
+        "ok": a.status == 0,
+        "guest": shm.display().to_string(),
+        "command": words.join(" "),
+        "seq": a.seq,
+        "ack_status": a.status,
+        "ack_status_name": if a.status == 0 { "ok" } else if a.status == -22 { "EINVAL" } else { "error" },
+        "groups_enabled": a.groups_enabled,
+        "groups_enabled_names": control::group_names(a.groups_enabled),
+        "latency_us": a.latency.as_secs_f64() * 1e6,
+        "error": (a.status != 0).then(|| format!("the guest refused the command: {}", a.status)),
+    }))
+}
+
+/// Runs `ivtrace ctl`. Returns 1 (something was done) or an error.
+pub fn run(args: &CtlArgs) -> Result<u64> {
+    let words = &args.command;
+    let verb = words.first().map(String::as_str).unwrap_or("");
+    if let Some(shm) = &args.shm {
+        if matches!(verb, "list" | "status") {
+            bail!("`{verb}` needs a server (--socket); with --shm, send a command");
+        }
+        let cmd = Command::parse(words)?;
+        return print_reply(&direct(shm, cmd, words)?, args.json);
+    }
+    let path = args
+        .ctl_socket
+        .clone()
+        .or_else(|| {
+            args.socket
+                .as_ref()
+                .map(|s| crate::serve::default_ctl_path(s))
+        })
+        .expect("clap requires a target");
+    let req = match verb {
+        "list" => json!({"op": "list"}),
+        "status" => json!({"op": "status", "guest": args.guest}),
+        _ => {
+            Command::parse(words)?; // say what is wrong before asking
+            json!({"op": "control", "guest": args.guest, "command": words})
+        }
+    };
+    print_reply(&via_socket(&path, req)?, args.json)
+}

@@ -1,0 +1,501 @@
+//! `DIR/host/`: a CTF 1.8 trace of host-side events on the host time base
+//! ([`crate::timebase`]: CLOCK_MONOTONIC shifted onto CLOCK_REALTIME), so
+//! `babeltrace2 DIR` interleaves them with the guest's streams, whose
+//! clocks map guest ticks onto the same base.
+//!
+//! Two stream classes:
+//! - 0, `host kernel`: per-CPU streams of tracefs events (sched_switch of
+//!   the QEMU vCPU threads, kvm_exit/kvm_entry/kvm_hypercall), with an
+//!   LTTng-style `_tid` event context and `cpu_id` in the packet context;
+//! - 1, `ivtrace`: what `ivtrace serve` itself observed (doorbells
+//!   received, packets delivered, clock sync points, control commands).
+//!
+//! Every integer is byte-aligned (`align = 8`), so packets need no padding;
+//! the clock counts nanoseconds (`freq = 1e9`, offset 0, absolute). The
+//! metadata is written once, up front, with every event class, and stream
+//! files only ever receive whole packets: a process killed mid-run leaves
+//! a valid trace of everything written before.
+
+use std::fmt::Write as _;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use ivtrace_ctf::tsdl::escape;
+use ivtrace_ctf::EnvValue;
+
+/// Packet magic (CTF's).
+const CTF_MAGIC: u32 = 0xC1FC_1FC1;
+/// Bytes of packet header + context.
+pub const PACKET_HDR: usize = 4 + 4 + 8 + 8 * 6 + 4;
+/// A packet is written once its content reaches this size.
+const PACKET_TARGET: usize = 64 << 10;
+
+/// Stream class of host kernel (tracefs) events.
+pub const STREAM_KERNEL: u32 = 0;
+/// Stream class of ivtrace's own host events.
+pub const STREAM_IVTRACE: u32 = 1;
+
+/// A payload field type (byte-packed, little-endian).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HType {
+    U8,
+    U16,
+    U32,
+    U64,
+    S8,
+    S16,
+    S32,
+    S64,
+    /// Exactly N bytes of NUL-padded text (`char comm[16]`).
+    Chars(u32),
+    /// NUL-terminated text.
+    Str,
+}
+
+impl HType {
+    /// An integer type of `size` bytes.
+    pub fn int(size: usize, signed: bool) -> Option<HType> {
+        Some(match (size, signed) {
+            (1, false) => HType::U8,
+            (2, false) => HType::U16,
+            (4, false) => HType::U32,
+            (8, false) => HType::U64,
+            (1, true) => HType::S8,
+            (2, true) => HType::S16,
+            (4, true) => HType::S32,
+            (8, true) => HType::S64,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HField {
+    pub name: String,
+    pub ty: HType,
+    pub hex: bool,
+}
+
+impl HField {
+    pub fn new(name: &str, ty: HType) -> HField {
+        HField {
+            name: name.into(),
+            ty,
+            hex: false,
+        }
+    }
+    pub fn hex(name: &str, ty: HType) -> HField {
+        HField {
+            name: name.into(),
+            ty,
+            hex: true,
+        }
+    }
+}
+
+/// One event class of the host trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HClass {
+    pub id: u32,
+    pub name: String,
+    pub stream_class: u32,
+    pub fields: Vec<HField>,
+}
+
+/// Payload encoder for one event (fields in class order).
+#[derive(Debug, Default)]
+pub struct Payload(pub Vec<u8>);
+
+impl Payload {
+    pub fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
+    pub fn u16(mut self, v: u16) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u32(mut self, v: u32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u64(mut self, v: u64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn i32(mut self, v: i32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn i64(mut self, v: i64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+}
+
+struct HStream {
+    class: u32,
+    instance: u64,
+    cpu: u32,
+    path: PathBuf,
+    file: File,
+    content: Vec<u8>,
+    ts_begin: u64,
+    last_ts: u64,
+    events_in_packet: u64,
+    /// Running count of events lost (CTF `events_discarded`).
+    discarded: u64,
+    seq: u64,
+    events: u64,
+}
+
+/// A host trace being written.
+pub struct HostTrace {
+    dir: PathBuf,
+    classes: Vec<HClass>,
+    streams: Vec<HStream>,
+    metadata: String,
+}
+
+/// What the trace says about itself.
+pub struct HostTraceDesc<'a> {
+    pub hostname: &'a str,
+    pub trace_name: &'a str,
+    /// Error of the host time base itself (precision, ns).
+    pub error_ns: u64,
+    pub env: Vec<(String, EnvValue)>,
+}
+
+fn random_uuid() -> String {
+    let mut b = [0u8; 16];
+    if File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        // No randomness: time and pid still make it unique enough.
+        let t = crate::timebase::realtime_ns().to_le_bytes();
+        b[..8].copy_from_slice(&t);
+        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    ivtrace_ring::region::format_uuid(&b)
+}
+
+fn int_decl(bits: u32, signed: bool, base: u32) -> String {
+    format!("integer {{ size = {bits}; align = 8; signed = {signed}; base = {base}; }}")
+}
+
+fn field_decl(t: &mut String, f: &HField) {
+    let base = if f.hex { 16 } else { 10 };
+    let name = &f.name;
+    let _ = match f.ty {
+        HType::U8 => writeln!(t, "\t\t{} _{name};", int_decl(8, false, base)),
+        HType::U16 => writeln!(t, "\t\t{} _{name};", int_decl(16, false, base)),
+        HType::U32 => writeln!(t, "\t\t{} _{name};", int_decl(32, false, base)),
+        HType::U64 => writeln!(t, "\t\t{} _{name};", int_decl(64, false, base)),
+        HType::S8 => writeln!(t, "\t\t{} _{name};", int_decl(8, true, base)),
+        HType::S16 => writeln!(t, "\t\t{} _{name};", int_decl(16, true, base)),
+        HType::S32 => writeln!(t, "\t\t{} _{name};", int_decl(32, true, base)),
+        HType::S64 => writeln!(t, "\t\t{} _{name};", int_decl(64, true, base)),
+        HType::Chars(n) => writeln!(
+            t,
+            "\t\tinteger {{ size = 8; align = 8; signed = false; encoding = UTF8; }} _{name}[{n}];"
+        ),
+        HType::Str => writeln!(t, "\t\tstring _{name};"),
+    };
+}
+
+/// TSDL for the host trace.
+pub fn metadata(desc: &HostTraceDesc, uuid: &str, classes: &[HClass]) -> String {
+    let mut t = String::from("/* CTF 1.8 */\n\n");
+    t.push_str(
+        "typealias integer { size = 8; align = 8; signed = false; } := h_u8;\n\
+         typealias integer { size = 32; align = 8; signed = false; } := h_u32;\n\
+         typealias integer { size = 64; align = 8; signed = false; } := h_u64;\n\n",
+    );
+    let _ = write!(
+        t,
+        "trace {{\n\tmajor = 1;\n\tminor = 8;\n\tuuid = \"{uuid}\";\n\tbyte_order = le;\n\
+         \tpacket.header := struct {{\n\t\th_u32 magic;\n\t\th_u32 stream_id;\n\
+         \t\th_u64 stream_instance_id;\n\t}};\n}};\n\n"
+    );
+    // LTTng-kernel-style env (Trace Compass keys on domain/tracer_name).
+    t.push_str("env {\n");
+    let _ = writeln!(t, "\thostname = \"{}\";", escape(desc.hostname));
+    t.push_str("\tdomain = \"kernel\";\n\ttracer_name = \"lttng-modules\";\n");
+    t.push_str("\ttracer_major = 2;\n\ttracer_minor = 13;\n");
+    let _ = writeln!(t, "\ttrace_name = \"{}\";", escape(desc.trace_name));
+    let _ = writeln!(
+        t,
+        "\ttrace_creation_datetime = \"{}\";",
+        crate::session::creation_datetime(std::time::SystemTime::now())
+    );
+    t.push_str("\tivtrace_host_trace = 1;\n");
+    for (k, v) in &desc.env {
+        let key: String = k
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let _ = match v {
+            EnvValue::Str(s) => writeln!(t, "\t{key} = \"{}\";", escape(s)),
+            EnvValue::Int(i) => writeln!(t, "\t{key} = {i};"),
+        };
+    }
+    t.push_str("};\n\n");
+    let _ = write!(
+        t,
+        "clock {{\n\tname = \"ivt_host\";\n\tuuid = \"{}\";\n\
+         \tdescription = \"host CLOCK_MONOTONIC on the CLOCK_REALTIME base (ivtrace host time)\";\n\
+         \tfreq = 1000000000;\n\tprecision = {};\n\toffset_s = 0;\n\toffset = 0;\n\tabsolute = TRUE;\n}};\n\n",
+        random_uuid(),
+        desc.error_ns.max(1)
+    );
+    t.push_str(
+        "typealias integer { size = 64; align = 8; signed = false; map = clock.ivt_host.value; } := h_clock_t;\n\n",
+    );
+    for (id, ctx) in [
+        (
+            STREAM_KERNEL,
+            "\tevent.context := struct {\n\t\tinteger { size = 32; align = 8; signed = true; } _tid;\n\t};\n",
+        ),
+        (STREAM_IVTRACE, ""),
+    ] {
+        let _ = write!(
+            t,
+            "stream {{\n\tid = {id};\n\tpacket.context := struct {{\n\
+             \t\th_clock_t timestamp_begin;\n\t\th_clock_t timestamp_end;\n\
+             \t\th_u64 content_size;\n\t\th_u64 packet_size;\n\t\th_u64 packet_seq_num;\n\
+             \t\th_u64 events_discarded;\n\t\th_u32 cpu_id;\n\t}};\n\
+             \tevent.header := struct {{\n\t\th_u32 id;\n\t\th_clock_t timestamp;\n\t}};\n{ctx}}};\n\n"
+        );
+    }
+    for c in classes {
+        let _ = write!(
+            t,
+            "event {{\n\tname = \"{}\";\n\tid = {};\n\tstream_id = {};\n\tfields := struct {{\n",
+            escape(&c.name),
+            c.id,
+            c.stream_class
+        );
+        for f in &c.fields {
+            field_decl(&mut t, f);
+        }
+        t.push_str("\t};\n};\n\n");
+    }
+    t
+}
+
+impl HostTrace {
+    /// Creates `dir` (must not exist) and writes its metadata.
+    pub fn create(dir: &Path, desc: &HostTraceDesc, classes: Vec<HClass>) -> Result<HostTrace> {
+        fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let text = metadata(desc, &random_uuid(), &classes);
+        ivtrace_ctf::trace::write_atomically(dir, "metadata", text.as_bytes())?;
+        Ok(HostTrace {
+            dir: dir.to_path_buf(),
+            classes,
+            streams: Vec::new(),
+            metadata: text,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn metadata_text(&self) -> &str {
+        &self.metadata
+    }
+
+    pub fn class(&self, id: u32) -> Option<&HClass> {
+        self.classes.iter().find(|c| c.id == id)
+    }
+
+    /// Adds a stream file `name` (host-chosen, e.g. `host_cpu3`).
+    pub fn add_stream(&mut self, stream_class: u32, cpu: u32, name: &str) -> Result<usize> {
+        let path = self.dir.join(name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        self.streams.push(HStream {
+            class: stream_class,
+            instance: self.streams.len() as u64,
+            cpu,
+            path,
+            file,
+            content: Vec::with_capacity(PACKET_TARGET + 256),
+            ts_begin: 0,
+            last_ts: 0,
+            events_in_packet: 0,
+            discarded: 0,
+            seq: 0,
+            events: 0,
+        });
+        Ok(self.streams.len() - 1)
+    }
+
+    /// Appends one event. `tid` is the event context of stream class 0
+    /// (ignored for class 1). Timestamps are clamped to be monotonic
+    /// within the stream.
+    pub fn event(
+        &mut self,
+        stream: usize,
+        class_id: u32,
+        ts: u64,
+        tid: i32,
+        payload: &[u8],
+    ) -> Result<()> {
+        let s = &mut self.streams[stream];
+        let ts = ts.max(s.last_ts);
+        if s.events_in_packet == 0 {
+            s.ts_begin = ts;
+        }
+        s.last_ts = ts;
+        s.content.extend_from_slice(&class_id.to_le_bytes());
+        s.content.extend_from_slice(&ts.to_le_bytes());
+        if s.class == STREAM_KERNEL {
+            s.content.extend_from_slice(&tid.to_le_bytes());
+        }
+        s.content.extend_from_slice(payload);
+        s.events_in_packet += 1;
+        s.events += 1;
+        if s.content.len() >= PACKET_TARGET {
+            Self::write_packet(s)?;
+        }
+        Ok(())
+    }
+
+    /// Counts `n` events lost on `stream` (shown by the next packet).
+    pub fn discarded(&mut self, stream: usize, n: u64) {
+        let s = &mut self.streams[stream];
+        s.discarded = s.discarded.saturating_add(n);
+    }
+
+    /// Events written so far on `stream`.
+    pub fn events(&self, stream: usize) -> u64 {
+        self.streams[stream].events
+    }
+
+    fn write_packet(s: &mut HStream) -> Result<()> {
+        if s.events_in_packet == 0 {
+            return Ok(());
+        }
+        let bits = ((PACKET_HDR + s.content.len()) * 8) as u64;
+        let mut p = Vec::with_capacity(PACKET_HDR + s.content.len());
+        p.extend_from_slice(&CTF_MAGIC.to_le_bytes());
+        p.extend_from_slice(&s.class.to_le_bytes());
+        p.extend_from_slice(&s.instance.to_le_bytes());
+        p.extend_from_slice(&s.ts_begin.to_le_bytes());
+        p.extend_from_slice(&s.last_ts.to_le_bytes());
+        p.extend_from_slice(&bits.to_le_bytes());
+        p.extend_from_slice(&bits.to_le_bytes());
+        p.extend_from_slice(&s.seq.to_le_bytes());
+        p.extend_from_slice(&s.discarded.to_le_bytes());
+        p.extend_from_slice(&s.cpu.to_le_bytes());
+        debug_assert_eq!(p.len(), PACKET_HDR);
+        p.extend_from_slice(&s.content);
+        s.file
+            .write_all(&p)
+            .with_context(|| format!("cannot write {}", s.path.display()))?;
+        s.content.clear();
+        s.events_in_packet = 0;
+        s.seq += 1;
+        Ok(())
+    }
+
+    /// Writes every open packet (so readers see everything so far).
+    pub fn flush(&mut self) -> Result<()> {
+        for s in &mut self.streams {
+            Self::write_packet(s)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and closes. Streams that never got an event are removed
+    /// (babeltrace2 reads an empty stream file as an error-free nothing,
+    /// but nobody needs it). Returns the events written per stream.
+    pub fn finish(mut self) -> Result<Vec<u64>> {
+        self.flush()?;
+        let mut counts = Vec::new();
+        for s in &self.streams {
+            if s.seq == 0 {
+                let _ = fs::remove_file(&s.path);
+            }
+            counts.push(s.events);
+        }
+        Ok(counts)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packets_and_metadata_are_consistent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let classes = vec![
+            HClass {
+                id: 0,
+                name: "ivtrace_doorbell_received".into(),
+                stream_class: STREAM_IVTRACE,
+                fields: vec![
+                    HField::new("count", HType::U64),
+                    HField::new("total", HType::U64),
+                ],
+            },
+            HClass {
+                id: 100,
+                name: "sched_switch".into(),
+                stream_class: STREAM_KERNEL,
+                fields: vec![
+                    HField::new("prev_comm", HType::Chars(16)),
+                    HField::new("prev_tid", HType::S32),
+                    HField::new("s", HType::Str),
+                ],
+            },
+        ];
+        let desc = HostTraceDesc {
+            hostname: "h",
+            trace_name: "t",
+            error_ns: 5,
+            env: vec![("ivtrace_x".into(), EnvValue::Int(1))],
+        };
+        let dir = tmp.path().join("host");
+        let mut t = HostTrace::create(&dir, &desc, classes).unwrap();
+        let a = t.add_stream(STREAM_IVTRACE, 0, "ivtrace_host").unwrap();
+        let b = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
+        let _unused = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();
+        t.event(a, 0, 10, 0, &Payload::default().u64(1).u64(1).0)
+            .unwrap();
+        let mut comm = [0u8; 16];
+        comm[..4].copy_from_slice(b"qemu");
+        let mut p = comm.to_vec();
+        p.extend_from_slice(&5i32.to_le_bytes());
+        p.extend_from_slice(b"hi\0");
+        t.event(b, 100, 7, 42, &p).unwrap();
+        t.discarded(b, 3);
+        t.event(b, 100, 5, 42, &p).unwrap(); // clamped to 7
+        assert_eq!(t.finish().unwrap(), vec![1, 2, 0]);
+        let f = fs::read(dir.join("host_cpu1")).unwrap();
+        assert_eq!(f.len(), PACKET_HDR + 2 * (12 + 4 + 16 + 4 + 3));
+        assert_eq!(u64::from_le_bytes(f[16..24].try_into().unwrap()), 7);
+        assert_eq!(u64::from_le_bytes(f[56..64].try_into().unwrap()), 3);
+        assert!(!dir.join("host_cpu2").exists());
+        let m = fs::read_to_string(dir.join("metadata")).unwrap();
+        assert!(m.contains("name = \"sched_switch\";") && m.contains("_tid;"));
+        assert!(m.contains("absolute = TRUE;") && m.contains("ivtrace_x = 1;"));
+    }
+}

@@ -1,0 +1,186 @@
+//! The server side of the control socket (`PATH.ctl`, mode 0600): one JSON
+//! request line, one JSON reply line, then the connection closes.
+//!
+//! ```text
+//! {"op":"list"}
+//! {"op":"status","guest":"web1"}
+//! {"op":"control","guest":"web1","command":["enable","sched,irq"]}
+//! -> {"ok":true,...}  |  {"ok":false,"error":"..."}
+//! ```
+//!
+//! `guest` may be left out when exactly one guest is recording. The guest's
+//! own thread posts the command in its region and kicks the guest, so
+//! commands never race with its other uses of the region.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::control::{self, Command};
+use crate::serve::guest::Request;
+use crate::serve::Registry;
+
+/// Longest wait for a request line, and for the guest thread's answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
+
+fn errno_name(e: i32) -> &'static str {
+    match -e {
+        0 => "ok",
+        1 => "EPERM",
+        12 => "ENOMEM",
+        16 => "EBUSY",
+        19 => "ENODEV",
+        22 => "EINVAL",
+        28 => "ENOSPC",
+        95 => "EOPNOTSUPP",
+        _ => "error",
+    }
+}
+
+/// Handles one control connection (its own short-lived thread).
+pub fn handle(conn: UnixStream, registry: &Registry) {
+    let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
+    let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
+    let mut line = String::new();
+    let reply = match BufReader::new(&conn).take_line(&mut line) {
+        Ok(()) => match serde_json::from_str::<Value>(&line) {
+            Ok(req) => answer(&req, registry),
+            Err(e) => json!({"ok": false, "error": format!("bad request: {e}")}),
+        },
+        Err(e) => json!({"ok": false, "error": format!("no request: {e}")}),
+    };
+    let mut w = &conn;
+    let _ = writeln!(w, "{reply}");
+}
+
+trait TakeLine {
+    fn take_line(self, s: &mut String) -> std::io::Result<()>;
+}
+
+impl<R: std::io::Read> TakeLine for BufReader<R> {
+    fn take_line(self, s: &mut String) -> std::io::Result<()> {
+        // Bounded: a request is a few hundred bytes.
+        let mut limited = std::io::Read::take(self, 64 << 10);
+        BufReader::new(&mut limited).read_line(s).map(|_| ())
+    }
+}
+
+fn answer(req: &Value, registry: &Registry) -> Value {
+    let op = req.get("op").and_then(Value::as_str).unwrap_or("");
+    if op == "list" {
+        return list(registry);
+    }
+    let want = req.get("guest").and_then(Value::as_str);
+    let (name, tx) = {
+        let guests = registry.guests.lock().expect("lock");
+        let live: Vec<_> = guests.iter().filter(|g| !g.finished()).collect();
+        let found = match want {
+            Some(n) => live.iter().find(|g| g.name == n).copied(),
+            None if live.len() == 1 => Some(live[0]),
+            None => None,
+        };
+        let Some(g) = found else {
+            let names: Vec<&str> = live.iter().map(|g| g.name.as_str()).collect();
+            return json!({"ok": false, "error": match want {
+                Some(n) => format!("no live guest named `{n}` (live: {})", names.join(", ")),
+                None => format!("{} live guests: name one with --guest ({})", names.len(), names.join(", ")),
+            }});
+        };
+        let _ = g.wake.write(1);
+        (
+            g.name.clone(),
+            (g.requests.clone(), std::sync::Arc::clone(&g.wake)),
+        )
+    };
+    let (requests, wake) = tx;
+    match op {
+        "status" => {
+            let (rtx, rrx) = mpsc::channel();
+            if requests.send(Request::Status { reply: rtx }).is_err() {
+                return json!({"ok": false, "error": format!("guest `{name}` has finished")});
+            }
+            let _ = wake.write(1);
+            match rrx.recv_timeout(REPLY_TIMEOUT) {
+                Ok(s) => json!({"ok": true, "guest": s}),
+                Err(_) => json!({"ok": false, "error": format!("guest `{name}` did not answer")}),
+            }
+        }
+        "control" => {
+            let words: Vec<String> = req
+                .get("command")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(String::from))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let cmd = match Command::parse(&words) {
+                Ok(c) => c,
+                Err(e) => return json!({"ok": false, "error": format!("{e:#}")}),
+            };
+            let (rtx, rrx) = mpsc::channel();
+            if requests.send(Request::Control { cmd, reply: rtx }).is_err() {
+                return json!({"ok": false, "error": format!("guest `{name}` has finished")});
+            }
+            let _ = wake.write(1);
+            match rrx.recv_timeout(REPLY_TIMEOUT) {
+                Ok(Ok(a)) => json!({
+                    "ok": a.status == 0,
+                    "guest": name,
+                    "command": words.join(" "),
+                    "seq": a.seq,
+                    "ack_status": a.status,
+                    "ack_status_name": errno_name(a.status),
+                    "groups_enabled": a.groups_enabled,
+                    "groups_enabled_names": control::group_names(a.groups_enabled),
+                    "latency_us": a.latency.as_secs_f64() * 1e6,
+                    "error": (a.status != 0).then(|| format!(
+                        "the guest refused the command: {} ({})", a.status, errno_name(a.status))),
+                }),
+                Ok(Err(e)) => json!({"ok": false, "guest": name, "error": e}),
+                Err(_) => {
+                    json!({"ok": false, "guest": name, "error": "the guest thread did not answer in time"})
+                }
+            }
+        }
+        _ => json!({"ok": false, "error": format!("unknown op `{op}` (list, status, control)")}),
+    }
+}
+
+fn list(registry: &Registry) -> Value {
+    // Fresh numbers from live guests, the last known state of the others.
+    let entries: Vec<_> = {
+        let guests = registry.guests.lock().expect("lock");
+        guests
+            .iter()
+            .map(|g| {
+                (
+                    g.finished(),
+                    g.requests.clone(),
+                    std::sync::Arc::clone(&g.wake),
+                    std::sync::Arc::clone(&g.status),
+                )
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (finished, requests, wake, status) in entries {
+        let mut s = status.lock().map(|s| s.clone()).unwrap_or_default();
+        if !finished {
+            let (rtx, rrx) = mpsc::channel();
+            if requests.send(Request::Status { reply: rtx }).is_ok() {
+                let _ = wake.write(1);
+                if let Ok(fresh) = rrx.recv_timeout(REPLY_TIMEOUT) {
+                    s = fresh;
+                }
+            }
+        }
+        out.push(serde_json::to_value(s).unwrap_or(Value::Null));
+    }
+    json!({"ok": true, "guests": out})
+}

@@ -1,0 +1,523 @@
+//! `ivtrace serve`: the ivshmem server (Debian ships none) and the
+//! recorder of every guest that connects.
+//!
+//! The main thread listens on the server socket (QEMU's
+//! `-chardev socket,path=PATH -device ivshmem-doorbell,chardev=..,vectors=N`)
+//! and on a control socket (`PATH.ctl`, for `ivtrace ctl`). Each accepted
+//! connection gets its own region file in /dev/shm (sized to a power of
+//! two; `ivtrace snapshot` can salvage it if the server itself dies), its
+//! own eventfds, the protocol handshake ([`proto`]), and its own thread
+//! ([`guest`]) that records it into `OUTROOT/<name>`: the name comes from
+//! the peer's QEMU `-name` (pid from SO_PEERCRED, then /proc/PID/cmdline),
+//! else `guest<N>`. Guests never share state; one that misbehaves or dies
+//! only ends its own recording. SIGINT/SIGTERM stop every guest, each
+//! finalizing its trace, then remove the sockets.
+//!
+//! Both sockets are created mode 0600 (umask while binding): only the
+//! owner (normally root, who runs QEMU) may connect. A path where a server
+//! still answers is refused; a stale socket file (nobody listening) is
+//! replaced; anything else at the path is refused.
+
+pub mod ctlsock;
+pub mod guest;
+pub mod proto;
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+
+use ivtrace_ctf::Sidecar;
+
+use crate::session::UserError;
+
+/// `ivtrace serve --help`, after the options.
+pub const SERVE_HELP: &str = "\
+Speaks the ivshmem server protocol (Debian ships no ivshmem-server) and records
+every QEMU that connects. Each connection gets its own region file in --shm-dir
+(sized to a power of two), its own eventfds (guest id 0, host id 1) and its own
+trace directory OUTROOT/<name>, named after QEMU's -name (else guest<N>; a
+taken name gets -2, -3...). The guest loads ivtrace.ko, which formats the
+region; serve then drains it, sleeping on the guest's doorbell when idle (zero
+doorbells per event: the guest rings only when it completes a packet while the
+host sleeps), keeps the guest clock mapped to host time (KVM debugfs, else a
+ping-pong through the region) and writes DIR/host/ (what serve saw: doorbells
+received, packets delivered, clock sync points; --host-events adds host
+kernel events). A guest that exits, is killed or misbehaves only ends its own
+trace, which is finalized. Ctrl-C/SIGTERM finalize every trace and exit.
+Sockets are created mode 0600; a live socket path is refused, a stale one
+replaced.
+
+Examples:
+  ivtrace serve --socket /run/ivtrace.sock -o /var/tmp/traces &
+  qemu-system-x86_64 -name web1,debug-threads=on ... \\
+      -chardev socket,id=ivt,path=/run/ivtrace.sock \\
+      -device ivshmem-doorbell,chardev=ivt,vectors=2
+  # in the guest: insmod ivtrace.ko
+  ivtrace ctl --socket /run/ivtrace.sock list
+  ivtrace ctl --socket /run/ivtrace.sock --guest web1 enable syscall
+  babeltrace2 /var/tmp/traces/web1          # guest and host on one timeline
+
+Output per guest:
+  OUTROOT/<name>/kernel, user    CTF traces of the guest (clock mapped to host time)
+  OUTROOT/<name>/host            CTF trace of host events, same time base
+  OUTROOT/<name>/ivtrace.json    summary: notification (doorbells vs packets),
+                                 clock_sync (method, error bound), delivery latency";
+
+/// What `ivtrace serve` takes (cli.rs embeds it).
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The server socket QEMU connects to (`-chardev socket,path=PATH`).
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// Root of the per-guest trace directories: OUTROOT/<guest name>.
+    #[arg(short = 'o', long = "output", value_name = "OUTROOT")]
+    pub output: PathBuf,
+    /// Region size per guest (a power of two; other sizes are rounded up), e.g. 16M, 1G.
+    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
+    pub size: u64,
+    /// Interrupt vectors per direction; match QEMU's `ivshmem-doorbell,vectors=N`.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub vectors: u32,
+    /// Control socket for `ivtrace ctl` [default: PATH.ctl].
+    #[arg(long, value_name = "PATH")]
+    pub ctl_socket: Option<PathBuf>,
+    /// Directory of the region files (tmpfs, so QEMU's mapping is shared memory).
+    #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
+    pub shm_dir: PathBuf,
+    /// Keep each guest's region file after its trace is finalized.
+    #[arg(long)]
+    pub keep_shm: bool,
+    /// Seconds between clock sync bursts (ping-pong through the region).
+    #[arg(long, value_name = "S", default_value_t = 5.0)]
+    pub sync_interval: f64,
+    /// Also record host events into OUTROOT/<name>/host: sched_switch of the
+    /// guest's vCPU threads, kvm_exit/kvm_entry/kvm_hypercall (needs tracefs, root).
+    #[arg(long)]
+    pub host_events: bool,
+    /// Stop after this many seconds (fractions allowed).
+    #[arg(long, value_name = "S")]
+    pub duration: Option<f64>,
+    /// Print each guest's summary as one JSON object per line on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `64M`, `1G`, `65536`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (s, 0),
+        Some((i, _)) => {
+            let unit = s[i..]
+                .trim_end_matches(['B', 'b', 'i'])
+                .to_ascii_uppercase();
+            let shift = match unit.as_str() {
+                "" => 0,
+                "K" => 10,
+                "M" => 20,
+                "G" => 30,
+                _ => return Err(format!("unknown size unit in `{s}` (use K, M or G)")),
+            };
+            (&s[..i], shift)
+        }
+    };
+    let n: u64 = num.parse().map_err(|_| format!("bad size `{s}`"))?;
+    n.checked_shl(shift)
+        .filter(|v| v >> shift == n)
+        .ok_or_else(|| format!("size `{s}` is too large"))
+}
+
+/// Settings every guest thread shares.
+pub struct ServeConfig {
+    pub outroot: PathBuf,
+    pub shm_dir: PathBuf,
+    pub size: u64,
+    pub vectors: u32,
+    pub keep_shm: bool,
+    pub sync_interval: Duration,
+    pub host_events: bool,
+    pub json: bool,
+    /// Longest sleep without a doorbell (catches a region closed while
+    /// the host slept, and anything else that does not ring).
+    pub safety_timeout: Duration,
+    print: Mutex<()>,
+}
+
+impl ServeConfig {
+    /// Prints a finished guest's summary (serialized between guests).
+    pub fn report(&self, sidecar: &Sidecar, doc: &serde_json::Value, out: &Path) {
+        let _g = self.print.lock();
+        if self.json {
+            if let Ok(line) = serde_json::to_string(doc) {
+                let mut o = io::stdout().lock();
+                let _ = writeln!(o, "{line}");
+                let _ = o.flush();
+            }
+        } else {
+            let _ = crate::summary::print(sidecar, out, false);
+        }
+    }
+}
+
+/// This host's name (for the host trace's env).
+pub fn host_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
+}
+
+/// One guest as the registry knows it.
+pub struct GuestEntry {
+    pub id: u64,
+    pub name: String,
+    pub requests: mpsc::Sender<guest::Request>,
+    pub wake: Arc<EventFd>,
+    pub status: Arc<Mutex<guest::GuestStatus>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl GuestEntry {
+    pub fn finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
+    }
+    fn wake(&self) {
+        let _ = self.wake.write(1);
+    }
+}
+
+/// Every guest of this server.
+#[derive(Default)]
+pub struct Registry {
+    pub guests: Mutex<Vec<GuestEntry>>,
+}
+
+/// Binds `path` mode 0600, refusing a live server and non-sockets,
+/// replacing a stale socket.
+pub fn bind_socket(path: &Path) -> Result<UnixListener> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => match UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(UserError {
+                    message: format!("{} is in use: a server is listening there", path.display()),
+                    hint: "stop that server first, or choose another --socket path".into(),
+                }
+                .into())
+            }
+            Err(_) => {
+                fs::remove_file(path)
+                    .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+                eprintln!("ivtrace serve: replaced stale socket {}", path.display());
+            }
+        },
+        Ok(_) => {
+            return Err(UserError {
+                message: format!("{} exists and is not a socket", path.display()),
+                hint: "choose another --socket path (serve never deletes other files)".into(),
+            }
+            .into())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", path.display())),
+    }
+    // The socket file takes the umask's permissions at bind time: set
+    // 0177 around bind so it is born 0600 (no window where others may
+    // connect). Single-threaded here: nothing else creates files now.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let res = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    res.with_context(|| format!("cannot listen on {}", path.display()))
+}
+
+/// The default control socket of a server socket.
+pub fn default_ctl_path(socket: &Path) -> PathBuf {
+    let mut s = socket.as_os_str().to_owned();
+    s.push(".ctl");
+    PathBuf::from(s)
+}
+
+/// Runs `ivtrace serve`. Returns the number of guests served.
+pub fn run(args: &ServeArgs) -> Result<u64> {
+    if args.size < ivtrace_ring::abi::IVT_REGION_MIN {
+        bail!(
+            "--size {} is below the smallest region ({} bytes)",
+            args.size,
+            ivtrace_ring::abi::IVT_REGION_MIN
+        );
+    }
+    let size = args.size.next_power_of_two();
+    if size != args.size {
+        eprintln!(
+            "ivtrace serve: --size {} is not a power of two (QEMU requires one): using {size}",
+            args.size
+        );
+    }
+    fs::create_dir_all(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let ctl_path = args
+        .ctl_socket
+        .clone()
+        .unwrap_or_else(|| default_ctl_path(&args.socket));
+    let listener = bind_socket(&args.socket)?;
+    let ctl_listener = match bind_socket(&ctl_path) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = fs::remove_file(&args.socket);
+            return Err(e);
+        }
+    };
+    listener.set_nonblocking(true)?;
+    ctl_listener.set_nonblocking(true)?;
+    crate::timebase::base(); // measure the host time base now
+
+    let cfg = Arc::new(ServeConfig {
+        outroot: args.output.clone(),
+        shm_dir: args.shm_dir.clone(),
+        size,
+        vectors: args.vectors,
+        keep_shm: args.keep_shm,
+        sync_interval: Duration::from_secs_f64(args.sync_interval.clamp(0.1, 3600.0)),
+        host_events: args.host_events,
+        json: args.json,
+        safety_timeout: Duration::from_secs(1),
+        print: Mutex::new(()),
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sig_read, sig_write) = UnixStream::pair().context("socketpair")?;
+    sig_read.set_nonblocking(true)?;
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::low_level::pipe::register(sig, sig_write.try_clone()?)
+            .context("cannot install signal handlers")?;
+    }
+    let registry = Arc::new(Registry::default());
+    let deadline = args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    eprintln!(
+        "ivtrace serve: listening on {} (control: {}), {} vectors, {} MiB regions in {}, traces in {}",
+        args.socket.display(),
+        ctl_path.display(),
+        args.vectors,
+        size >> 20,
+        args.shm_dir.display(),
+        args.output.display()
+    );
+    eprintln!(
+        "ivtrace serve: start QEMU with -chardev socket,id=ivt,path={} -device ivshmem-doorbell,chardev=ivt,vectors={}",
+        args.socket.display(),
+        args.vectors
+    );
+
+    let mut served = 0u64;
+    let result = (|| -> Result<()> {
+        loop {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                eprintln!("ivtrace serve: duration reached, stopping");
+                return Ok(());
+            }
+            let mut fds = [
+                PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+                PollFd::new(ctl_listener.as_fd(), PollFlags::POLLIN),
+                PollFd::new(sig_read.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::from(500u16)) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(e) => return Err(e).context("poll"),
+            }
+            let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
+            let (new_guest, new_ctl, signalled) = (ready(0), ready(1), ready(2));
+            if signalled {
+                eprintln!("ivtrace serve: stopping (signal)");
+                return Ok(());
+            }
+            if new_guest {
+                while let Ok((conn, _)) = listener.accept() {
+                    served += 1;
+                    if let Err(e) = accept_guest(conn, served, &cfg, &stop, &registry) {
+                        eprintln!("ivtrace serve: connection #{served} refused: {e:#}");
+                    }
+                }
+            }
+            if new_ctl {
+                while let Ok((conn, _)) = ctl_listener.accept() {
+                    let reg = Arc::clone(&registry);
+                    let _ = std::thread::Builder::new()
+                        .name("ivtrace-ctl".into())
+                        .spawn(move || ctlsock::handle(conn, &reg));
+                }
+            }
+            reap(&registry);
+        }
+    })();
+
+    // Stop every guest; each finalizes its trace.
+    stop.store(true, Ordering::Relaxed);
+    let entries: Vec<GuestEntry> = std::mem::take(&mut *registry.guests.lock().expect("lock"));
+    for g in &entries {
+        g.wake();
+    }
+    for mut g in entries {
+        if let Some(t) = g.thread.take() {
+            if t.join().is_err() {
+                eprintln!("ivtrace serve: [{}] the guest thread panicked", g.name);
+            }
+        }
+    }
+    let _ = fs::remove_file(&args.socket);
+    let _ = fs::remove_file(&ctl_path);
+    drop(sig_read);
+    result?;
+    Ok(served.max(1))
+}
+
+/// Joins finished guest threads (their entries stay for `ctl list`).
+fn reap(registry: &Registry) {
+    let mut guests = registry.guests.lock().expect("lock");
+    for g in guests.iter_mut() {
+        if g.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            if let Some(t) = g.thread.take() {
+                if t.join().is_err() {
+                    eprintln!("ivtrace serve: [{}] the guest thread panicked", g.name);
+                }
+            }
+        }
+    }
+}
+
+/// Identifies the peer, creates its region and descriptors, runs the
+/// handshake and starts its thread.
+fn accept_guest(
+    conn: UnixStream,
+    n: u64,
+    cfg: &Arc<ServeConfig>,
+    stop: &Arc<AtomicBool>,
+    registry: &Arc<Registry>,
+) -> Result<()> {
+    conn.set_nonblocking(false)?;
+    conn.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let peer = proto::peer_info(&conn);
+    let base = peer
+        .qemu_name
+        .clone()
+        .unwrap_or_else(|| format!("guest{n}"));
+    // Unique among live guests of this server (directories are claimed
+    // separately, with mkdir, when recording starts).
+    let name = {
+        let guests = registry.guests.lock().expect("lock");
+        let taken = |s: &str| guests.iter().any(|g| g.name == s && !g.finished());
+        let mut name = base.clone();
+        let mut k = 2;
+        while taken(&name) {
+            name = format!("{base}-{k}");
+            k += 1;
+        }
+        name
+    };
+    let shm_path = cfg
+        .shm_dir
+        .join(format!("ivtrace-{}-{n}-{name}", std::process::id()));
+    let shm_file = proto::create_shm(&shm_path, cfg.size)?;
+    let fds = match proto::handshake(&conn, &shm_file, cfg.vectors) {
+        Ok(f) => f,
+        Err(e) => {
+            let _ = fs::remove_file(&shm_path);
+            return Err(e).context("handshake with the peer failed");
+        }
+    };
+    eprintln!(
+        "ivtrace serve: [{name}] connected: pid {} ({}), region {} ({} MiB), {} vectors",
+        peer.pid.map_or_else(|| "?".into(), |p| p.to_string()),
+        if peer.comm.is_empty() {
+            "?"
+        } else {
+            &peer.comm
+        },
+        shm_path.display(),
+        cfg.size >> 20,
+        cfg.vectors
+    );
+    let wake = Arc::new(
+        EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).context("eventfd")?,
+    );
+    let (tx, rx) = mpsc::channel();
+    let status = Arc::new(Mutex::new(guest::GuestStatus {
+        name: name.clone(),
+        qemu_pid: peer.pid,
+        state: "connected".into(),
+        shm: shm_path.display().to_string(),
+        ..Default::default()
+    }));
+    let g = guest::Guest::new(
+        name.clone(),
+        peer,
+        conn,
+        shm_path,
+        shm_file,
+        fds,
+        Arc::clone(&wake),
+        rx,
+        Arc::clone(&status),
+        Arc::clone(cfg),
+        Arc::clone(stop),
+    );
+    let thread = std::thread::Builder::new()
+        .name(format!("ivt-{name}"))
+        .spawn(move || g.run())
+        .context("cannot start the guest thread")?;
+    registry.guests.lock().expect("lock").push(GuestEntry {
+        id: n,
+        name,
+        requests: tx,
+        wake,
+        status,
+        thread: Some(thread),
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("65536").unwrap(), 65536);
+        assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+
+    #[test]
+    fn live_sockets_are_refused_stale_ones_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("s.sock");
+        let l = bind_socket(&p).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let err = bind_socket(&p).unwrap_err();
+        assert!(err.downcast_ref::<UserError>().is_some(), "{err:#}");
+        drop(l); // the file stays: stale
+        assert!(p.exists());
+        let _l2 = bind_socket(&p).unwrap();
+        let f = tmp.path().join("plain");
+        fs::write(&f, b"x").unwrap();
+        assert!(bind_socket(&f).is_err());
+        assert!(f.exists());
+        assert_eq!(default_ctl_path(&p), tmp.path().join("s.sock.ctl"));
+    }
+}
