@@ -5,11 +5,15 @@
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
 #   make bench    native per-event and drain benchmarks -> bench/results/
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
+#   make eval     the whole performance page from scratch: native per-event + drain (bench),
+#                 doorbell (bench/doorbell, when present), the evaluation matrix in a real guest
+#                 (bench/eval: ivtrace states vs ftrace over net/SSH/9p/virtio-serial), then
+#                 docs/performance.md and its plots (~45 min under TCG)
 SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps host lib test test-abi test-lib test-host test-py demo demo-loopback bench fuzz clean
+.PHONY: all deps host lib test test-abi test-lib test-host test-py test-eval demo demo-loopback bench eval fuzz clean
 
 all: host lib
 
@@ -24,7 +28,7 @@ lib:
 	$(MAKE) -C guest/lib
 	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen bin/ivtrace-loadgen
 
-test: deps all test-abi test-lib test-host test-py
+test: deps all test-abi test-lib test-host test-py test-eval
 
 test-abi:
 	$(MAKE) -C abi test
@@ -46,6 +50,18 @@ demo-loopback: deps all
 
 bench: deps all
 	$(MAKE) -C bench
+
+# bench/eval --quick: every tracing state and transport once, short workloads (~2-3 min);
+# fails only when something could not be measured, never on a timing.
+test-eval: all
+	bench/eval/run --quick
+
+eval: deps all
+	rm -f docs/performance.md
+	$(MAKE) -C bench run
+	@if [ -f bench/doorbell/Makefile ]; then $(MAKE) -C bench/doorbell; \
+	else echo "eval: bench/doorbell not present: doorbell figures not yet measured"; fi
+	bench/eval/run
 
 fuzz:
 	$(MAKE) -C host fuzz

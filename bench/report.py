@@ -735,6 +735,14 @@ def section_guest(out):
                       if m["accel"] == "tcg" else "") + "\n")
 
 
+# ---- evaluation matrix (bench/eval/run.py -> bench/results/eval/*.json) ------------------
+
+def section_eval(out):
+    sys.path.insert(0, str(HERE / "eval"))
+    import evalreport
+    evalreport.section(out)
+
+
 def render(res, src):
     out = ["# ivtrace performance", ""]
     rel = src.relative_to(ROOT) if src.is_relative_to(ROOT) else src
@@ -749,6 +757,7 @@ def render(res, src):
         out.append(f"The per-event tables alone (inside the LTTng session and tracefs set-up "
                    f"of bench/run.py): `{res['native']['command']}`.")
     out.append("")
+    section_eval(out)
     section_summary(res, out)
     section_machine(res, out)
     if res.get("native", {}).get("benches"):

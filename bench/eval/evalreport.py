@@ -1,0 +1,498 @@
+#!/usr/bin/python3
+"""Statistics, tables and plots of the evaluation matrix (bench/eval/run.py results).
+
+    /usr/bin/python3 bench/eval/evalreport.py [RESULTS.json]   # print the tables (markdown)
+    /usr/bin/python3 bench/eval/evalreport.py --plot RESULTS.json
+
+Used by bench/eval/run.py (summarize, text_table, plot) and by bench/report.py (section),
+which puts the "Evaluation" section into docs/performance.md.
+
+Method (bench/eval/README.md): per (configuration, workload) the geometric mean of the
+repetitions' scores; overhead = (1 - GM(config) / GM(bare)) x 100 with the bare score of
+the same run; spread = min..max of the per-repetition overheads, each paired with the bare
+score of its own repetition, and the standard deviation of the log scores (sd_log, ~ a
+relative spread); se = 100 x sqrt(sd_c^2/n_c + sd_bare^2/n_bare), the standard error of
+the overhead (in points, small-overhead approximation).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+RESULTS = HERE.parent / "results" / "eval"
+
+LABELS = {
+    "bare": "bare (no tracing)",
+    "ivt-idle": "ivtrace: module loaded, idle (events=none)",
+    "ivt-flight": "ivtrace: flight recorder (overwrite, nobody draining)",
+    "ivt-stream": "ivtrace: streaming to disk (`ivtrace record` on the host)",
+    "ft-flight": "ftrace: flight recorder (its ring, nobody reading)",
+    "ft-net": "ftrace text → virtio-net → host TCP (busybox nc)",
+    "ft-ssh": "ftrace text → SSH (host `ssh guest cat trace_pipe`)",
+    "ft-9p": "ftrace text → file on a 9p share (NFS-like)",
+    "ft-vserial": "ftrace text → virtio-serial port (virtio-trace path)",
+}
+SHORT = {
+    "bare": "bare", "ivt-idle": "ivtrace idle", "ivt-flight": "ivtrace flight rec.",
+    "ivt-stream": "ivtrace stream", "ft-flight": "ftrace flight rec.", "ft-net": "ftrace→net",
+    "ft-ssh": "ftrace→SSH", "ft-9p": "ftrace→9p", "ft-vserial": "ftrace→vserial",
+}
+WL_LABELS = {
+    "int": "CPU-bound integer loop (`ev-int`, Dhrystone-like)",
+    "syscall": "system-call loop (`ev-syscall`)",
+    "tar": "tar create + extract in tmpfs (`ev-tar`)",
+    "gzip": "gzip compression (`ev-gzip`, zlib level 6)",
+    "forkexec": "fork + exec + wait (`ev-forkexec`)",
+}
+# IVRing's table (seed 000, 2012): dhrystone 2 (UnixBench) in a KVM guest with one
+# dedicated vCPU, Xeon X5660 host, SystemTap probes on all sched, timer and kmem tracepoints.
+IVRING_2012 = {
+    "bare": (29043600, None), "ivt-stream": (28565398, 1.6),
+    "ft-9p": (22000508, 24.3), "ft-ssh": (10246792, 64.7),
+}
+IVRING_NAMES = {"bare": "[0] Bare", "ivt-stream": "[1] IVRing", "ft-9p": "[2] NFS",
+                "ft-ssh": "[3] SSH"}
+TARGET_INT_PCT = 1.0
+
+
+def gmean(v):
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v and min(v) > 0 else None
+
+
+def sd_log(v):
+    return statistics.stdev([math.log(x) for x in v]) if len(v) >= 2 and min(v) > 0 else None
+
+
+def summarize(res: dict) -> dict:
+    p = res["params"]
+    by = {}
+    units = {}
+    for m in res["measurements"]:
+        by.setdefault(m["workload"], {}).setdefault(m["config"], {})[m["rep"]] = m
+        units[m["workload"]] = m["unit"]
+    out = {"workloads": {}, "transport": {}}
+    for w in p["workloads"]:
+        rows = by.get(w, {})
+        bare = rows.get("bare", {})
+        bare_scores = [bare[r]["score"] for r in sorted(bare)]
+        gb, sb = gmean(bare_scores), sd_log(bare_scores)
+        cfgs = {}
+        for c in p["configs"]:
+            reps = rows.get(c, {})
+            if not reps:
+                continue
+            sc = [reps[r]["score"] for r in sorted(reps)]
+            g, s = gmean(sc), sd_log(sc)
+            x = {"n": len(sc), "scores": sc, "geomean": g, "min": min(sc), "max": max(sc),
+                 "sd_log": s}
+            ev = [reps[r]["events"] / reps[r]["elapsed_s"] for r in sorted(reps)]
+            lost = sum(reps[r]["lost"] for r in reps)
+            tot = sum(reps[r]["events"] for r in reps)
+            x["events_per_s"] = statistics.median(ev)
+            x["lost_pct"] = 100.0 * lost / tot if tot > 0 else 0.0
+            if c != "bare" and gb and g:
+                x["overhead_pct"] = 100.0 * (1.0 - g / gb)
+                paired = [100.0 * (1.0 - reps[r]["score"] / bare[r]["score"])
+                          for r in sorted(reps) if r in bare]
+                x["overhead_per_rep_pct"] = paired
+                x["overhead_min_pct"] = min(paired) if paired else None
+                x["overhead_max_pct"] = max(paired) if paired else None
+                if s is not None and sb is not None:
+                    x["overhead_se_pct"] = 100.0 * math.sqrt(s * s / len(sc) +
+                                                             sb * sb / len(bare_scores))
+            cfgs[c] = x
+        out["workloads"][w] = {"unit": units.get(w), "configs": cfgs}
+    for t in res.get("transport", []):
+        d = out["transport"].setdefault(t["config"], {"transport": t["transport"], "reps": []})
+        d["reps"].append({k: t.get(k) for k in ("rep", "bytes", "trace_bytes", "events", "lost",
+                                                  "lines", "seconds", "rc", "how")
+                          if t.get(k) is not None})
+    iw = out["workloads"].get("int", {}).get("configs", {})
+    acc = {"target_pct": TARGET_INT_PCT}
+    for c in ("ivt-stream", "ivt-flight", "ivt-idle", "ft-net"):
+        if c in iw and "overhead_pct" in iw[c]:
+            acc[c] = {k: iw[c].get(k) for k in ("overhead_pct", "overhead_min_pct",
+                                                "overhead_max_pct", "overhead_se_pct",
+                                                "events_per_s")}
+    if "ivt-stream" in acc:
+        acc["ivt_stream_met"] = acc["ivt-stream"]["overhead_pct"] <= TARGET_INT_PCT
+    out["acceptance"] = acc
+    return out
+
+
+# ---- formatting ---------------------------------------------------------------------------
+
+def fnum(v, nd=None):
+    if v is None:
+        return "–"
+    if nd is None:
+        nd = 0 if abs(v) >= 1000 else (1 if abs(v) >= 10 else 2)
+    return f"{v:,.{nd}f}"
+
+
+def fpct(x):
+    if "overhead_pct" not in x:
+        return "–"
+    s = f"{x['overhead_pct']:.1f} %"
+    return s
+
+
+def fspread(x):
+    if x.get("overhead_min_pct") is None:
+        return "–"
+    s = f"{x['overhead_min_pct']:.1f} .. {x['overhead_max_pct']:.1f}"
+    if x.get("overhead_se_pct") is not None:
+        s += f" (±{x['overhead_se_pct']:.1f})"
+    return s
+
+
+def text_table(res: dict) -> str:
+    """The matrix as plain text for the console: overhead % per configuration and workload."""
+    s = res.get("summary") or summarize(res)
+    p = res["params"]
+    ws = p["workloads"]
+    lines = [f"overhead % vs bare (geometric mean of {p['reps']} rep(s); per-rep min..max), "
+             f"{res['machine']['accel']}:"]
+    lines.append(f"{'':<22}" + "".join(f"{w:>22}" for w in ws))
+    for c in p["configs"]:
+        cells = []
+        for w in ws:
+            x = s["workloads"].get(w, {}).get("configs", {}).get(c)
+            if not x:
+                cells.append(f"{'–':>22}")
+            elif c == "bare":
+                cells.append(f"{fnum(x['geomean']) + ' ' + s['workloads'][w]['unit']:>22}")
+            else:
+                sp = (f" [{x['overhead_min_pct']:.0f}..{x['overhead_max_pct']:.0f}]"
+                      if p["reps"] > 1 and x.get("overhead_min_pct") is not None else "")
+                cells.append(f"{x['overhead_pct']:>8.1f}{sp:<14}")
+        lines.append(f"{c:<22}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def pick(explicit=None):
+    if explicit:
+        return Path(explicit)
+    files = sorted(RESULTS.glob("*.json"))
+    full = [f for f in files if not f.stem.endswith("-quick")]
+    return (full or files)[-1] if (full or files) else None
+
+
+def rel(p: Path) -> str:
+    p = Path(p).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
+def doorbell_status() -> str:
+    d = HERE.parent / "results" / "doorbell"
+    files = sorted(d.glob("*.json")) if d.is_dir() else []
+    full = [f for f in files if not f.stem.endswith("-quick")]
+    if full or files:
+        f = (full or files)[-1]
+        return (f"measured: `{rel(f)}` (bench/doorbell; its own section of this page, when "
+                f"present, gives the figures)")
+    return "**not yet measured** (bench/doorbell has produced no results file yet)"
+
+
+def section(out: list, src=None) -> None:
+    """Append the Evaluation section (markdown lines) to `out`."""
+    src = pick(src)
+    out.append("## Evaluation: the seeds' overhead tables, measured here\n")
+    if src is None:
+        out.append("Not yet measured: run `make eval` (or `bench/eval/run`).\n")
+        return
+    res = json.loads(Path(src).read_text())
+    s = res.get("summary") or summarize(res)
+    p, m, c = res["params"], res["machine"], res["conditions"]
+    quick = p.get("quick")
+    out.append(f"From `{rel(src)}` (run of {res['date']}, {res['duration_s'] / 60:.0f} min, "
+               f"one boot{', **quick smoke run: 1 repetition, short workloads; not for quoting**' if quick else ''}). "
+               f"Reproduce: `{res['reproduce']}` (or `make eval`, which also reruns the native "
+               f"and doorbell benchmarks), as root.\n")
+    cpu = m["host_cpu"].get("model name", "?")
+    out.append("| | |\n|---|---|")
+    out.append(f"| accelerator | **{m['accel']}**: {m['accel_reason']} |")
+    out.append(f"| host | {cpu}, {m['host_cpus']} CPUs, {m.get('host_mem_gib', '?')} GiB, kernel "
+               f"{m['host_kernel']}{' (itself a VM: hypervisor flag)' if m.get('host_hypervisor_flag') else ''} |")
+    out.append(f"| guest | Debian kernel {m['guest_kernel']}, {p['smp']} vCPU, {p['mem']}; "
+               f"{res.get('guest_info') or ''} |")
+    v = m["versions"]
+    out.append(f"| versions | {v['qemu']}; {v['babeltrace2']}; {v['gcc']}; {v['rustc']}; "
+               f"{v['ivtrace']}; {v['ssh']}; dropbear {v['dropbear']} |")
+    pin = p.get("pinning")
+    out.append("| pinning | " + (f"QEMU vCPU thread on host CPU {pin['vcpu_cpu']}; QEMU's other "
+                                 f"threads (main loop: slirp, 9p, chardev), `ivtrace record`, the "
+                                 f"sink and ssh on CPU {pin['other_cpu']}" if pin else "none")
+               + " |")
+    la = c["loadavg_at_start"]
+    out.append(f"| load | loadavg {la[0]:.2f} {la[1]:.2f} {la[2]:.2f} at start (waited "
+               f"{c['waited_s']:.0f} s for <= {c['max_load']}), "
+               f"{' '.join(f'{x:.2f}' for x in c['loadavg_after'])} after; host CPUs busy "
+               f"during the run: {', '.join(f'{x:.0f} %' for x in c['host_cpu_busy_pct'])} |")
+    g = m["ivtrace_git"]
+    out.append(f"| ivtrace | commit {g['commit'][:12]}"
+               + (f", uncommitted: {', '.join(g['uncommitted'][:6])}" if g["uncommitted"] else "")
+               + " |")
+    out.append("")
+    out.append(
+        f"**Method.** One guest, every device present in every configuration (ivshmem, "
+        f"virtio-net with QEMU user networking, a 9p share, a virtio-serial port). Per "
+        f"repetition ({p['reps']}) the {len(p['configs'])} configurations run in an order "
+        f"rotated by one, and so do the workloads; each workload runs {p['secs']:g} s and "
+        f"prints one score (higher is better). Overhead = (1 - score/bare) x 100 (IVRing's "
+        f"definition), from geometric means over repetitions against the bare score of the "
+        f"same run; spread = the per-repetition overheads, each against its own "
+        f"repetition's bare score (min .. max), and ± the standard error from the standard "
+        f"deviation of the log scores. **Event load** (same set for both tracers): the "
+        f"tracepoints of ivtrace's groups sched, irq, timer and kmem — sched_switch, "
+        f"sched_wakeup, sched_wakeup_new, sched_process_fork/exec/exit/free, task_rename, "
+        f"irq_handler_entry/exit, softirq_entry/exit, hrtimer_expire_entry/exit, kmalloc, "
+        f"kfree, mm_page_alloc, mm_page_free (the seeds traced all sched, timer and kmem "
+        f"events; irq added). Each tracer has a {p['buf_kb']} KiB per-CPU ring. The ftrace "
+        f"transports ship its text (formatted) stream, `cat trace_pipe`, which is what "
+        f"ftrace users ship; ivtrace ships binary CTF packets, copied by the host.\n")
+    out.append("Configurations:\n")
+    for cfg in p["configs"]:
+        out.append(f"- `{cfg}`: {LABELS.get(cfg, cfg)}")
+    cmds = res["commands"]
+    out.append("")
+    out.append("Exact commands: guest `" + cmds["guest"] + "` (`bench/eval/guest/evalguest.sh`); "
+               + "; ".join(f"`{k}`: `{v}`" for k, v in cmds["ivtrace_insmod"].items()) + "; "
+               + "; ".join(f"`{k}`: `{v}`" for k, v in cmds["guest_readers"].items())
+               + (f"; host recorder `{cmds['host_recorder']}`" if cmds.get("host_recorder") else "")
+               + (f"; host ssh `{cmds['host_ssh']}`" if cmds.get("host_ssh") else "")
+               + f"; sink `{cmds['sink']}`. QEMU: `{cmds['qemu']}`.\n")
+
+    # --- the seeds' table: CPU-bound workload, IVRing's figures beside ours
+    iw = s["workloads"].get("int")
+    if iw:
+        out.append(f"### The CPU-bound workload, in IVRing's format\n")
+        out.append(f"{WL_LABELS['int']}: score = loops/s, geometric mean of {p['reps']} "
+                   f"run(s) of {p['secs']:g} s. Right-hand columns: **IVRing's own 2012 "
+                   f"figures, on their hardware** (dhrystone 2 from UnixBench, KVM, one "
+                   f"dedicated vCPU on a Xeon X5660, SystemTap probes on all sched, timer and "
+                   f"kmem tracepoints), quoted from the seed for reference; their scores are "
+                   f"not comparable to ours, only the percentages are.\n")
+        out.append("| method (here) | score | overhead | spread: per-rep min .. max (± se) | "
+                   "events/s | lost | IVRing 2012: method | score | overhead |")
+        out.append("|---|---:|---:|---:|---:|---:|---|---:|---:|")
+        for cfg in p["configs"]:
+            x = iw["configs"].get(cfg)
+            if not x:
+                continue
+            ref = IVRING_2012.get(cfg)
+            refs = (f"{IVRING_NAMES[cfg]} | {ref[0]:,} | "
+                    f"{'–' if ref[1] is None else f'{ref[1]:.1f} %'}") if ref else " | | "
+            traced = cfg not in ("bare", "ivt-idle")
+            evs = fnum(x["events_per_s"]) if traced else "–"
+            lost = f"{x['lost_pct']:.1f} %" if traced else "–"
+            spread = fspread(x) if cfg != "bare" else "–"
+            out.append(f"| {LABELS.get(cfg, cfg)} | {fnum(x['geomean'])} | {fpct(x)} | "
+                       f"{spread} | {evs} | {lost} | {refs} |")
+        out.append("")
+
+    # --- the thesis's matrix
+    out.append("### Every workload: overhead in % of the bare score (the thesis's matrix)\n")
+    out.append("Cells: overhead % (geometric means), then the per-repetition min .. max. "
+               "Negative = faster than bare (noise). Bare row: the score itself.\n")
+    ws = p["workloads"]
+    out.append("| configuration | " + " | ".join(
+        f"{w} ({s['workloads'][w]['unit']})" for w in ws if w in s["workloads"]) + " |")
+    out.append("|---|" + "---:|" * len(ws))
+    for cfg in p["configs"]:
+        cells = []
+        for w in ws:
+            x = s["workloads"].get(w, {}).get("configs", {}).get(cfg)
+            if not x:
+                cells.append("–")
+            elif cfg == "bare":
+                cells.append(f"{fnum(x['geomean'])} (sd_log {x['sd_log'] or 0:.3f})")
+            else:
+                sp = (f" [{x['overhead_min_pct']:.1f} .. {x['overhead_max_pct']:.1f}]"
+                      if x.get("overhead_min_pct") is not None and x["n"] > 1 else "")
+                cells.append(f"**{x['overhead_pct']:.1f}**{sp}")
+        out.append(f"| {SHORT.get(cfg, cfg)} | " + " | ".join(cells) + " |")
+    out.append("")
+    png = Path(src).with_suffix(".png")
+    if png.exists():
+        out.append(f"![overhead per configuration and workload](../{rel(png)})\n")
+
+    # --- per workload: scores and event rates
+    out.append("### Scores, event rates and losses per workload\n")
+    out.append("Events/s: events the tracer wrote during the workload (ftrace: entries + "
+               "overrun + read from its per-CPU stats; ivtrace: events in closed packets + "
+               "drops, so counted per 64 KiB packet) over the run's time, median of "
+               "repetitions. Lost: ftrace overrun + dropped (the reader fell behind and the "
+               "ring overwrote unread events); ivtrace drops (discard mode, ring full). The "
+               "ftrace readers are guest processes on the same vCPU, so their own work adds "
+               "events (each wake-up is a sched_wakeup + 2 sched_switch, each write allocates).\n")
+    for w in ws:
+        ww = s["workloads"].get(w)
+        if not ww:
+            continue
+        out.append(f"**{WL_LABELS.get(w, w)}**, score in {ww['unit']}\n")
+        out.append("| configuration | score (geomean) | min .. max | sd_log | overhead | "
+                   "per-rep overheads | events/s | lost |")
+        out.append("|---|---:|---:|---:|---:|---|---:|---:|")
+        for cfg in p["configs"]:
+            x = ww["configs"].get(cfg)
+            if not x:
+                continue
+            pr = ", ".join(f"{v:.1f}" for v in x.get("overhead_per_rep_pct", [])) or "–"
+            traced = cfg not in ("bare", "ivt-idle")
+            sdl = "–" if x["sd_log"] is None else f"{x['sd_log']:.3f}"
+            evs = fnum(x["events_per_s"]) if traced else "–"
+            lost = f"{x['lost_pct']:.1f} %" if traced else "–"
+            out.append(f"| {SHORT.get(cfg, cfg)} | {fnum(x['geomean'])} | {fnum(x['min'])} .. "
+                       f"{fnum(x['max'])} | {sdl} | {fpct(x)} | {pr} | {evs} | {lost} |")
+        out.append("")
+
+    # --- what the transports carried
+    tr = s.get("transport", {})
+    if tr:
+        out.append("### What each transport carried (host side, per configuration)\n")
+        out.append("Totals over all workloads of a configuration (plus its set-up and "
+                   "teardown), per repetition. ivtrace: CTF bytes `ivtrace record` wrote "
+                   "and the events and losses of its summary; others: bytes of ftrace text "
+                   "that reached the host file.\n")
+        out.append("| configuration | transport | bytes per repetition | events (ivtrace) | "
+                   "lost (ivtrace) | host helper |")
+        out.append("|---|---|---:|---:|---:|---|")
+        for cfg in p["configs"]:
+            d = tr.get(cfg)
+            if not d:
+                continue
+            reps = d["reps"]
+            b = [x.get("bytes", x.get("trace_bytes", 0)) for x in reps]
+            evs = [x.get("events") for x in reps if x.get("events") is not None]
+            lo = [x.get("lost") for x in reps if x.get("lost") is not None]
+            how = sorted({x.get("how") for x in reps if x.get("how")})
+            out.append(f"| {SHORT.get(cfg, cfg)} | {d['transport']} | "
+                       f"{', '.join(f'{v / 1e6:,.1f} MB' for v in b)} | "
+                       f"{', '.join(f'{v:,}' for v in evs) or '–'} | "
+                       f"{', '.join(f'{v:,}' for v in lo) or '–'} | {', '.join(how) or '–'} |")
+        out.append("")
+
+    # --- acceptance
+    acc = s.get("acceptance", {})
+    out.append("### Acceptance lines\n")
+    if "ivt-stream" in acc:
+        a = acc["ivt-stream"]
+        met = acc.get("ivt_stream_met")
+        out.append(f"- ivtrace streaming to disk, CPU-bound workload, full event load: "
+                   f"**{a['overhead_pct']:.2f} %** (per-rep {fnum(a['overhead_min_pct'], 2)} .. "
+                   f"{fnum(a['overhead_max_pct'], 2)}, ± {fnum(a.get('overhead_se_pct'), 2)}); "
+                   f"target <= {acc['target_pct']:.0f} %: "
+                   f"{'met' if met else '**not met**'}{' (quick run: not a measurement to quote)' if quick else ''}.")
+    if "ft-net" in acc:
+        a = acc["ft-net"]
+        out.append(f"- the network transport (ftrace text over virtio-net), same run, same "
+                   f"workload: **{a['overhead_pct']:.1f} %** (per-rep "
+                   f"{fnum(a['overhead_min_pct'], 1)} .. {fnum(a['overhead_max_pct'], 1)}).")
+    out.append(f"- doorbell figures: {doorbell_status()}.")
+    inc = res.get("incomplete") or []
+    if inc:
+        out.append(f"- **incomplete run**: {'; '.join(inc)}")
+    out.append("")
+    notes = HERE / "NOTES.md"
+    if notes.exists() and not quick:
+        out.append(notes.read_text().strip() + "\n")
+
+
+def plot(res: dict, json_path: Path):
+    """Two panels: the CPU-bound workload beside IVRing's 2012 percentages; the matrix as
+    grouped bars (overhead %, error bars = per-rep min..max). Returns the PNG path or None."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("evalreport: matplotlib not available, no plot", file=sys.stderr)
+        return None
+    s = res.get("summary") or summarize(res)
+    p = res["params"]
+    cfgs = [c for c in p["configs"] if c != "bare"]
+    ws = [w for w in p["workloads"] if w in s["workloads"]]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 5.5),
+                                   gridspec_kw={"width_ratios": [1, 2.2]})
+    iw = s["workloads"].get("int", {}).get("configs", {})
+    names, vals, lo, hi, cols = [], [], [], [], []
+    for c in cfgs:
+        x = iw.get(c)
+        if not x or "overhead_pct" not in x:
+            continue
+        names.append(SHORT[c])
+        vals.append(x["overhead_pct"])
+        lo.append(x["overhead_pct"] - (x.get("overhead_min_pct") or x["overhead_pct"]))
+        hi.append((x.get("overhead_max_pct") or x["overhead_pct"]) - x["overhead_pct"])
+        cols.append("tab:blue" if c.startswith("ivt") else "tab:orange")
+    ypos = list(range(len(names)))
+    ax1.barh(ypos, vals, xerr=[lo, hi], color=cols, capsize=3)
+    refs = [("IVRing 2012\n(their HW)", 1.6), ("NFS 2012\n(their HW)", 24.3),
+            ("SSH 2012\n(their HW)", 64.7)]
+    base = len(names)
+    for i, (n, v) in enumerate(refs):
+        ax1.barh(base + i, v, color="white", edgecolor="gray", hatch="//")
+    ax1.set_yticks(ypos + [base + i for i in range(len(refs))])
+    ax1.set_yticklabels(names + [r[0] for r in refs], fontsize=8)
+    ax1.invert_yaxis()
+    ax1.axvline(0, color="black", lw=0.8)
+    ax1.axvline(TARGET_INT_PCT, color="green", lw=0.8, ls="--")
+    ax1.set_xlabel("overhead % (1 - score/bare) x 100")
+    ax1.set_title("CPU-bound (ev-int) vs IVRing's 2012 table", fontsize=10)
+    width = 0.8 / max(1, len(cfgs))
+    cmap = plt.get_cmap("tab10")
+    for i, c in enumerate(cfgs):
+        xs, ys, el, eh = [], [], [], []
+        for j, w in enumerate(ws):
+            x = s["workloads"][w]["configs"].get(c)
+            if not x or "overhead_pct" not in x:
+                continue
+            xs.append(j + (i - (len(cfgs) - 1) / 2) * width)
+            ys.append(x["overhead_pct"])
+            el.append(x["overhead_pct"] - (x.get("overhead_min_pct") or x["overhead_pct"]))
+            eh.append((x.get("overhead_max_pct") or x["overhead_pct"]) - x["overhead_pct"])
+        ax2.bar(xs, ys, width, yerr=[el, eh], label=SHORT[c], color=cmap(i), capsize=2,
+                hatch="" if c.startswith("ivt") else "..")
+    ax2.set_xticks(range(len(ws)))
+    ax2.set_xticklabels(ws)
+    ax2.axhline(0, color="black", lw=0.8)
+    ax2.set_ylabel("overhead % vs bare")
+    ax2.set_title(f"every workload ({p['reps']} reps, geometric mean; bars: per-rep min..max)",
+                  fontsize=10)
+    ax2.legend(fontsize=7, ncol=2)
+    m = res["machine"]
+    fig.suptitle(f"ivtrace evaluation, {res['date'][:16]}, {m['accel']}, guest "
+                 f"{m['guest_kernel']} ({p['smp']} vCPU), host {m['host_cpu'].get('model name', '?')}",
+                 fontsize=10)
+    fig.tight_layout()
+    png = Path(json_path).with_suffix(".png")
+    fig.savefig(png, dpi=90)
+    plt.close(fig)
+    return png
+
+
+def main() -> int:
+    args = [x for x in sys.argv[1:] if not x.startswith("--")]
+    src = pick(args[0] if args else None)
+    if src is None:
+        print("evalreport: no bench/results/eval/*.json", file=sys.stderr)
+        return 1
+    res = json.loads(src.read_text())
+    if "--plot" in sys.argv:
+        print(plot(res, src))
+        return 0
+    out = []
+    section(out, src)
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
