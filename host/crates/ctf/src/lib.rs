@@ -4,9 +4,12 @@
 //! `DIR/user/` and `DIR/kernel/` (one CTF trace per stream class, one
 //! stream file per channel), keeps each trace's TSDL [`tsdl`] metadata in
 //! step with the event classes, and writes the JSON [`sidecar`]. The
-//! [`clock`] mapping becomes the CTF clock block.
+//! [`clock`] mapping becomes the CTF clock block. The kernel stream is
+//! staged in its wire form and expanded to LTTng's layout at the end
+//! ([`kernel`]).
 
 pub mod clock;
+pub mod kernel;
 pub mod sidecar;
 pub mod trace;
 pub mod tsdl;

@@ -1,7 +1,8 @@
 //! `DIR/ivtrace.json`: the machine-readable summary of a recording and the
 //! event layouts, so `ivtrace report` can walk the stream files without
 //! babeltrace2. It sits at the output root, outside the trace
-//! directories, where CTF readers do not look.
+//! directories, where CTF readers do not look. The kernel stream's layouts
+//! are the expanded ones the kernel trace declares (see [`crate::kernel`]).
 
 use std::collections::BTreeMap;
 
@@ -131,6 +132,9 @@ pub struct Sidecar {
     pub stop_reason: String,
     pub metadata: BTreeMap<String, u64>,
     pub warnings: Vec<String>,
+    /// The kernel stream's expansion to LTTng's layout, if it had packets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_expansion: Option<crate::kernel::KernelExpansion>,
 }
 
 impl EventLayout {

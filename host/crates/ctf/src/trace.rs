@@ -9,6 +9,10 @@
 //! symlink) inside the output directory; metadata and the sidecar are
 //! replaced atomically (a hidden temporary, then rename), metadata
 //! whenever new event classes appear.
+//!
+//! Kernel packets (stream class 0) are staged in their wire form in
+//! `DIR/.kernel-wire/` while recording and expanded into `DIR/kernel/` by
+//! [`CtfWriter::finish`] (see [`crate::kernel`] for why).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -17,10 +21,11 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 
 use ivtrace_ring::abi;
-use ivtrace_ring::classes::EventClasses;
+use ivtrace_ring::classes::{EventClasses, StreamClasses};
 use ivtrace_ring::reader::PacketSink;
 
 use crate::clock::ClockMapping;
+use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::sidecar::{Sidecar, SIDECAR_NAME};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
 
@@ -52,7 +57,11 @@ pub fn stream_file_name(stream: u32, chan: u32) -> String {
 }
 
 struct StreamFile {
+    /// Where the file ends up, relative to the root.
     rel: String,
+    /// Where it is written while recording (kernel: the staging directory).
+    path: PathBuf,
+    stream: u32,
     out: BufWriter<File>,
 }
 
@@ -60,6 +69,9 @@ struct StreamFile {
 pub struct CtfWriter {
     root: PathBuf,
     uuid: String,
+    /// The kernel trace's own UUID (babeltrace2 merges same-UUID traces
+    /// found under one directory, which fails for two stream classes).
+    kernel_uuid: String,
     clock_uuid: String,
     clock: ClockMapping,
     env: TraceEnv,
@@ -67,6 +79,8 @@ pub struct CtfWriter {
     /// written for (None: directory not created yet).
     metadata_generation: [Option<u64>; 2],
     files: Vec<Option<StreamFile>>,
+    /// The kernel stream once expanded (then `DIR/kernel/` exists).
+    kernel: Option<Expanded>,
 }
 
 fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
@@ -114,15 +128,47 @@ impl CtfWriter {
         let mut clock_uuid = uuid;
         clock_uuid[0] ^= 0xc1;
         clock_uuid[15] ^= 0x0c;
+        let mut kernel_uuid = uuid;
+        kernel_uuid[1] ^= 0x4b;
+        kernel_uuid[14] ^= 0xb4;
         CtfWriter {
             root: root.to_path_buf(),
             uuid: ivtrace_ring::region::format_uuid(&uuid),
+            kernel_uuid: ivtrace_ring::region::format_uuid(&kernel_uuid),
             clock_uuid: ivtrace_ring::region::format_uuid(&clock_uuid),
             clock,
             env,
             metadata_generation: [None, None],
             files: (0..nr_channels).map(|_| None).collect(),
+            kernel: None,
         }
+    }
+
+    /// Directory a stream class's files are written to while recording.
+    fn write_dir(&self, stream: u32) -> PathBuf {
+        if stream == abi::IVT_STREAM_KERNEL && self.kernel.is_none() {
+            self.root.join(STAGING_DIR)
+        } else {
+            self.root.join(stream_dir(stream))
+        }
+    }
+
+    /// The event classes a stream class's output declares: the expanded
+    /// ones for the kernel once [`CtfWriter::finish`] ran, else `classes`'.
+    pub fn output_classes<'a>(
+        &'a self,
+        stream: u32,
+        classes: &'a EventClasses,
+    ) -> &'a StreamClasses {
+        match &self.kernel {
+            Some(k) if stream == abi::IVT_STREAM_KERNEL => &k.classes,
+            _ => classes.stream(stream),
+        }
+    }
+
+    /// What the kernel expansion did, once it ran.
+    pub fn kernel_expansion(&self) -> Option<&KernelExpansion> {
+        self.kernel.as_ref().map(|k| &k.stats)
     }
 
     pub fn root(&self) -> &Path {
@@ -154,18 +200,26 @@ impl CtfWriter {
         stream: u32,
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
+        let kernel = stream == abi::IVT_STREAM_KERNEL;
         let desc = TraceDesc {
-            uuid: &self.uuid,
+            uuid: if kernel {
+                &self.kernel_uuid
+            } else {
+                &self.uuid
+            },
             clock_uuid: &self.clock_uuid,
             clock: &self.clock,
             env: &self.env,
         };
-        let text = tsdl::metadata(&desc, stream, classes.stream(stream));
-        write_atomically(
-            &self.root.join(stream_dir(stream)),
-            "metadata",
-            text.as_bytes(),
-        )?;
+        let text = tsdl::metadata(&desc, stream, self.output_classes(stream, classes));
+        // Staged wire packets get their metadata under another name, so
+        // CTF readers do not take the staging directory for a trace.
+        let name = if kernel && self.kernel.is_none() {
+            WIRE_METADATA
+        } else {
+            "metadata"
+        };
+        write_atomically(&self.write_dir(stream), name, text.as_bytes())?;
         self.metadata_generation[stream as usize] = Some(classes.generation());
         Ok(())
     }
@@ -178,7 +232,7 @@ impl CtfWriter {
             Some(g) if g == classes.generation() => Ok(()),
             Some(_) => self.write_stream_metadata(stream, classes),
             None => {
-                let dir = self.root.join(stream_dir(stream));
+                let dir = self.write_dir(stream);
                 fs::create_dir(&dir).map_err(create_err(&dir))?;
                 self.write_stream_metadata(stream, classes)
             }
@@ -186,17 +240,19 @@ impl CtfWriter {
     }
 
     fn stream_file(&mut self, chan: u32, stream: u32) -> Result<(), CtfError> {
-        let slot = &mut self.files[chan as usize];
-        if slot.is_none() {
-            let rel = format!("{}/{}", stream_dir(stream), stream_file_name(stream, chan));
-            let path = self.root.join(&rel);
+        if self.files[chan as usize].is_none() {
+            let name = stream_file_name(stream, chan);
+            let rel = format!("{}/{name}", stream_dir(stream));
+            let path = self.write_dir(stream).join(&name);
             let f = OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .open(&path)
                 .map_err(create_err(&path))?;
-            *slot = Some(StreamFile {
+            self.files[chan as usize] = Some(StreamFile {
                 rel,
+                path,
+                stream,
                 out: BufWriter::with_capacity(STREAM_BUFFER, f),
             });
         }
@@ -223,13 +279,51 @@ impl CtfWriter {
         Ok(())
     }
 
-    /// Flushes every stream file and rewrites the metadata.
+    /// Flushes every stream file, expands the staged kernel stream into
+    /// `DIR/kernel/` and rewrites the metadata.
     pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         for f in self.files.iter_mut().flatten() {
-            let path = self.root.join(&f.rel);
-            f.out.flush().map_err(write_err(&path))?;
+            f.out.flush().map_err(write_err(&f.path))?;
         }
+        self.expand_kernel(classes)?;
         self.write_metadata(classes)
+    }
+
+    /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
+    fn expand_kernel(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+        let slot = abi::IVT_STREAM_KERNEL as usize;
+        if self.kernel.is_some() || self.metadata_generation[slot].is_none() {
+            return Ok(());
+        }
+        // The wire metadata stays next to the staged packets until the end.
+        self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)?;
+        let staging = self.root.join(STAGING_DIR);
+        let out_dir = self.root.join(stream_dir(abi::IVT_STREAM_KERNEL));
+        fs::create_dir(&out_dir).map_err(create_err(&out_dir))?;
+        let staged: Vec<Staged> = self
+            .files
+            .iter()
+            .enumerate()
+            .filter_map(|(c, f)| {
+                let f = f.as_ref().filter(|f| f.stream == abi::IVT_STREAM_KERNEL)?;
+                Some(Staged {
+                    chan: c as u32,
+                    wire: f.path.clone(),
+                    out: self.root.join(&f.rel),
+                })
+            })
+            .collect();
+        let expanded = kernel::expand(classes.stream(abi::IVT_STREAM_KERNEL), &staged)
+            .map_err(write_err(&out_dir))?;
+        self.kernel = Some(expanded);
+        for f in self.files.iter_mut().flatten() {
+            if f.stream == abi::IVT_STREAM_KERNEL {
+                f.path = self.root.join(&f.rel);
+            }
+        }
+        self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)?;
+        kernel::remove_staging(&staging);
+        Ok(())
     }
 
     /// Writes the sidecar (atomically).
@@ -250,14 +344,17 @@ impl PacketSink for CtfWriter {
         bytes: &[u8],
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
+        if stream == abi::IVT_STREAM_KERNEL && self.kernel.is_some() {
+            return Err(CtfError::Write {
+                path: self.root.join(STAGING_DIR).display().to_string(),
+                source: io::Error::other("kernel packet after the kernel stream was expanded"),
+            });
+        }
         self.ensure_metadata(stream, classes)?;
         self.stream_file(chan, stream)?;
         let f = self.files[chan as usize]
             .as_mut()
             .expect("created by stream_file");
-        let root = &self.root;
-        f.out
-            .write_all(bytes)
-            .map_err(|e| write_err(&root.join(&f.rel))(e))
+        f.out.write_all(bytes).map_err(write_err(&f.path))
     }
 }

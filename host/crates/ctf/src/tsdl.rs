@@ -16,6 +16,14 @@ use crate::clock::ClockMapping;
 /// Name of the clock class in every trace.
 pub const CLOCK_NAME: &str = "ivt_clock";
 
+/// The tracer the kernel trace presents itself as: Trace Compass picks
+/// its event layout from `tracer_name`/`tracer_major`/`tracer_minor`
+/// (lttng-modules >= 2.9: the `Lttng29EventLayout` names this trace uses),
+/// and babeltrace2 2.0 applies only its "lttng crash" index fix-up to
+/// lttng-modules 2.13, which leaves packets with a correct
+/// `timestamp_end` (every packet ivtrace writes) alone.
+pub const KERNEL_TRACER: (&str, i64, i64, i64) = ("lttng-modules", 2, 13, 0);
+
 /// One `env` entry value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvValue {
@@ -127,9 +135,21 @@ fn write_env(t: &mut String, env: &TraceEnv, stream: u32) {
     t.push_str("env {\n");
     let _ = writeln!(t, "\thostname = \"{}\";", escape(&env.hostname));
     let _ = writeln!(t, "\tdomain = \"{}\";", domain(stream));
-    t.push_str("\ttracer_name = \"ivtrace\";\n");
-    let _ = writeln!(t, "\ttracer_major = {};", env.tracer_major);
-    let _ = writeln!(t, "\ttracer_minor = {};", env.tracer_minor);
+    if stream == ivtrace_ring::abi::IVT_STREAM_KERNEL {
+        let (name, major, minor, patch) = KERNEL_TRACER;
+        let _ = write!(
+            t,
+            "\tsysname = \"Linux\";\n\ttracer_name = \"{name}\";\n\ttracer_major = {major};\n\
+             \ttracer_minor = {minor};\n\ttracer_patchlevel = {patch};\n\
+             \ttrace_buffering_scheme = \"global\";\n"
+        );
+        let _ = writeln!(t, "\tivtrace_tracer_major = {};", env.tracer_major);
+        let _ = writeln!(t, "\tivtrace_tracer_minor = {};", env.tracer_minor);
+    } else {
+        t.push_str("\ttracer_name = \"ivtrace\";\n");
+        let _ = writeln!(t, "\ttracer_major = {};", env.tracer_major);
+        let _ = writeln!(t, "\ttracer_minor = {};", env.tracer_minor);
+    }
     let _ = writeln!(t, "\ttrace_name = \"{}\";", escape(&env.trace_name));
     let _ = writeln!(
         t,

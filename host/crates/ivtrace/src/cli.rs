@@ -88,6 +88,10 @@ pub struct RecordArgs {
     /// Replace an earlier ivtrace output in DIR (only its user/, kernel/ and ivtrace.json).
     #[arg(long)]
     pub force: bool,
+    /// The guest's name in the traces (`hostname`); default: the region file's name
+    /// (this host's name for a loopback region). Sanitized to [A-Za-z0-9._-].
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
@@ -114,6 +118,9 @@ pub struct SnapshotArgs {
     /// Replace an earlier ivtrace output in DIR.
     #[arg(long)]
     pub force: bool,
+    /// The guest's name in the traces (`hostname`); default: the region file's name.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,

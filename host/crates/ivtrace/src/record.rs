@@ -245,7 +245,8 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         return Ok(0);
     };
     raise_file_limit();
-    record_region(region, &args.shm, &out, &stop, deadline, args.json)
+    let host = session::host_name(&region, &args.shm, args.name.as_deref());
+    record_region(region, &args.shm, &out, &stop, deadline, args.json, &host)
 }
 
 fn record_region(
@@ -255,11 +256,12 @@ fn record_region(
     stop: &AtomicBool,
     deadline: Option<Instant>,
     json: bool,
+    host: &str,
 ) -> Result<u64> {
     let mut estimator = clock::estimator_for(region.header());
     let initial = estimator.initial();
     let started = Instant::now();
-    let writer = session::ctf_writer(&region, out, &initial);
+    let writer = session::ctf_writer_named(&region, out, &initial, host);
     let mut lp = Loop {
         reader: Reader::new(region),
         writer,
@@ -283,7 +285,7 @@ fn record_region(
     let elapsed = started.elapsed();
     let clock = estimator.finish();
     writer.set_clock(clock.clone());
-    writer.set_env(session::trace_env(reader.region(), out, &clock));
+    writer.set_env(session::trace_env_named(reader.region(), out, &clock, host));
     writer.finish(reader.classes())?;
     let sidecar = session::build_sidecar(
         &reader,

@@ -20,7 +20,13 @@ use ivtrace_ring::meta::MetaStats;
 use ivtrace_ring::{abi, Access, Reader, Region};
 
 /// Entries of an output directory that ivtrace owns (and --force removes).
-const OWNED_ENTRIES: &[&str] = &["user", "kernel", SIDECAR_NAME, ".ivtrace.json.tmp"];
+const OWNED_ENTRIES: &[&str] = &[
+    "user",
+    "kernel",
+    SIDECAR_NAME,
+    ".ivtrace.json.tmp",
+    ivtrace_ctf::kernel::STAGING_DIR,
+];
 
 /// A problem the user can fix, with a hint how.
 #[derive(Debug, Error)]
@@ -118,17 +124,64 @@ fn hostname() -> String {
         .map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
 }
 
-/// The `env` block of the traces written from `region`.
+/// A host or guest name for the trace's `env.hostname`: `[A-Za-z0-9._-]`
+/// (others become `_`), at most 64 characters.
+pub fn sanitize_host_name(name: &str) -> String {
+    name.chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The name the traces of `region` carry as `hostname`: `name` (the user's
+/// `--name`) if given, else this host's name for a loopback region, else
+/// the region file's stem (`/dev/shm/guest0` -> `guest0`): the region
+/// does not name its guest. Always sanitized.
+pub fn host_name(region: &Region, shm: &Path, name: Option<&str>) -> String {
+    let chosen = match name {
+        Some(n) => n.to_string(),
+        None if region.header().is_loopback() => hostname(),
+        None => shm
+            .file_stem()
+            .map_or_else(|| "guest".into(), |s| s.to_string_lossy().into_owned()),
+    };
+    match sanitize_host_name(&chosen) {
+        s if s.is_empty() => "guest".into(),
+        s => s,
+    }
+}
+
+/// `hostname` when nothing names the region: this host (loopback) or
+/// `guest-<uuid prefix>`.
+fn default_host_name(region: &Region) -> String {
+    let h = region.header();
+    if h.is_loopback() {
+        sanitize_host_name(&hostname())
+    } else {
+        format!("guest-{}", &h.uuid_string()[..8])
+    }
+}
+
+/// The `env` block of the traces written from `region`, named by
+/// [`default_host_name`]; see [`trace_env_named`].
 pub fn trace_env(region: &Region, out: &Path, clock: &ClockMapping) -> TraceEnv {
+    trace_env_named(region, out, clock, &default_host_name(region))
+}
+
+/// The `env` block of the traces written from `region`; `host` is its
+/// `hostname` ([`host_name`]).
+pub fn trace_env_named(region: &Region, out: &Path, clock: &ClockMapping, host: &str) -> TraceEnv {
     let h = region.header();
     let trace_name = out
         .file_name()
         .map_or_else(|| "ivtrace".into(), |n| n.to_string_lossy().into_owned());
-    let host = if h.is_loopback() {
-        hostname()
-    } else {
-        format!("guest-{}", &h.uuid_string()[..8])
-    };
+    let host = host.to_string();
     let version: Vec<i64> = env!("CARGO_PKG_VERSION")
         .split('.')
         .map(|p| p.parse().unwrap_or(0))
@@ -171,9 +224,19 @@ pub fn trace_env(region: &Region, out: &Path, clock: &ClockMapping) -> TraceEnv 
     }
 }
 
-/// A fresh writer for `region` into `out`.
+/// A fresh writer for `region` into `out` (default `hostname`).
 pub fn ctf_writer(region: &Region, out: &Path, clock: &ClockMapping) -> CtfWriter {
-    let env = trace_env(region, out, clock);
+    ctf_writer_named(region, out, clock, &default_host_name(region))
+}
+
+/// A fresh writer for `region` into `out` whose traces name `host`.
+pub fn ctf_writer_named(
+    region: &Region,
+    out: &Path,
+    clock: &ClockMapping,
+    host: &str,
+) -> CtfWriter {
+    let env = trace_env_named(region, out, clock, host);
     CtfWriter::new(
         out,
         region.header().uuid,
@@ -254,7 +317,9 @@ pub fn build_sidecar(
     });
     let streams = (0..2u32)
         .filter(|&s| writer.root().join(stream_dir(s)).is_dir())
-        .map(|s| StreamLayout::from_classes(s, stream_dir(s), reader.classes().stream(s)))
+        .map(|s| {
+            StreamLayout::from_classes(s, stream_dir(s), writer.output_classes(s, reader.classes()))
+        })
         .collect();
     // Relaxed: a statistics counter.
     let lost_no_channel = reader
@@ -277,6 +342,7 @@ pub fn build_sidecar(
         stop_reason: stop_reason.into(),
         metadata: meta_counters(&reader.meta().stats),
         warnings: reader.meta().warnings.clone(),
+        kernel_expansion: writer.kernel_expansion().cloned(),
     }
 }
 

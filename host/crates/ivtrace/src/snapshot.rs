@@ -17,7 +17,8 @@ pub fn run(args: &SnapshotArgs) -> Result<u64> {
     let started = Instant::now();
     let mut estimator = clock::estimator_for(region.header());
     let clock = estimator.finish();
-    let mut writer = session::ctf_writer(&region, &out, &clock);
+    let host = session::host_name(&region, &args.shm, args.name.as_deref());
+    let mut writer = session::ctf_writer_named(&region, &out, &clock, &host);
     let mut reader = Reader::new(region);
     reader.snapshot(&mut writer)?;
     writer.finish(reader.classes())?;

@@ -160,8 +160,7 @@ impl TestRegion {
 
     /// Appends a committed event description (ivt_event_register()).
     pub fn register(&mut self, stream: u32, id: u32, name: &str, fields: &[FieldSpec]) {
-        let flagged: Vec<FlaggedFieldSpec> =
-            fields.iter().map(|&(n, t, c)| (n, t, c, 0)).collect();
+        let flagged: Vec<FlaggedFieldSpec> = fields.iter().map(|&(n, t, c)| (n, t, c, 0)).collect();
         self.register_flagged(stream, id, name, &flagged);
     }
 
@@ -254,6 +253,9 @@ impl TestRegion {
         put_u64(h, abi::pkt::EVENTS_DISCARDED, drops);
         put_u64(h, abi::pkt::FIRST_EVENT_SEQ, first);
         put_u32(h, abi::pkt::OWNER_PID, 1);
+        if stream == abi::IVT_STREAM_KERNEL {
+            put_u32(h, abi::pkt::CPU_ID, c); // kernel channel c is CPU c
+        }
         let w = &mut self.writers[c as usize];
         w.open = true;
         w.off = abi::PACKET_HDR_SIZE as u64;
@@ -428,15 +430,26 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         ),
         (
             "sched_wakeup",
-            &[("tid", U32, 0, C), ("prio", S8, 0, 0), ("target_cpu", U16, 0, 0)],
+            &[
+                ("tid", U32, 0, C),
+                ("prio", S8, 0, 0),
+                ("target_cpu", U16, 0, 0),
+            ],
         ),
         ("irq_handler_entry", &[("irq", U32, 0, 0)]),
-        ("irq_handler_exit", &[("irq", U32, 0, 0), ("ret", S32, 0, 0)]),
+        (
+            "irq_handler_exit",
+            &[("irq", U32, 0, 0), ("ret", S32, 0, 0)],
+        ),
         ("irq_softirq_entry", &[("vec", U8, 0, 0)]),
         ("irq_softirq_exit", &[("vec", U8, 0, 0)]),
         (
             "timer_hrtimer_expire_entry",
-            &[("hrtimer", U64, 0, H), ("now", S64, 0, 0), ("function", U64, 0, H)],
+            &[
+                ("hrtimer", U64, 0, H),
+                ("now", S64, 0, 0),
+                ("function", U64, 0, H),
+            ],
         ),
         ("timer_hrtimer_expire_exit", &[("hrtimer", U64, 0, H)]),
         (
@@ -449,7 +462,10 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
                 ("gfp_flags", U32, 0, 0),
             ],
         ),
-        ("kmem_kfree", &[("call_site", U64, 0, H), ("ptr", U64, 0, H)]),
+        (
+            "kmem_kfree",
+            &[("call_site", U64, 0, H), ("ptr", U64, 0, H)],
+        ),
         (
             "kmem_mm_page_alloc",
             &[
@@ -459,7 +475,10 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
                 ("migratetype", S32, 0, 0),
             ],
         ),
-        ("kmem_mm_page_free", &[("pfn", U64, 0, 0), ("order", U32, 0, 0)]),
+        (
+            "kmem_mm_page_free",
+            &[("pfn", U64, 0, 0), ("order", U32, 0, 0)],
+        ),
         (
             "syscall_entry",
             &[
@@ -476,7 +495,11 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         ("printk_console", &[("msg", STR, 0, 0)]),
         (
             "sched_wakeup_new",
-            &[("tid", U32, 0, C), ("prio", S8, 0, 0), ("target_cpu", U16, 0, 0)],
+            &[
+                ("tid", U32, 0, C),
+                ("prio", S8, 0, 0),
+                ("target_cpu", U16, 0, 0),
+            ],
         ),
         (
             "sched_process_fork",
@@ -497,8 +520,14 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
                 ("comm", CH, 16, 0),
             ],
         ),
-        ("sched_process_exit", &[("tid", U32, 0, C), ("prio", S8, 0, 0)]),
-        ("sched_process_free", &[("tid", U32, 0, C), ("prio", S8, 0, 0)]),
+        (
+            "sched_process_exit",
+            &[("tid", U32, 0, C), ("prio", S8, 0, 0)],
+        ),
+        (
+            "sched_process_free",
+            &[("tid", U32, 0, C), ("prio", S8, 0, 0)],
+        ),
         ("task_rename", &[("tid", U32, 0, 0), ("newcomm", CH, 16, 0)]),
         ("lttng_statedump_start", &[("unused", U8, 0, 0)]),
         ("lttng_statedump_end", &[("unused", U8, 0, 0)]),
@@ -518,7 +547,11 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         ),
         (
             "lttng_statedump_interrupt",
-            &[("irq", U32, 0, 0), ("name", STR, 0, 0), ("action", STR, 0, 0)],
+            &[
+                ("irq", U32, 0, 0),
+                ("name", STR, 0, 0),
+                ("action", STR, 0, 0),
+            ],
         ),
     ]
 };

@@ -1,0 +1,438 @@
+//! The kernel stream, from its compact wire form to LTTng-kernel-compatible
+//! CTF (docs/abi.md, "Kernel stream").
+//!
+//! The guest module keeps events small: `sched_switch` carries thread ids
+//! but no names, `irq_handler_entry` an irq number but no name, system calls
+//! one `syscall_entry`/`syscall_exit` class with the number as a field. The
+//! output is what Trace Compass's kernel analyses and babeltrace2 expect from
+//! lttng-modules 2.13:
+//!
+//! 1. before every u32 field flagged `IVT_FF_TID_COMM` (`prev_tid`), a
+//!    `char[16]` with the thread's name *at the event's time* (`prev_comm`),
+//!    from the naming events of every CPU ([`names`]); tid 0 is
+//!    `swapper/<cpu>`;
+//! 2. after `irq_handler_entry`'s `irq`, a `name` string from the state
+//!    dump's `lttng_statedump_interrupt` records;
+//! 3. `syscall_entry_<name>` / `syscall_exit_<name>` per x86-64 system
+//!    call that occurs ([`syscalls`]), `_unknown` (with `id`) for the rest.
+//!
+//! [`plan`] decides what each wire class becomes, [`wire`] reads packets.
+//!
+//! # Stage, then expand (why not online)
+//!
+//! A name must be looked up as it was at the event's time, and the event
+//! that gives it may sit on another CPU's channel that the host drains
+//! later (a fork on CPU 0 names the child a switch on CPU 1 runs first; a
+//! state dump on one CPU names threads every CPU already switched to). An
+//! online expansion would need a reorder window as long as the longest
+//! drain lag across channels, which the guest controls (a CPU that goes
+//! quiet keeps its packet open until the flush timer), plus a final pass for
+//! whatever the window missed. Instead the host stages the kernel's wire
+//! packets while it records, exactly as it used to write them, in a hidden
+//! directory inside the output (`DIR/.kernel-wire/`; it holds no file named
+//! `metadata`, so babeltrace2's discovery never treats it as a trace), and
+//! expands them when the recording ends:
+//!
+//! * pass 1 merges the naming events of all channels in time order (a heap
+//!   over one cursor per channel) into the name timeline, the interrupt
+//!   names and the syscall numbers that occur. Lookups then never depend on
+//!   drain order, and the timeline keeps one entry per name *change*, so its
+//!   memory is bounded by the trace (and capped, [`names::MAX_NAME_ENTRIES`]),
+//!   never by what the guest claims;
+//! * pass 2 rewrites every packet into `DIR/kernel/kernel_chanN`, one packet
+//!   buffer reused, no allocation per event; then `.kernel-wire` is removed.
+//!
+//! The drain loop and the user stream are untouched (a kernel packet costs
+//! the same write as before); the price is a second read of the kernel data
+//! at the end (see docs/abi.md for the measured rate). If the recorder dies
+//! before it expands, `.kernel-wire/` keeps the wire packets and their
+//! metadata as `metadata.wire` (rename it to `metadata` to read them).
+
+pub mod names;
+pub mod plan;
+pub mod syscalls;
+pub mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::OpenOptions;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use ivtrace_ring::abi::{self, le_u32, put_u64};
+use ivtrace_ring::classes::StreamClasses;
+
+use names::{sanitize_comm, swapper, Comm, Name, ThreadNames, COMM_LEN};
+use plan::{Facts, Naming, Op, Out, Output, Plans};
+use wire::{align_event, event_header, packet_content, read_uint, Offsets, PacketFile};
+
+/// Hidden directory (inside the output) holding the staged wire packets.
+pub const STAGING_DIR: &str = ".kernel-wire";
+/// Name of the wire-form metadata in [`STAGING_DIR`] (not `metadata`, so
+/// CTF readers do not pick the directory up).
+pub const WIRE_METADATA: &str = "metadata.wire";
+
+/// One kernel channel's staged wire file and its output file.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    pub chan: u32,
+    pub wire: PathBuf,
+    pub out: PathBuf,
+}
+
+/// What the expansion did (the sidecar's `kernel_expansion`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct KernelExpansion {
+    pub events: u64,
+    pub packets: u64,
+    /// Staged packets that could not be walked (not written).
+    pub packets_skipped: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Threads with at least one name, and the name changes kept.
+    pub threads: u64,
+    pub name_changes: u64,
+    /// Naming events that repeated a thread's current name.
+    pub names_repeated: u64,
+    /// Name changes not kept: the table was full.
+    pub names_dropped: u64,
+    /// Thread-name fields written, and how many of them had to take the
+    /// thread's earliest later name, or had none at all (empty).
+    pub comm_fields: u64,
+    pub comm_later: u64,
+    pub comm_unknown: u64,
+    /// Interrupts named by the state dump; irq names written empty.
+    pub irqs_named: u64,
+    pub irq_names_unknown: u64,
+    /// `syscall_*_<name>` classes created; syscall events written under
+    /// them and under `syscall_*_unknown`.
+    pub syscall_classes: u64,
+    pub syscalls_named: u64,
+    pub syscalls_unknown: u64,
+    /// Wall-clock seconds of both passes, and events per second.
+    pub seconds: f64,
+    pub events_per_s: f64,
+}
+
+/// The expanded kernel trace: its classes and what it took.
+#[derive(Debug)]
+pub struct Expanded {
+    pub classes: StreamClasses,
+    pub stats: KernelExpansion,
+}
+
+/// Expands the staged `files` (wire classes `wire`) into their output
+/// files, which must not exist yet.
+pub fn expand(wire: &StreamClasses, files: &[Staged]) -> io::Result<Expanded> {
+    expand_with(wire, files, Facts::default().names)
+}
+
+/// [`expand`] with a given (empty) name table, e.g. a smaller cap in tests.
+pub fn expand_with(
+    wire: &StreamClasses,
+    files: &[Staged],
+    names: names::ThreadNamesBuilder,
+) -> io::Result<Expanded> {
+    let started = Instant::now();
+    let plans = plan::plan(wire);
+    let mut facts = Facts::new(&plans);
+    facts.names = names;
+    collect(&plans, files, &mut facts)?;
+    let output = plan::output(wire, &plans, &facts);
+    let mut stats = KernelExpansion {
+        names_repeated: facts.names.repeated,
+        names_dropped: facts.names.dropped,
+        irqs_named: facts.irqs.len() as u64,
+        syscall_classes: output.syscall_classes,
+        ..KernelExpansion::default()
+    };
+    let names = facts.names.build();
+    stats.threads = names.threads() as u64;
+    stats.name_changes = names.entries() as u64;
+    let mut x = Expander {
+        plans: &plans,
+        names: &names,
+        irqs: &facts.irqs,
+        output: &output,
+        stats: &mut stats,
+    };
+    let mut out = Vec::new();
+    for f in files {
+        x.file(f, &mut out)?;
+    }
+    stats.seconds = started.elapsed().as_secs_f64();
+    stats.events_per_s = if stats.seconds > 0.0 {
+        stats.events as f64 / stats.seconds
+    } else {
+        0.0
+    };
+    Ok(Expanded {
+        classes: output.classes,
+        stats,
+    })
+}
+
+/// A naming fact: (time, channel, tid, name); ordered by time first.
+type NameFact = (u64, u32, u32, Comm);
+
+/// Pass 1 over one channel: yields its thread-name facts in order and
+/// records the other facts (irq names, syscall numbers) on the way.
+struct Cursor {
+    file: PacketFile,
+    chan: u32,
+    content: usize,
+    off: usize,
+    last_ts: u64,
+    offs: Offsets,
+}
+
+impl Cursor {
+    fn open(f: &Staged) -> io::Result<Cursor> {
+        Ok(Cursor {
+            file: PacketFile::open(&f.wire)?,
+            chan: f.chan,
+            content: 0,
+            off: 0,
+            last_ts: 0,
+            offs: [0; abi::IVT_FIELDS_MAX as usize + 1],
+        })
+    }
+
+    fn next_name(&mut self, plans: &Plans, facts: &mut Facts) -> io::Result<Option<NameFact>> {
+        loop {
+            if self.off >= self.content {
+                if !self.file.next_packet()? {
+                    return Ok(None);
+                }
+                (self.content, self.off) = (0, 0);
+                if let Some((h, content)) = packet_content(&self.file.buf) {
+                    (self.content, self.off) = (content, abi::PACKET_HDR_SIZE);
+                    self.last_ts = h.timestamp_begin;
+                }
+                continue;
+            }
+            let content = &self.file.buf[..self.content];
+            // A packet that does not walk is skipped here and counted in pass 2.
+            let Some(h) = event_header(content, self.off, self.last_ts) else {
+                self.off = self.content;
+                continue;
+            };
+            let Some(plan) = plans.get(h.id) else {
+                self.off = self.content;
+                continue;
+            };
+            let p0 = self.off + h.len;
+            let Some(offs) = plan.layout.offsets(&content[p0..], &mut self.offs) else {
+                self.off = self.content;
+                continue;
+            };
+            let payload = &content[p0..p0 + offs[offs.len() - 1] as usize];
+            self.last_ts = h.ts;
+            self.off = align_event(p0 + payload.len());
+            let field = |i: u8| &payload[offs[i as usize] as usize..offs[i as usize + 1] as usize];
+            match plan.naming {
+                Some(Naming::Thread { tid, comm }) => {
+                    let tid = le_u32(field(tid), 0);
+                    if tid != 0 {
+                        return Ok(Some((h.ts, self.chan, tid, sanitize_comm(field(comm)))));
+                    }
+                }
+                Some(Naming::IrqAction { irq, action }) => {
+                    let text = field(action);
+                    facts
+                        .irqs
+                        .add(le_u32(field(irq), 0), &text[..text.len().saturating_sub(1)]);
+                }
+                Some(Naming::Syscall { exit }) => {
+                    let nr = read_uint(plan.layout.types()[0], field(0));
+                    let counts = &mut facts.syscalls[exit as usize];
+                    if let Some(n) = nr.and_then(|nr| counts.get_mut(nr as usize)) {
+                        *n += 1;
+                    }
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// Pass 1: every channel's naming events, merged in time order.
+fn collect(plans: &Plans, files: &[Staged], facts: &mut Facts) -> io::Result<()> {
+    let mut cursors = files
+        .iter()
+        .map(Cursor::open)
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut heap: BinaryHeap<Reverse<(NameFact, usize)>> = BinaryHeap::new();
+    for (i, c) in cursors.iter_mut().enumerate() {
+        if let Some(fact) = c.next_name(plans, facts)? {
+            heap.push(Reverse((fact, i)));
+        }
+    }
+    while let Some(Reverse(((ts, _, tid, comm), i))) = heap.pop() {
+        facts.names.add(tid, ts, comm);
+        if let Some(fact) = cursors[i].next_name(plans, facts)? {
+            heap.push(Reverse((fact, i)));
+        }
+    }
+    Ok(())
+}
+
+/// Pass 2: rewrites packets.
+struct Expander<'a> {
+    plans: &'a Plans,
+    names: &'a ThreadNames,
+    irqs: &'a names::IrqNames,
+    output: &'a Output,
+    stats: &'a mut KernelExpansion,
+}
+
+impl Expander<'_> {
+    fn file(&mut self, f: &Staged, out: &mut Vec<u8>) -> io::Result<()> {
+        let mut input = PacketFile::open(&f.wire)?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&f.out)?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        while input.next_packet()? {
+            self.stats.bytes_in += input.buf.len() as u64;
+            match self.packet(&input.buf, out) {
+                Some(events) => {
+                    self.stats.events += events;
+                    self.stats.packets += 1;
+                    self.stats.bytes_out += out.len() as u64;
+                    w.write_all(out)?;
+                }
+                None => self.stats.packets_skipped += 1,
+            }
+        }
+        w.flush()?;
+        w.into_inner().map_err(|e| e.into_error())?.sync_data()?;
+        Ok(())
+    }
+
+    #[inline]
+    fn comm(&mut self, tid: u32, ts: u64, idle: &Comm) -> Comm {
+        self.stats.comm_fields += 1;
+        if tid == 0 {
+            return *idle;
+        }
+        match self.names.lookup(tid, ts) {
+            Name::AtOrBefore(c) => *c,
+            Name::Later(c) => {
+                self.stats.comm_later += 1;
+                *c
+            }
+            Name::Unknown => {
+                self.stats.comm_unknown += 1;
+                [0; COMM_LEN]
+            }
+        }
+    }
+
+    /// The expanded form of one packet in `out`; None if it does not walk.
+    fn packet(&mut self, pkt: &[u8], out: &mut Vec<u8>) -> Option<u64> {
+        let (h, content) = packet_content(pkt)?;
+        let content = &pkt[..content];
+        let idle = swapper(h.cpu_id);
+        out.clear();
+        out.extend_from_slice(&content[..abi::PACKET_HDR_SIZE]);
+        let mut off = abi::PACKET_HDR_SIZE;
+        let mut last_ts = h.timestamp_begin;
+        let mut events = 0u64;
+        let mut scratch: Offsets = [0; abi::IVT_FIELDS_MAX as usize + 1];
+        while off < content.len() {
+            let eh = event_header(content, off, last_ts)?;
+            let plan = self.plans.get(eh.id)?;
+            let p0 = off + eh.len;
+            let offs = plan.layout.offsets(&content[p0..], &mut scratch)?;
+            let payload = &content[p0..p0 + *offs.last()? as usize];
+            let wire_hdr = &content[off..p0];
+            out.resize(align_event(out.len()), 0);
+            match &plan.out {
+                Out::Verbatim => {
+                    out.extend_from_slice(wire_hdr);
+                    out.extend_from_slice(payload);
+                }
+                Out::Expand(ops) => {
+                    out.extend_from_slice(wire_hdr);
+                    let mut copied = 0usize;
+                    for op in ops.iter() {
+                        match *op {
+                            Op::Comm(i) => {
+                                let at = offs[i as usize] as usize;
+                                out.extend_from_slice(&payload[copied..at]);
+                                copied = at;
+                                let comm = self.comm(le_u32(payload, at), eh.ts, &idle);
+                                out.extend_from_slice(&comm);
+                            }
+                            Op::IrqName(i) => {
+                                let (at, end) =
+                                    (offs[i as usize] as usize, offs[i as usize + 1] as usize);
+                                out.extend_from_slice(&payload[copied..end]);
+                                copied = end;
+                                let name = self.irqs.get(le_u32(payload, at));
+                                self.stats.irq_names_unknown += name.is_empty() as u64;
+                                out.extend_from_slice(name);
+                                out.push(0);
+                            }
+                        }
+                    }
+                    out.extend_from_slice(&payload[copied..]);
+                }
+                Out::Syscall { exit } => {
+                    let first = &payload[..offs[1] as usize];
+                    let nr = read_uint(plan.layout.types()[0], first)?;
+                    match self.output.syscall_id(*exit, nr) {
+                        Some(id) => {
+                            self.stats.syscalls_named += 1;
+                            put_header(out, wire_hdr, eh.ts, id);
+                            out.extend_from_slice(&payload[offs[1] as usize..]);
+                        }
+                        None => {
+                            self.stats.syscalls_unknown += 1;
+                            out.extend_from_slice(wire_hdr);
+                            out.extend_from_slice(payload);
+                        }
+                    }
+                }
+            }
+            events += 1;
+            last_ts = eh.ts;
+            off = align_event(p0 + payload.len());
+        }
+        let end = out.len();
+        let padded = end.next_multiple_of(8);
+        out.resize(padded, 0);
+        put_u64(out, abi::pkt::CONTENT_SIZE, end as u64 * 8);
+        put_u64(out, abi::pkt::PACKET_SIZE, padded as u64 * 8);
+        Some(events)
+    }
+}
+
+/// Writes the header of an event whose class id changes to `id`: the
+/// compact form when the wire one was compact and `id` fits in 5 bits,
+/// else the extended form with the full timestamp.
+#[inline]
+fn put_header(out: &mut Vec<u8>, wire_hdr: &[u8], ts: u64, id: u32) {
+    if wire_hdr.len() == abi::IVT_EV_COMPACT_SIZE && id <= abi::IVT_EV_COMPACT_MAX_ID {
+        let word = (le_u32(wire_hdr, 0) & !((1 << abi::IVT_EV_ID_BITS) - 1)) | id;
+        out.extend_from_slice(&word.to_le_bytes());
+    } else {
+        out.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&ts.to_le_bytes());
+    }
+}
+
+/// Removes the staging directory (best effort: a leftover hidden directory
+/// without `metadata` does not disturb CTF readers).
+pub fn remove_staging(dir: &std::path::Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}
