@@ -751,6 +751,9 @@ def render(res, src):
                f"`make -C bench report` only regenerates it. Timings are measurements on one "
                f"shared machine, never pass/fail tests; every claim below is a ratio measured "
                f"side by side in the same run.\n")
+    out.append("`make eval` reruns everything on this page (the native benchmarks, the doorbell "
+               "benchmark when present, the evaluation matrix in a real guest) and regenerates it "
+               "and its plots from scratch.\n")
     out.append(f"Reproduce everything: `{res['reproduce']}` at the top of the repository, as "
                f"root (it runs `bench/run.py`, then this script).")
     if res.get("native"):
