@@ -76,6 +76,7 @@ enum ivtk_event_id {
 	IVTK_EV_STATEDUMP_END,
 	IVTK_EV_STATEDUMP_PROCESS_STATE,
 	IVTK_EV_STATEDUMP_INTERRUPT,
+	IVTK_EV_DOORBELL,
 	IVTK_NR_EVENTS
 };
 
@@ -148,16 +149,17 @@ DECLARE_PER_CPU(struct ivt_writer, ivtk_writer);
 
 /* ---- write path ------------------------------------------------------ */
 
-void ivtk_ring_host(void);
+void ivtk_ring_host(struct ivt_writer *w);
 
 /* Internal helper: leave the write path, ringing the host if a packet
- * closed while it slept.
+ * closed while it slept. No reservation is open here, so the ring can
+ * still write its ivtrace_doorbell event in the same write section.
  */
 static __always_inline void ivtk_leave(struct ivt_writer *w)
 {
 	if (unlikely(w->wake_host)) {
 		w->wake_host = 0;
-		ivtk_ring_host();
+		ivtk_ring_host(w);
 	}
 	ivt_writer_exit(w);
 }

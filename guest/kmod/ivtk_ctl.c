@@ -24,24 +24,40 @@ static struct ivt_region_hdr *ivtk_hdr(struct ivtk_dev *d)
 
 /*
  * Ring the host's doorbell: a packet closed while it slept
- * (ivt_writer_close() saw host_sleeping). Any context, interrupts off.
- * The peer id and vector are the host's own words; a wrong value only
- * makes QEMU ignore the write (specs.md 1.3).
+ * (ivt_writer_close() saw host_sleeping). Called from ivtk_leave() on
+ * @w's CPU, interrupts off, inside @w's write section with no reservation
+ * open. The peer id and vector are the host's own words; a wrong value
+ * only makes QEMU ignore the write (specs.md 1.3).
+ *
+ * Right before the MMIO write it records ivtrace_doorbell (seq = this
+ * ring's number in the region's doorbells counter), so the host can check
+ * causality: the ring's mapped time never comes after the host saw the
+ * eventfd fire. If writing that event closes a packet while the host
+ * sleeps, this very ring covers it.
  */
-void ivtk_ring_host(void)
+void ivtk_ring_host(struct ivt_writer *w)
 {
 	struct ivtk_dev *d = READ_ONCE(ivtk_dev);
 	struct ivt_region_hdr *hdr;
 	u32 peer, vec;
+	u64 seq;
+	u8 *p;
 
 	if (!d || !d->doorbell)
 		return;
 	hdr = ivtk_hdr(d);
 	peer = READ_ONCE(hdr->host_peer_id);
 	vec = READ_ONCE(hdr->host_vector);
+	seq = ivtk_fetch_add64(&hdr->doorbells, 1) + 1;
+	p = ivt_writer_reserve(w, rdtsc(), IVTK_EV_DOORBELL, 10);
+	if (p) {
+		p = ivtk_put_u64(p, seq);
+		ivtk_put_u16(p, vec);
+		ivt_writer_commit(w);
+	}
+	w->wake_host = 0;
 	/* writel orders the packet stores before the MMIO write. */
 	writel((peer << 16) | (vec & 0xffff), d->regs + IVSHMEM_REG_DOORBELL);
-	ivtk_fetch_add64(&hdr->doorbells, 1);
 }
 
 /*

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * ivtk_events.c - the kernel stream's wire events, exactly the table of
- * docs/abi.md "Kernel stream": ids 0..24 in this order, names (LTTng's),
+ * docs/abi.md "Kernel stream": ids 0..25 in this order, names (LTTng's),
  * groups, fields in payload order. ivtk_region.c publishes them as
  * metadata records; the probes in ivtk_probes.c write their payloads.
  *
@@ -87,6 +87,8 @@ static const struct ivtrace_field f_interrupt[] = {
 	FLD(irq, U32), FLD(name, STRING), FLD(action, STRING),
 };
 
+static const struct ivtrace_field f_doorbell[] = { FLD(seq, U64), FLD(vector, U16) };
+
 #define EV(_id, _name, _group, _f, _size)				\
 	[_id] = { .name = _name, .group = IVTRACE_GROUP_##_group,	\
 		  .fields = _f, .nr_fields = ARRAY_SIZE(_f),		\
@@ -125,6 +127,7 @@ const struct ivtk_event_desc ivtk_events[IVTK_NR_EVENTS] = {
 	   ALWAYS, f_process_state, 48),
 	EV(IVTK_EV_STATEDUMP_INTERRUPT, "lttng_statedump_interrupt", ALWAYS,
 	   f_interrupt, 0),
+	EV(IVTK_EV_DOORBELL, "ivtrace_doorbell", ALWAYS, f_doorbell, 10),
 };
 
 static_assert(TASK_COMM_LEN == 16, "comm fields are char[16] on the wire");

@@ -84,10 +84,11 @@ KERNEL_EVENTS = [
                                                f("mode", S32), f("submode", S32),
                                                f("status", S32), f("cpu", S32)]),
     ("lttng_statedump_interrupt", ALWAYS, [f("irq", U32), f("name", STR), f("action", STR)]),
+    ("ivtrace_doorbell", ALWAYS, [f("seq", U64), f("vector", U16)]),
 ]
 # docs/abi.md's "wire bytes incl. header" column (None: has a string).
 WIRE_BYTES = [16, 12, 8, 12, 8, 8, 28, 12, 32, 20, 24, 16, 56, 16, None, 12, 36, None, 12, 12,
-              24, 8, 8, 52, None]
+              24, 8, 8, 52, None, 16]
 FIXED = {U8: 1, U16: 2, U32: 4, U64: 8, S8: 1, S16: 2, S32: 4, S64: 8}
 
 GUEST_SCRIPT = r"""
@@ -272,7 +273,7 @@ def meta_records(m):
 
 
 def test_kernel_event_table(booted):
-    """The published descriptions are docs/abi.md's table, ids 0..24 then the test's."""
+    """The published descriptions are docs/abi.md's table, ids 0..25 then the test's."""
     _, shm, _ = booted
     recs = meta_records(region(shm))
     for eid, (name, group, fields) in enumerate(KERNEL_EVENTS):
@@ -282,7 +283,7 @@ def test_kernel_event_table(booted):
             assert (wire + 3) & ~3 == WIRE_BYTES[eid], (name, wire)
     assert recs[(0, 0)][0] == "sched_switch"
     names = {v[0]: k for k, v in recs.items()}
-    assert names["ivtrace_test_event"] == (0, 25) and names["ivtrace_test_blob"] == (0, 26)
+    assert names["ivtrace_test_event"] == (0, 26) and names["ivtrace_test_blob"] == (0, 27)
 
 
 @pytest.fixture(scope="module")
@@ -306,9 +307,19 @@ def test_snapshot_events(snapshot):
     for e in snapshot:
         counts[e.name] = counts.get(e.name, 0) + 1
     for name in ("sched_switch", "sched_wakeup", "irq_softirq_entry", "timer_hrtimer_expire_entry",
-                 "syscall_entry", "syscall_exit", "lttng_statedump_start",
+                 "lttng_statedump_start",
                  "lttng_statedump_process_state", "lttng_statedump_interrupt", "lttng_statedump_end"):
         assert counts.get(name, 0) > 0, (name, counts)
+    # the host names system calls (LTTng style): syscall_entry_<name>, syscall_exit_<name>
+    for prefix in ("syscall_entry_", "syscall_exit_"):
+        assert any(n.startswith(prefix) for n in counts), (prefix, counts)
+    assert any(f"syscall_entry_{n}" in counts for n in ("read", "write", "close")), counts
+    # ... and thread names: idle is swapper/<cpu>, init is named from the state dump
+    comms = {(e.payload["next_tid"], e.payload["next_comm"]) for e in snapshot
+             if e.name == "sched_switch"} | \
+            {(e.payload["prev_tid"], e.payload["prev_comm"]) for e in snapshot
+             if e.name == "sched_switch"}
+    assert any(t == 0 and c.startswith("swapper/") for t, c in comms), sorted(comms)[:10]
     dump = [e.payload for e in snapshot if e.name == "lttng_statedump_process_state"]
     assert any(d["tid"] == 1 and d["name"] == "init" for d in dump), dump[:3]
 
