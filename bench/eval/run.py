@@ -184,6 +184,15 @@ def cpu_times() -> list[list[int]]:
     return rows
 
 
+def steal_pct(a, b) -> list[float]:
+    """Per host CPU: time this (virtual) machine's CPU was taken by its own hypervisor."""
+    out = []
+    for x, y in zip(a, b):
+        d = [j - i for i, j in zip(x, y)]
+        out.append(round(100.0 * (d[7] if len(d) > 7 else 0) / (sum(d) or 1), 2))
+    return out
+
+
 def busy_pct(a, b) -> list[float]:
     out = []
     for x, y in zip(a, b):
@@ -350,6 +359,7 @@ class Sampler:
             "sink_cpu_pct": round(100.0 * (b["sink"] - a["sink"]) / wall, 1),
             "helper_cpu_pct": round(max(0.0, 100.0 * (b["helper"] - a["helper"]) / wall), 1),
             "host_cpu_busy_pct": busy_pct(a["cpu"], b["cpu"]),
+            "host_cpu_steal_pct": steal_pct(a["cpu"], b["cpu"]),
         }
 
 
@@ -665,7 +675,8 @@ def run_eval(a) -> dict:
         "machine": info,
         "guest_info": ev_info[0] if ev_info else None,
         "conditions": {**conditions, "loadavg_after": loadavg(), "top_after": top_procs(),
-                       "host_cpu_busy_pct": busy_pct(cpu0, cpu1)},
+                       "host_cpu_busy_pct": busy_pct(cpu0, cpu1),
+                       "host_cpu_steal_pct": steal_pct(cpu0, cpu1)},
         "params": params,
         "commands": {
             "qemu": shlex.join(r.cmd),
