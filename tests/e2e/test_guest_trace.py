@@ -144,10 +144,6 @@ def test_children_are_scheduled(run, trace1):
     assert set(kids.values()) <= switched_in, (kids, len(switched_in))
 
 
-@pytest.mark.xfail(strict=True, reason="needs the host's kernel stream expansion "
-                   "(docs/abi.md 'Kernel stream': prev_comm/next_comm inserted from the "
-                   "thread-name timeline); flips to XPASS, i.e. a failure, when it lands: "
-                   "then remove this marker")
 def test_sched_switch_names_the_children(run, trace1):
     events, _ = trace1
     kids = g.kids(run["boot"].console_text)
@@ -185,10 +181,6 @@ def test_reload_records_again(run):
     assert g.by_name(events, "sched_switch") and g.by_name(events, "lttng_statedump_end")
 
 
-@pytest.mark.xfail(strict=True, reason="host: the kernel and user traces of one recording share "
-                   "a trace UUID; babeltrace2 2.0 merges same-UUID traces found under one path "
-                   "and aborts (fs.c merge_matching_ctf_fs_ds_file_groups: Assertion `sc` "
-                   "failed). Remove this marker when the host gives each trace its own UUID")
 def test_babeltrace2_reads_the_whole_output(run):
     """`babeltrace2 OUT` (what a user types) reads kernel and user events together. Run in a
     child process: the bt2 assertion aborts the process."""

@@ -314,7 +314,7 @@ def test_snapshot_events(snapshot):
     for prefix in ("syscall_entry_", "syscall_exit_"):
         assert any(n.startswith(prefix) for n in counts), (prefix, counts)
     assert any(f"syscall_entry_{n}" in counts for n in ("read", "write", "close")), counts
-    # ... and thread names: idle is swapper/<cpu>, init is named from the state dump
+    # ... and the names the host inserts before thread ids: idle is swapper/<cpu>
     comms = {(e.payload["next_tid"], e.payload["next_comm"]) for e in snapshot
              if e.name == "sched_switch"} | \
             {(e.payload["prev_tid"], e.payload["prev_comm"]) for e in snapshot

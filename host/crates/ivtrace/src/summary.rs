@@ -140,6 +140,27 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
             t.older_overwritten
         )?;
     }
+    if let Some(k) = &s.kernel_expansion {
+        writeln!(
+            out,
+            "kernel stream expanded to LTTng's layout: {} events in {:.3} s ({}events/s), \
+             {} threads named ({} name fields empty), {} irqs named, {} syscall classes",
+            k.events,
+            k.seconds,
+            si(k.events_per_s),
+            k.threads,
+            k.comm_unknown,
+            k.irqs_named,
+            k.syscall_classes
+        )?;
+        if k.names_dropped > 0 || k.packets_skipped > 0 {
+            eprintln!(
+                "ivtrace: warning: kernel expansion: {} thread-name changes past the table's \
+                 limit ignored, {} staged packets skipped",
+                k.names_dropped, k.packets_skipped
+            );
+        }
+    }
     let c = &s.clock;
     writeln!(
         out,

@@ -65,12 +65,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use ivtrace_ring::abi::{self, le_u32, put_u64};
+use ivtrace_ring::abi::{self, put_u64};
 use ivtrace_ring::classes::StreamClasses;
 
 use names::{sanitize_comm, swapper, Comm, Name, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Op, Out, Output, Plans};
-use wire::{align_event, event_header, packet_content, read_uint, Offsets, PacketFile};
+use wire::{align_event, event_header, le_u32, packet_content, read_uint, Offsets, PacketFile};
 
 /// Hidden directory (inside the output) holding the staged wire packets.
 pub const STAGING_DIR: &str = ".kernel-wire";
@@ -312,9 +312,7 @@ impl Expander<'_> {
                 None => self.stats.packets_skipped += 1,
             }
         }
-        w.flush()?;
-        w.into_inner().map_err(|e| e.into_error())?.sync_data()?;
-        Ok(())
+        w.flush()
     }
 
     #[inline]

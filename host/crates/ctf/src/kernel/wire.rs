@@ -9,9 +9,21 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use ivtrace_ring::abi::{self, le_u32, le_u64};
+use ivtrace_ring::abi;
 use ivtrace_ring::classes::FieldType;
 use ivtrace_ring::packet::PacketHeader;
+
+/// Little-endian u32 at `off` (inlined here: the hot loops call it per event).
+#[inline(always)]
+pub fn le_u32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
+}
+
+/// Little-endian u64 at `off`.
+#[inline(always)]
+pub fn le_u64(b: &[u8], off: usize) -> u64 {
+    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
+}
 
 /// Field start offsets of one payload (relative to the payload), plus its
 /// end: at most `IVT_FIELDS_MAX + 1` values.

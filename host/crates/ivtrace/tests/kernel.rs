@@ -1,0 +1,156 @@
+//! The kernel stream end to end through the CLI: a region with the guest
+//! module's events (ring's writer model) -> `ivtrace record` / `snapshot`
+//! -> an LTTng-style kernel trace that `ivtrace report` and babeltrace2
+//! read by LTTng event names.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use ivtrace_ring::testutil::{RegionBuilder, TestRegion};
+
+fn ivtrace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ivtrace"))
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("command runs");
+    eprintln!(
+        "{cmd:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn u32s(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Two CPUs: a fork on CPU 1, switches to the child on CPU 0, syscalls.
+fn kernel_region() -> TestRegion {
+    let mut b = RegionBuilder::new(3, 4, 4096);
+    b.nr_kernel_channels = 2;
+    b.meta_size = 16384;
+    let mut r = b.build_region();
+    r.register_kernel_events();
+    let mut fork = u32s(&[1, 1]);
+    fork.extend_from_slice(b"e2e-kid\0\0\0\0\0\0\0\0\0");
+    fork.extend_from_slice(&u32s(&[42, 42]));
+    r.emit(1, 100, 16, &fork);
+    let switch = |prev: u32, next: u32| {
+        let mut p = prev.to_le_bytes().to_vec();
+        p.extend_from_slice(&[20, 0, 0]);
+        p.extend_from_slice(&next.to_le_bytes());
+        p.push(20);
+        p
+    };
+    r.emit(0, 200, 0, &switch(0, 42));
+    r.emit(0, 300, 0, &switch(42, 0));
+    for i in 0..5u64 {
+        let mut entry = 1u16.to_le_bytes().to_vec(); // write
+        for a in [1u64, 0x1000, 5, 0, 0, 0] {
+            entry.extend_from_slice(&a.to_le_bytes());
+        }
+        r.emit(0, 400 + 10 * i, 12, &entry);
+        let mut exit = 1u16.to_le_bytes().to_vec();
+        exit.extend_from_slice(&5i64.to_le_bytes());
+        r.emit(0, 405 + 10 * i, 13, &exit);
+    }
+    r.close(0);
+    r.close(1);
+    r.close_region();
+    r
+}
+
+fn write_region(dir: &Path, r: &TestRegion) -> std::path::PathBuf {
+    let shm = dir.join("guest7.shm");
+    std::fs::write(&shm, &r.bytes).unwrap();
+    shm
+}
+
+fn report_counts(dir: &Path) -> serde_json::Value {
+    let out = run(ivtrace().args(["report", "--json"]).arg(dir));
+    assert!(out.status.success());
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut counts = serde_json::Map::new();
+    for e in r["event_types"].as_array().unwrap() {
+        if e["stream_class"] == 0 {
+            counts.insert(e["name"].as_str().unwrap().into(), e["count"].clone());
+        }
+    }
+    counts.into()
+}
+
+#[test]
+fn snapshot_and_record_write_an_lttng_kernel_trace_report_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shm = write_region(tmp.path(), &kernel_region());
+    for cmd in ["snapshot", "record"] {
+        let out_dir = tmp.path().join(cmd);
+        let out = run(ivtrace()
+            .arg(cmd)
+            .arg("--shm")
+            .arg(&shm)
+            .arg("-o")
+            .arg(&out_dir));
+        assert!(out.status.success());
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("kernel stream expanded to LTTng's layout: 13 events"),
+            "{stdout}"
+        );
+        assert!(!out_dir.join(".kernel-wire").exists());
+        let counts = report_counts(&out_dir);
+        assert_eq!(counts["sched_switch"], 2, "{counts}");
+        assert_eq!(counts["sched_process_fork"], 1);
+        assert_eq!(counts["syscall_entry_write"], 5);
+        assert_eq!(counts["syscall_exit_write"], 5);
+        assert!(counts.get("syscall_entry").is_none());
+        let meta = std::fs::read_to_string(out_dir.join("kernel/metadata")).unwrap();
+        assert!(
+            meta.contains("hostname = \"guest7\";"),
+            "the region file's stem"
+        );
+        assert!(meta.contains("tracer_name = \"lttng-modules\";"));
+        let side: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out_dir.join("ivtrace.json")).unwrap()).unwrap();
+        assert_eq!(side["kernel_expansion"]["threads"], 1); // the child
+        assert_eq!(side["kernel_expansion"]["syscall_classes"], 2);
+    }
+}
+
+#[test]
+fn name_option_sets_the_hostname_and_babeltrace2_shows_the_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shm = write_region(tmp.path(), &kernel_region());
+    let out_dir = tmp.path().join("out");
+    let out = run(ivtrace()
+        .args(["snapshot", "--name", "vm \"one\"", "--shm"])
+        .arg(&shm)
+        .arg("-o")
+        .arg(&out_dir));
+    assert!(out.status.success());
+    let meta = std::fs::read_to_string(out_dir.join("kernel/metadata")).unwrap();
+    assert!(
+        meta.contains("hostname = \"vm__one_\";"),
+        "sanitized --name"
+    );
+    let have = Command::new("babeltrace2")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("SKIP babeltrace2 check: not installed");
+        return;
+    }
+    let out = run(Command::new("babeltrace2").arg(&out_dir));
+    assert!(out.status.success());
+    assert!(out.stderr.is_empty());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("prev_comm = \"swapper/0\", prev_tid = 0, prev_prio = 20, prev_state = 0, next_comm = \"e2e-kid\", next_tid = 42"),
+        "{text}"
+    );
+    assert!(text.contains("vm__one_ syscall_entry_write:"), "{text}");
+}
