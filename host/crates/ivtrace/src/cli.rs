@@ -92,6 +92,14 @@ pub struct RecordArgs {
     /// (this host's name for a loopback region). Sanitized to [A-Za-z0-9._-].
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// Also record host events into DIR/host (same time base, so `babeltrace2 DIR`
+    /// merges them): sched_switch of the QEMU's vCPU threads, and
+    /// kvm_exit/kvm_entry/kvm_hypercall where KVM runs the guest. Needs tracefs (root).
+    #[arg(long)]
+    pub host_events: bool,
+    /// The QEMU process for --host-events [default: the process that maps --shm].
+    #[arg(long, value_name = "PID", requires = "host_events")]
+    pub qemu_pid: Option<i32>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,

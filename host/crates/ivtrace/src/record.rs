@@ -246,7 +246,20 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     };
     raise_file_limit();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
-    record_region(region, &args.shm, &out, &stop, deadline, args.json, &host)
+    let host_events = match args.host_events {
+        true => Some(crate::hostevents::RecordHost::start(
+            args.qemu_pid,
+            &args.shm,
+            &out,
+            &host,
+        )?),
+        false => None,
+    };
+    let seen = record_region(region, &args.shm, &out, &stop, deadline, args.json, &host);
+    if let Some(h) = host_events {
+        h.finish()?;
+    }
+    seen
 }
 
 fn record_region(

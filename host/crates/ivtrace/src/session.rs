@@ -23,6 +23,7 @@ use ivtrace_ring::{abi, Access, Reader, Region};
 const OWNED_ENTRIES: &[&str] = &[
     "user",
     "kernel",
+    "host",
     SIDECAR_NAME,
     ".ivtrace.json.tmp",
     ivtrace_ctf::kernel::STAGING_DIR,

@@ -527,7 +527,7 @@ impl Guest {
         };
 
         let started = Instant::now();
-        let mut writer = session::ctf_writer(&region, &out, &initial);
+        let mut writer = session::ctf_writer_named(&region, &out, &initial, &self.name);
         let mut reader = Reader::new(region);
         let mut pending: Vec<Delivery> = Vec::new();
         let mut delivered: Vec<Delivery> = Vec::new();
@@ -691,8 +691,7 @@ impl Guest {
             .finish(),
         };
         writer.set_clock(clock.clone());
-        let mut env = session::trace_env(reader.region(), &out, &clock);
-        env.hostname = self.name.clone();
+        let mut env = session::trace_env_named(reader.region(), &out, &clock, &self.name);
         env.extra.push((
             "ivtrace_guest_name".into(),
             EnvValue::Str(self.name.clone()),
@@ -707,11 +706,14 @@ impl Guest {
         ));
         writer.set_env(env);
         writer.finish(reader.classes())?;
-        if let Some(h) = hostev {
-            if let Err(e) = h.stop() {
+        let hostev_stats = match hostev.map(|h| h.stop()) {
+            Some(Ok(st)) => Some(st),
+            Some(Err(e)) => {
                 self.log(&format!("host events: {e:#}"));
+                None
             }
-        }
+            None => None,
+        };
         let host_counts = match Arc::try_unwrap(host) {
             Ok(m) => m.into_inner().expect("not poisoned").finish()?,
             Err(arc) => {
@@ -755,6 +757,7 @@ impl Guest {
                 "host_trace": "host",
                 "host_trace_events": host_counts,
                 "host_events": self.cfg.host_events,
+                "host_event_stats": hostev_stats,
             }),
         );
         extra.insert(
