@@ -132,7 +132,7 @@ def trace_dirs(out):
 
 def read(out):
     """(events, discarded) of every trace under `out`, each trace read on its own by
-    babeltrace2 (see test_babeltrace2_reads_the_whole_output for why not all at once)."""
+    babeltrace2 (test_babeltrace2_reads_the_whole_output reads them all at once)."""
     events, discarded = [], 0
     for d in trace_dirs(out):
         events += ctf.events(d)
