@@ -154,3 +154,120 @@ fn name_option_sets_the_hostname_and_babeltrace2_shows_the_names() {
     );
     assert!(text.contains("vm__one_ syscall_entry_write:"), "{text}");
 }
+
+mod hostile {
+    use proptest::prelude::*;
+
+    use ivtrace_ring::testutil::RegionBuilder;
+
+    /// One kernel event with hostile content: any tid, any name bytes,
+    /// any syscall number or irq (valid framing: the writer model frames it).
+    fn event() -> impl Strategy<Value = (u32, u32, Vec<u8>)> {
+        let tid = prop_oneof![0u32..8, any::<u32>()];
+        let name = proptest::collection::vec(any::<u8>(), 16);
+        let text = proptest::collection::vec(1u8..=255, 0..40);
+        (
+            0u32..2,
+            prop_oneof![
+                (tid.clone(), tid.clone(), any::<u16>()).prop_map(|(a, b, s)| {
+                    let mut p = a.to_le_bytes().to_vec();
+                    p.push(20);
+                    p.extend_from_slice(&s.to_le_bytes());
+                    p.extend_from_slice(&b.to_le_bytes());
+                    p.push(0x80);
+                    (0, p)
+                }),
+                (tid.clone(), any::<u16>()).prop_map(|(t, c)| {
+                    let mut p = t.to_le_bytes().to_vec();
+                    p.push(1);
+                    p.extend_from_slice(&c.to_le_bytes());
+                    (1, p)
+                }),
+                any::<u32>().prop_map(|irq| (2, irq.to_le_bytes().to_vec())),
+                (prop_oneof![0u16..460, any::<u16>()], any::<[u8; 48]>()).prop_map(|(n, a)| {
+                    let mut p = n.to_le_bytes().to_vec();
+                    p.extend_from_slice(&a);
+                    (12, p)
+                }),
+                (prop_oneof![0u16..460, any::<u16>()], any::<i64>()).prop_map(|(n, r)| {
+                    let mut p = n.to_le_bytes().to_vec();
+                    p.extend_from_slice(&r.to_le_bytes());
+                    (13, p)
+                }),
+                (tid.clone(), tid.clone(), name.clone()).prop_map(|(a, b, n)| {
+                    let mut p = a.to_le_bytes().to_vec();
+                    p.extend_from_slice(&a.to_le_bytes());
+                    p.extend_from_slice(&n);
+                    p.extend_from_slice(&b.to_le_bytes());
+                    p.extend_from_slice(&b.to_le_bytes());
+                    (16, p)
+                }),
+                (tid.clone(), text.clone(), name.clone()).prop_map(|(t, f, n)| {
+                    let mut p = f;
+                    p.push(0);
+                    p.extend_from_slice(&t.to_le_bytes());
+                    p.extend_from_slice(&t.to_le_bytes());
+                    p.extend_from_slice(&n);
+                    (17, p)
+                }),
+                (tid.clone(), name.clone()).prop_map(|(t, n)| {
+                    let mut p = t.to_le_bytes().to_vec();
+                    p.extend_from_slice(&n);
+                    (20, p)
+                }),
+                (tid, name).prop_map(|(t, n)| {
+                    let mut p = [t, t, 1]
+                        .iter()
+                        .flat_map(|v| v.to_le_bytes())
+                        .collect::<Vec<_>>();
+                    p.extend_from_slice(&n);
+                    p.extend_from_slice(&[0u8; 20]);
+                    (23, p)
+                }),
+                (any::<u32>(), text.clone(), text).prop_map(|(irq, a, b)| {
+                    let mut p = irq.to_le_bytes().to_vec();
+                    p.extend_from_slice(&a);
+                    p.push(0);
+                    p.extend_from_slice(&b);
+                    p.push(0);
+                    (24, p)
+                }),
+            ],
+        )
+            .prop_map(|(c, (id, p))| (c, id, p))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever the guest's naming events say, the expansion neither
+        /// panics nor loses an event, and `report` reads the result.
+        #[test]
+        fn hostile_kernel_events_expand_and_report(
+            events in proptest::collection::vec(super::hostile::event(), 1..300),
+        ) {
+            let mut b = RegionBuilder::new(2, 8, 4096);
+            b.nr_kernel_channels = 2;
+            b.meta_size = 16384;
+            let mut r = b.build_region();
+            r.register_kernel_events();
+            let mut emitted = 0u64;
+            for (i, (c, id, p)) in events.iter().enumerate() {
+                emitted += r.emit(*c, 1000 + 37 * i as u64, *id, p) as u64;
+            }
+            r.close_region();
+            let dir = tempfile::tempdir().unwrap();
+            let n = ivtrace::session::drain_bytes_to_dir(&r.bytes, dir.path()).unwrap();
+            prop_assert_eq!(n, emitted);
+            let rep = ivtrace::report::build(dir.path()).unwrap();
+            prop_assert_eq!(rep.events, emitted);
+            for e in rep.event_types.iter().filter(|e| e.count > 0) {
+                prop_assert!(
+                    !matches!(e.name.as_str(), "syscall_entry" | "syscall_exit"),
+                    "wire syscall class left: {}", e.name
+                );
+            }
+            prop_assert!(!dir.path().join(".kernel-wire").exists());
+        }
+    }
+}

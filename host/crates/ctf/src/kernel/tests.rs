@@ -652,3 +652,35 @@ fn babeltrace2_reads_the_expanded_trace_without_warnings() {
     };
     assert_ne!(uuid(&meta), uuid(&user), "each trace has its own UUID");
 }
+
+#[test]
+fn naming_events_with_other_field_types_are_not_trusted() {
+    let mut b = RegionBuilder::new(2, 4, 4096);
+    b.nr_kernel_channels = 1;
+    b.meta_size = 16384;
+    let mut r = b.build_region();
+    for (id, (name, fields)) in ivtrace_ring::testutil::KERNEL_EVENTS.iter().enumerate() {
+        if *name == "task_rename" {
+            // tid as a u64: not the layout the role needs
+            let f = [
+                ("tid", abi::IVT_FT_U64, 0, 0),
+                ("newcomm", abi::IVT_FT_CHARS, 16, 0),
+            ];
+            r.register_flagged(0, id as u32, name, &f);
+        } else {
+            r.register_flagged(0, id as u32, name, fields);
+        }
+    }
+    let mut p = 42u64.to_le_bytes().to_vec();
+    p.extend_from_slice(&comm16(b"evil"));
+    r.emit(0, 10, RENAME, &p);
+    r.emit(0, 20, SWITCH, &switch(0, 0, 42));
+    r.close_region();
+    let out = record(&r);
+    assert_eq!(named(&out, "sched_switch")[0].f["next_comm"].text(), "");
+    let rename = named(&out, "task_rename")[0];
+    assert_eq!(
+        (rename.f["tid"].int(), rename.f["newcomm"].text()),
+        (42, "evil")
+    );
+}
