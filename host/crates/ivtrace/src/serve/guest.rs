@@ -479,10 +479,15 @@ impl Guest {
             });
         }
         let header_clock = region.header().clock;
-        let initial = match (&kvm, &pingpong) {
-            (Some(k), _) => k.initial(),
-            (None, Some(pp)) => pp.mapping(),
-            (None, None) => crate::clock::estimator_for(region.header()).initial(),
+        // Neither KVM nor a sync-capable writer (e.g. a loopback writer on
+        // a served region): the estimator `record` would use.
+        let mut fallback = (kvm.is_none() && pingpong.is_none())
+            .then(|| crate::clock::estimator_for(region.header()));
+        let initial = match (&kvm, &pingpong, &fallback) {
+            (Some(k), _, _) => k.initial(),
+            (None, Some(pp), _) => pp.mapping(),
+            (None, None, Some(f)) => f.initial(),
+            (None, None, None) => unreachable!("fallback is set when both are missing"),
         };
 
         let host_desc = HostTraceDesc {
@@ -682,9 +687,10 @@ impl Guest {
             .map(|pp| pp.points().to_vec())
             .unwrap_or_default();
         let pp_mapping = pingpong.as_ref().map(|pp| pp.mapping());
-        let clock: ClockMapping = match kvm.as_mut() {
-            Some(k) => k.finish(),
-            None => PingPongEstimate {
+        let clock: ClockMapping = match (kvm.as_mut(), fallback.as_mut()) {
+            (Some(k), _) => k.finish(),
+            (None, Some(f)) => f.finish(),
+            (None, None) => PingPongEstimate {
                 header: header_clock,
                 points: points.clone(),
             }

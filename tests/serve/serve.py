@@ -1,0 +1,225 @@
+"""Helpers of the `ivtrace serve` acceptance tests: the server process, `ivtrace ctl`, CPU time
+from /proc, a fake ivshmem client, and the analyses (causality, delivery latency) over what
+babeltrace2's Python bindings read back.
+
+Nothing here knows ivtrace's wire format: bt2 decodes the traces, /proc gives CPU time.
+"""
+import array
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "vm"))
+sys.path.insert(0, str(REPO / "tests"))
+import ivtvm  # noqa: E402
+
+IVTRACE = REPO / "bin" / "ivtrace"
+LOADGEN = REPO / "bin" / "ivtrace-loadgen"
+KMOD = REPO / "guest" / "kmod"
+TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))
+
+
+def build():
+    """ivtrace.ko and the test module for the guest kernel; bin/ivtrace must exist (make)."""
+    man = ivtvm.ensure_built()
+    kver = man["kernel_version"]
+    p = subprocess.run(["make", "-C", str(KMOD), f"KVER={kver}"], capture_output=True, text=True,
+                       timeout=900)
+    if p.returncode:
+        pytest.fail(f"guest/kmod build failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    for f in (IVTRACE, LOADGEN, KMOD / "ivtrace.ko", KMOD / "tests" / "ivtrace_test.ko"):
+        if not f.exists():
+            pytest.fail(f"{f} missing (run `make` at the top)")
+    return [str(KMOD / "ivtrace.ko"), str(KMOD / "tests" / "ivtrace_test.ko")]
+
+
+def task_cpu_ns(pid):
+    """CPU time of every thread of `pid` so far, ns (schedstat: exact, all threads)."""
+    total = 0
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((t / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that just exited
+    return total
+
+
+class Server:
+    """`ivtrace serve` in the background (socket in a short private directory)."""
+
+    def __init__(self, out, *extra):
+        self.dir = Path(tempfile.mkdtemp(prefix="ivt-serve-"))  # sun_path is 108 bytes
+        self.sock = self.dir / "s.sock"
+        self.out = Path(out)
+        self.log = self.out.parent / f"{self.out.name}.serve.log"
+        self.stdout = self.out.parent / f"{self.out.name}.serve.json"
+        self.cmd = [str(IVTRACE), "serve", "--socket", str(self.sock), "-o", str(self.out),
+                    "--json", *map(str, extra)]
+        with open(self.log, "wb") as se, open(self.stdout, "wb") as so:
+            self.proc = subprocess.Popen(self.cmd, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not self.sock.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"serve did not start:\n{self.stderr()}")
+            time.sleep(0.05)
+        self.rc = None
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def stderr(self):
+        return self.log.read_text(errors="replace")
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def ctl(self, *args, check=True, json_out=True):
+        cmd = [str(IVTRACE), "ctl", "--socket", str(self.sock), *(["--json"] if json_out else []),
+               *map(str, args)]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if check and p.returncode != 0:
+            pytest.fail(f"{' '.join(cmd)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+        if json_out and p.stdout.strip():
+            return p.returncode, json.loads(p.stdout.strip().splitlines()[-1])
+        return p.returncode, p
+
+    def guest(self, name):
+        _, v = self.ctl("list")
+        for g in v["guests"]:
+            if g["name"] == name:
+                return g
+        return None
+
+    def wait_guest(self, name, state_prefix, timeout=120):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            g = self.guest(name)
+            if g and g["state"].startswith(state_prefix):
+                return g
+            time.sleep(0.2)
+        pytest.fail(f"guest {name} never reached state '{state_prefix}':\n{self.stderr()}")
+
+    def stop(self):
+        """SIGINT; returns the exit code and the per-guest summaries (JSON lines)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.rc = self.proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.rc = self.proc.wait()
+                pytest.fail(f"serve did not stop within 120 s of SIGINT:\n{self.stderr()}")
+        self.rc = self.proc.returncode
+        return self.rc, self.summaries()
+
+    def summaries(self):
+        out = {}
+        for line in self.stdout.read_text().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                out.setdefault(d["serve"]["guest"], []).append(d)
+        return out
+
+    def cleanup(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for p in self.dir.iterdir():
+            p.unlink()
+        self.dir.rmdir()
+
+
+class FakeClient:
+    """An ivshmem client that is not QEMU: reads the handshake (keeping the descriptors)."""
+
+    def __init__(self, path, read_handshake=True, vectors=2):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.connect(str(path))
+        self.msgs = []
+        self.fds = []
+        if read_handshake:
+            for _ in range(3 + 2 * vectors):
+                data, anc, _, _ = self.s.recvmsg(8, socket.CMSG_SPACE(4))
+                fds = array.array("i")
+                for level, kind, d in anc:
+                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                        fds.frombytes(d[:len(d) - len(d) % 4])
+                self.fds += list(fds)
+                self.msgs.append((struct.unpack("<q", data)[0], len(fds)))
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def close(self):
+        self.s.close()
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+# --------------------------------------------------------------------------------- reading
+
+def bt2_events(path, names):
+    """(name, ns, cycles, stream_id, payload) of the events named in `names` under `path`."""
+    import bt2
+    from ctf import value
+    out = []
+    for msg in bt2.TraceCollectionMessageIterator(str(path)):
+        if type(msg) is bt2._EventMessageConst and msg.event.name in names:
+            ev = msg.event
+            cs = msg.default_clock_snapshot
+            out.append((ev.name, cs.ns_from_origin, cs.value, ev.stream.id,
+                        {k: value(v) for k, v in ev.payload_field.items()}))
+    return out
+
+
+def causality(rang_ns, received):
+    """Order-free check: the k-th doorbell the host received (by time) happened after the k-th
+    ring (by mapped time), for every k. `received`: (ns, count) per eventfd read.
+    Returns n, violations and the smallest slack (received - rang), ns."""
+    rang = sorted(rang_ns)
+    recv = []
+    for ns, count in sorted(received):
+        recv += [ns] * count
+    n = min(len(rang), len(recv))
+    slack = [recv[k] - rang[k] for k in range(n)]
+    return {
+        "rang": len(rang), "received": len(recv), "compared": n,
+        "violations": sum(1 for s in slack if s < 0),
+        "min_slack_ns": min(slack) if slack else None,
+        "median_slack_ns": sorted(slack)[n // 2] if slack else None,
+    }
+
+
+def delivery_latency(events, delivered):
+    """Per event (channel, cycles, ns): host time its packet reached the trace file minus the
+    event's mapped time. `delivered`: (ns, payload) of ivtrace_packet_delivered."""
+    by_chan = {}
+    for ns, p in delivered:
+        by_chan.setdefault(p["chan"], []).append((p["ts_begin"], p["ts_end"], ns))
+    for v in by_chan.values():
+        v.sort()
+    lat = []
+    missing = 0
+    for chan, cycles, ns in events:
+        hit = None
+        for b, e, at in by_chan.get(chan, []):
+            if b <= cycles <= e:
+                hit = at
+                break
+        if hit is None:
+            missing += 1
+        else:
+            lat.append(hit - ns)
+    return lat, missing
