@@ -275,10 +275,21 @@ def summarize(res: dict, out: Path) -> None:
         say("")
         say("  events per type:")
     streams = {0: "kernel", 1: "user"}
+    sys_entry, sys_exit = {}, {}
     for e in sorted(rep["event_types"], key=lambda e: -e["count"]):
-        if e["count"]:
+        m = re.fullmatch(r"syscall_(entry|exit)_(\w+)", e["name"])
+        if m and e["count"]:
+            d = sys_entry if m.group(1) == "entry" else sys_exit
+            d[m.group(2)] = d.get(m.group(2), 0) + e["count"]
+        elif e["count"]:
             say(f"    {streams.get(e['stream_class'], e['stream_class']):<7}"
                 f"{e['name']:<40}{e['count']:>12,}")
+    if sys_entry or sys_exit:
+        # LTTng names system calls per call (syscall_entry_<name>): one line for them all
+        top = sorted(sys_entry.items(), key=lambda kv: -kv[1])[:6]
+        say(f"    kernel syscall_entry_* / syscall_exit_*   {sum(sys_entry.values()):>12,} / "
+            f"{sum(sys_exit.values()):,} ({len(set(sys_entry) | set(sys_exit))} system calls; "
+            f"most: {', '.join(f'{n} {c:,}' for n, c in top)})")
     zero = [e["name"] for e in rep["event_types"] if not e["count"]]
     if zero:
         say(f"    (none of: {', '.join(zero)})")

@@ -68,19 +68,27 @@ static uint64_t mix(uint64_t z)
 	return z ^ (z >> 31);
 }
 
-/* About `ms` milliseconds of alternating CPU work and 1 ms sleeps. */
+/* About `ms` milliseconds of alternating CPU work and 1 ms sleeps. The work
+ * is calibrated once (how many blocks of 1024 hashes take 1 ms) so that the
+ * clock is read once per millisecond: without a stable TSC (TCG) the guest's
+ * clock_gettime() is a system call, and a clock read per block would make
+ * the trace mostly clock_gettime. */
 static void spin(long ms)
 {
-	uint64_t end = now_ns() + (uint64_t)ms * 1000000u, x = (uint64_t)getpid();
+	uint64_t t0 = now_ns(), end = t0 + (uint64_t)ms * 1000000u, x = (uint64_t)getpid();
+	uint64_t blocks = 0;
 	struct timespec one = { 0, 1000000 };
 
+	do {			/* calibration: the first millisecond */
+		for (int i = 0; i < 1024; i++)
+			x = mix(x);
+		blocks++;
+	} while (now_ns() - t0 < 1000000u);
+	sink = x;
+	nanosleep(&one, NULL);
 	while (now_ns() < end) {
-		uint64_t stop = now_ns() + 1000000u;
-
-		/* Few clock reads: without a stable TSC (TCG) the guest's
-		 * clock_gettime() is a system call. */
-		while (now_ns() < stop)
-			for (int i = 0; i < 8192; i++)
+		for (uint64_t b = 0; b < blocks; b++)
+			for (int i = 0; i < 1024; i++)
 				x = mix(x);
 		sink = x;
 		nanosleep(&one, NULL);
