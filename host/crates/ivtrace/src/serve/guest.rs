@@ -110,7 +110,7 @@ impl End {
     fn describe(self) -> &'static str {
         match self {
             End::Stop => "server stopped",
-            End::Disconnected => "QEMU disconnected (exited or killed)",
+            End::Disconnected => "peer disconnected (QEMU exited or was killed)",
             End::Misbehaved => "peer sent data (protocol violation), disconnected",
             End::Closed => "region closed by the guest module (unloaded)",
             End::Withdrawn => "region withdrawn for reformatting",
