@@ -478,6 +478,19 @@ impl Guest {
                 let _ = gr[0].write(1);
             });
         }
+        match (&kvm, &pingpong) {
+            (Some(k), _) => self.log(&format!(
+                "guest time from KVM's TSC offset/scaling ({})",
+                k.vm_dir().display()
+            )),
+            (None, Some(_)) => self.log(&format!(
+                "guest time by ping-pong through the region ({})",
+                kvm_note.as_deref().unwrap_or("no KVM clock")
+            )),
+            (None, None) => {
+                self.log("guest time from the region header (no KVM clock, no sync mailbox)")
+            }
+        }
         let header_clock = region.header().clock;
         // Neither KVM nor a sync-capable writer (e.g. a loopback writer on
         // a served region): the estimator `record` would use.
