@@ -59,7 +59,7 @@ test-eval: all
 eval: deps all
 	rm -f docs/performance.md
 	$(MAKE) -C bench run
-	@if [ -f bench/doorbell/Makefile ]; then $(MAKE) -C bench/doorbell; \
+	@if [ -f bench/doorbell/Makefile ]; then $(MAKE) -C bench/doorbell run; \
 	else echo "eval: bench/doorbell not present: doorbell figures not yet measured"; fi
 	bench/eval/run
 
