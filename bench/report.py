@@ -743,6 +743,14 @@ def section_eval(out):
     evalreport.section(out)
 
 
+# ---- doorbells (bench/doorbell/run.py -> bench/results/doorbell/*.json) ----------------
+
+def section_doorbell(out):
+    sys.path.insert(0, str(HERE / "doorbell"))
+    import dbreport
+    dbreport.section(out)
+
+
 def render(res, src):
     out = ["# ivtrace performance", ""]
     rel = src.relative_to(ROOT) if src.is_relative_to(ROOT) else src
@@ -774,6 +782,7 @@ def render(res, src):
     section_live(res, out)
     section_discussion(res, out)
     section_guest(out)
+    section_doorbell(out)
     section_history(out)
     return "\n".join(out).rstrip() + "\n"
 

@@ -68,6 +68,8 @@ pub struct Report {
     pub bytes_per_event: f64,
     pub header_bytes_per_event: f64,
     pub event_types: Vec<EventTypeReport>,
+    /// The writer-clock -> host-time mapping the traces carry, with its bound.
+    pub clock: ivtrace_ctf::ClockMapping,
     pub channels: Vec<ChannelReport>,
 }
 
@@ -204,6 +206,7 @@ pub fn build(dir: &Path) -> Result<Report> {
         header_bytes_per_event: ratio(header_bytes as f64, events as f64),
         event_types,
         channels,
+        clock: sidecar.clock.clone(),
     })
 }
 
@@ -236,6 +239,16 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
     if let (Some(a), Some(b)) = (r.first_realtime_ns, r.last_realtime_ns) {
         writeln!(out, "time span (realtime ns since epoch): {a} .. {b}")?;
     }
+    let c = &r.clock;
+    writeln!(
+        out,
+        "clock: {} ({} Hz, {} samples), host-time error <= {} ns{}",
+        c.method,
+        c.freq_hz,
+        c.samples,
+        c.error_ns,
+        if c.coarse { " (coarse: a guess, not a measurement)" } else { "" }
+    )?;
     let l = &r.lost_by_reason;
     writeln!(out, "lost events: {} in CTF (events_discarded); by reason: full={} too_big={} nested={} overwritten={} torn={} corrupt={}; no_channel={}", r.discarded, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt, r.lost_no_channel)?;
     writeln!(
