@@ -130,21 +130,25 @@ impl ThreadNamesBuilder {
     }
 
     /// The lookup table.
-    pub fn build(mut self) -> ThreadNames {
+    pub fn build(self) -> ThreadNames {
+        let ThreadNamesBuilder {
+            mut entries,
+            latest,
+            ..
+        } = self;
+        let threads = latest.len();
+        drop(latest);
         // Stable: equal (tid, time) keep the order they were added in.
-        self.entries.sort_by_key(|e| (e.0, e.1));
-        let mut index = HashMap::with_capacity(self.latest.len());
+        entries.sort_by_key(|e| (e.0, e.1));
+        let mut index = HashMap::with_capacity(threads);
         let mut start = 0usize;
-        while start < self.entries.len() {
-            let tid = self.entries[start].0;
-            let len = self.entries[start..]
-                .iter()
-                .take_while(|e| e.0 == tid)
-                .count();
+        while start < entries.len() {
+            let tid = entries[start].0;
+            let len = entries[start..].iter().take_while(|e| e.0 == tid).count();
             index.insert(tid, (start as u32, len as u32));
             start += len;
         }
-        let entries = self.entries.into_iter().map(|(_, t, n)| (t, n)).collect();
+        let entries = entries.into_iter().map(|(_, t, n)| (t, n)).collect();
         ThreadNames { index, entries }
     }
 }

@@ -127,7 +127,8 @@ fn naming_of(c: &EventClass) -> Option<Naming> {
         }),
         "syscall_entry" | "syscall_exit" => {
             let first = c.fields.first()?;
-            let id_ok = first.name == "id" && matches!(first.ty, FieldType::U16 | FieldType::U32);
+            // u16, as the module writes it: every number has a counter.
+            let id_ok = first.name == "id" && first.ty == FieldType::U16;
             let plain = c.fields.iter().all(|f| !f.tid_comm);
             (id_ok && plain).then_some(Naming::Syscall {
                 exit: c.name == "syscall_exit",

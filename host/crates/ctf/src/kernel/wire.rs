@@ -39,7 +39,9 @@ pub struct PacketFile {
 impl PacketFile {
     pub fn open(path: &Path) -> io::Result<PacketFile> {
         Ok(PacketFile {
-            r: BufReader::with_capacity(1 << 20, File::open(path)?),
+            // Small: pass 1 has one open per kernel channel; packets larger
+            // than the buffer are read straight into `buf`.
+            r: BufReader::with_capacity(64 << 10, File::open(path)?),
             buf: Vec::new(),
         })
     }
