@@ -247,7 +247,11 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         c.freq_hz,
         c.samples,
         c.error_ns,
-        if c.coarse { " (coarse: a guess, not a measurement)" } else { "" }
+        if c.coarse {
+            " (coarse: a guess, not a measurement)"
+        } else {
+            ""
+        }
     )?;
     let l = &r.lost_by_reason;
     writeln!(out, "lost events: {} in CTF (events_discarded); by reason: full={} too_big={} nested={} overwritten={} torn={} corrupt={}; no_channel={}", r.discarded, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt, r.lost_no_channel)?;
