@@ -177,12 +177,14 @@ def record(args, man: dict, out: Path, logdir: Path) -> dict:
         r = vm.wait(timeout=args.seconds + args.boot_timeout)
     except BaseException:
         vm.kill()
-        rec.send_signal(signal.SIGINT)
+        stop_recorder(rec, 0)
+        shm.unlink(missing_ok=True)
         raise
     finally:
-        time.sleep(0.6)
         stop.set()
-        t.join()
+        if t.is_alive():
+            time.sleep(0.6)  # the last console lines
+            t.join()
     how = stop_recorder(rec, 20)
     say(f"   guest: {r.summary()}")
     say(f"   recorder: {how}, exit {rec.returncode}")
