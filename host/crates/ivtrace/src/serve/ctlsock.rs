@@ -87,6 +87,7 @@ fn answer(req: &Value, registry: &Registry) -> Value {
             let names: Vec<&str> = live.iter().map(|g| g.name.as_str()).collect();
             return json!({"ok": false, "error": match want {
                 Some(n) => format!("no live guest named `{n}` (live: {})", names.join(", ")),
+                None if names.is_empty() => "no live guest (`ivtrace ctl list` shows who connected)".to_string(),
                 None => format!("{} live guests: name one with --guest ({})", names.len(), names.join(", ")),
             }});
         };
