@@ -181,9 +181,10 @@ def record(args, man: dict, out: Path, logdir: Path) -> dict:
         shm.unlink(missing_ok=True)
         raise
     finally:
+        if t.is_alive():
+            time.sleep(0.6)  # let it print the last console lines
         stop.set()
         if t.is_alive():
-            time.sleep(0.6)  # the last console lines
             t.join()
     how = stop_recorder(rec, 20)
     say(f"   guest: {r.summary()}")
