@@ -156,14 +156,19 @@ fn write_env(t: &mut String, env: &TraceEnv, stream: u32) {
         "\ttrace_creation_datetime = \"{}\";",
         escape(&env.creation_datetime)
     );
-    for (key, value) in &env.extra {
+    write_env_entries(t, &env.extra);
+    t.push_str("};\n\n");
+}
+
+/// `env` lines for `entries`, keys made identifiers, strings escaped.
+pub fn write_env_entries(t: &mut String, entries: &[(String, EnvValue)]) {
+    for (key, value) in entries {
         match value {
             EnvValue::Str(s) => writeln!(t, "\t{} = \"{}\";", env_key(key), escape(s)),
             EnvValue::Int(i) => writeln!(t, "\t{} = {};", env_key(key), i),
         }
         .expect("writing to a String");
     }
-    t.push_str("};\n\n");
 }
 
 fn write_clock(t: &mut String, desc: &TraceDesc) {
@@ -229,7 +234,8 @@ fn write_stream(t: &mut String, stream: u32) {
     );
 }
 
-fn write_event(t: &mut String, class: &EventClass) {
+/// One `event` block: the class's payload fields, byte-packed (`align = 8`).
+pub fn write_event(t: &mut String, class: &EventClass) {
     let _ = write!(
         t,
         "event {{\n\tname = \"{}\";\n\tid = {};\n\tstream_id = {};\n\tfields := struct {{\n",
@@ -280,23 +286,17 @@ mod tests {
 
     #[test]
     fn metadata_declares_every_field_type() {
-        let f = |name: &str, ty, hex| Field {
-            name: name.into(),
-            ty,
-            hex,
-            tid_comm: false,
-        };
         let mut classes = StreamClasses::default();
         classes.insert(EventClass::new(
             3,
             1,
             "x:y".into(),
             vec![
-                f("a", FieldType::S16, false),
-                f("h", FieldType::U64, true),
-                f("d", FieldType::Bytes, false),
-                f("s", FieldType::String, false),
-                f("c", FieldType::Chars(16), false),
+                Field::new("a", FieldType::S16, false),
+                Field::new("h", FieldType::U64, true),
+                Field::new("d", FieldType::Bytes, false),
+                Field::new("s", FieldType::String, false),
+                Field::new("c", FieldType::Chars(16), false),
             ],
         ));
         let clock = ClockMapping {

@@ -10,6 +10,8 @@
 //! - 1, `ivtrace`: what `ivtrace serve` itself observed (doorbells
 //!   received, packets delivered, clock sync points, control commands).
 //!
+//! Event classes are ivtrace-ring's [`EventClass`]es, declared by
+//! ivtrace-ctf's TSDL blocks (the guest traces' `event` and `env` text).
 //! Every integer is byte-aligned (`align = 8`), so packets need no padding;
 //! the clock counts nanoseconds (`freq = 1e9`, offset 0, absolute). The
 //! metadata is written once, up front, with every event class, and stream
@@ -23,11 +25,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use ivtrace_ctf::tsdl::escape;
+use ivtrace_ctf::tsdl::{escape, write_env_entries, write_event, KERNEL_TRACER};
 use ivtrace_ctf::EnvValue;
+use ivtrace_ring::abi::IVT_CTF_MAGIC;
+use ivtrace_ring::classes::EventClass;
 
-/// Packet magic (CTF's).
-const CTF_MAGIC: u32 = 0xC1FC_1FC1;
 /// Bytes of packet header + context.
 pub const PACKET_HDR: usize = 4 + 4 + 8 + 8 * 6 + 4;
 /// A packet is written once its content reaches this size.
@@ -37,73 +39,6 @@ const PACKET_TARGET: usize = 64 << 10;
 pub const STREAM_KERNEL: u32 = 0;
 /// Stream class of ivtrace's own host events.
 pub const STREAM_IVTRACE: u32 = 1;
-
-/// A payload field type (byte-packed, little-endian).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HType {
-    U8,
-    U16,
-    U32,
-    U64,
-    S8,
-    S16,
-    S32,
-    S64,
-    /// Exactly N bytes of NUL-padded text (`char comm[16]`).
-    Chars(u32),
-    /// NUL-terminated text.
-    Str,
-}
-
-impl HType {
-    /// An integer type of `size` bytes.
-    pub fn int(size: usize, signed: bool) -> Option<HType> {
-        Some(match (size, signed) {
-            (1, false) => HType::U8,
-            (2, false) => HType::U16,
-            (4, false) => HType::U32,
-            (8, false) => HType::U64,
-            (1, true) => HType::S8,
-            (2, true) => HType::S16,
-            (4, true) => HType::S32,
-            (8, true) => HType::S64,
-            _ => return None,
-        })
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HField {
-    pub name: String,
-    pub ty: HType,
-    pub hex: bool,
-}
-
-impl HField {
-    pub fn new(name: &str, ty: HType) -> HField {
-        HField {
-            name: name.into(),
-            ty,
-            hex: false,
-        }
-    }
-    pub fn hex(name: &str, ty: HType) -> HField {
-        HField {
-            name: name.into(),
-            ty,
-            hex: true,
-        }
-    }
-}
-
-/// One event class of the host trace.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HClass {
-    pub id: u32,
-    pub name: String,
-    pub stream_class: u32,
-    pub fields: Vec<HField>,
-}
 
 /// Payload encoder for one event (fields in class order).
 #[derive(Debug, Default)]
@@ -155,7 +90,7 @@ struct HStream {
 /// A host trace being written.
 pub struct HostTrace {
     dir: PathBuf,
-    classes: Vec<HClass>,
+    classes: Vec<EventClass>,
     streams: Vec<HStream>,
     metadata: String,
 }
@@ -185,32 +120,8 @@ fn random_uuid() -> String {
     ivtrace_ring::region::format_uuid(&b)
 }
 
-fn int_decl(bits: u32, signed: bool, base: u32) -> String {
-    format!("integer {{ size = {bits}; align = 8; signed = {signed}; base = {base}; }}")
-}
-
-fn field_decl(t: &mut String, f: &HField) {
-    let base = if f.hex { 16 } else { 10 };
-    let name = &f.name;
-    let _ = match f.ty {
-        HType::U8 => writeln!(t, "\t\t{} _{name};", int_decl(8, false, base)),
-        HType::U16 => writeln!(t, "\t\t{} _{name};", int_decl(16, false, base)),
-        HType::U32 => writeln!(t, "\t\t{} _{name};", int_decl(32, false, base)),
-        HType::U64 => writeln!(t, "\t\t{} _{name};", int_decl(64, false, base)),
-        HType::S8 => writeln!(t, "\t\t{} _{name};", int_decl(8, true, base)),
-        HType::S16 => writeln!(t, "\t\t{} _{name};", int_decl(16, true, base)),
-        HType::S32 => writeln!(t, "\t\t{} _{name};", int_decl(32, true, base)),
-        HType::S64 => writeln!(t, "\t\t{} _{name};", int_decl(64, true, base)),
-        HType::Chars(n) => writeln!(
-            t,
-            "\t\tinteger {{ size = 8; align = 8; signed = false; encoding = UTF8; }} _{name}[{n}];"
-        ),
-        HType::Str => writeln!(t, "\t\tstring _{name};"),
-    };
-}
-
 /// TSDL for the host trace.
-pub fn metadata(desc: &HostTraceDesc, uuid: &str, classes: &[HClass]) -> String {
+pub fn metadata(desc: &HostTraceDesc, uuid: &str, classes: &[EventClass]) -> String {
     let mut t = String::from("/* CTF 1.8 */\n\n");
     t.push_str(
         "typealias integer { size = 8; align = 8; signed = false; } := h_u8;\n\
@@ -226,8 +137,12 @@ pub fn metadata(desc: &HostTraceDesc, uuid: &str, classes: &[HClass]) -> String 
     // LTTng-kernel-style env (Trace Compass keys on domain/tracer_name).
     t.push_str("env {\n");
     let _ = writeln!(t, "\thostname = \"{}\";", escape(desc.hostname));
-    t.push_str("\tdomain = \"kernel\";\n\ttracer_name = \"lttng-modules\";\n");
-    t.push_str("\ttracer_major = 2;\n\ttracer_minor = 13;\n");
+    let (tracer, major, minor, _) = KERNEL_TRACER;
+    let _ = write!(
+        t,
+        "\tdomain = \"kernel\";\n\ttracer_name = \"{tracer}\";\n\
+         \ttracer_major = {major};\n\ttracer_minor = {minor};\n"
+    );
     let _ = writeln!(t, "\ttrace_name = \"{}\";", escape(desc.trace_name));
     let _ = writeln!(
         t,
@@ -235,22 +150,7 @@ pub fn metadata(desc: &HostTraceDesc, uuid: &str, classes: &[HClass]) -> String 
         crate::session::creation_datetime(std::time::SystemTime::now())
     );
     t.push_str("\tivtrace_host_trace = 1;\n");
-    for (k, v) in &desc.env {
-        let key: String = k
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let _ = match v {
-            EnvValue::Str(s) => writeln!(t, "\t{key} = \"{}\";", escape(s)),
-            EnvValue::Int(i) => writeln!(t, "\t{key} = {i};"),
-        };
-    }
+    write_env_entries(&mut t, &desc.env);
     t.push_str("};\n\n");
     let _ = write!(
         t,
@@ -280,24 +180,14 @@ pub fn metadata(desc: &HostTraceDesc, uuid: &str, classes: &[HClass]) -> String 
         );
     }
     for c in classes {
-        let _ = write!(
-            t,
-            "event {{\n\tname = \"{}\";\n\tid = {};\n\tstream_id = {};\n\tfields := struct {{\n",
-            escape(&c.name),
-            c.id,
-            c.stream_class
-        );
-        for f in &c.fields {
-            field_decl(&mut t, f);
-        }
-        t.push_str("\t};\n};\n\n");
+        write_event(&mut t, c);
     }
     t
 }
 
 impl HostTrace {
     /// Creates `dir` (must not exist) and writes its metadata.
-    pub fn create(dir: &Path, desc: &HostTraceDesc, classes: Vec<HClass>) -> Result<HostTrace> {
+    pub fn create(dir: &Path, desc: &HostTraceDesc, classes: Vec<EventClass>) -> Result<HostTrace> {
         fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         let text = metadata(desc, &random_uuid(), &classes);
         ivtrace_ctf::trace::write_atomically(dir, "metadata", text.as_bytes())?;
@@ -317,7 +207,7 @@ impl HostTrace {
         &self.metadata
     }
 
-    pub fn class(&self, id: u32) -> Option<&HClass> {
+    pub fn class(&self, id: u32) -> Option<&EventClass> {
         self.classes.iter().find(|c| c.id == id)
     }
 
@@ -394,7 +284,7 @@ impl HostTrace {
         }
         let bits = ((PACKET_HDR + s.content.len()) * 8) as u64;
         let mut p = Vec::with_capacity(PACKET_HDR + s.content.len());
-        p.extend_from_slice(&CTF_MAGIC.to_le_bytes());
+        p.extend_from_slice(&IVT_CTF_MAGIC.to_le_bytes());
         p.extend_from_slice(&s.class.to_le_bytes());
         p.extend_from_slice(&s.instance.to_le_bytes());
         p.extend_from_slice(&s.ts_begin.to_le_bytes());
@@ -442,30 +332,31 @@ impl HostTrace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ivtrace_ring::classes::{Field, FieldType};
 
     #[test]
     fn packets_and_metadata_are_consistent() {
         let tmp = tempfile::tempdir().unwrap();
         let classes = vec![
-            HClass {
-                id: 0,
-                name: "ivtrace_doorbell_received".into(),
-                stream_class: STREAM_IVTRACE,
-                fields: vec![
-                    HField::new("count", HType::U64),
-                    HField::new("total", HType::U64),
+            EventClass::new(
+                0,
+                STREAM_IVTRACE,
+                "ivtrace_doorbell_received".into(),
+                vec![
+                    Field::new("count", FieldType::U64, false),
+                    Field::new("total", FieldType::U64, false),
                 ],
-            },
-            HClass {
-                id: 100,
-                name: "sched_switch".into(),
-                stream_class: STREAM_KERNEL,
-                fields: vec![
-                    HField::new("prev_comm", HType::Chars(16)),
-                    HField::new("prev_tid", HType::S32),
-                    HField::new("s", HType::Str),
+            ),
+            EventClass::new(
+                100,
+                STREAM_KERNEL,
+                "sched_switch".into(),
+                vec![
+                    Field::new("prev_comm", FieldType::Chars(16), false),
+                    Field::new("prev_tid", FieldType::S32, false),
+                    Field::new("s", FieldType::String, false),
                 ],
-            },
+            ),
         ];
         let desc = HostTraceDesc {
             hostname: "h",

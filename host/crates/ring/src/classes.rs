@@ -64,6 +64,15 @@ impl FieldType {
         })
     }
 
+    /// The integer type of `bytes` bytes and that signedness (inverse of
+    /// [`FieldType::integer`]).
+    pub fn from_integer(bytes: u32, signed: bool) -> Option<FieldType> {
+        use FieldType::*;
+        [U8, U16, U32, U64, S8, S16, S32, S64]
+            .into_iter()
+            .find(|t| t.integer() == Some((bytes, signed)))
+    }
+
     /// A short stable name (sidecar, reports).
     pub fn name(self) -> String {
         match self {
@@ -116,6 +125,18 @@ pub struct Field {
     /// `IVT_FF_TID_COMM`: a thread id whose name the host inserts before
     /// it (kernel stream only; see ivtrace-ctf's `kernel` module).
     pub tid_comm: bool,
+}
+
+impl Field {
+    /// A field without `IVT_FF_TID_COMM`.
+    pub fn new(name: impl Into<String>, ty: FieldType, hex: bool) -> Field {
+        Field {
+            name: name.into(),
+            ty,
+            hex,
+            tid_comm: false,
+        }
+    }
 }
 
 /// One step of a variable-size payload walk.
@@ -270,12 +291,7 @@ mod tests {
     use super::*;
 
     fn field(name: &str, ty: FieldType) -> Field {
-        Field {
-            name: name.into(),
-            ty,
-            hex: false,
-            tid_comm: false,
-        }
+        Field::new(name, ty, false)
     }
 
     #[test]
@@ -327,5 +343,18 @@ mod tests {
         }
         assert_eq!(FieldType::from_abi(abi::IVT_FT_CHARS, 0), None);
         assert_eq!(FieldType::from_abi(12, 0), None);
+    }
+
+    #[test]
+    fn integer_types_round_trip() {
+        for bytes in [1, 2, 4, 8] {
+            for signed in [false, true] {
+                let t = FieldType::from_integer(bytes, signed).unwrap();
+                assert_eq!(t.integer(), Some((bytes, signed)));
+            }
+        }
+        for bytes in [0, 3, 16] {
+            assert_eq!(FieldType::from_integer(bytes, false), None);
+        }
     }
 }

@@ -13,7 +13,9 @@
 
 use std::collections::HashMap;
 
-use crate::hosttrace::{HClass, HField, HType, STREAM_KERNEL};
+use ivtrace_ring::classes::{EventClass, Field, FieldType};
+
+use crate::hosttrace::STREAM_KERNEL;
 
 use super::format::{EventFmt, FieldFmt};
 
@@ -68,7 +70,7 @@ fn is_hex(name: &str) -> bool {
 }
 
 /// The class and decoder of one format, or None for an unusable one.
-pub fn class_for(fmt: &EventFmt, class_id: u32) -> (HClass, EventDecoder) {
+pub fn class_for(fmt: &EventFmt, class_id: u32) -> (EventClass, EventDecoder) {
     let sched_switch = fmt.system == "sched" && fmt.name == "sched_switch";
     let mut fields = Vec::new();
     let mut ops = Vec::new();
@@ -92,34 +94,29 @@ pub fn class_for(fmt: &EventFmt, class_id: u32) -> (HClass, EventDecoder) {
             Op::Int { off, size, .. } => Op::Int { off, size, adjust },
             o => o,
         };
-        fields.push(HField {
-            hex: matches!(op, Op::Int { .. }) && is_hex(&name),
-            name,
-            ty,
-        });
+        let hex = matches!(op, Op::Int { .. }) && is_hex(&name);
+        fields.push(Field::new(name, ty, hex));
         ops.push(op);
     }
     (
-        HClass {
-            id: class_id,
-            name: lttng_name(fmt),
-            stream_class: STREAM_KERNEL,
-            fields,
-        },
+        EventClass::new(class_id, STREAM_KERNEL, lttng_name(fmt), fields),
         EventDecoder { class_id, ops },
     )
 }
 
-fn field_kind(f: &FieldFmt) -> Option<(HType, Op)> {
+fn field_kind(f: &FieldFmt) -> Option<(FieldType, Op)> {
     if f.data_loc {
         return (f.is_char() && f.size == 4)
-            .then_some((HType::Str, Op::DataLocStr { off: f.offset }));
+            .then_some((FieldType::String, Op::DataLocStr { off: f.offset }));
     }
     if let Some(n) = f.array {
+        // Text arrays count in u16 (ring's `FieldType::Chars`); a tracefs
+        // record, at most a page, never holds a longer one.
+        let count = u16::try_from(n).ok()?;
         return (f.is_char() && n > 0 && n == f.size)
-            .then_some((HType::Chars(n as u32), Op::Chars { off: f.offset, n }));
+            .then_some((FieldType::Chars(count), Op::Chars { off: f.offset, n }));
     }
-    let ty = HType::int(f.size, f.signed)?;
+    let ty = FieldType::from_integer(u32::try_from(f.size).ok()?, f.signed)?;
     Some((
         ty,
         Op::Int {
@@ -149,7 +146,7 @@ pub struct Decoded {
 impl Decoder {
     /// `events`: (format, class id) pairs; the common fields' offsets are
     /// taken from the first format.
-    pub fn new(events: &[(EventFmt, u32)]) -> (Decoder, Vec<HClass>) {
+    pub fn new(events: &[(EventFmt, u32)]) -> (Decoder, Vec<EventClass>) {
         let mut d = Decoder {
             type_off: 0,
             pid_off: 4,

@@ -38,7 +38,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use crate::hosttrace::{HClass, HostTrace, STREAM_KERNEL};
+use ivtrace_ring::classes::EventClass;
+
+use crate::hosttrace::{HostTrace, STREAM_KERNEL};
 use crate::timebase::mono_to_host;
 
 use decode::Decoder;
@@ -222,7 +224,7 @@ fn filter(field: &str, other: Option<&str>, tids: &[i32]) -> String {
 impl HostEvents {
     /// Parses the formats of [`EVENTS`] this kernel has and appends their
     /// classes to `classes`.
-    pub fn prepare(pid: Option<i32>, classes: &mut Vec<HClass>) -> Result<HostEvents> {
+    pub fn prepare(pid: Option<i32>, classes: &mut Vec<EventClass>) -> Result<HostEvents> {
         let pid = pid.context("no QEMU pid to select the vCPU threads of")?;
         let root = tracefs_root().context("tracefs is not mounted (/sys/kernel/tracing)")?;
         let hp = format::parse_header_page(

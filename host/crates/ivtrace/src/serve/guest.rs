@@ -23,12 +23,13 @@ use nix::sys::eventfd::EventFd;
 use serde_json::json;
 
 use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue};
+use ivtrace_ring::classes::{EventClass, Field, FieldType};
 use ivtrace_ring::reader::PacketSink;
 use ivtrace_ring::{abi, Access, EventClasses, Reader, Region, RegionError};
 
 use crate::clock::ClockEstimator;
 use crate::control::{self, off, Ack, Command};
-use crate::hosttrace::{HClass, HField, HType, HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
+use crate::hosttrace::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
 use crate::kvmclock::KvmTsc;
 use crate::notify::{Notifier, NotifyStats};
 use crate::serve::proto::{Eventfds, PeerInfo, HOST_ID};
@@ -182,50 +183,45 @@ pub mod ev {
 }
 
 /// The serve stream's event classes.
-pub fn serve_classes() -> Vec<HClass> {
-    let c = |id, name: &str, fields| HClass {
-        id,
-        name: name.into(),
-        stream_class: STREAM_IVTRACE,
-        fields,
-    };
+pub fn serve_classes() -> Vec<EventClass> {
+    let c = |id, name: &str, fields| EventClass::new(id, STREAM_IVTRACE, name.into(), fields);
     vec![
         c(
             ev::DOORBELL_RECEIVED,
             "ivtrace_doorbell_received",
             vec![
-                HField::new("count", HType::U64),
-                HField::new("total", HType::U64),
+                Field::new("count", FieldType::U64, false),
+                Field::new("total", FieldType::U64, false),
             ],
         ),
         c(
             ev::PACKET_DELIVERED,
             "ivtrace_packet_delivered",
             vec![
-                HField::new("chan", HType::U32),
-                HField::new("packet_seq", HType::U64),
-                HField::new("ts_begin", HType::U64),
-                HField::new("ts_end", HType::U64),
-                HField::new("events", HType::U32),
+                Field::new("chan", FieldType::U32, false),
+                Field::new("packet_seq", FieldType::U64, false),
+                Field::new("ts_begin", FieldType::U64, false),
+                Field::new("ts_end", FieldType::U64, false),
+                Field::new("events", FieldType::U32, false),
             ],
         ),
         c(
             ev::SYNC_POINT,
             "ivtrace_sync_point",
             vec![
-                HField::new("guest_ticks", HType::U64),
-                HField::new("host_ns", HType::U64),
-                HField::new("rtt_ns", HType::U64),
+                Field::new("guest_ticks", FieldType::U64, false),
+                Field::new("host_ns", FieldType::U64, false),
+                Field::new("rtt_ns", FieldType::U64, false),
             ],
         ),
         c(
             ev::CONTROL,
             "ivtrace_control",
             vec![
-                HField::new("cmd", HType::U32),
-                HField::hex("arg", HType::U64),
-                HField::new("status", HType::S32),
-                HField::new("latency_ns", HType::U64),
+                Field::new("cmd", FieldType::U32, false),
+                Field::new("arg", FieldType::U64, true),
+                Field::new("status", FieldType::S32, false),
+                Field::new("latency_ns", FieldType::U64, false),
             ],
         ),
     ]
