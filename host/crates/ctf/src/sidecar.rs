@@ -159,14 +159,7 @@ impl EventLayout {
         let fields = self
             .fields
             .iter()
-            .map(|f| {
-                Some(Field {
-                    name: f.name.clone(),
-                    ty: FieldType::parse(&f.ty)?,
-                    hex: f.hex,
-                    tid_comm: false,
-                })
-            })
+            .map(|f| Some(Field::new(f.name.clone(), FieldType::parse(&f.ty)?, f.hex)))
             .collect::<Option<Vec<_>>>()?;
         Some(EventClass::new(self.id, stream, self.name.clone(), fields))
     }

@@ -401,12 +401,7 @@ mod tests {
     use crate::classes::{EventClass, Field, FieldType};
 
     fn classes() -> StreamClasses {
-        let f = |name: &str, ty| Field {
-            name: name.into(),
-            ty,
-            hex: false,
-            tid_comm: false,
-        };
+        let f = |name: &str, ty| Field::new(name, ty, false);
         let mut s = StreamClasses::default();
         s.insert(EventClass::new(
             0,

@@ -257,22 +257,12 @@ fn expanded_fields(c: &EventClass, ops: &[Op]) -> Vec<Field> {
     for (i, f) in c.fields.iter().enumerate() {
         if ops.contains(&Op::Comm(i as u8)) {
             let (name, _) = sanitize::dedupe(comm_field_name(&f.name), &mut taken);
-            out.push(Field {
-                name,
-                ty: FieldType::Chars(COMM_LEN as u16),
-                hex: false,
-                tid_comm: false,
-            });
+            out.push(Field::new(name, FieldType::Chars(COMM_LEN as u16), false));
         }
         out.push(plain(f));
         if ops.contains(&Op::IrqName(i as u8)) {
             let (name, _) = sanitize::dedupe("name".into(), &mut taken);
-            out.push(Field {
-                name,
-                ty: FieldType::String,
-                hex: false,
-                tid_comm: false,
-            });
+            out.push(Field::new(name, FieldType::String, false));
         }
     }
     out
