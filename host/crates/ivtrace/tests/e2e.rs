@@ -2,15 +2,14 @@
 //! library's ivtrace-loadgen when it is built) -> `ivtrace` -> CTF read
 //! back by babeltrace2 and Python bt2, plus exit codes and messages.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::{ivtrace, ivtrace_shm, report_json, run};
 use ivtrace_ring::abi;
-use ivtrace_ring::testutil::{RegionBuilder, TestRegion};
-
-fn ivtrace() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ivtrace"))
-}
+use ivtrace_ring::testutil::{have_tool, RegionBuilder, TestRegion};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
@@ -21,24 +20,6 @@ fn loadgen() -> Option<PathBuf> {
         .iter()
         .map(|p| repo().join(p))
         .find(|p| p.is_file())
-}
-
-fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("command runs");
-    eprintln!(
-        "{cmd:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// (events, discarded events) as Python bt2 sees the trace.
@@ -78,7 +59,7 @@ print(ev, disc)
 
 /// Events babeltrace2's CLI prints (it must also exit 0).
 fn babeltrace_events(dir: &Path) -> Option<u64> {
-    if !have("babeltrace2") {
+    if !have_tool("babeltrace2") {
         eprintln!("SKIP babeltrace2 check: babeltrace2 is not installed");
         return None;
     }
@@ -94,12 +75,6 @@ fn babeltrace_events(dir: &Path) -> Option<u64> {
             .filter(|l| !l.is_empty())
             .count() as u64,
     )
-}
-
-fn report_json(dir: &Path) -> serde_json::Value {
-    let out = run(ivtrace().arg("report").arg(dir).arg("--json"));
-    assert!(out.status.success());
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// A closed region with `n` events on two channels, some dropped.
@@ -147,11 +122,7 @@ fn record_writes_ctf_that_babeltrace2_reads_with_every_loss_counted() {
     let out = tmp.path().join("trace");
     let (kept, dropped) = model_region(&shm, 1500);
     assert!(dropped > 0);
-    let o = run(ivtrace()
-        .args(["record", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(&out));
+    let o = run(&mut ivtrace_shm(&["record"], &shm, &out));
     assert_eq!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("{kept} events")));
     assert!(out.join("user/metadata").is_file() && out.join("ivtrace.json").is_file());
@@ -177,17 +148,9 @@ fn exit_codes_and_messages_follow_the_documentation() {
     r.close_region();
     std::fs::write(&shm, &r.bytes).unwrap();
     let out = tmp.path().join("o");
-    let o = run(ivtrace()
-        .args(["record", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(&out));
+    let o = run(&mut ivtrace_shm(&["record"], &shm, &out));
     assert_eq!(o.status.code(), Some(1), "nothing recorded");
-    let o = run(ivtrace()
-        .args(["record", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(tmp.path()));
+    let o = run(&mut ivtrace_shm(&["record"], &shm, tmp.path()));
     assert_eq!(o.status.code(), Some(2), "non-empty output directory");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -195,11 +158,7 @@ fn exit_codes_and_messages_follow_the_documentation() {
         "{err}"
     );
     std::fs::write(&shm, vec![0xabu8; 1 << 16]).unwrap();
-    let o = run(ivtrace()
-        .args(["snapshot", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(tmp.path().join("s")));
+    let o = run(&mut ivtrace_shm(&["snapshot"], &shm, &tmp.path().join("s")));
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("bad magic"));
     let o = run(ivtrace().arg("report").arg(tmp.path().join("nope")));
@@ -209,11 +168,11 @@ fn exit_codes_and_messages_follow_the_documentation() {
 #[test]
 fn record_waits_for_the_region_and_stops_after_duration() {
     let tmp = tempfile::tempdir().unwrap();
-    let o = run(ivtrace()
-        .args(["record", "--duration", "0.3", "--shm"])
-        .arg(tmp.path().join("later"))
-        .arg("-o")
-        .arg(tmp.path().join("o")));
+    let o = run(&mut ivtrace_shm(
+        &["record", "--duration", "0.3"],
+        &tmp.path().join("later"),
+        &tmp.path().join("o"),
+    ));
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("waiting for"));
 }
@@ -241,11 +200,7 @@ fn live_loadgen_run_is_recorded_completely() {
     let tmp = tempfile::tempdir().unwrap();
     let shm = tmp.path().join("region");
     let out = tmp.path().join("trace");
-    let rec = ivtrace()
-        .args(["record", "--duration", "60", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(&out)
+    let rec = ivtrace_shm(&["record", "--duration", "60"], &shm, &out)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -311,11 +266,7 @@ fn snapshot_salvages_an_overwrite_region_left_open() {
     assert!(lo.status.success());
     let before = std::fs::read(&shm).unwrap();
     let out = tmp.path().join("snap");
-    let o = run(ivtrace()
-        .args(["snapshot", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(&out));
+    let o = run(&mut ivtrace_shm(&["snapshot"], &shm, &out));
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(
         std::fs::read(&shm).unwrap(),
@@ -365,11 +316,7 @@ fn losses_before_the_first_packet_are_counted_by_bt2() {
     r.close_region();
     std::fs::write(&shm, &r.bytes).unwrap();
     let out = tmp.path().join("trace");
-    let o = run(ivtrace()
-        .args(["record", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(&out));
+    let o = run(&mut ivtrace_shm(&["record"], &shm, &out));
     assert_eq!(o.status.code(), Some(0));
     let rep = report_json(&out);
     let lost_chan1 = kept - rep["events"].as_u64().unwrap();
@@ -390,11 +337,11 @@ fn a_region_whose_size_disagrees_with_its_header_is_an_error() {
     let mut bytes = RegionBuilder::new(1, 2, 4096).build();
     bytes[16..24].copy_from_slice(&(1u64 << 40).to_le_bytes());
     std::fs::write(&shm, &bytes).unwrap();
-    let o = run(ivtrace()
-        .args(["record", "--duration", "20", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(tmp.path().join("o")));
+    let o = run(&mut ivtrace_shm(
+        &["record", "--duration", "20"],
+        &shm,
+        &tmp.path().join("o"),
+    ));
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -418,11 +365,7 @@ fn a_run_whose_every_packet_was_corrupt_still_succeeds_and_says_so() {
     r.close_region();
     std::fs::write(&shm, &r.bytes).unwrap();
     let out = tmp.path().join("o");
-    let o = run(ivtrace()
-        .args(["record", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(&out));
+    let o = run(&mut ivtrace_shm(&["record"], &shm, &out));
     assert_eq!(o.status.code(), Some(0), "the losses are the result");
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(

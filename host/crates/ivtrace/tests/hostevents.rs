@@ -13,6 +13,7 @@ use ivtrace::hostevents::decode::Decoder;
 use ivtrace::hostevents::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
 use ivtrace::hostevents::page::{walk, PageBuilder};
 use ivtrace::hosttrace::{HostTrace, HostTraceDesc, STREAM_KERNEL};
+use ivtrace_ring::testutil::{have_tool, RegionBuilder};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tracefs")
@@ -213,23 +214,15 @@ fn kvm_records_decode_with_the_running_kernels_layout() {
     assert_eq!(p, [3, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 1]);
 }
 
-fn have_babeltrace2() -> bool {
-    Command::new("babeltrace2")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// The captured host events and kvm samples in DIR/host/, a guest trace in
 /// DIR/user/ whose clock maps into the same window: babeltrace2 DIR reads
 /// both and interleaves them by time.
 #[test]
 fn host_and_guest_traces_merge_in_babeltrace2() {
-    if !have_babeltrace2() {
+    if !have_tool("babeltrace2") {
         eprintln!("babeltrace2 not installed: skipping the merge check");
         return;
     }
-    use ivtrace_ring::testutil::RegionBuilder;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let sched = fmt("sched", "sched_switch.format");

@@ -3,25 +3,13 @@
 //! -> an LTTng-style kernel trace that `ivtrace report` and babeltrace2
 //! read by LTTng event names.
 
+mod common;
+
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-use ivtrace_ring::testutil::{RegionBuilder, TestRegion};
-
-fn ivtrace() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ivtrace"))
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("command runs");
-    eprintln!(
-        "{cmd:?}\nstatus {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+use common::{ivtrace_shm, report_json, run};
+use ivtrace_ring::testutil::{have_tool, RegionBuilder, TestRegion};
 
 fn u32s(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -29,10 +17,7 @@ fn u32s(v: &[u32]) -> Vec<u8> {
 
 /// Two CPUs: a fork on CPU 1, switches to the child on CPU 0, syscalls.
 fn kernel_region() -> TestRegion {
-    let mut b = RegionBuilder::new(3, 4, 4096);
-    b.nr_kernel_channels = 2;
-    b.meta_size = 16384;
-    let mut r = b.build_region();
+    let mut r = RegionBuilder::new(3, 4, 4096).kernel(2).build_region();
     r.register_kernel_events();
     let mut fork = u32s(&[1, 1]);
     fork.extend_from_slice(b"e2e-kid\0\0\0\0\0\0\0\0\0");
@@ -70,9 +55,7 @@ fn write_region(dir: &Path, r: &TestRegion) -> std::path::PathBuf {
 }
 
 fn report_counts(dir: &Path) -> serde_json::Value {
-    let out = run(ivtrace().args(["report", "--json"]).arg(dir));
-    assert!(out.status.success());
-    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = report_json(dir);
     let mut counts = serde_json::Map::new();
     for e in r["event_types"].as_array().unwrap() {
         if e["stream_class"] == 0 {
@@ -88,12 +71,7 @@ fn snapshot_and_record_write_an_lttng_kernel_trace_report_reads() {
     let shm = write_region(tmp.path(), &kernel_region());
     for cmd in ["snapshot", "record"] {
         let out_dir = tmp.path().join(cmd);
-        let out = run(ivtrace()
-            .arg(cmd)
-            .arg("--shm")
-            .arg(&shm)
-            .arg("-o")
-            .arg(&out_dir));
+        let out = run(&mut ivtrace_shm(&[cmd], &shm, &out_dir));
         assert!(out.status.success());
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -125,22 +103,18 @@ fn name_option_sets_the_hostname_and_babeltrace2_shows_the_names() {
     let tmp = tempfile::tempdir().unwrap();
     let shm = write_region(tmp.path(), &kernel_region());
     let out_dir = tmp.path().join("out");
-    let out = run(ivtrace()
-        .args(["snapshot", "--name", "vm \"one\"", "--shm"])
-        .arg(&shm)
-        .arg("-o")
-        .arg(&out_dir));
+    let out = run(&mut ivtrace_shm(
+        &["snapshot", "--name", "vm \"one\""],
+        &shm,
+        &out_dir,
+    ));
     assert!(out.status.success());
     let meta = std::fs::read_to_string(out_dir.join("kernel/metadata")).unwrap();
     assert!(
         meta.contains("hostname = \"vm__one_\";"),
         "sanitized --name"
     );
-    let have = Command::new("babeltrace2")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
+    if !have_tool("babeltrace2") {
         eprintln!("SKIP babeltrace2 check: not installed");
         return;
     }
@@ -246,10 +220,7 @@ mod hostile {
         fn hostile_kernel_events_expand_and_report(
             events in proptest::collection::vec(super::hostile::event(), 1..300),
         ) {
-            let mut b = RegionBuilder::new(2, 8, 4096);
-            b.nr_kernel_channels = 2;
-            b.meta_size = 16384;
-            let mut r = b.build_region();
+            let mut r = RegionBuilder::new(2, 8, 4096).kernel(2).build_region();
             r.register_kernel_events();
             let mut emitted = 0u64;
             for (i, (c, id, p)) in events.iter().enumerate() {

@@ -45,6 +45,14 @@ impl RegionBuilder {
         self
     }
 
+    /// The first `nr_kernel_channels` channels are the kernel stream's (one
+    /// per CPU), with metadata room for [`KERNEL_EVENTS`].
+    pub fn kernel(mut self, nr_kernel_channels: u32) -> Self {
+        self.nr_kernel_channels = nr_kernel_channels;
+        self.meta_size = 16384;
+        self
+    }
+
     fn offsets(&self) -> (u64, u64, u64, u64) {
         let align = |v: u64| v.div_ceil(4096) * 4096;
         let channels_off = 4096u64;
@@ -556,6 +564,18 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
     ]
 };
 
+/// lttng-modules' `sched_switch` payload fields, in order: what both the
+/// guest's expanded kernel trace and the host trace present.
+pub const LTTNG_SCHED_SWITCH_FIELDS: [&str; 7] = [
+    "prev_comm",
+    "prev_tid",
+    "prev_prio",
+    "prev_state",
+    "next_comm",
+    "next_tid",
+    "next_prio",
+];
+
 impl TestRegion {
     /// Registers [`KERNEL_EVENTS`] on the kernel stream, ids 0..24.
     pub fn register_kernel_events(&mut self) {
@@ -563,4 +583,13 @@ impl TestRegion {
             self.register_flagged(abi::IVT_STREAM_KERNEL, id as u32, name, fields);
         }
     }
+}
+
+/// Whether `tool --version` runs and succeeds (tests that need an external
+/// reader such as babeltrace2 skip without it).
+pub fn have_tool(tool: &str) -> bool {
+    std::process::Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
 }

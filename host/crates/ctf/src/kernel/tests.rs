@@ -8,7 +8,7 @@ use std::process::Command;
 use ivtrace_ring::abi;
 use ivtrace_ring::classes::{EventClasses, FieldType, StreamClasses};
 use ivtrace_ring::region::{Access, Region};
-use ivtrace_ring::testutil::{RegionBuilder, TestRegion};
+use ivtrace_ring::testutil::{have_tool, RegionBuilder, TestRegion, LTTNG_SCHED_SWITCH_FIELDS};
 use ivtrace_ring::{PacketSink, Reader};
 
 use super::names::ThreadNamesBuilder;
@@ -114,10 +114,9 @@ fn sys_exit(nr: u16, ret: i64) -> Vec<u8> {
 
 /// A region with `cpus` kernel channels and the module's events.
 fn kernel_region(cpus: u32) -> TestRegion {
-    let mut b = RegionBuilder::new(cpus + 1, 4, 4096);
-    b.nr_kernel_channels = cpus;
-    b.meta_size = 16384;
-    let mut r = b.build_region();
+    let mut r = RegionBuilder::new(cpus + 1, 4, 4096)
+        .kernel(cpus)
+        .build_region();
     r.register_kernel_events();
     r
 }
@@ -353,19 +352,7 @@ fn switch_fields_are_in_lttng_order() {
         let c = out.classes.get(id).unwrap();
         c.fields.iter().map(|f| f.name.as_str()).collect()
     };
-    let names = fields(SWITCH);
-    assert_eq!(
-        names,
-        [
-            "prev_comm",
-            "prev_tid",
-            "prev_prio",
-            "prev_state",
-            "next_comm",
-            "next_tid",
-            "next_prio"
-        ]
-    );
+    assert_eq!(fields(SWITCH), LTTNG_SCHED_SWITCH_FIELDS);
     assert_eq!(
         fields(FORK),
         [
@@ -552,10 +539,7 @@ impl PacketSink for Capture {
 
 #[test]
 fn a_flood_of_distinct_threads_is_bounded() {
-    let mut b = RegionBuilder::new(1, 64, 65536);
-    b.nr_kernel_channels = 1;
-    b.meta_size = 16384;
-    let mut r = b.build_region();
+    let mut r = RegionBuilder::new(1, 64, 65536).kernel(1).build_region();
     r.register_kernel_events();
     let n = 20_000u32;
     for tid in 1..=n {
@@ -593,16 +577,9 @@ fn a_flood_of_distinct_threads_is_bounded() {
     assert_eq!(sw.f["next_comm"].text(), ""); // past the cap: empty
 }
 
-fn have_babeltrace2() -> bool {
-    Command::new("babeltrace2")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 #[test]
 fn babeltrace2_reads_the_expanded_trace_without_warnings() {
-    if !have_babeltrace2() {
+    if !have_tool("babeltrace2") {
         eprintln!("SKIP: babeltrace2 is not installed");
         return;
     }
@@ -655,10 +632,7 @@ fn babeltrace2_reads_the_expanded_trace_without_warnings() {
 
 #[test]
 fn naming_events_with_other_field_types_are_not_trusted() {
-    let mut b = RegionBuilder::new(2, 4, 4096);
-    b.nr_kernel_channels = 1;
-    b.meta_size = 16384;
-    let mut r = b.build_region();
+    let mut r = RegionBuilder::new(2, 4, 4096).kernel(1).build_region();
     for (id, (name, fields)) in ivtrace_ring::testutil::KERNEL_EVENTS.iter().enumerate() {
         if *name == "task_rename" {
             // tid as a u64: not the layout the role needs

@@ -219,6 +219,7 @@ impl Decoder {
 mod tests {
     use super::*;
     use crate::hostevents::format::parse_event;
+    use ivtrace_ring::testutil::LTTNG_SCHED_SWITCH_FIELDS;
 
     const SCHED_SWITCH: &str = include_str!("../../tests/fixtures/tracefs/sched_switch.format");
 
@@ -227,18 +228,7 @@ mod tests {
         let f = parse_event("sched", SCHED_SWITCH).unwrap();
         let (d, classes) = Decoder::new(&[(f.clone(), 100)]);
         let names: Vec<&str> = classes[0].fields.iter().map(|f| f.name.as_str()).collect();
-        assert_eq!(
-            names,
-            [
-                "prev_comm",
-                "prev_tid",
-                "prev_prio",
-                "prev_state",
-                "next_comm",
-                "next_tid",
-                "next_prio"
-            ]
-        );
+        assert_eq!(names, LTTNG_SCHED_SWITCH_FIELDS);
         let mut rec = vec![0u8; 64];
         rec[0..2].copy_from_slice(&f.id.to_le_bytes());
         rec[4..8].copy_from_slice(&77i32.to_le_bytes());
