@@ -22,34 +22,32 @@ fn until_nul(raw: &[u8]) -> &[u8] {
     &raw[..end]
 }
 
-fn restrict(raw: &[u8], keep: fn(u8) -> bool) -> String {
-    until_nul(raw)
+/// The name slot `raw` with every byte `keep` refuses replaced by `_`, or
+/// `empty()` if nothing is left; and whether it had to change.
+fn restrict(raw: &[u8], keep: fn(u8) -> bool, empty: impl FnOnce() -> String) -> (String, bool) {
+    let raw = until_nul(raw);
+    let clean: String = raw
         .iter()
         .map(|&c| if keep(c) { c as char } else { '_' })
-        .collect()
+        .collect();
+    if clean.is_empty() {
+        return (empty(), true);
+    }
+    let changed = clean.as_bytes() != raw;
+    (clean, changed)
 }
 
 /// An event name: `[A-Za-z0-9_:.-]`, others replaced by `_`; empty names
 /// become `event_<id>`. Returns the name and whether it had to change.
 pub fn event_name(raw: &[u8], id: u32) -> (String, bool) {
-    let clean = restrict(raw, event_name_char);
-    let changed = clean.as_bytes() != until_nul(raw);
-    if clean.is_empty() {
-        return (format!("event_{id}"), true);
-    }
-    (clean, changed)
+    restrict(raw, event_name_char, || format!("event_{id}"))
 }
 
 /// A field name: `[A-Za-z0-9_]`, others replaced by `_`; empty names
 /// become `f<index>`. TSDL gets it with a leading underscore, so keywords
 /// and leading digits cannot clash.
 pub fn field_name(raw: &[u8], index: usize) -> (String, bool) {
-    let clean = restrict(raw, field_name_char);
-    let changed = clean.as_bytes() != until_nul(raw);
-    if clean.is_empty() {
-        return (format!("f{index}"), true);
-    }
-    (clean, changed)
+    restrict(raw, field_name_char, || format!("f{index}"))
 }
 
 /// Makes `name` unique in `taken` by appending `_2`, `_3`, ... and

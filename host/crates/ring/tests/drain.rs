@@ -35,6 +35,9 @@ impl Collect {
 }
 
 const EV: usize = 4 + 14 + 8; // compact header + loadgen payload with 8 data bytes
+/// Events of EV bytes (each 4-aligned) in one 4 KiB packet after its
+/// 88-byte header.
+const PER_PACKET: u64 = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
 
 fn region(mode: u32, subbufs: u32) -> TestRegion {
     let mut r = RegionBuilder::new(2, subbufs, 4096)
@@ -72,8 +75,7 @@ fn drain_all(reader: &mut Reader) -> Collect {
 #[test]
 fn discard_drain_keeps_every_event_and_releases_subbuffers() {
     let mut r = region(abi::IVT_MODE_DISCARD, 8);
-    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
-    emit(&mut r, 0, per_packet * 3 + 5, 100);
+    emit(&mut r, 0, PER_PACKET * 3 + 5, 100);
     let mut rd = reader(&r);
     let mut sink = Collect::default();
     let pass = rd.drain_available(&mut sink).unwrap();
@@ -85,7 +87,7 @@ fn discard_drain_keeps_every_event_and_releases_subbuffers() {
     rd.flush_partial(&mut sink).unwrap();
     rd.finish(&mut sink).unwrap();
     let st = rd.channel_stats(0);
-    assert_eq!(st.events, per_packet * 3 + 5);
+    assert_eq!(st.events, PER_PACKET * 3 + 5);
     assert_eq!((st.packets, st.partial_packets), (4, 1));
     let hs = sink.headers(0);
     assert_eq!(
@@ -125,15 +127,14 @@ fn padding_is_zeroed() {
 #[test]
 fn overwrite_lap_counts_overwritten_events_exactly() {
     let mut r = region(abi::IVT_MODE_OVERWRITE, 4);
-    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
-    emit(&mut r, 0, per_packet * 10, 100); // packets 0..9 closed, ring holds 4
+    emit(&mut r, 0, PER_PACKET * 10, 100); // packets 0..9 closed, ring holds 4
     r.close(0);
     let mut rd = reader(&r);
     let sink = drain_all(&mut rd);
     let st = rd.channel_stats(0);
     assert_eq!(st.packets, 4);
     assert_eq!(st.skipped.get("overwritten"), Some(&6));
-    assert_eq!(st.host_lost.overwritten, per_packet * 6);
+    assert_eq!(st.host_lost.overwritten, PER_PACKET * 6);
     let hs = sink.headers(0);
     let (lead, first) = (&hs[0], &hs[1]);
     assert_eq!(
@@ -148,7 +149,7 @@ fn overwrite_lap_counts_overwritten_events_exactly() {
     assert_eq!(first.packet_seq_num, 6);
     assert_eq!(
         first.events_discarded,
-        per_packet * 6,
+        PER_PACKET * 6,
         "babeltrace sees the overwritten events"
     );
 }
@@ -156,20 +157,19 @@ fn overwrite_lap_counts_overwritten_events_exactly() {
 #[test]
 fn corrupt_packet_is_skipped_and_its_events_counted_as_lost() {
     let mut r = region(abi::IVT_MODE_DISCARD, 8);
-    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
-    emit(&mut r, 1, per_packet * 3, 100);
+    emit(&mut r, 1, PER_PACKET * 3, 100);
     r.close(1);
     let p = r.subbuf_offset(1, 1);
     r.bytes[p + 88] = (r.bytes[p + 88] & !31) | 29; // first event of packet 1: unknown id 29
     let mut rd = reader(&r);
     let sink = drain_all(&mut rd);
     let st = rd.channel_stats(1);
-    assert_eq!(st.events, per_packet * 2);
+    assert_eq!(st.events, PER_PACKET * 2);
     assert_eq!(st.skipped.get("unknown_event_id"), Some(&1));
-    assert_eq!(st.host_lost.corrupt, per_packet);
+    assert_eq!(st.host_lost.corrupt, PER_PACKET);
     let hs = sink.headers(1);
     assert_eq!(hs.len(), 2);
-    assert_eq!(hs[1].events_discarded, per_packet);
+    assert_eq!(hs[1].events_discarded, PER_PACKET);
 }
 
 #[test]
@@ -266,8 +266,7 @@ fn tempfile_path() -> std::path::PathBuf {
 #[test]
 fn torn_copies_are_detected_by_open_seq() {
     let mut r = region(abi::IVT_MODE_OVERWRITE, 4);
-    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
-    emit(&mut r, 0, per_packet * 3, 100);
+    emit(&mut r, 0, PER_PACKET * 3, 100);
     r.close(0);
     // The writer announced packet 4, which lives where packet 0 is.
     let ch = abi::le_u64(&r.bytes, abi::hdr::LAYOUT) as usize;
@@ -277,14 +276,13 @@ fn torn_copies_are_detected_by_open_seq() {
     let st = rd.channel_stats(0);
     assert_eq!(st.skipped.get("torn"), Some(&1));
     assert_eq!(st.packets, 2);
-    assert_eq!(st.host_lost.torn, per_packet);
+    assert_eq!(st.host_lost.torn, PER_PACKET);
 }
 
 #[test]
 fn snapshot_takes_the_newest_packets_and_the_open_prefix() {
     let mut r = region(abi::IVT_MODE_OVERWRITE, 4);
-    let per_packet = ((4096 - 88) / EV.next_multiple_of(4)) as u64;
-    emit(&mut r, 0, per_packet * 6 + 3, 100); // 6 closed, 1 open with 3 events
+    emit(&mut r, 0, PER_PACKET * 6 + 3, 100); // 6 closed, 1 open with 3 events
     let mut rd = Reader::new(Region::from_bytes(&r.bytes, Access::ReadOnly).unwrap());
     let mut sink = Collect::default();
     rd.snapshot(&mut sink).unwrap();
@@ -293,8 +291,8 @@ fn snapshot_takes_the_newest_packets_and_the_open_prefix() {
         st.packets, 4,
         "3 complete (one slot is the open packet) + the prefix"
     );
-    assert_eq!(st.events, per_packet * 3 + 3);
-    assert_eq!(st.older_overwritten, per_packet * 3);
+    assert_eq!(st.events, PER_PACKET * 3 + 3);
+    assert_eq!(st.older_overwritten, PER_PACKET * 3);
     assert_eq!(sink.headers(0)[0].packet_seq_num, 3);
 }
 
