@@ -590,10 +590,10 @@ def section(out: list, src=None) -> None:
     if inc:
         out.append(f"- **incomplete run**: {'; '.join(inc)}")
     out.append("")
-    section_discussion(out, s, p, m)
+    section_discussion(out, s, p, m, res)
 
 
-def section_discussion(out: list, s: dict, p: dict, m: dict) -> None:
+def section_discussion(out: list, s: dict, p: dict, m: dict, res: dict) -> None:
     """Reading of the run, every number from the results."""
     iw = s["workloads"].get("int", {}).get("configs", {})
     if not iw or "bare" not in iw:
@@ -681,6 +681,28 @@ def section_discussion(out: list, s: dict, p: dict, m: dict) -> None:
                f"recorder's {iw['ivt-flight']['overhead_pct']:.1f} %, where nobody reads)"
                if "overhead_pct" in iw.get("ivt-stream", {}) and
                "overhead_pct" in iw.get("ivt-flight", {}) else "") + ".")
+    tbl: list = []
+    cal = res.get("calibration") or {}
+    g, h = cal.get("guest") or {}, cal.get("host_native") or {}
+    if g and h:
+        names = [("rdtsc", "rdtsc (the event timestamp)"),
+                 ("store8", "8-byte store, cached buffer (the event's copy into the ring)"),
+                 ("load8", "8-byte load, cached buffer"),
+                 ("clock_gettime", "clock_gettime(CLOCK_MONOTONIC), vDSO"),
+                 ("getppid", "getppid(2), a system call round trip")]
+        tbl.append(f"**What the emulator makes costlier** (`ev-helper tcgcost`: the same static "
+                   f"binary in the guest and natively on the host CPU the vCPU thread uses, ns "
+                   f"per operation, best of 3 rounds, net of the empty loop; stores and loads "
+                   f"are throughput, back to back):\n")
+        tbl.append("| operation | in the guest (" + m["accel"] + ") | native (host) | ratio |")
+        tbl.append("|---|---:|---:|---:|")
+        for k, label in names:
+            gv, hv = g.get(k), h.get(k)
+            if gv is None or hv is None:
+                continue
+            r = f"{gv / hv:.0f}x" if hv > 0.5 else "–"
+            tbl.append(f"| {label} | {gv:.2f} | {hv:.2f} | {r} |")
+        tbl.append("")
     if m.get("accel") == "tcg":
         lines.append(
             "**TCG versus KVM.** Under TCG every guest instruction is translated, each guest "
@@ -688,11 +710,16 @@ def section_discussion(out: list, s: dict, p: dict, m: dict) -> None:
             "that reads the host clock, so an event costs the guest far more than under KVM "
             + (f"({pe['ivtrace']:.0f} ns per ivtrace event in this guest, syscall slow path "
                f"included, against the native writer's cost in §1 below)" if pe else "")
+            + ("; the primitives, measured below: rdtsc "
+               f"{g['rdtsc']:.0f} ns in the guest against {h['rdtsc']:.0f} ns natively, an "
+               f"8-byte store {g['store8']:.2f} against {h['store8']:.2f} ns"
+               if g.get("rdtsc") and h.get("rdtsc") and "store8" in g and "store8" in h else "")
             + ". Guest I/O costs more too (every virtio notification is emulated in the vCPU "
               "thread), which inflates the alternatives' overheads as well. The ratios between "
               "configurations are the comparison; under KVM both sides shrink.")
     for t in lines:
         out.append(t + "\n")
+    out.extend(tbl)
 
 
 def plot(res: dict, json_path: Path):

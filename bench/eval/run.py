@@ -519,6 +519,11 @@ def run_eval(a) -> dict:
         say(f"WARNING: load average {conditions['loadavg_at_start'][0]:.2f} above "
             f"{a.max_load}; measuring anyway (recorded in the results)")
 
+    # the same primitives natively, on the CPU the vCPU thread will use (before it runs)
+    hc = sh((["taskset", "-c", str(vcpu_cpu)] if pin else []) +
+            [str(WL_OUT / "ev-helper"), "tcgcost"])
+    host_calib = {k: float(v) for k, v in re.findall(r"(\w+)_ns=(-?[\d.]+)", hc.stdout)}
+
     base = Path(a.work_dir)
     work = base / f"ivtrace-eval-{os.getpid()}"
     for d in ("share", "rec", "ssh", "sink"):
@@ -661,6 +666,13 @@ def run_eval(a) -> dict:
             transport.append({"transport": "9p", "config": mm.group(1), "rep": int(mm.group(2)),
                               "bytes": size})
     ev_info = re.findall(r"^EV info (kernel=.*)$", text, re.M)
+    gc = re.search(r"^EV calib EVH tcgcost (.*)$", text, re.M)
+    calibration = {
+        "what": "ns per operation, best of 3 rounds, net of an empty loop (ev-helper tcgcost)",
+        "host_native": host_calib,
+        "guest": ({k: float(v) for k, v in re.findall(r"(\w+)_ns=(-?[\d.]+)", gc.group(1))}
+                  if gc else {}),
+    }
     params = {"reps": a.reps, "secs": a.secs, "warm_secs": a.warm, "workloads": a.workloads,
               "configs": a.configs, "buf_kb": a.buf_kb, "smp": a.smp, "mem": a.mem,
               "shm_size": a.shm_size, "quick": a.quick,
@@ -706,6 +718,7 @@ def run_eval(a) -> dict:
         },
         "boot": {"duration_s": round(r.duration, 1), "boot_time_s": r.boot_time,
                  "kernel_problems": r.kernel_problems},
+        "calibration": calibration,
         "measurements": ms,
         "tracer_stats": stats,
         "transport": transport,

@@ -29,6 +29,7 @@
 #   EV host-start KIND config=C rep=R     (host: start the recorder / the ssh reader)
 #   EV host-stop KIND config=C rep=R      (host: collect it)
 #   EV stat config=C rep=R ...            (tracer counters after the configuration)
+#   EV calib EVH tcgcost ...             (rdtsc, store, load, clock_gettime, getppid costs)
 #   EV info ... | EV warm ... | EV error ... | EV done
 REPS=${1:-3} SECS=${2:-10} WORKLOADS=${3:-int,syscall,tar,gzip,forkexec}
 CONFIGS=${4:-bare,ivt-idle,ivt-flight,ivt-stream,ft-flight,ft-net,ft-9p,ft-vserial}
@@ -222,6 +223,9 @@ if [ "$WARM" != 0 ]; then
 		echo "EV warm $o"
 	done
 fi
+
+# ---- what the emulator makes costlier: the primitives of an event, in this guest -------------
+echo "EV calib $(ev-helper tcgcost)"
 
 r=1
 while [ $r -le "$REPS" ]; do

@@ -7,6 +7,11 @@
  *   ev-helper regionstat [PATH]
  *       EVH regionstat events_closed=N lost=L channels=C heartbeat=H
  *       (kernel channels: events in closed packets and drops, summed)
+ *   ev-helper tcgcost
+ *       EVH tcgcost rdtsc_ns=.. store8_ns=.. load8_ns=.. clock_gettime_ns=..
+ *       getppid_ns=.. loop_ns=..: what the primitives of a trace event cost on this
+ *       CPU (best of 3 rounds, net of the empty loop); run in the guest and on the
+ *       host, it shows what the emulator makes costlier
  *   ev-helper hbwait [SECS] [PATH]
  *       wait (default 60 s) until the host's heartbeat word has advanced
  *       twice, i.e. `ivtrace record` is attached and draining; exit 1 on
@@ -99,13 +104,62 @@ static int hbwait(double secs, const char *path)
 	return 0;
 }
 
+/* ---- tcgcost: what the primitives of an event cost here (guest or host) ---- */
+
+static volatile uint64_t cbuf[8192];	/* 64 KiB: stays in cache */
+static volatile uint64_t csink;
+
+static inline uint64_t rdtsc(void)
+{
+	uint32_t lo, hi;
+
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return (uint64_t)hi << 32 | lo;
+}
+
+/* ns per iteration of BODY, best of 3 rounds of n iterations */
+#define COST(n, BODY) ({						\
+	double best = 1e30;						\
+	for (int round = 0; round < 3; round++) {			\
+		double t0 = evwl_now();					\
+		for (uint64_t i = 0; i < (n); i++) {			\
+			BODY;						\
+			__asm__ volatile("" ::: "memory");		\
+		}							\
+		double ns = (evwl_now() - t0) * 1e9 / (double)(n);	\
+		if (ns < best)						\
+			best = ns;					\
+	}								\
+	best;								\
+})
+
+static int tcgcost(void)
+{
+	struct timespec ts;
+	uint64_t acc = 0;
+	double empty = COST(4000000, (void)0);
+	double tsc = COST(1000000, acc += rdtsc()) - empty;
+	double store = COST(8000000, cbuf[i & 8191] = i) - empty;
+	double load = COST(8000000, acc += cbuf[(i * 8) & 8191]) - empty;
+	double clk = COST(500000, (clock_gettime(CLOCK_MONOTONIC, &ts), acc += (uint64_t)ts.tv_nsec))
+		- empty;
+	double sys = COST(100000, acc += (uint64_t)getppid()) - empty;
+
+	csink = acc;
+	printf("EVH tcgcost rdtsc_ns=%.2f store8_ns=%.2f load8_ns=%.2f clock_gettime_ns=%.2f "
+	       "getppid_ns=%.1f loop_ns=%.2f\n", tsc, store, load, clk, sys, empty);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 2 && !strcmp(argv[1], "tcgcost"))
+		return tcgcost();
 	if (argc >= 2 && !strcmp(argv[1], "regionstat") && argc <= 3)
 		return regionstat(argc == 3 ? argv[2] : "/dev/ivtrace");
 	if (argc >= 2 && !strcmp(argv[1], "hbwait") && argc <= 4)
 		return hbwait(argc >= 3 ? strtod(argv[2], NULL) : 60.0,
 			      argc == 4 ? argv[3] : "/dev/ivtrace");
-	fputs("usage: ev-helper regionstat [PATH] | hbwait [SECS] [PATH]\n", stderr);
+	fputs("usage: ev-helper regionstat [PATH] | hbwait [SECS] [PATH] | tcgcost\n", stderr);
 	return 2;
 }
