@@ -239,14 +239,29 @@ static __always_inline u8 *ivtk_put_str(u8 *p, const char *s, size_t n)
 	return p + n + 1;
 }
 
+/* Write an event whose payload is one u8 (softirq vector, state dump
+ * start and end), interrupts off as every event (see the top). */
+static __always_inline void ivtk_emit_u8(u32 id, u8 v)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, id, 1);
+	if (p) {
+		ivtk_put_u8(p, v);
+		ivtk_commit(w);
+	}
+	local_irq_restore(flags);
+}
+
 /* Length of @s for an IVT_FT_STRING field, capped at @max. */
 static inline size_t ivtk_strlen(const char *s, size_t max)
 {
 	return s ? strnlen(s, max) : 0;
 }
 
-/* Write an event whose payload is one u8 (state dump start/end). */
-void ivtk_emit_u8(u32 id, u8 v);
 /* Write a printk_console event (ivtk_console.c). */
 void ivtk_write_printk(const char *s, size_t n);
 extern bool ivtk_printk_tracepoint;	/* printk_source=tracepoint */

@@ -157,18 +157,3 @@ void ivtk_cpus_stop(struct ivtk_dev *d)
 	d->hp_state = 0;
 }
 
-/* Write an event with a one-byte payload (state dump start and end). */
-void ivtk_emit_u8(u32 id, u8 v)
-{
-	struct ivt_writer *w;
-	unsigned long flags;
-	u8 *p;
-
-	local_irq_save(flags);
-	p = ivtk_reserve(&w, id, 1);
-	if (p) {
-		ivtk_put_u8(p, v);
-		ivtk_commit(w);
-	}
-	local_irq_restore(flags);
-}

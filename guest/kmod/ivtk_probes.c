@@ -233,29 +233,14 @@ static void ivtk_irq_handler_exit(void *data, int irq,
 	local_irq_restore(flags);
 }
 
-static __always_inline void ivtk_softirq(u32 id, unsigned int vec)
-{
-	struct ivt_writer *w;
-	unsigned long flags;
-	u8 *p;
-
-	local_irq_save(flags);
-	p = ivtk_reserve(&w, id, 1);
-	if (p) {
-		ivtk_put_u8(p, vec);
-		ivtk_commit(w);
-	}
-	local_irq_restore(flags);
-}
-
 static void ivtk_softirq_entry(void *data, unsigned int vec)
 {
-	ivtk_softirq(IVTK_EV_SOFTIRQ_ENTRY, vec);
+	ivtk_emit_u8(IVTK_EV_SOFTIRQ_ENTRY, vec);
 }
 
 static void ivtk_softirq_exit(void *data, unsigned int vec)
 {
-	ivtk_softirq(IVTK_EV_SOFTIRQ_EXIT, vec);
+	ivtk_emit_u8(IVTK_EV_SOFTIRQ_EXIT, vec);
 }
 
 /* ---- timer ------------------------------------------------------------ */
