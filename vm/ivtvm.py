@@ -77,6 +77,19 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def cpu_identity() -> dict[str, str]:
+    """The host CPU's vendor_id, cpu family, model and model name, as the
+    first processor of /proc/cpuinfo gives them (benchmark records)."""
+    keys = ("vendor_id", "cpu family", "model", "model name")
+    ident: dict[str, str] = {}
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        k, _, v = line.partition(":")
+        k, v = k.strip(), v.strip()
+        if k in keys and k not in ident:
+            ident[k] = v
+    return ident
+
+
 def probe_accel(requested: str = "auto") -> tuple[str, str]:
     """Return (accel, reason). 'auto' picks KVM only if /dev/kvm opens, answers
     KVM_GET_API_VERSION and the CPU flags show vmx or svm; otherwise TCG."""

@@ -213,12 +213,7 @@ def top_procs(n=6) -> list[str]:
 
 
 def machine(man: dict, accel: str, why: str, a) -> dict:
-    cpu = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        k, _, v = line.partition(":")
-        k, v = k.strip(), v.strip()
-        if k in ("model name", "vendor_id", "cpu family", "model") and k not in cpu:
-            cpu[k] = v
+    cpu = ivtvm.cpu_identity()
     flags = ivtvm.cpu_flags()
     git = sh(["git", "-C", str(ROOT), "rev-parse", "HEAD"]).stdout.strip()
     dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--", "guest/kmod", "abi",

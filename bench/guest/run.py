@@ -54,14 +54,9 @@ def build(kver):
 
 
 def machine(man, accel, why, smp, mem):
-    cpu = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        k, _, v = line.partition(":")
-        k, v = k.strip(), v.strip()
-        if k in ("model name", "vendor_id", "cpu family", "model") and k not in cpu:
-            cpu[k] = v
-    qemu = sh([ivtvm.QEMU, "--version"]).stdout.splitlines()[0] if sh(
-        [ivtvm.QEMU, "--version"]).returncode == 0 else "?"
+    cpu = ivtvm.cpu_identity()
+    v = sh([ivtvm.QEMU, "--version"])
+    qemu = v.stdout.splitlines()[0] if v.returncode == 0 else "?"
     git = sh(["git", "-C", str(ROOT), "rev-parse", "HEAD"]).stdout.strip()
     dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--", "guest/kmod",
                 "vm/guest/workload", "bench/guest"]).stdout.split("\n")
