@@ -74,7 +74,7 @@ public final class TcReport {
             System.exit(1);
             return;
         }
-        stdout.println(new GsonBuilder().setPrettyPrinting().create().toJson(report));
+        stdout.println(new GsonBuilder().serializeNulls().setPrettyPrinting().create().toJson(report));
         stdout.flush();
         // Trace Compass leaves worker threads (request executors, jobs) behind.
         System.exit(0);
