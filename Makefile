@@ -1,6 +1,7 @@
 # ivtrace - top-level build. `make` leaves the tools in bin/.
 #   make          build bin/ivtrace and bin/ivtrace-loadgen (and libivtrace)
 #   make test     install what is missing, build, run every test
+#   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
 #   make demo     install what is missing, build, record a real guest (vm/demo), summary
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
 #   make bench    native per-event and drain benchmarks -> bench/results/
@@ -13,7 +14,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps host lib test test-abi test-lib test-host test-py test-eval demo demo-loopback bench eval fuzz clean
+.PHONY: all deps host lib tracecompass test test-abi test-lib test-host test-py test-eval demo demo-loopback bench eval fuzz clean
 
 all: host lib
 
@@ -28,7 +29,12 @@ lib:
 	$(MAKE) -C guest/lib
 	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen bin/ivtrace-loadgen
 
-test: deps all test-abi test-lib test-host test-py test-eval
+# Trace Compass as a reader in the tests: bullseye's eclipse-tracecompass jars through apt,
+# on bookworm's Eclipse libraries (scripts/install-tracecompass; cached, quick when present).
+tracecompass:
+	$(PYTHON) scripts/install-tracecompass
+
+test: deps all tracecompass test-abi test-lib test-host test-py test-eval
 
 test-abi:
 	$(MAKE) -C abi test

@@ -6,7 +6,7 @@ set -euo pipefail
 APT_PACKAGES=(
 	build-essential pkg-config
 	qemu-system-x86 busybox-static cpio zstd xz-utils
-	babeltrace2 python3-bt2 python3-pytest python3-matplotlib
+	babeltrace2 python3-bt2 babeltrace python3-pytest python3-matplotlib
 	lttng-tools liblttng-ust-dev trace-cmd hyperfine
 	linux-perf procps util-linux
 )

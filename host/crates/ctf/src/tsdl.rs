@@ -171,6 +171,16 @@ pub fn write_env_entries(t: &mut String, entries: &[(String, EnvValue)]) {
     }
 }
 
+/// Why the clock offset has the form it has (a TSDL comment).
+fn offset_comment(c: &ClockMapping) -> &'static str {
+    if c.offset_fits_cycles() {
+        "the whole offset from the epoch is in cycles, for Trace Compass < 6.3 ignores offset_s"
+    } else {
+        "the offset from the epoch overflows int64 in cycles at this freq: Trace Compass < 6.3, \
+         which ignores offset_s, places this trace in 1970"
+    }
+}
+
 fn write_clock(t: &mut String, desc: &TraceDesc) {
     let c = desc.clock;
     let (offset_s, offset) = c.ctf_offset();
@@ -182,6 +192,7 @@ fn write_clock(t: &mut String, desc: &TraceDesc) {
 \tdescription = \"writer clock mapped to host CLOCK_REALTIME ({}, error <= {} ns)\";
 \tfreq = {};
 \tprecision = {};
+\t/* {} */
 \toffset_s = {offset_s};
 \toffset = {offset};
 \tabsolute = TRUE;
@@ -195,6 +206,7 @@ typealias integer {{ size = 64; align = 64; signed = false; map = clock.{CLOCK_N
         c.error_ns,
         c.freq_hz.max(1),
         c.precision_cycles(),
+        offset_comment(c),
     );
 }
 

@@ -188,6 +188,15 @@ pub fn trace_env_named(region: &Region, out: &Path, clock: &ClockMapping, host: 
         .map(|p| p.parse().unwrap_or(0))
         .collect();
     let (offset_s, offset) = clock.ctf_offset();
+    if !clock.offset_fits_cycles() {
+        eprintln!(
+            "ivtrace: warning: {}: the clock's offset from the epoch does not fit int64 cycles \
+             at {} Hz, so the CTF clock keeps it in offset_s: babeltrace and Trace Compass >= 6.3 \
+             show the right dates, Trace Compass < 6.3 shows 1970",
+            out.display(),
+            clock.freq_hz
+        );
+    }
     let extra = vec![
         (
             "ivtrace_clock_method".into(),
