@@ -1,5 +1,7 @@
 # ivtrace - top-level build. `make` leaves the tools in bin/.
 #   make          build bin/ivtrace and bin/ivtrace-loadgen (and libivtrace)
+#   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
+#                 the static guest tools and the workloads (vm/build --all)
 #   make test     install what is missing, build, run every test
 #   make demo     install what is missing, build, record a real guest (vm/demo), summary
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
@@ -13,7 +15,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps host lib test test-abi test-lib test-host test-py test-eval demo demo-loopback bench eval fuzz clean
+.PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval demo demo-loopback bench eval fuzz clean
 
 all: host lib
 
@@ -27,6 +29,9 @@ host:
 lib:
 	$(MAKE) -C guest/lib
 	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen bin/ivtrace-loadgen
+
+guest:
+	vm/build --all
 
 test: deps all test-abi test-lib test-host test-py test-eval
 

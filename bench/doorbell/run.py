@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 BUILD = ROOT / "build" / "bench" / "doorbell"
 sys.path.insert(0, str(ROOT / "vm"))
+import guestbuild  # noqa: E402
 import ivtvm  # noqa: E402
 
 IVTRACE = ROOT / "bin" / "ivtrace"
@@ -117,9 +118,7 @@ def kvm_ioeventfd():
 
 def trace_rates(phase_s, timeout):
     """ivtrace serve + ivtrace.ko: doorbells per MB of trace at paced event rates."""
-    man = ivtvm.ensure_built()
-    subprocess.run(["make", "-C", str(KMOD), f"KVER={man['kernel_version']}"],
-                   capture_output=True, check=True, timeout=900)
+    guestbuild.build_guest()
     tmp = Path(tempfile.mkdtemp(prefix="ivt-dbr-"))
     sock = tmp / "s.sock"
     out = tmp / "traces"

@@ -45,16 +45,16 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "vm"))
 sys.path.insert(0, str(HERE))
+import guestbuild  # noqa: E402
 import ivtvm  # noqa: E402
 import evalreport  # noqa: E402
 
 KMOD = ROOT / "guest" / "kmod"
-WL_SRC = HERE / "workloads"
-WL_OUT = ROOT / "build" / "eval" / "workloads"
+WL_OUT = ROOT / "build" / "bench" / "guest"
 DROPBEAR = ROOT / "build" / "eval" / "dropbear"
 IVTRACE = ROOT / "bin" / "ivtrace"
 RESULTS = HERE.parent / "results" / "eval"
-GUEST_SCRIPT = HERE / "guest" / "evalguest.sh"
+GUEST_SCRIPT = HERE.parent / "guest" / "evalguest.sh"
 
 WORKLOADS = ["int", "syscall", "tar", "gzip", "forkexec"]
 CONFIGS = ["bare", "ivt-idle", "ivt-flight", "ivt-stream", "ft-flight", "ft-net", "ft-ssh",
@@ -89,24 +89,22 @@ def first_line(cmd) -> str:
 
 # --------------------------------------------------------------------------- prerequisites
 
-def build_all(kver: str, need_ssh: bool) -> None:
-    steps = [(["make", "-C", str(ROOT), "all"], "host tools (make all)"),
-             (["make", "-C", str(KMOD), f"KVER={kver}"], "guest/kmod ivtrace.ko"),
-             (["make", "-C", str(WL_SRC)], "bench/eval/workloads")]
-    have = {"host tools (make all)": IVTRACE, "guest/kmod ivtrace.ko": KMOD / "ivtrace.ko"}
-    for cmd, what in steps:
-        p = sh(cmd, timeout=1800)
-        if p.returncode:
-            # The tree is shared with engineers editing other rooms: a half-edited file there
-            # must not stop the evaluation when a binary from an earlier build exists.
-            if what in have and have[what].exists():
-                say(f"WARNING: building {what} failed ({shlex.join(cmd)}); using the existing "
-                    f"{have[what].relative_to(ROOT)} (recorded in the results)")
-                BUILD_WARNINGS.append(f"{what}: build failed, used existing "
-                                      f"{have[what].relative_to(ROOT)}")
-                continue
-            raise SystemExit(f"eval: building {what} failed ({shlex.join(cmd)}):\n"
+def build_all(need_ssh: bool, reuse_stale: bool) -> None:
+    """The host tools (make all) and the guest (guestbuild.build_guest). A failed build is an
+    error; with --reuse-stale-binaries the files of an earlier build are used and recorded."""
+    p = sh(["make", "-C", str(ROOT), "all"], timeout=1800)
+    if p.returncode:
+        if not (reuse_stale and IVTRACE.exists()):
+            raise SystemExit(f"eval: building the host tools (make all) failed:\n"
                              f"{p.stdout[-3000:]}{p.stderr[-3000:]}")
+        say("WARNING: make all failed; using the existing bin/ivtrace (recorded)")
+        BUILD_WARNINGS.append("host tools (make all): build failed, used existing bin/ivtrace")
+    try:
+        guest = guestbuild.build_guest(reuse_stale=reuse_stale)
+    except guestbuild.BuildError as e:
+        raise SystemExit(f"eval: {e}") from e
+    BUILD_WARNINGS.extend(f"{x['part']}: build failed, used existing {', '.join(x['files'])}"
+                          for x in guest.stale)
     if need_ssh:
         prepare_dropbear()
 
@@ -496,7 +494,7 @@ def run_eval(a) -> dict:
     need_ssh = "ft-ssh" in a.configs
     say(f"building (host tools, ivtrace.ko for {kver}, workloads"
         + (", dropbear for the SSH transport" if need_ssh else "") + ")")
-    build_all(kver, need_ssh)
+    build_all(need_ssh, a.reuse_stale_binaries)
 
     accel, why = ivtvm.probe_accel(a.accel)
     info = machine(man, accel, why, a)
@@ -795,6 +793,9 @@ def main() -> int:
                     help="do not regenerate docs/performance.md (full runs do by default)")
     ap.add_argument("-o", "--output", help="results file (default bench/results/eval/...)")
     ap.add_argument("-v", "--verbose", action="store_true")
+    ap.add_argument("--reuse-stale-binaries", action="store_true",
+                    help="when a build fails, measure the binaries of an earlier build "
+                         "(recorded in the results); without it a failed build is an error")
     a = ap.parse_args()
     q = a.quick
     a.reps = a.reps if a.reps is not None else (1 if q else 5)

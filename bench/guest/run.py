@@ -31,6 +31,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "vm"))
+import guestbuild  # noqa: E402
 import ivtvm  # noqa: E402
 
 KMOD = ROOT / "guest" / "kmod"
@@ -44,13 +45,6 @@ RE_M = re.compile(r"^GB m rep=(\d+) config=(\S+) workload=(\S+) i=(\d+) ns_per_o
 
 def sh(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
-def build(kver):
-    for args in (["make", "-C", str(KMOD), f"KVER={kver}"], ["make", "-C", str(WORKLOAD)]):
-        p = sh(args, timeout=900)
-        if p.returncode:
-            sys.exit(f"guest bench: {' '.join(args)} failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
 
 
 def machine(man, accel, why, smp, mem):
@@ -148,8 +142,11 @@ def main():
     if a.buf_kb % 64 or a.buf_kb < 128:
         ap.error("--buf-kb must be a multiple of 64, at least 128")
 
-    man = ivtvm.ensure_built()
-    build(man["kernel_version"])
+    try:
+        guest = guestbuild.build_guest()
+    except guestbuild.BuildError as e:
+        sys.exit(f"guest bench: {e}")
+    man = guest.manifest
     args = [str(a.reps), str(a.syscalls), str(a.forks), str(a.cpu_iters), str(a.inner),
             str(a.buf_kb), a.configs]
     run = "sh /bench/guestbench.sh " + " ".join(args)

@@ -1,10 +1,10 @@
 #!/bin/sh
-# bench/eval/guest/evalguest.sh - runs INSIDE the guest (busybox ash), started by
-# bench/eval/run.py through fw_cfg. One boot measures every configuration.
+# bench/guest/evalguest.sh - runs INSIDE the guest (busybox ash), started by
+# bench/run evaluation (bench/harness/evaluation.py) through fw_cfg. One boot measures every configuration.
 #
 #   evalguest.sh REPS SECS WORKLOADS CONFIGS PORT BUF_KB WARM_SECS
 #
-# WORKLOADS: comma list of int,syscall,tar,gzip,forkexec (bench/eval/workloads)
+# WORKLOADS: comma list of int,syscall,tar,gzip,forkexec (bench/guest/workloads)
 # CONFIGS:   comma list of
 #   bare        nothing traces (no module; every device present, idle)
 #   ivt-idle    ivtrace.ko loaded, events=none

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * evwl.h - shared bits of the evaluation workloads (bench/eval/workloads).
+ * evwl.h - shared bits of the evaluation workloads (bench/guest/workloads).
  *
  * Every workload runs for a fixed wall time (-t SECONDS, CLOCK_MONOTONIC),
  * counts whole operations and prints exactly one result line on stdout:

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * ev-helper - small guest-side helpers for bench/eval/guest/evalguest.sh
+ * ev-helper - small guest-side helpers for bench/guest/evalguest.sh
  * (reads the ivtrace region through /dev/ivtrace; struct layouts from
  * abi/include/ivtrace/abi.h):
  *
