@@ -440,15 +440,23 @@ def part_acceptance(out: list, e) -> None:
 
 def section_discussion(out: list, e) -> None:
     """Reading of the run, every number from the results."""
-    s = e.s
-    iw = s["workloads"].get("int", {}).get("configs", {})
+    iw = e.s["workloads"].get("int", {}).get("configs", {})
     if not iw or "bare" not in iw:
         return
     out.append("### Reading the results\n")
     pe = per_event_ns(e.guest_src)
-    b = iw["bare"]
-    noise = b.get("sd_log")
-    lines = []
+    cal = e.data.get("calibration") or {}
+    g, h = cal.get("guest") or {}, cal.get("host_native") or {}
+    for t in (reading_ivtrace(iw, pe), reading_alternatives(iw), reading_where_cost_goes(iw),
+              reading_tcg(e, iw, pe, g, h)):
+        if t:
+            out.append(t + "\n")
+    out.extend(calibration_table(e, g, h))
+
+
+def reading_ivtrace(iw: dict, pe: dict | None) -> str | None:
+    """ivtrace streaming on the CPU-bound workload, against its noise and its prediction."""
+    noise = iw["bare"].get("sd_log")
     st = iw.get("ivt-stream")
     if st and "overhead_pct" in st:
         se = st.get("overhead_se_pct")
@@ -479,7 +487,12 @@ def section_discussion(out: list, e) -> None:
                  (" by the raw figure; the per-event cost cannot explain it (see the prediction "
                   "above), the adjusted and best-of figures show how much is other jobs' "
                   "interference" if pe else "")) + ".")
-        lines.append(t)
+        return t
+
+
+def reading_alternatives(iw: dict) -> str | None:
+    """The other transports of the same events, against ivtrace and the seed's order."""
+    st = iw.get("ivt-stream")
     alts = [(c, iw[c]) for c in ("ft-net", "ft-ssh", "ft-9p", "ft-vserial")
             if c in iw and "overhead_pct" in iw[c]]
     if alts and st and "overhead_pct" in st:
@@ -505,12 +518,16 @@ def section_discussion(out: list, e) -> None:
                 min(ov["ft-net"], ov["ft-ssh"]) > ov["ft-9p"] > st["overhead_pct"]:
             t += ("The order is the seed's: the network paths (TCP, SSH) cost the most, the "
                   "file share less, shared memory least.")
-        lines.append(t)
+        return t
+
+
+def reading_where_cost_goes(iw: dict) -> str | None:
+    """ftrace with and without a reader: where the alternatives' cost comes from."""
     ff = iw.get("ft-flight")
     fn = iw.get("ft-net")
     if ff and fn and "overhead_pct" in ff and "overhead_pct" in fn:
         small = ff["overhead_pct"] < fn["overhead_pct"] / 4
-        lines.append(
+        return (
             f"**Where the alternatives' cost goes.** ftrace recording into its ring with nobody "
             f"reading cost {ff['overhead_pct']:.1f} % here ({fnum(ff['events_per_s'])} events/s)"
             + (": the tracepoints are not the problem" if small else "") +
@@ -527,9 +544,11 @@ def section_discussion(out: list, e) -> None:
                f"recorder's {iw['ivt-flight']['overhead_pct']:.1f} %, where nobody reads)"
                if "overhead_pct" in iw.get("ivt-stream", {}) and
                "overhead_pct" in iw.get("ivt-flight", {}) else "") + ".")
+
+
+def calibration_table(e, g: dict, h: dict) -> list:
+    """The same primitives in the guest and natively (ev-helper tcgcost)."""
     tbl: list = []
-    cal = e.data.get("calibration") or {}
-    g, h = cal.get("guest") or {}, cal.get("host_native") or {}
     if g and h:
         names = [("rdtsc", "rdtsc (the event timestamp)"),
                  ("store8", "8-byte store, cached buffer (the event's copy into the ring)"),
@@ -549,6 +568,11 @@ def section_discussion(out: list, e) -> None:
             r = f"{gv / hv:.0f}x" if hv > 0.5 else "–"
             tbl.append(f"| {label} | {gv:.2f} | {hv:.2f} | {r} |")
         tbl.append("")
+    return tbl
+
+
+def reading_tcg(e, iw: dict, pe: dict | None, g: dict, h: dict) -> str | None:
+    """What TCG makes costlier than KVM, measured."""
     if e.accel == "tcg":
         t = ("**TCG versus KVM.** Under TCG every guest instruction is translated and every "
              "guest memory access goes through QEMU's software TLB; every virtio notification "
@@ -579,10 +603,7 @@ def section_discussion(out: list, e) -> None:
                   f"times the per-event cost){': negligible' if pred < 0.1 else ''}. ")
         t += ("The ratios between configurations are the comparison; under KVM both sides "
               "shrink.")
-        lines.append(t)
-    for t in lines:
-        out.append(t + "\n")
-    out.extend(tbl)
+        return t
 
 
 def plot(rec: dict, png: Path):

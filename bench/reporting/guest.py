@@ -36,6 +36,12 @@ def section(rec: dict, src: str, out: list) -> None:
                f"{' '.join(cond['loadavg_after'])} after |")
     out.append(f"| ivtrace | {git_line(rec['git'])} |")
     out.append("")
+    method(p, out)
+    tables(summ, p, out)
+    reading(summ, acc["name"], out)
+
+
+def method(p, out):
     out.append(
         f"Method: one guest runs every configuration; per repetition ({p['reps']}) the "
         f"configurations run in a rotated order, and within one each workload runs "
@@ -56,6 +62,9 @@ def section(rec: dict, src: str, out: list) -> None:
         f"pairs; and per repetition). Events per operation: "
         f"ftrace's entries + overrun; ivtrace's events in closed packets (counted per packet, "
         f"so within one packet, ~4000 events, per measurement).\n")
+
+
+def tables(summ, p, out):
     for w, label in GUEST_WORKLOADS.items():
         row = summ.get(w)
         if not row:
@@ -93,6 +102,9 @@ def section(rec: dict, src: str, out: list) -> None:
                        f"{f1(x['max_ns'] / div, nd)}) | {added_s} | {ovh} | "
                        f"{x['events_per_op']:.2f} | {vs_s} |")
         out.append("")
+
+
+def reading(summ, accel, out):
     lines = []
     for w in ("syscall", "forkexec"):
         row = summ.get(w, {})
@@ -127,4 +139,4 @@ def section(rec: dict, src: str, out: list) -> None:
                    + ("Under TCG every guest memory access is emulated, so absolute numbers are "
                       "far from KVM's; the ratio compares the two tracers' code paths on equal "
                       "terms (same kernel, same tracepoints, same emulator)."
-                      if acc["name"] == "tcg" else "") + "\n")
+                      if accel == "tcg" else "") + "\n")

@@ -372,6 +372,23 @@ def section_discussion(res, out):
     bm = bench_map(nat) if nat else {}
     num = {k: row_numbers(v) for k, v in bm.items()}
     out.append("## Discussion\n")
+    discuss_writer(num, out)
+    discuss_reader(num, bm, out)
+    discuss_noreader(nat, out)
+    discuss_syscall_tracers(num, out)
+    discuss_drain(res, out)
+    discuss_live(res, out)
+    out.append(
+        "- **Measurement limits.** This guest's TSC ticks in 10 ns steps, so single-event "
+        "percentiles move in 10 ns jumps; the 16-event group p50 and the means are the precise "
+        "figures, single-event p99/p99.9 the honest tails. The machine is a shared 2-vCPU VM: "
+        "other engineers' builds and VMs preempt the benches; the per-round table, the "
+        "interrupt counts, the robust means, the batch medians and the CPU-time drain rates "
+        "are there so that load shows as load and not as a tracer's cost.")
+    out.append("")
+
+
+def discuss_writer(num, out):
     iv, lt, rd = num.get("ivtrace"), num.get("lttng_ust"), num.get("rdtsc")
     if iv and lt:
         line = (f"- **Writer.** `ivt_write()` of 32 bytes costs {f1(iv['g50'])} ns at the median "
@@ -388,6 +405,10 @@ def section_discussion(res, out):
         line += ("LTTng-UST pays for an RCU read-side section, a per-CPU buffer lookup, a "
                  "compare-and-swap reservation and `clock_gettime()` for each timestamp.")
         out.append(line)
+
+
+def discuss_reader(num, bm, out):
+    iv = num.get("ivtrace")
     if iv and "ivtrace_live" in num:
         lv = num["ivtrace_live"]
         lost = bm["ivtrace_live"].get("lost_per_round")
@@ -404,6 +425,9 @@ def section_discussion(res, out):
                  f"LTTng-UST's row always has lttng-consumerd draining, so `ivtrace_live` is "
                  f"the like-for-like row.")
         out.append(line)
+
+
+def discuss_noreader(nat, out):
     nr = nat.get("noreader")
     if nr:
         b, a = nr["before_full"]["net_ns"], nr["after_full"]["net_ns"]
@@ -430,6 +454,9 @@ def section_discussion(res, out):
                    f"`ivtrace record` reading the full ring afterwards "
                    + ("agrees (events and lost)." if agrees else
                       f"**disagrees**: {rr.get('recorded')} recorded, {rr.get('lost')} lost."))
+
+
+def discuss_syscall_tracers(num, out):
     if "trace_marker" in num:
         t = num["trace_marker"]
         g = num.get("getppid")
@@ -438,6 +465,9 @@ def section_discussion(res, out):
                    f"entry"
                    + (f" (getppid alone: {f1(g['g50'])} ns with this guest's mitigations)" if g
                       else "") + ", an order of magnitude over the in-process tracers.")
+
+
+def discuss_drain(res, out):
     d = res.get("drain")
     if d:
         prof = {p["name"]: p for p in d["profiles"]}
@@ -467,6 +497,9 @@ def section_discussion(res, out):
                  "and the CPU-time rates differ, the difference is other processes sharing "
                  "the drain CPU, not the recorder.")
         out.append(line)
+
+
+def discuss_live(res, out):
     st = res.get("live_steady")
     if st:
         def rate_of(r):
@@ -497,13 +530,3 @@ def section_discussion(res, out):
                  "is why the larger ring loses less. The loadgen table adds the recorder's "
                  "start-up (it polls for the region file every 50 ms).")
         out.append(line)
-    out.append(
-        "- **Measurement limits.** This guest's TSC ticks in 10 ns steps, so single-event "
-        "percentiles move in 10 ns jumps; the 16-event group p50 and the means are the precise "
-        "figures, single-event p99/p99.9 the honest tails. The machine is a shared 2-vCPU VM: "
-        "other engineers' builds and VMs preempt the benches; the per-round table, the "
-        "interrupt counts, the robust means, the batch medians and the CPU-time drain rates "
-        "are there so that load shows as load and not as a tracer's cost.")
-    out.append("")
-
-
