@@ -54,6 +54,16 @@ def intro(out: list, nat: dict | None) -> None:
                    f"`{nat['data']['native']['command']}`.\n")
 
 
+def stale_builds(out: list, recs: dict, rel: dict) -> None:
+    """A cited run measured with files of an earlier build (--reuse-stale-binaries) says so
+    before anything else on the page."""
+    for preset, rec in recs.items():
+        for x in rec["build"]["stale"]:
+            out.append(f"**`{rel[preset]}` measured files of an earlier build**: building "
+                       f"{x['part']} failed ({x['error']}); it used "
+                       f"{', '.join(x['files']) or 'what was there'}.\n")
+
+
 def native_sections(out: list, rec: dict, src: Path, write: bool) -> None:
     data = rec["data"]
     native.section_summary(data, out)
@@ -131,6 +141,7 @@ def render(write_plots: bool) -> str:
     rel = {p: results.rel(f) for p, f in src.items() if f}
     out: list[str] = []
     intro(out, recs.get("native"))
+    stale_builds(out, recs, rel)
     if "evaluation" in recs:
         png = plot_for(src["evaluation"], evaluation.plot, recs["evaluation"], write_plots)
         evaluation.section(out, recs["evaluation"], rel["evaluation"], png, rel.get("guest"),
