@@ -16,8 +16,8 @@ Sections (all by default, or pick with --only):
             recorder first; drain.py)
 
 Needs root and `make -C bench build` (bench/Makefile does it). Starts lttng-sessiond (if
-none runs), mounts tracefs (if not mounted) and undoes what it did. Fails (exit 1) when a
-tracer cannot be measured.
+none runs) and stops it after; mounts tracefs (if not mounted) and leaves it mounted; uses
+its own tracefs instance, ivbench-PID. Fails (exit 1) when a tracer cannot be measured.
 """
 
 import json
@@ -78,17 +78,16 @@ def host_details():
 # ---- tracefs and LTTng -------------------------------------------------------
 
 class Tracefs:
-    """Mount tracefs if needed; remove our instance (and unmount) afterwards."""
+    """Mount tracefs if needed and remove our instance afterwards. The mount stays: other
+    runs on this machine (ivtrace serve --host-events, another bench) may use it by then."""
 
     def __init__(self, instance):
         self.instance = TRACEFS / "instances" / instance
-        self.mounted = False
 
     def __enter__(self):
         if not (TRACEFS / "trace_marker").exists():
             TRACEFS.mkdir(parents=True, exist_ok=True)
             sh(["mount", "-t", "tracefs", "nodev", TRACEFS])
-            self.mounted = True
         return self
 
     def __exit__(self, *exc):
@@ -98,8 +97,6 @@ class Tracefs:
                 self.instance.rmdir()
             except OSError as e:
                 print(f"run: could not remove {self.instance}: {e}", file=sys.stderr)
-        if self.mounted:
-            sh(["umount", TRACEFS], check=False)
         return False
 
 
@@ -196,9 +193,11 @@ def run_ivbench(cmd, what):
 def run_native(args, tools, data):
     keep = Path(f"/dev/shm/ivbench-noreader-{os.getpid()}.region")
     out_json = Path(f"/dev/shm/ivbench-{os.getpid()}.json")
+    instance = f"ivbench-{os.getpid()}"  # not shared with a concurrent run
     cmd = ["taskset", "-c", str(args.cpu), args.ivbench,
            "--cpu", args.cpu, "--drain-cpu", args.drain_cpu,
-           "--recorder", tools["ivtrace"], "--json", out_json]
+           "--recorder", tools["ivtrace"], "--json", out_json,
+           "--tracefs", TRACEFS / "instances" / instance]
     if args.quick:
         cmd += ["--rounds", 2, "--samples", 50000, "--groups", 10000,
                 "--batch", 20000, "--batches", 10]
@@ -212,7 +211,7 @@ def run_native(args, tools, data):
         cmd += ["--bench", "ivtrace"]
     cmd = [str(c) for c in cmd]
 
-    with Tracefs("ivbench"), Lttng(args.drain_cpu, 4 << 20, 8) as lt:
+    with Tracefs(instance), Lttng(args.drain_cpu, 4 << 20, 8) as lt:
         print(f"run: {shlex.join(cmd)}", file=sys.stderr, flush=True)
         run_ivbench(cmd, "ivbench")
     native = json.loads(out_json.read_text())
