@@ -29,6 +29,21 @@ TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))
 LOADGEN_EVENT = "loadgen:payload"
 
 
+def build_all():
+    """The `add=` list of these guests (ivtrace.ko, the static loadgen, ivtwl) from the one
+    guest build, for helpers that cannot take the session fixture `guest` of
+    tests/conftest.py (which the tests here use). A failed build fails the test."""
+    import guestbuild
+
+    try:
+        guest = guestbuild.build_guest()
+    except guestbuild.BuildError as e:
+        pytest.fail(f"building the guest failed: {e}")
+    if not IVTRACE.exists():
+        pytest.fail(f"{IVTRACE} missing (run `make` at the top)")
+    return guest.add("ivtrace.ko", "ivtrace-loadgen-static", "ivtwl")
+
+
 def shm_path(tag):
     return Path(f"/dev/shm/ivt-e2e-{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
