@@ -1,20 +1,25 @@
 # ivtrace - top-level build. `make` leaves the tools in bin/.
 #   make          build bin/ivtrace and bin/ivtrace-loadgen (and libivtrace)
-#   make test     install what is missing, build, run every test
+#   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
+#                 the static guest tools and the workloads (vm/build --all)
+#   make test     install what is missing, build, run every test, then `make lint`
+#   make lint     clippy -D warnings and rustfmt --check on host/, checkpatch on guest/kmod,
+#                 the C tests of abi/ and guest/lib built with ASan+UBSan and with TSan
 #   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
 #   make demo     install what is missing, build, record a real guest (vm/demo), summary
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
-#   make bench    native per-event and drain benchmarks -> bench/results/
+#   make bench    the native benchmarks (bench/run native), then docs/performance.md
+#   make eval     the whole performance page from scratch: bench/run native, doorbell and
+#                 evaluation (ivtrace's states vs ftrace over net/SSH/9p/virtio-serial in a real
+#                 guest), then docs/performance.md and its plots (bench/report; ~45 min, TCG)
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
-#   make eval     the whole performance page from scratch: native per-event + drain (bench),
-#                 doorbell (bench/doorbell, when present), the evaluation matrix in a real guest
-#                 (bench/eval: ivtrace states vs ftrace over net/SSH/9p/virtio-serial), then
-#                 docs/performance.md and its plots (~45 min under TCG)
 SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps host lib tracecompass test test-abi test-lib test-host test-py test-eval demo demo-loopback bench eval fuzz clean
+.PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval \
+	tracecompass lint lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
+	demo demo-loopback bench eval fuzz clean
 
 all: host lib
 
@@ -34,7 +39,11 @@ lib:
 tracecompass:
 	$(PYTHON) scripts/install-tracecompass
 
-test: deps all tracecompass test-abi test-lib test-host test-py test-eval
+guest:
+	vm/build --all
+
+# lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
+test: deps all tracecompass test-abi test-lib test-host test-py test-eval lint
 
 test-abi:
 	$(MAKE) -C abi test
@@ -48,6 +57,52 @@ test-host:
 test-py: all
 	$(PYTHON) -m pytest -q tests
 
+# The evaluation's quick mode: every tracing state and transport once, short workloads
+# (~2-3 min); fails only when something could not be measured, never on a timing. Its
+# results go to build/eval/quick.json, so that `make test` leaves the tree clean.
+test-eval: all
+	mkdir -p build/eval
+	bench/run evaluation --quick -o build/eval/quick.json
+
+# ---- lint: every part runs, then the failed ones are named --------------------------------
+LINT_PARTS := lint-rust lint-kmod lint-sanitizers
+
+lint:
+	@failed=; for t in $(LINT_PARTS); do \
+		echo "== lint: $$t"; $(MAKE) --no-print-directory $$t || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "lint: FAILED:$$failed" >&2; exit 1; fi; echo "lint: ok"
+
+# host/'s own lint target (lint-host, here or in host/Makefile) when it has one; else clippy
+# with warnings as errors and rustfmt --check directly.
+lint-rust:
+	@if $(MAKE) -s -n lint-host >/dev/null 2>&1; then $(MAKE) --no-print-directory lint-host; \
+	elif $(MAKE) -s -C host -n lint-host >/dev/null 2>&1; then $(MAKE) -C host lint-host; \
+	else set -e; \
+		$(CARGO) clippy --release --locked --all-targets --manifest-path host/Cargo.toml \
+			-- -D warnings; \
+		$(CARGO) fmt --all --check --manifest-path host/Cargo.toml; \
+	fi
+
+lint-kmod:
+	$(MAKE) -C guest/kmod checkpatch
+
+lint-sanitizers: test-asan test-tsan
+
+# The C tests again under AddressSanitizer + UndefinedBehaviorSanitizer, then under
+# ThreadSanitizer: guest/lib's (its test-asan / test-tsan targets, their own build trees)
+# and abi/'s (the vectors program, in build/abi-asan and build/abi-tsan).
+ABI_CFLAGS := -std=gnu11 -Wall -Wextra -Werror -Iinclude -g
+
+test-asan:
+	$(MAKE) -C abi test BUILD=../build/abi-asan \
+		CFLAGS="$(ABI_CFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all"
+	$(MAKE) -C guest/lib test-asan
+
+test-tsan:
+	$(MAKE) -C abi test BUILD=../build/abi-tsan CFLAGS="$(ABI_CFLAGS) -fsanitize=thread"
+	$(MAKE) -C guest/lib test-tsan
+
 demo:
 	vm/demo
 
@@ -57,20 +112,12 @@ demo-loopback: deps all
 bench: deps all
 	$(MAKE) -C bench
 
-# bench/eval --quick: every tracing state and transport once, short workloads (~2-3 min);
-# fails only when something could not be measured, never on a timing. Its results go to
-# build/eval/quick.json, so that `make test` leaves the tree clean.
-test-eval: all
-	mkdir -p build/eval
-	bench/eval/run --quick -o build/eval/quick.json
-
 eval: deps all
-	rm -f docs/performance.md
-	$(MAKE) -C bench run
-	@if [ -f bench/doorbell/Makefile ]; then $(MAKE) -C bench/doorbell run \
-		|| echo "eval: WARNING: the doorbell bench failed: its figures are missing or stale"; \
-	else echo "eval: bench/doorbell not present: doorbell figures not yet measured"; fi
-	bench/eval/run
+	$(MAKE) -C bench build
+	bench/run native
+	bench/run doorbell
+	bench/run evaluation
+	bench/report
 
 fuzz:
 	$(MAKE) -C host fuzz

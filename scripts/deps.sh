@@ -3,8 +3,9 @@
 # Idempotent and quick when everything is present. Run as root (or with sudo).
 set -euo pipefail
 
+# zlib1g-dev: the evaluation's static gzip workload; openssh-client: its SSH transport.
 APT_PACKAGES=(
-	build-essential pkg-config
+	build-essential pkg-config zlib1g-dev openssh-client
 	qemu-system-x86 busybox-static cpio zstd xz-utils
 	babeltrace2 python3-bt2 babeltrace python3-pytest python3-matplotlib
 	lttng-tools liblttng-ust-dev trace-cmd hyperfine

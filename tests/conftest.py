@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 import subprocess
+import sys
 import uuid
 
 import pytest
@@ -31,6 +32,21 @@ def tools():
     if missing:
         pytest.fail(f"{', '.join(map(str, missing))} missing: run `make` first")
     return {"ivtrace": str(IVTRACE), "loadgen": str(LOADGEN)}
+
+
+@pytest.fixture(scope="session")
+def guest():
+    """The guest, built once per session by the one guest build (vm/guestbuild.py
+    build_guest, what `make guest` runs): kernel and initramfs, ivtrace.ko for that kernel,
+    the static tools and the workloads. `guest.add("ivtrace.ko", ...)` is an ivtvm `add=`
+    list. A failed build fails the tests that boot a guest; nothing older is reused."""
+    sys.path.insert(0, str(REPO / "vm"))
+    import guestbuild
+
+    try:
+        return guestbuild.build_guest()
+    except guestbuild.BuildError as e:
+        pytest.fail(f"building the guest failed: {e}")
 
 
 @pytest.fixture

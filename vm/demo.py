@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """The guest demo behind `make demo` (run it through vm/demo, which installs packages first).
 
-Steps: build the host tools and libivtrace (make all), the guest kernel + headers (vm/build),
-ivtrace.ko for that kernel, the workload (vm/guest/workload) baked into the guest's initramfs;
+Steps: build the host tools and libivtrace (make all), the guest (guestbuild.build_guest: the
+kernel and its headers, ivtrace.ko for that kernel, the static tools and the workload), the
+module and the workload baked into the guest's initramfs (vm/build --add);
 start `bin/ivtrace record` on the ivshmem backing file; boot the guest with ivtrace.ko loaded,
 run /workload/demo.sh for ~10 s, unload the module (the region is marked CLOSED and the
 recorder stops by itself); print a summary of the trace and how to open it.
@@ -26,14 +27,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "vm"))
+import guestbuild  # noqa: E402
 import ivtvm  # noqa: E402
 
 IVTRACE = REPO / "bin" / "ivtrace"
-KMOD = REPO / "guest" / "kmod"
 WORKLOAD = REPO / "vm" / "guest" / "workload"
-LOADGEN_STATIC = REPO / "guest" / "lib" / "build" / "ivtrace-loadgen-static"
 GROUPS = "sched,irq,timer,kmem,syscall,printk"
-TOTAL = 7
+TOTAL = 6
 
 
 class DemoError(Exception):
@@ -92,26 +92,21 @@ def build(args, log: Path) -> dict:
     step(2, "host tools and libivtrace: make all")
     run(["make", "all"], "make all",
         "the Rust toolchain (rustup) and build-essential are needed: run scripts/deps.sh", log)
-    for f in (IVTRACE, LOADGEN_STATIC):
-        if not f.exists():
-            raise DemoError(f"{rel(f)} was not built", "run `make all` and read its errors", log)
+    if not IVTRACE.exists():
+        raise DemoError(f"{rel(IVTRACE)} was not built", "run `make all` and read its errors", log)
 
-    step(3, "guest kernel and its headers: vm/build (Debian package, cached in vm/out)")
-    run([REPO / "vm" / "build"], "vm/build",
-        "vm/build needs apt (root) and the Debian mirrors; run vm/build by hand to see why", log)
-    man = ivtvm.load_manifest()
-    kver = man["kernel_version"]
-    say(f"   guest kernel {kver}, headers {man['headers']}")
+    step(3, "the guest (make guest): Debian kernel and headers (cached in vm/out), ivtrace.ko "
+            "for that kernel, static tools, workload")
+    try:
+        guest = guestbuild.build_guest(log_file=log)
+    except guestbuild.BuildError as e:
+        raise DemoError(f"building the guest failed: {e}",
+                        "run `make guest` to see the whole error", log) from e
+    say(f"   guest kernel {guest.kernel_version}, headers {guest.manifest['headers']}")
 
-    step(4, f"kernel module for {kver}: make -C guest/kmod KVER={kver}")
-    run(["make", "-C", KMOD, f"KVER={kver}"], "the ivtrace.ko build",
-        f"needs linux-headers-{kver} (vm/build installs it) and build-essential", log)
-
-    step(5, "workload helper, then the guest initramfs with the module and the workload")
-    run(["make", "-C", WORKLOAD], "the workload build (static ivtwl)",
-        "a static build needs libc6-dev (build-essential)", log)
-    adds = [KMOD / "ivtrace.ko", LOADGEN_STATIC, WORKLOAD / "ivtwl",
-            f"{WORKLOAD / 'demo.sh'}:/workload/"]
+    step(4, "the guest initramfs with the module and the workload baked in (vm/build --add)")
+    adds = guest.add("ivtrace.ko", "ivtrace-loadgen-static", "ivtwl") + \
+        [f"{WORKLOAD / 'demo.sh'}:/workload/"]
     cmd = [REPO / "vm" / "build", "--no-update"]
     for a in adds:
         cmd += ["--add", a]
@@ -146,7 +141,7 @@ def record(args, man: dict, out: Path, logdir: Path) -> dict:
     rec_err = logdir / "record.log"
     accel, why = ivtvm.probe_accel(args.accel)  # what ivtvm.VM will pick, said up front
 
-    step(6, f"record: bin/ivtrace record --shm {shm} -o {rel(out)}, boot the guest "
+    step(5, f"record: bin/ivtrace record --shm {shm} -o {rel(out)}, boot the guest "
             f"({accel}), run the workload for {args.seconds} s")
     rec_cmd = [str(IVTRACE), "record", "--shm", str(shm), "-o", str(out), "--force", "--json"]
     with open(summary_f, "wb") as so, open(rec_err, "wb") as se:
@@ -243,7 +238,7 @@ def report_from_record(rec: dict) -> dict:
 
 
 def summarize(res: dict, out: Path) -> None:
-    step(7, "summary")
+    step(6, "summary")
     p = subprocess.run([str(IVTRACE), "report", str(out), "--json"], capture_output=True,
                        text=True, timeout=300)
     r = res["boot"]
@@ -338,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shm-name", default=f"ivtrace-demo-{os.getpid()}")
     ap.add_argument("--boot-timeout", type=float, default=300,
                     help="seconds allowed on top of --seconds for boot and shutdown")
-    ap.add_argument("--no-build", action="store_true", help="skip the build steps (2-5)")
+    ap.add_argument("--no-build", action="store_true", help="skip the build steps (2-4)")
     ap.add_argument("--no-deps", action="store_true", help="(vm/demo) skip scripts/deps.sh")
     args = ap.parse_args(argv)
     if args.seconds < 3:

@@ -1,5 +1,8 @@
 #!/usr/bin/python3
-"""Build the ivtrace demo guest: Debian kernel + matching headers + busybox initramfs.
+"""Build the ivtrace demo guest: Debian kernel + matching headers + busybox initramfs, and
+(build_guest, `vm/build --all`, `make guest`) what runs in it: ivtrace.ko against that kernel,
+the static guest tools and the workloads. Every Python caller builds the guest through
+build_guest(); a failed part is an error unless the caller asks to reuse older files.
 
 Run through the `vm/build` wrapper.  Python 3.11 standard library only.
 
@@ -32,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 VM_DIR = Path(__file__).resolve().parent
@@ -598,9 +602,9 @@ def build_final(base: Path, add_specs: list[str], ver: str, out: Path) -> Path:
 
 
 @contextlib.contextmanager
-def locked(out: Path):
+def locked(out: Path, name: str = ".lock"):
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / ".lock", "w") as f:
+    with open(out / name, "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -674,6 +678,111 @@ def build(add: list[str] | None = None, *, out: Path = DEFAULT_OUT, kernel: str 
         return manifest
 
 
+# --------------------------------------------------------------------------- what runs in the guest
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of the guest's software: the make call that builds it (run from the repository
+    root, `{kver}` replaced by the guest kernel version) and the files it leaves."""
+    what: str
+    make: tuple[str, ...]
+    files: dict[str, str] = field(default_factory=dict)  # name -> path in the repository
+
+
+EV_WORKLOADS = ("ev-int", "ev-syscall", "ev-tar", "ev-gzip", "ev-forkexec", "ev-nop", "ev-helper")
+
+PARTS = (
+    Part("ivtrace.ko and its test module, against the guest kernel",
+         ("-C", "guest/kmod", "KVER={kver}"),
+         {"ivtrace.ko": "guest/kmod/ivtrace.ko",
+          "ivtrace_test.ko": "guest/kmod/tests/ivtrace_test.ko"}),
+    Part("libivtrace's static ivtrace-loadgen",
+         ("-C", "guest/lib", "build/ivtrace-loadgen-static"),
+         {"ivtrace-loadgen-static": "guest/lib/build/ivtrace-loadgen-static"}),
+    Part("the demo workload's helper ivtwl", ("-C", "vm/guest/workload"),
+         {"ivtwl": "vm/guest/workload/ivtwl"}),
+    Part("the benchmark workloads", ("-C", "bench/guest/workloads"),
+         {n: f"build/bench/guest/{n}" for n in EV_WORKLOADS}),
+    Part("the doorbell benchmark's guest side", ("-C", "bench/doorbell", "guest"),
+         {"dbguest": "build/bench/doorbell/dbguest"}),
+)
+
+
+@dataclass
+class GuestBuild:
+    """What build_guest() made: the kernel manifest, every guest file by name, and the parts
+    whose build failed and whose older files were used instead (only with reuse_stale)."""
+    manifest: dict
+    files: dict[str, Path]
+    stale: list[dict]
+
+    @property
+    def kernel_version(self) -> str:
+        return self.manifest["kernel_version"]
+
+    def add(self, *names: str) -> list[str]:
+        """The ivtvm `add=` list for these files (each to its default place in the guest)."""
+        return [str(self.files[n]) for n in names]
+
+
+def kernel_ready(out: Path) -> dict:
+    """The kernel and initramfs, built when missing; when vm/out is there, only refreshed
+    offline (no apt), unless the headers the module build needs are missing."""
+    manifest_f = out / "guest.json"
+    if manifest_f.is_file():
+        kver = json.loads(manifest_f.read_text())["kernel_version"]
+        if Path(f"/lib/modules/{kver}/build/Makefile").is_file():
+            return build(out=out, offline=True, final=False)
+    return build(out=out, final=False)
+
+
+def make_part(part: Part, kver: str, log_file: Path | None) -> str | None:
+    """Run the part's make; None on success, else the end of its output."""
+    cmd = ["make", *(a.replace("{kver}", kver) for a in part.make)]
+    p = subprocess.run(cmd, cwd=REPO, text=True, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if log_file is not None:
+        with open(log_file, "a") as f:
+            f.write(f"\n$ {' '.join(cmd)}\n{p.stdout}")
+    if p.returncode == 0:
+        return None
+    return f"`{' '.join(cmd)}` failed (exit {p.returncode}):\n{p.stdout.strip()[-3000:]}"
+
+
+def build_guest(*, reuse_stale: bool = False, out: Path = DEFAULT_OUT,
+                log_file: Path | None = None) -> GuestBuild:
+    """`make guest`: the kernel and initramfs, then ivtrace.ko against that kernel, the static
+    guest tools and the workloads. Every Python caller (vm/demo, the tests, bench/run) builds
+    the guest through this function.
+
+    A part whose build fails is an error (BuildError, with make's output). reuse_stale=True
+    (`bench/run --reuse-stale-binaries`) uses the files an earlier build left instead, when
+    they all exist; each such part is listed in `.stale` and the caller records it."""
+    out = Path(out)
+    manifest = kernel_ready(out)
+    kver = manifest["kernel_version"]
+    files: dict[str, Path] = {}
+    stale: list[dict] = []
+    with locked(out, ".software.lock"):
+        for part in PARTS:
+            paths = {n: REPO / rel for n, rel in part.files.items()}
+            error = make_part(part, kver, log_file)
+            missing = [str(p) for p in paths.values() if not p.is_file()]
+            if error is None and missing:
+                error = f"make succeeded but left no {', '.join(missing)}"
+            if error is not None:
+                if not reuse_stale or missing:
+                    raise BuildError(f"building {part.what} failed: {error}\nFix the build; "
+                                     "a benchmark may go on with the files of an earlier build "
+                                     "only when asked to (bench/run --reuse-stale-binaries).")
+                log(f"WARNING: building {part.what} failed; using the files of an earlier "
+                    "build (--reuse-stale-binaries, recorded)")
+                stale.append({"part": part.what, "files": sorted(part.files.values()),
+                              "error": error.splitlines()[0]})
+            files.update(paths)
+    return GuestBuild(manifest, files, stale)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="vm/build",
@@ -695,12 +804,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default vm/out)")
     ap.add_argument("--print", dest="print_key", metavar="KEY",
                     help="print one manifest value (e.g. kernel_version, headers) on stdout")
+    ap.add_argument("--all", action="store_true",
+                    help="then build what runs in the guest: ivtrace.ko against that kernel, "
+                         "the static guest tools and the workloads (`make guest`)")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     try:
+        # --all alone keeps the files of the last --add in initramfs.cpio.gz (make guest
+        # must not undo what vm/demo baked in); a plain vm/build resets it to the base.
         m = build(a.add, out=Path(a.out), kernel=a.kernel, headers=not a.no_headers,
                   allow_update=not a.no_update, force_update=a.update,
-                  extra_modules=a.module, offline=a.offline)
+                  extra_modules=a.module, offline=a.offline, final=bool(a.add) or not a.all)
+        software = build_guest(out=Path(a.out)) if a.all else None
     except BuildError as e:
         log(f"ERROR: {e}")
         return 1
@@ -717,6 +832,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"initramfs: {m['initramfs']}")
         print(f"headers:   {m['headers']}")
         print(f"modules:   {' '.join(m['modules'])}")
+        for name, path in (software.files.items() if software else ()):
+            print(f"{name + ':':<25}{path.relative_to(REPO)}")
     return 0
 
 

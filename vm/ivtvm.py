@@ -319,41 +319,54 @@ class VM:
         out = Path(o["out"])
         man = ensure_built(out) if o["build"] else load_manifest(out)
         self.tmp = Path(tempfile.mkdtemp(prefix="ivtvm-"))
-        kernel = man["vmlinuz"]
-
-        initrd_opt = o["initrd"]
-        if initrd_opt == "base":
-            initrd = Path(man["initramfs_base"])
-        elif initrd_opt == "built":
-            initrd = Path(man["initramfs"])
-        else:
-            initrd = Path(initrd_opt)
-        if not initrd.is_file():
-            raise VMError(f"initramfs {initrd} not found (run vm/build)")
-        if o["add"]:
-            sys.path.insert(0, str(VM_DIR))
-            import guestbuild
-            try:
-                overlay = guestbuild.overlay_initramfs(list(o["add"]), man["kernel_version"])
-            except guestbuild.BuildError as e:
-                raise VMError(str(e)) from e
-            data = initrd.read_bytes()
-            data += b"\0" * ((4 - len(data) % 4) % 4)
-            initrd = self.tmp / "initrd.img"
-            initrd.write_bytes(data + overlay)
-
         a = self.accel
         cmd = [QEMU, "-machine", "q35", "-accel", a, "-cpu", "host" if a == "kvm" else "max",
                "-smp", str(o["smp"]), "-m", str(o["mem"]),
                "-nographic", "-no-reboot",
-               "-kernel", kernel, "-initrd", str(initrd)]
+               "-kernel", man["vmlinuz"], "-initrd", str(self._initrd(man))]
+        app = ["console=ttyS0", "panic=-1"] + self._module_args()
+        cmd += self._run_args(app)
+        cmd += self._ivshmem_args()
+        cmd += self._share_and_net_args(app)
+        if o["append"]:
+            app.append(o["append"])
+        cmd += ["-append", " ".join(app)]
+        cmd += list(o["extra_args"])
+        self.cmd = cmd
+        return cmd
 
-        app = ["console=ttyS0", "panic=-1"]
+    def _initrd(self, man: dict) -> Path:
+        """The initramfs to boot: base, the vm/build one or a path, with the add= files
+        appended as a second archive for this boot only."""
+        o = self.opts
+        choice = o["initrd"]
+        initrd = Path(man["initramfs_base"] if choice == "base" else
+                      man["initramfs"] if choice == "built" else choice)
+        if not initrd.is_file():
+            raise VMError(f"initramfs {initrd} not found (run vm/build)")
+        if not o["add"]:
+            return initrd
+        sys.path.insert(0, str(VM_DIR))
+        import guestbuild
+        try:
+            overlay = guestbuild.overlay_initramfs(list(o["add"]), man["kernel_version"])
+        except guestbuild.BuildError as e:
+            raise VMError(str(e)) from e
+        data = initrd.read_bytes()
+        data += b"\0" * ((4 - len(data) % 4) % 4)
+        combined = self.tmp / "initrd.img"
+        combined.write_bytes(data + overlay)
+        return combined
+
+    def _module_args(self) -> list[str]:
+        """Kernel command line: quiet, oops=panic, the modules /init loads and their options."""
+        o = self.opts
+        app = []
         if o["quiet"]:
             app.append("quiet")
         if o["panic_on_oops"]:
             app.append("oops=panic")
-        mods = [m for m in o["modules"]]
+        mods = list(o["modules"])
         if mods:
             app.append("ivtrace.modules=" + ",".join(mods))
         mo = o["modopts"]
@@ -361,24 +374,35 @@ class VM:
             mo = ";".join(f"{k}:{v}" for k, v in mo.items())
         if mo:
             app.append(cmdline_param("ivtrace.modopts", mo))
+        return app
 
+    def _run_args(self, app: list[str]) -> list[str]:
+        """The guest's command: through fw_cfg (a file, QEMU args returned) or the kernel
+        command line (appended to `app`)."""
+        o = self.opts
         run, script = o["run"], o["script"]
         if run is not None and script is not None:
             raise VMError("give run= or script=, not both")
         if script is not None:
             run = Path(script).read_text()
-        if run is not None:
-            if o["run_via"] == "fw_cfg":
-                f = self.tmp / "run.sh"
-                f.write_text(run if run.endswith("\n") else run + "\n")
-                cmd += ["-fw_cfg", f"name=opt/ivtrace/run,file={qemu_escape(str(f))}"]
-            elif o["run_via"] == "cmdline":
-                app.append(cmdline_param("ivtrace.run", run))
-            else:
-                raise VMError("run_via must be 'fw_cfg' or 'cmdline'")
-        elif not o["interactive"]:
-            app.append("ivtrace.interactive=0")  # nobody could type into the shell: just boot
+        if run is None:
+            if not o["interactive"]:
+                app.append("ivtrace.interactive=0")  # nobody could type into the shell: just boot
+            return []
+        if o["run_via"] == "fw_cfg":
+            f = self.tmp / "run.sh"
+            f.write_text(run if run.endswith("\n") else run + "\n")
+            return ["-fw_cfg", f"name=opt/ivtrace/run,file={qemu_escape(str(f))}"]
+        if o["run_via"] == "cmdline":
+            app.append(cmdline_param("ivtrace.run", run))
+            return []
+        raise VMError("run_via must be 'fw_cfg' or 'cmdline'")
 
+    def _ivshmem_args(self) -> list[str]:
+        """ivshmem-plain on a /dev/shm file (share=on, power-of-two size: docs/ivshmem.md)
+        and/or ivshmem-doorbell on a server socket that must already listen."""
+        o = self.opts
+        cmd = []
         if o["shm"] is not None:
             p = shm_path(o["shm"])
             size = parse_size(o["shm_size"])
@@ -398,6 +422,12 @@ class VM:
                               "until it has the version, id and shm messages")
             cmd += ["-chardev", f"socket,id=ivsh,path={qemu_escape(str(sock))}",
                     "-device", f"ivshmem-doorbell,chardev=ivsh,vectors={int(o['vectors'])}"]
+        return cmd
+
+    def _share_and_net_args(self, app: list[str]) -> list[str]:
+        """A 9p share of a host directory, and user-mode networking (or none)."""
+        o = self.opts
+        cmd = []
         if o["share"] is not None:
             d = Path(o["share"]).resolve()
             if not d.is_dir():
@@ -410,11 +440,6 @@ class VM:
             app.append("ivtrace.net=dhcp")
         else:
             cmd += ["-nic", "none"]
-        if o["append"]:
-            app.append(o["append"])
-        cmd += ["-append", " ".join(app)]
-        cmd += list(o["extra_args"])
-        self.cmd = cmd
         return cmd
 
     # ---- process

@@ -1,19 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * dbserver - the host side of the doorbell benchmark: a minimal ivshmem
- * server (reference/specs.md 1.6: version 0, id 0, -1 + shm fd, host id 1
- * x vectors, own id 0 x vectors; one 8-byte message and at most one fd per
- * sendmsg) for one QEMU, plus a responder thread:
+ * dbserver - a raw ivshmem server for one QEMU: the host side of the doorbell
+ * benchmark, and the doorbell check of tests/vm. The product's server is
+ * `ivtrace serve`; this one exists because measuring the doorbell itself needs
+ * a host that only answers it (see bench/README.md). The handshake is the one
+ * docs/ivshmem.md describes: version 0, the guest's id, -1 + shm fd, host id 1
+ * x vectors, the guest's id x vectors; one 8-byte message and at most one fd
+ * per sendmsg. Then a responder thread on vector 0:
  *
  *   guest: shm[REQ] = n; ring (1 << 16) | 0      host: wake on eventfd 0,
  *          spin until shm[REPLY] == n                  shm[REPLY] = shm[REQ]
  *
  * The responder either blocks in read(2) on the eventfd (a sleeping host,
  * as ivtrace serve is when idle) or busy-reads it non-blocking (a polling
- * host); the guest picks with shm[MODE]. Doorbells are counted per phase
- * (shm[PHASE], set by the guest). On QEMU's EOF it prints one JSON object.
+ * host); the guest picks with shm[MODE]. Doorbells on vector 0 are counted
+ * per phase (shm[PHASE], set by the guest). On QEMU's EOF it prints one JSON
+ * object: the per-phase counts of vector 0 and the count of every vector.
  *
- *   dbserver SOCKET SHM_BYTES
+ *   dbserver SOCKET SHM_BYTES [GUEST_ID]        (GUEST_ID: 0 by default)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,7 +35,6 @@
 #include <unistd.h>
 
 #define VECTORS 2
-#define GUEST_ID 0
 #define HOST_ID 1
 #define PHASES 16
 
@@ -98,15 +101,21 @@ static void *responder(void *arg)
 int main(int argc, char **argv)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	uint64_t size;
-	int lfd, c, mfd, i;
+	uint64_t size, per_vector[VECTORS] = { 0 };
+	int lfd, c, mfd, i, guest_id;
 	pthread_t t;
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: dbserver SOCKET SHM_BYTES\n");
+	if (argc != 3 && argc != 4) {
+		fprintf(stderr, "usage: dbserver SOCKET SHM_BYTES [GUEST_ID]\n");
 		return 2;
 	}
 	size = strtoull(argv[2], NULL, 0);
+	guest_id = argc == 4 ? atoi(argv[3]) : 0;
+	if (guest_id < 0 || guest_id > 65535 || guest_id == HOST_ID) {
+		fprintf(stderr, "dbserver: GUEST_ID must be 0..65535 and not %d (the host)\n",
+			HOST_ID);
+		return 2;
+	}
 	mfd = memfd_create("dbbench", MFD_CLOEXEC);
 	if (mfd < 0 || ftruncate(mfd, (off_t)size))
 		return perror("memfd"), 1;
@@ -126,13 +135,13 @@ int main(int argc, char **argv)
 	c = accept(lfd, NULL, NULL);
 	if (c < 0)
 		return perror("accept"), 1;
-	if (send_msg(c, 0, -1) || send_msg(c, GUEST_ID, -1) || send_msg(c, -1, mfd))
+	if (send_msg(c, 0, -1) || send_msg(c, guest_id, -1) || send_msg(c, -1, mfd))
 		return perror("handshake"), 1;
 	for (i = 0; i < VECTORS; i++)
 		if (send_msg(c, HOST_ID, host_rx[i]))
 			return perror("handshake"), 1;
 	for (i = 0; i < VECTORS; i++)
-		if (send_msg(c, GUEST_ID, guest_rx[i]))
+		if (send_msg(c, guest_id, guest_rx[i]))
 			return perror("handshake"), 1;
 	pthread_create(&t, NULL, responder, NULL);
 	for (;;) {	/* QEMU never sends: wait for its EOF */
@@ -149,10 +158,18 @@ int main(int argc, char **argv)
 
 		if (read(host_rx[0], &v, sizeof(v)) == sizeof(v))
 			per_phase[0] += v;
+		for (i = 0; i < PHASES; i++)
+			per_vector[0] += per_phase[i];
+		for (i = 1; i < VECTORS; i++)	/* nobody waits on these: read once */
+			if (read(host_rx[i], &v, sizeof(v)) == sizeof(v))
+				per_vector[i] = v;
 	}
 	printf("{\"doorbells_per_phase\": [");
 	for (i = 0; i < PHASES; i++)
 		printf("%s%llu", i ? ", " : "", (unsigned long long)per_phase[i]);
+	printf("], \"doorbells_per_vector\": [");
+	for (i = 0; i < VECTORS; i++)
+		printf("%s%llu", i ? ", " : "", (unsigned long long)per_vector[i]);
 	printf("]}\n");
 	unlink(argv[1]);
 	return 0;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench/guest/guestbench.sh - runs INSIDE the demo guest (busybox ash), started by
-# bench/guest/run.py: the cost of ivtrace.ko's probes against ftrace recording the same
+# bench/run guest (bench/harness/guest.py): the cost of ivtrace.ko's probes against ftrace recording the same
 # tracepoints, on the same guest kernel, in one boot.
 #
 #   guestbench.sh REPS SYSCALLS FORKS CPU_ITERS INNER BUF_KB CONFIGS

@@ -3,7 +3,7 @@
  * b_lttng.c - LTTng-UST: the ivbench:event4 tracepoint (4 x ctf_integer
  * uint64_t, bench/lttng/ivbench_tp.h). The session, the discard-mode
  * channel and the enabled event are set up by the calling script
- * (bench/run.py); here we only check that the tracepoint really is on,
+ * (bench/harness/native.py); here we only check that the tracepoint really is on,
  * since a disabled tracepoint costs ~1 ns and would look like a win.
  */
 #define _GNU_SOURCE
@@ -28,7 +28,7 @@ static void lttng_setup(void)
 	ivb_die("lttng_ust", "tracepoint ivbench:event4 is not enabled after %u ms. "
 		"Is lttng-sessiond running, with a session that has "
 		"`lttng enable-event -u ivbench:event4` and is started? "
-		"(bench/run.py sets this up; see `lttng list` and `lttng status`)",
+		"(bench/run native sets this up; see `lttng list` and `lttng status`)",
 		ivb_opts.lttng_wait_ms);
 }
 

@@ -1,4 +1,5 @@
-"""Shared parts of the end-to-end guest tests: build, recorder, trace reading, checks.
+"""Shared parts of the end-to-end guest tests: recorder, trace reading, checks (the guest
+itself is built by the session fixture `guest` of tests/conftest.py).
 
 Real parts only: QEMU (vm/ivtvm.py), the Debian guest kernel, guest/kmod/ivtrace.ko,
 guest/lib's static ivtrace-loadgen, vm/guest/workload/ivtwl, bin/ivtrace, and babeltrace2's
@@ -24,34 +25,23 @@ import ctf  # noqa: E402
 import loadgen_pattern as pattern  # noqa: E402
 
 IVTRACE = REPO / "bin" / "ivtrace"
-KMOD = REPO / "guest" / "kmod"
-LOADGEN_STATIC = REPO / "guest" / "lib" / "build" / "ivtrace-loadgen-static"
-WORKLOAD = REPO / "vm" / "guest" / "workload"
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))
 LOADGEN_EVENT = "loadgen:payload"
 
 
-def _make(args, what):
-    p = subprocess.run(args, capture_output=True, text=True, timeout=900)
-    if p.returncode != 0:
-        pytest.fail(f"{what} failed: {' '.join(map(str, args))}\n{p.stdout[-3000:]}\n"
-                    f"{p.stderr[-3000:]}")
-
-
 def build_all():
-    """Everything a guest test boots with; returns the `add=` list for ivtvm."""
-    man = ivtvm.ensure_built()
-    kver = man["kernel_version"]
-    if not Path(f"/lib/modules/{kver}/build/Makefile").exists():
-        pytest.fail(f"no kernel headers for the guest kernel {kver}: run vm/build "
-                    f"(it installs linux-headers-{kver})")
-    _make(["make", "-C", str(KMOD), f"KVER={kver}"], "guest/kmod build")
-    _make(["make", "-C", str(REPO / "guest" / "lib")], "guest/lib build")
-    _make(["make", "-C", str(WORKLOAD)], "vm/guest/workload build")
-    for f in (IVTRACE, KMOD / "ivtrace.ko", LOADGEN_STATIC, WORKLOAD / "ivtwl"):
-        if not f.exists():
-            pytest.fail(f"{f} missing (run `make` at the top)")
-    return [str(KMOD / "ivtrace.ko"), str(LOADGEN_STATIC), str(WORKLOAD / "ivtwl")]
+    """The `add=` list of these guests (ivtrace.ko, the static loadgen, ivtwl) from the one
+    guest build, for helpers that cannot take the session fixture `guest` of
+    tests/conftest.py (which the tests here use). A failed build fails the test."""
+    import guestbuild
+
+    try:
+        guest = guestbuild.build_guest()
+    except guestbuild.BuildError as e:
+        pytest.fail(f"building the guest failed: {e}")
+    if not IVTRACE.exists():
+        pytest.fail(f"{IVTRACE} missing (run `make` at the top)")
+    return guest.add("ivtrace.ko", "ivtrace-loadgen-static", "ivtwl")
 
 
 def shm_path(tag):

@@ -12,8 +12,8 @@ The host then checks the region header and the published event descriptions agai
 docs/abi.md's kernel table, and reads the region with `ivtrace snapshot` + babeltrace2:
 scheduler and state dump events, the test events' exact payloads, the panic line.
 
-Run: /usr/bin/python3 -m pytest tests/kmod (needs linux-headers for the guest kernel;
-`make host` for the snapshot checks).
+Run: /usr/bin/python3 -m pytest tests/kmod (the guest is built by the session fixture
+`guest`, tests/conftest.py; `make host` for the snapshot checks).
 """
 import mmap
 import os
@@ -27,7 +27,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-KMOD = REPO / "guest" / "kmod"
 IVTRACE = REPO / "bin" / "ivtrace"
 sys.path.insert(0, str(REPO / "vm"))
 import ivtvm  # noqa: E402
@@ -120,20 +119,6 @@ echo c > /proc/sysrq-trigger
 """
 
 
-def build_modules(manifest):
-    """Build ivtrace.ko and ivtrace_test.ko for the kernel the guest boots."""
-    kver = manifest["kernel_version"]
-    if not Path(f"/lib/modules/{kver}/build/Makefile").exists():
-        pytest.skip(f"no kernel headers for the guest kernel {kver}: "
-                    f"apt-get install linux-headers-{kver} (vm/build does)")
-    args = ["make", "-C", str(KMOD), f"KVER={kver}"]
-    p = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        pytest.fail(f"guest/kmod build failed:\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
-    for ko in ("ivtrace.ko", "tests/ivtrace_test.ko"):
-        assert (KMOD / ko).is_file(), ko
-
-
 # struct ivt_control in the region header (docs/abi.md "Host control").
 CTL_CMD_SEQ, CTL_CMD, CTL_ARG, CTL_ACK_SEQ, CTL_ACK_STATUS, CTL_GROUPS = 320, 328, 336, 384, 392, 396
 CMD_ENABLE, CMD_DISABLE, CMD_STATEDUMP = 2, 3, 6
@@ -167,13 +152,12 @@ def drive_control(shm):
 
 
 @pytest.fixture(scope="module")
-def booted():
-    """Build the guest and the modules, boot once; return (BootResult, shm path, control acks)."""
-    build_modules(ivtvm.ensure_built())
+def booted(guest):
+    """Boot the session's guest build once; return (BootResult, shm path, control acks)."""
     shm = Path(f"/dev/shm/ivt-kmod-{os.getpid()}-{time.monotonic_ns()}")
     try:
         with ivtvm.VM(GUEST_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=SMP,
-                      add=[f"{KMOD}/ivtrace.ko", f"{KMOD}/tests/ivtrace_test.ko"]) as vm:
+                      add=guest.add("ivtrace.ko", "ivtrace_test.ko")) as vm:
             acks = None
             try:
                 vm.wait_for(r"KMOD: control-window", timeout=TIMEOUT)

@@ -25,22 +25,7 @@ import ivtvm  # noqa: E402
 
 IVTRACE = REPO / "bin" / "ivtrace"
 LOADGEN = REPO / "bin" / "ivtrace-loadgen"
-KMOD = REPO / "guest" / "kmod"
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))
-
-
-def build():
-    """ivtrace.ko and the test module for the guest kernel; bin/ivtrace must exist (make)."""
-    man = ivtvm.ensure_built()
-    kver = man["kernel_version"]
-    p = subprocess.run(["make", "-C", str(KMOD), f"KVER={kver}"], capture_output=True, text=True,
-                       timeout=900)
-    if p.returncode:
-        pytest.fail(f"guest/kmod build failed:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    for f in (IVTRACE, LOADGEN, KMOD / "ivtrace.ko", KMOD / "tests" / "ivtrace_test.ko"):
-        if not f.exists():
-            pytest.fail(f"{f} missing (run `make` at the top)")
-    return [str(KMOD / "ivtrace.ko"), str(KMOD / "tests" / "ivtrace_test.ko")]
 
 
 def task_cpu_ns(pid):

@@ -5,14 +5,18 @@ Three boots (~5-10 s each under TCG):
      region and writes a known word into BAR2 with busybox devmem; the host sees it in
      /dev/shm. The same boot checks --add (overlay archive), modules= and modopts=.
   2. a guest kernel panic (sysrq c) is reported as panicked and QEMU exits by itself.
-  3. ivshmem-doorbell against a minimal in-test server (the real one is `ivtrace serve`):
-     the options realize the device, IVPosition is the ID the server sent and a guest doorbell
-     write reaches the host's eventfd. Uses the VM context API (start / wait_for / wait).
+  3. ivshmem-doorbell against bench/doorbell's raw server (the product's is `ivtrace serve`,
+     tested in tests/serve): the options realize the device, IVPosition is the ID the server
+     sent and a guest doorbell write reaches the host's eventfd. Uses the VM context API
+     (start / wait_for / wait).
 Plus quick checks that need no boot.
 """
+import json
 import os
 import struct
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -29,8 +33,9 @@ GUEST_WORD = 0xC0FFEE42  # guest -> host, at offset 0x100 and at the last word
 
 
 @pytest.fixture(scope="module")
-def guest():
-    """Build (or reuse) vm/out once for the module."""
+def kernel():
+    """The guest kernel and initramfs only (vm/out; these boots need none of the guest's
+    software, so they do not depend on the module building)."""
     return ivtvm.ensure_built()
 
 
@@ -62,7 +67,7 @@ exit 0
 """
 
 
-def test_ivshmem_bar2_write_reaches_host(guest, shm, tmp_path):
+def test_ivshmem_bar2_write_reaches_host(kernel, shm, tmp_path):
     script = tmp_path / "probe.sh"
     script.write_text(GUEST_SCRIPT)
     script.chmod(0o755)
@@ -100,7 +105,7 @@ def test_ivshmem_bar2_write_reaches_host(guest, shm, tmp_path):
     assert struct.unpack_from("<I", data, 0x40)[0] == HOST_WORD
 
 
-def test_guest_panic_is_detected_and_qemu_exits(guest, tmp_path):
+def test_guest_panic_is_detected_and_qemu_exits(kernel, tmp_path):
     t0 = time.monotonic()
     r = ivtvm.boot(run="echo c > /proc/sysrq-trigger; sleep 30; echo survived", timeout=TIMEOUT)
     print(r.summary())
@@ -114,57 +119,45 @@ def test_guest_panic_is_detected_and_qemu_exits(guest, tmp_path):
     assert not ivtvm._LIVE                          # nothing left running
 
 
-class MiniServer:
-    """Just enough of the ivshmem server protocol (reference/specs.md 1.6) for one guest:
-    version 0, guest id, -1 + shm fd, then host-peer and own-id eventfds, one fd per sendmsg."""
+class RawServer:
+    """bench/doorbell/dbserver, the project's one raw ivshmem server (the product's is
+    `ivtrace serve`, which would take the doorbells for itself), for one QEMU: version 0, the
+    guest's id, -1 + shm fd, then host-peer and own-id eventfds. On QEMU's exit it prints the
+    doorbells it counted per vector."""
 
-    GUEST_ID, HOST_ID, VECTORS = 3, 1, 2
+    GUEST_ID, VECTORS = 3, 2  # not 0: IVPosition reads 0 before any server sent an id
 
-    def __init__(self, path):
-        import socket
+    def __init__(self, binary, path):
         self.path = str(path)
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(self.path)
-        self.sock.listen(1)
-        self.shm = os.memfd_create("ivt-test", os.MFD_CLOEXEC)
-        os.ftruncate(self.shm, SHM_SIZE)
-        self.host_rx = [os.eventfd(0, os.EFD_NONBLOCK) for _ in range(self.VECTORS)]
-        self.guest_rx = [os.eventfd(0) for _ in range(self.VECTORS)]
-        self.conn = None
-        import threading
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.proc = subprocess.Popen([str(binary), self.path, str(SHM_SIZE), str(self.GUEST_ID)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 10
+        while not Path(self.path).exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                pytest.fail(f"dbserver did not start: {self.proc.stderr.read()}")
+            time.sleep(0.02)
 
-    def _serve(self):
-        import array
-        import socket
-        self.sock.settimeout(TIMEOUT)
-        self.conn, _ = self.sock.accept()
-
-        def send(v, fd=-1):
-            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))] if fd >= 0 else []
-            self.conn.sendmsg([struct.pack("<q", v)], anc)
-        send(0)
-        send(self.GUEST_ID)
-        send(-1, self.shm)
-        for fd in self.host_rx:
-            send(self.HOST_ID, fd)
-        for fd in self.guest_rx:
-            send(self.GUEST_ID, fd)
-
-    def doorbells(self, vector):
-        try:
-            return os.eventfd_read(self.host_rx[vector])
-        except BlockingIOError:
-            return 0
+    def doorbells_per_vector(self):
+        """After QEMU exited: the count of every vector, from dbserver's JSON line."""
+        out, err = self.proc.communicate(timeout=30)
+        assert self.proc.returncode == 0, err
+        return json.loads(out.strip().splitlines()[-1])["doorbells_per_vector"]
 
     def close(self):
-        for fd in [self.shm, *self.host_rx, *self.guest_rx]:
-            os.close(fd)
-        if self.conn:
-            self.conn.close()
-        self.sock.close()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         Path(self.path).unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def dbserver():
+    """Build bench/doorbell's host side (dbserver) and return its path."""
+    p = subprocess.run(["make", "-C", str(REPO / "bench" / "doorbell"), "host"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"make -C bench/doorbell host failed:\n{p.stdout}\n{p.stderr}"
+    return REPO / "build" / "bench" / "doorbell" / "dbserver"
 
 
 DOORBELL_SCRIPT = r"""
@@ -179,10 +172,9 @@ sleep 1
 """
 
 
-def test_ivshmem_doorbell_reaches_host(guest):
-    import tempfile
+def test_ivshmem_doorbell_reaches_host(kernel, dbserver):
     sockdir = Path(tempfile.mkdtemp(prefix="ivt-sock-"))  # short path: sun_path is 108 bytes
-    srv = MiniServer(sockdir / "ivsh.sock")
+    srv = RawServer(dbserver, sockdir / "ivsh.sock")
     try:
         with ivtvm.VM(run=DOORBELL_SCRIPT, doorbell=srv.path, vectors=srv.VECTORS) as vm:
             vm.wait_for(r"^RING$", timeout=TIMEOUT)
@@ -191,8 +183,7 @@ def test_ivshmem_doorbell_reaches_host(guest):
         assert r.exit_code == 0 and not r.panicked, r.tail()
         assert f"IVPOS 0x{srv.GUEST_ID:08X}" in r.console_text, r.tail()
         assert "ivshmem-doorbell,chardev=ivsh,vectors=2" in " ".join(r.cmd)
-        assert srv.doorbells(1) == 2
-        assert srv.doorbells(0) == 0
+        assert srv.doorbells_per_vector() == [0, 2]
     finally:
         srv.close()
         sockdir.rmdir()

@@ -1,0 +1,18 @@
+"""The benchmark harness behind `bench/run PRESET`: one entry point (cli.py), one results
+schema (results.py), presets native, guest, evaluation and doorbell (one module each).
+The harness writes results files only; the report writer (bench/reporting, `bench/report`)
+turns them into docs/performance.md and is never called from here."""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "vm"))  # ivtvm (QEMU launcher), guestbuild (the guest build)
+
+
+class BenchError(Exception):
+    """Something could not be measured: the run fails (exit 1) with this message."""
+
+
+class Prerequisite(Exception):
+    """A missing prerequisite (root, a tool, a build): exit 2 with this message."""

@@ -1,0 +1,102 @@
+"""bench/results/history.json: a small committed index of every full run, kept or not
+(date, preset, commit, the results file, headline numbers). bench/results/ keeps only the
+runs the documentation cites; the others stay in git history, and this index says what they
+measured. `bench/run` appends a line after each full run written to bench/results/."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from . import stats
+from .results import RESULTS, rel
+
+INDEX = RESULTS / "history.json"
+SCHEMA = "ivtrace-bench-history/1"
+
+
+def r(v, nd=2):
+    """Rounded for the index: nd decimals, or an int for nd=0."""
+    if v is None:
+        return None
+    return int(round(v)) if nd == 0 else round(v, nd)
+
+
+def native_headline(data: dict) -> dict:
+    bm = stats.bench_map(data.get("native", {}))
+    iv = stats.row_numbers(bm["ivtrace"]) if "ivtrace" in bm else None
+    lt = stats.row_numbers(bm["lttng_ust"]) if "lttng_ust" in bm else None
+    profs = data.get("drain", {}).get("profiles", [])
+    small = next((p["median"]["events_per_s"] for p in profs if p["name"] == "small"), None)
+    large = {stats.payload_of(p): r(p["median"]["trace_MB_per_s"] / 1000)
+             for p in profs if p["size"] == 1024}
+    return {
+        "ivtrace_p50_group_ns": r(iv and iv["g50"], 1),
+        "lttng_ust_p50_group_ns": r(lt and lt["g50"], 1),
+        "lttng_ust_over_ivtrace": r(lt["g50"] / iv["g50"], 1) if iv and lt else None,
+        "ivtrace_batch_ns": r(iv and iv["batch"], 1),
+        "drain_small_M_events_per_s": r(small and small / 1e6, 1),
+        "drain_1024B_GB_per_s": large,
+    }
+
+
+def guest_headline(data: dict) -> dict:
+    row = data.get("summary", {}).get("syscall", {})
+    out = {}
+    for t in ("ivtrace", "ftrace"):
+        x = row.get(t) or {}
+        if x.get("added_ns") and x.get("events_per_op"):
+            out[f"{t}_ns_per_event"] = r(x["added_ns"] / x["events_per_op"], 0)
+    vs = (row.get("ivtrace") or {}).get("vs_ftrace") or {}
+    out["syscall_added_ivtrace_over_ftrace"] = r(vs.get("added_ratio"))
+    return out
+
+
+def evaluation_headline(data: dict) -> dict:
+    iw = stats.summarize(data)["workloads"].get("int", {}).get("configs", {})
+    return {"int_overhead_pct": {c: r(x["overhead_pct"]) for c, x in iw.items()
+                                 if "overhead_pct" in x}}
+
+
+def doorbell_headline(data: dict) -> dict:
+    db = data.get("ivshmem_doorbell", {})
+
+    def p50(mode):
+        v = [x["us"]["p50"] for x in db.get("rtt", []) if x["mode"] == mode]
+        return r(statistics.median(v), 1) if v else None
+
+    rates = [x["per_s"] for x in db.get("ring", [])]
+    return {"ring_k_per_s": r(statistics.median(rates) / 1e3, 0) if rates else None,
+            "rtt_p50_us_host_blocks": p50("host blocks"),
+            "rtt_p50_us_host_busy_reads": p50("host busy-reads")}
+
+
+HEADLINES = {"native": native_headline, "guest": guest_headline,
+             "evaluation": evaluation_headline, "doorbell": doorbell_headline}
+
+
+def entry(rec: dict, path: Path) -> dict:
+    return {"date": rec["date"], "preset": rec["preset"], "file": rel(path),
+            "commit": (rec["git"].get("commit") or "")[:12],
+            "accelerator": rec["accelerator"]["name"],
+            "headline": HEADLINES[rec["preset"]](rec["data"])}
+
+
+def load() -> list[dict]:
+    if not INDEX.is_file():
+        return []
+    d = json.loads(INDEX.read_text())
+    if d.get("schema") != SCHEMA:
+        raise ValueError(f"{INDEX}: schema {d.get('schema')!r}, expected {SCHEMA!r}")
+    return d["runs"]
+
+
+def save(runs: list[dict]) -> None:
+    runs = sorted(runs, key=lambda e: (e["date"], e["preset"]))
+    INDEX.write_text(json.dumps({"schema": SCHEMA, "runs": runs}, indent=1) + "\n")
+
+
+def append(rec: dict, path: Path) -> None:
+    runs = [e for e in load() if e["file"] != rel(path)]
+    save(runs + [entry(rec, path)])

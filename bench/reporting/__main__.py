@@ -1,0 +1,5 @@
+import sys
+
+from .page import main
+
+sys.exit(main())

@@ -1,0 +1,69 @@
+"""bench/: the committed results and docs/performance.md agree, and say where they come from.
+
+No measurement here (timings are never pass/fail): the report writer regenerates the page
+from the kept results and must reproduce it exactly; every kept results file follows the one
+schema and is in the history index; nothing committed names a path of the machine that
+produced it.
+"""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO / "bench"))
+from harness import history, results  # noqa: E402
+
+# Absolute paths that belong to one machine or one run, never to the repository.
+MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-eval-)")
+
+
+def kept_results():
+    return sorted(p for p in RESULTS.rglob("*.json") if p.name != "history.json"
+                  and not p.stem.endswith("-quick"))
+
+
+def test_page_is_what_the_results_give():
+    p = subprocess.run([str(REPO / "bench" / "report"), "--check"], capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+
+
+def test_every_kept_run_follows_the_schema():
+    files = kept_results()
+    assert files, "no results in bench/results/"
+    for f in files:
+        rec = results.load(f)  # raises on another schema
+        assert rec["preset"] in results.PRESETS and f.parent.name in (rec["preset"], "focused")
+        assert rec["command"].startswith(f"bench/run {rec['preset']}"), f
+        assert rec["machine"]["cpu"].get("model_name"), f
+        assert rec["accelerator"]["name"] in ("none", "tcg", "kvm"), f
+        assert (rec["guest"] is None) == (rec["preset"] == "native"), f
+        assert rec["git"]["commit"], f
+        assert rec["data"], f
+
+
+def test_history_indexes_every_kept_run():
+    indexed = {e["file"]: e for e in history.load()}
+    for f in kept_results():
+        e = indexed.get(results.rel(f))
+        assert e, f"{results.rel(f)} is not in bench/results/history.json"
+        assert e["headline"] == history.entry(results.load(f), f)["headline"], f
+
+
+def test_no_machine_paths_in_committed_results_or_docs():
+    files = kept_results() + [RESULTS / "history.json", REPO / "README.md",
+                              *sorted((REPO / "docs").glob("*.md"))]
+    for f in files:
+        hits = sorted(set(MACHINE_PATH.findall(f.read_text())))
+        assert not hits, f"{results.rel(f)} names machine paths: {hits}"
+
+
+def test_portable_rewrites_paths():
+    root = "/some/checkout"
+    assert results.portable(f"{root}/bin/ivtrace -o /var/tmp/ivtrace-eval-42/rec", root) == \
+        "bin/ivtrace -o $WORK/rec"
+    assert results.portable({"a": [f"-initrd /tmp/ivtvm-ab_12x/initrd.img"]}, root) == \
+        {"a": ["-initrd $TMP/initrd.img"]}
