@@ -4,10 +4,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ivtrace_ring::packet::{self, PacketHeader};
-use ivtrace_ring::reader::PacketSink;
-use ivtrace_ring::testutil::{packet_template, region_with_packet};
-use ivtrace_ring::{abi, meta::ScanMode, Access, EventClasses, Reader, Region};
+use ivtrace_region::packet::{self, PacketHeader};
+use ivtrace_region::reader::PacketSink;
+use ivtrace_testutil::{packet_template, region_with_packet};
+use ivtrace_region::{abi, meta::ScanMode, Access, EventClasses, Reader, Region};
 
 struct Discard;
 
@@ -16,7 +16,7 @@ impl PacketSink for Discard {
     fn packet(&mut self, _c: u32, _s: u32, bytes: &[u8], classes: &EventClasses) -> Result<(), ()> {
         // What the drain emits must walk cleanly again (report relies on it).
         let mut copy = bytes.to_vec();
-        ivtrace_ring::reader::walk_own_packet(&mut copy, classes, &mut ()).expect("emitted packets re-walk");
+        ivtrace_region::reader::walk_own_packet(&mut copy, classes, &mut ()).expect("emitted packets re-walk");
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
-//! ivtrace-ctf: writes what ivtrace-ring validated as CTF 1.8 traces.
+//! ivtrace-ctf: writes what ivtrace-region validated as CTF 1.8 traces.
 //!
-//! [`trace::CtfWriter`] is a [`ivtrace_ring::PacketSink`]: it lays out
+//! [`trace::CtfWriter`] is a [`ivtrace_region::PacketSink`]: it lays out
 //! `DIR/user/` and `DIR/kernel/` (one CTF trace per stream class, one
 //! stream file per channel), keeps each trace's TSDL [`tsdl`] metadata in
 //! step with the event classes, and writes the JSON [`sidecar`]. The

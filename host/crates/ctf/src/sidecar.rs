@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use ivtrace_ring::classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
+use ivtrace_region::classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
 
 use crate::clock::ClockMapping;
 

@@ -20,9 +20,9 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::classes::{EventClasses, StreamClasses};
-use ivtrace_ring::reader::PacketSink;
+use ivtrace_region::abi;
+use ivtrace_region::classes::{EventClasses, StreamClasses};
+use ivtrace_region::reader::PacketSink;
 
 use crate::clock::ClockMapping;
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
@@ -133,9 +133,9 @@ impl CtfWriter {
         kernel_uuid[14] ^= 0xb4;
         CtfWriter {
             root: root.to_path_buf(),
-            uuid: ivtrace_ring::region::format_uuid(&uuid),
-            kernel_uuid: ivtrace_ring::region::format_uuid(&kernel_uuid),
-            clock_uuid: ivtrace_ring::region::format_uuid(&clock_uuid),
+            uuid: ivtrace_region::region::format_uuid(&uuid),
+            kernel_uuid: ivtrace_region::region::format_uuid(&kernel_uuid),
+            clock_uuid: ivtrace_region::region::format_uuid(&clock_uuid),
             clock,
             env,
             metadata_generation: [None, None],

@@ -4,12 +4,12 @@
 //! the event header is the compact/extended form of abi.h (a 5-bit id
 //! aligned on 32 bits, a 27-bit timestamp, or u32 id + u64 timestamp
 //! aligned on 32 bits); payload integers are byte-packed (`align = 8`).
-//! Only sanitized names (ivtrace-ring's `sanitize`) and host-chosen
+//! Only sanitized names (ivtrace-region's `sanitize`) and host-chosen
 //! strings reach this text; env strings are escaped besides.
 
 use std::fmt::Write;
 
-use ivtrace_ring::classes::{EventClass, FieldType, StreamClasses};
+use ivtrace_region::classes::{EventClass, FieldType, StreamClasses};
 
 use crate::clock::ClockMapping;
 
@@ -82,7 +82,7 @@ fn env_key(s: &str) -> String {
 
 /// The `domain` env value of a stream class, as LTTng names them.
 pub fn domain(stream: u32) -> &'static str {
-    if stream == ivtrace_ring::abi::IVT_STREAM_KERNEL {
+    if stream == ivtrace_region::abi::IVT_STREAM_KERNEL {
         "kernel"
     } else {
         "ust"
@@ -135,7 +135,7 @@ fn write_env(t: &mut String, env: &TraceEnv, stream: u32) {
     t.push_str("env {\n");
     let _ = writeln!(t, "\thostname = \"{}\";", escape(&env.hostname));
     let _ = writeln!(t, "\tdomain = \"{}\";", domain(stream));
-    if stream == ivtrace_ring::abi::IVT_STREAM_KERNEL {
+    if stream == ivtrace_region::abi::IVT_STREAM_KERNEL {
         let (name, major, minor, patch) = KERNEL_TRACER;
         let _ = write!(
             t,
@@ -277,7 +277,7 @@ fn write_field(t: &mut String, name: &str, ty: FieldType, hex: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ivtrace_ring::classes::Field;
+    use ivtrace_region::classes::Field;
 
     #[test]
     fn escape_keeps_tsdl_strings_closed() {

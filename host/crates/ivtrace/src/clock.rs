@@ -9,7 +9,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ivtrace_ctf::ClockMapping;
-use ivtrace_ring::region::{ClockRef, Header};
+use ivtrace_region::region::{ClockRef, Header};
 
 /// Samples per burst; the one with the smallest rdtsc gap wins.
 const BURST: usize = 64;

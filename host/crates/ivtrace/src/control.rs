@@ -18,10 +18,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use nix::fcntl::{Flock, FlockArg};
 
-use ivtrace_ring::Region;
+use ivtrace_region::Region;
 
 /// Byte offsets of the host's words in `struct ivt_region_hdr` (checked
-/// against `abi/vectors.json` by a test, like ivtrace-ring's mirror).
+/// against `abi/vectors.json` by a test, like ivtrace-region's mirror).
 pub mod off {
     /// `doorbells`: doorbells rung by writers (statistics, fetch-add).
     pub const DOORBELLS: u64 = 216;
@@ -49,7 +49,7 @@ pub mod off {
     pub const RESP_T3: u64 = SYNC + 80;
 }
 
-/// Feature bits beyond ivtrace-ring's mirror (abi.h `IVT_FEAT_*`).
+/// Feature bits beyond ivtrace-region's mirror (abi.h `IVT_FEAT_*`).
 pub const IVT_FEAT_DOORBELL: u64 = 1 << 2;
 pub const IVT_FEAT_CONTROL: u64 = 1 << 3;
 pub const IVT_FEAT_SYNC: u64 = 1 << 4;
@@ -122,8 +122,8 @@ impl Command {
             "enable" => Command::Enable(parse_groups(one("GROUPS, e.g. sched,irq or all")?)?),
             "disable" => Command::Disable(parse_groups(one("GROUPS, e.g. syscall or all")?)?),
             "mode" => Command::SetMode(match one("discard or overwrite")?.as_str() {
-                "discard" => ivtrace_ring::abi::IVT_MODE_DISCARD,
-                "overwrite" => ivtrace_ring::abi::IVT_MODE_OVERWRITE,
+                "discard" => ivtrace_region::abi::IVT_MODE_DISCARD,
+                "overwrite" => ivtrace_region::abi::IVT_MODE_OVERWRITE,
                 m => bail!("unknown mode `{m}` (discard or overwrite)"),
             }),
             v => bail!("unknown command `{v}` (flush, enable, disable, mode, statedump)"),

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use ivtrace_ring::{Access, Region};
+use ivtrace_region::{Access, Region};
 
 use crate::control::{self, Command};
 use crate::session::UserError;

@@ -10,7 +10,7 @@
 //! - 1, `ivtrace`: what `ivtrace serve` itself observed (doorbells
 //!   received, packets delivered, clock sync points, control commands).
 //!
-//! Event classes are ivtrace-ring's [`EventClass`]es, declared by
+//! Event classes are ivtrace-region's [`EventClass`]es, declared by
 //! ivtrace-ctf's TSDL blocks (the guest traces' `event` and `env` text).
 //! Every integer is byte-aligned (`align = 8`), so packets need no padding;
 //! the clock counts nanoseconds (`freq = 1e9`, offset 0, absolute). The
@@ -27,8 +27,8 @@ use anyhow::{Context, Result};
 
 use ivtrace_ctf::tsdl::{escape, write_env_entries, write_event, KERNEL_TRACER};
 use ivtrace_ctf::EnvValue;
-use ivtrace_ring::abi::IVT_CTF_MAGIC;
-use ivtrace_ring::classes::EventClass;
+use ivtrace_region::abi::IVT_CTF_MAGIC;
+use ivtrace_region::classes::EventClass;
 
 /// Bytes of packet header + context.
 pub const PACKET_HDR: usize = 4 + 4 + 8 + 8 * 6 + 4;
@@ -117,7 +117,7 @@ fn random_uuid() -> String {
     }
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    ivtrace_ring::region::format_uuid(&b)
+    ivtrace_region::region::format_uuid(&b)
 }
 
 /// TSDL for the host trace.
@@ -332,7 +332,7 @@ impl HostTrace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ivtrace_ring::classes::{Field, FieldType};
+    use ivtrace_region::classes::{Field, FieldType};
 
     #[test]
     fn packets_and_metadata_are_consistent() {

@@ -1,4 +1,4 @@
-//! The `ivtrace` command: glue between ivtrace-ring (reading regions) and
+//! The `ivtrace` command: glue between ivtrace-region (reading regions) and
 //! ivtrace-ctf (writing traces). `main.rs` only parses arguments and maps
 //! outcomes to exit codes; the subcommands live in [`record`], [`report`]
 //! and [`snapshot`]; [`session`] holds what they share and
@@ -31,7 +31,7 @@ pub const EXIT_ERROR: i32 = 2;
 
 /// A hint for the errors users can do something about.
 pub fn hint_for(err: &anyhow::Error) -> Option<String> {
-    use ivtrace_ring::RegionError as E;
+    use ivtrace_region::RegionError as E;
     if let Some(u) = err.downcast_ref::<session::UserError>() {
         return Some(u.hint.clone());
     }

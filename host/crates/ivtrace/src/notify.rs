@@ -29,7 +29,7 @@ use nix::poll::PollTimeout;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::EventFd;
 
-use ivtrace_ring::Region;
+use ivtrace_region::Region;
 
 use crate::control::off;
 use crate::timebase::host_now_ns;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use ivtrace_ring::{abi, Access, Reader, Region, RegionError};
+use ivtrace_region::{abi, Access, Reader, Region, RegionError};
 
 use crate::cli::RecordArgs;
 use crate::clock;

@@ -16,8 +16,8 @@ use ivtrace_ctf::sidecar::{
 };
 use ivtrace_ctf::trace::stream_dir;
 use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue, TraceEnv};
-use ivtrace_ring::meta::MetaStats;
-use ivtrace_ring::{abi, Access, Reader, Region};
+use ivtrace_region::meta::MetaStats;
+use ivtrace_region::{abi, Access, Reader, Region};
 
 /// Entries of an output directory that ivtrace owns (and --force removes).
 const OWNED_ENTRIES: &[&str] = &[

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use ivtrace_ring::{Access, Reader, Region};
+use ivtrace_region::{Access, Reader, Region};
 
 use crate::cli::SnapshotArgs;
 use crate::{clock, session, summary};

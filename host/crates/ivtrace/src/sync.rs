@@ -25,8 +25,8 @@
 use std::time::{Duration, Instant};
 
 use ivtrace_ctf::ClockMapping;
-use ivtrace_ring::region::ClockRef;
-use ivtrace_ring::Region;
+use ivtrace_region::region::ClockRef;
+use ivtrace_region::Region;
 
 use crate::clock::ClockEstimator;
 use crate::control::off;

@@ -13,7 +13,7 @@ use ivtrace::hostevents::decode::Decoder;
 use ivtrace::hostevents::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
 use ivtrace::hostevents::page::{walk, PageBuilder};
 use ivtrace::hosttrace::{HostTrace, HostTraceDesc, STREAM_KERNEL};
-use ivtrace_ring::testutil::{have_tool, RegionBuilder};
+use ivtrace_testutil::{have_tool, RegionBuilder};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tracefs")
@@ -267,7 +267,7 @@ fn host_and_guest_traces_merge_in_babeltrace2() {
         1,
         0,
         "guest_mark",
-        &[("n", ivtrace_ring::abi::IVT_FT_U64, 0)],
+        &[("n", ivtrace_region::abi::IVT_FT_U64, 0)],
     );
     let span = t1 - t0;
     for n in 0..10u64 {
@@ -276,7 +276,7 @@ fn host_and_guest_traces_merge_in_babeltrace2() {
     r.close(0);
     r.close_region();
     let mut bytes = r.bytes.clone();
-    let at = ivtrace_ring::abi::hdr::CLOCK + ivtrace_ring::abi::clock::REF_REALTIME_NS;
+    let at = ivtrace_region::abi::hdr::CLOCK + ivtrace_region::abi::clock::REF_REALTIME_NS;
     bytes[at..at + 8].copy_from_slice(&BASE.to_le_bytes());
     ivtrace::session::drain_bytes_to_dir(&bytes, dir).unwrap();
 

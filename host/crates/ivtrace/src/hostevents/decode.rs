@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use ivtrace_ring::classes::{EventClass, Field, FieldType};
+use ivtrace_region::classes::{EventClass, Field, FieldType};
 
 use crate::hosttrace::STREAM_KERNEL;
 
@@ -219,7 +219,7 @@ impl Decoder {
 mod tests {
     use super::*;
     use crate::hostevents::format::parse_event;
-    use ivtrace_ring::testutil::LTTNG_SCHED_SWITCH_FIELDS;
+    use ivtrace_testutil::LTTNG_SCHED_SWITCH_FIELDS;
 
     const SCHED_SWITCH: &str = include_str!("../../tests/fixtures/tracefs/sched_switch.format");
 

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use ivtrace_ring::classes::EventClass;
+use ivtrace_region::classes::EventClass;
 
 use crate::hosttrace::{HostTrace, STREAM_KERNEL};
 use crate::timebase::mono_to_host;

@@ -23,9 +23,9 @@ use nix::sys::eventfd::EventFd;
 use serde_json::json;
 
 use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue};
-use ivtrace_ring::classes::{EventClass, Field, FieldType};
-use ivtrace_ring::reader::PacketSink;
-use ivtrace_ring::{abi, Access, EventClasses, Reader, Region, RegionError};
+use ivtrace_region::classes::{EventClass, Field, FieldType};
+use ivtrace_region::reader::PacketSink;
+use ivtrace_region::{abi, Access, EventClasses, Reader, Region, RegionError};
 
 use crate::clock::ClockEstimator;
 use crate::control::{self, off, Ack, Command};

@@ -248,11 +248,11 @@ pub fn default_ctl_path(socket: &Path) -> PathBuf {
 
 /// Runs `ivtrace serve`. Returns the number of guests served.
 pub fn run(args: &ServeArgs) -> Result<u64> {
-    if args.size < ivtrace_ring::abi::IVT_REGION_MIN {
+    if args.size < ivtrace_region::abi::IVT_REGION_MIN {
         bail!(
             "--size {} is below the smallest region ({} bytes)",
             args.size,
-            ivtrace_ring::abi::IVT_REGION_MIN
+            ivtrace_region::abi::IVT_REGION_MIN
         );
     }
     let size = args.size.next_power_of_two();

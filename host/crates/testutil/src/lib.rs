@@ -4,7 +4,7 @@
 //!
 //! Not part of the reader: nothing in the drain path uses it.
 
-use crate::abi::{self, put_u32, put_u64};
+use ivtrace_region::abi::{self, put_u32, put_u64};
 
 /// A field as registered by a writer: name, `IVT_FT_*`, count.
 pub type FieldSpec<'a> = (&'a str, u8, u16);

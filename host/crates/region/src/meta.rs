@@ -286,7 +286,7 @@ fn parse_field(f: &[u8]) -> Result<(Vec<u8>, FieldType, u8), String> {
 mod tests {
     use super::*;
     use crate::region::Access;
-    use crate::testutil::RegionBuilder;
+    use ivtrace_testutil::RegionBuilder;
 
     fn scan(bytes: &[u8], mode: ScanMode) -> (EventClasses, MetaParser) {
         let region = Region::from_bytes(bytes, Access::ReadOnly).unwrap();

@@ -624,7 +624,7 @@ fn check_areas(l: &Layout, region: u64) -> Result<(), RegionError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::RegionBuilder;
+    use ivtrace_testutil::RegionBuilder;
 
     fn open(bytes: &[u8]) -> Result<Region, RegionError> {
         Region::from_bytes(bytes, Access::ReadOnly)

@@ -1,11 +1,11 @@
 //! The drain engine against regions built by the writer model: what is
 //! emitted, what is counted as lost and why, what is rewritten.
 
-use ivtrace_ring::abi;
-use ivtrace_ring::packet::PacketHeader;
-use ivtrace_ring::reader::PacketSink;
-use ivtrace_ring::testutil::{RegionBuilder, TestRegion};
-use ivtrace_ring::{Access, EventClasses, Reader, Region};
+use ivtrace_region::abi;
+use ivtrace_region::packet::PacketHeader;
+use ivtrace_region::reader::PacketSink;
+use ivtrace_region::{Access, EventClasses, Reader, Region};
+use ivtrace_testutil::{RegionBuilder, TestRegion};
 
 #[derive(Default)]
 struct Collect(Vec<(u32, Vec<u8>)>);

@@ -1,4 +1,4 @@
-//! ivtrace-ring: the host's reader of an ivtrace shared-memory region.
+//! ivtrace-region: the host's reader of an ivtrace shared-memory region.
 //!
 //! Every byte of the region is hostile input. [`region`] maps and validates
 //! the header into typed errors; [`meta`] parses the writers' event
@@ -8,10 +8,10 @@
 //! `abi/include/ivtrace/abi.h`.
 //!
 //! ```no_run
-//! use ivtrace_ring::{region::{Access, Region}, reader::Reader};
+//! use ivtrace_region::{region::{Access, Region}, reader::Reader};
 //! let region = Region::open("/dev/shm/x".as_ref(), Access::ReadOnly)?;
 //! let reader = Reader::new(region);
-//! # Ok::<(), ivtrace_ring::region::RegionError>(())
+//! # Ok::<(), ivtrace_region::region::RegionError>(())
 //! ```
 
 pub mod abi;
@@ -21,8 +21,6 @@ pub mod packet;
 pub mod reader;
 pub mod region;
 pub mod sanitize;
-#[doc(hidden)]
-pub mod testutil;
 
 pub use classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
 pub use reader::{PacketSink, Reader};
