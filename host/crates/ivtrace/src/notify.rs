@@ -2,20 +2,10 @@
 //! of polling, and the guest rings only when it completes a packet while
 //! the host sleeps (docs/abi.md "Host control, notification and time").
 //!
-//! The host's half of the Dekker handshake, in the drain loop:
-//!
-//! ```text
-//! host                                        writer (ivt_writer_close)
-//! store host_sleeping = 1                     store-release commit_pos
-//! full fence            <-- pairs with -->    full fence
-//! load every commit_pos (a drain pass)        load host_sleeping
-//! nothing new? block on the doorbell eventfd  set? ring the doorbell
-//! store host_sleeping = 0
-//! ```
-//!
-//! At least one side sees the other's store, so a packet completed just
-//! as the host decides to sleep is either drained by the re-check or rings
-//! the doorbell; no wake-up is lost. Partly filled packets never ring: the
+//! The host's half of the handshake (announce the sleep, re-check every
+//! channel, block, awake) is in ivtrace-region's `protocol` (the
+//! `host_sleeping` word and its fences); this is the blocking part: an
+//! epoll over the doorbell eventfds. Partly filled packets never ring: the
 //! writer's flush timer closes them (`flush_ms`, default 100 ms), which is
 //! the staleness bound. The eventfd counter adds up the doorbells QEMU
 //! delivered since the last read; [`Notifier`] sums them.
@@ -31,7 +21,6 @@ use nix::sys::eventfd::EventFd;
 
 use ivtrace_region::Region;
 
-use crate::control::off;
 use crate::timebase::host_now_ns;
 
 /// Token of the doorbell eventfds in the epoll set (vector k: DOORBELL + k).
@@ -119,12 +108,7 @@ impl Notifier {
     /// [`Notifier::awake`].
     pub fn announce_sleep(&mut self, region: &Region) {
         self.stats.sleep_attempts += 1;
-        // Relaxed store, then the full fence: the fence orders it before
-        // the re-check's loads of commit_pos. Pairs with the writer's
-        // full fence between its commit_pos store and its host_sleeping
-        // load (ivt_writer_close() in writer.h).
-        region.store_relaxed_u32(off::HOST_SLEEPING, 1);
-        region.fence_full();
+        region.protocol().announce_sleep();
     }
 
     /// The re-check found work: the sleep is called off.
@@ -133,10 +117,9 @@ impl Notifier {
         self.awake(region);
     }
 
-    /// After a wait: writers stop ringing. Relaxed: a stale 1 only costs
-    /// a spurious doorbell, a stale 0 cannot happen before this store.
+    /// After a wait: writers stop ringing.
     pub fn awake(&mut self, region: &Region) {
-        region.store_relaxed_u32(off::HOST_SLEEPING, 0);
+        region.protocol().awake();
     }
 
     /// Blocks until a doorbell, a watched descriptor or `timeout`.

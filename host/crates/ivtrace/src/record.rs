@@ -166,10 +166,7 @@ impl Loop<'_> {
             let pass = self.reader.drain_available(&mut self.writer)?;
             self.bytes += pass.bytes;
             heartbeat += 1;
-            // Relaxed: a liveness counter; writers only compare values.
-            self.reader
-                .region()
-                .store_relaxed_u64(abi::hdr::HOST_HEARTBEAT as u64, heartbeat);
+            self.reader.region().protocol().heartbeat(heartbeat);
             if let Some(reason) = ending {
                 return Ok(reason);
             }
@@ -179,21 +176,13 @@ impl Loop<'_> {
             if self.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(StopReason::Duration);
             }
-            // Pairs with the store-release of state in ivt_region_close()
-            // (guest/lib): every packet committed before it is visible to
-            // the next drain pass, which is the last.
-            if self
-                .reader
-                .region()
-                .load_acquire_u32(abi::hdr::STATE as u64)
-                == abi::IVT_STATE_CLOSED
-            {
+            if self.reader.region().protocol().writer_closed() {
                 ending = Some(StopReason::Closed);
                 continue;
             }
             if last_slow.elapsed() >= SLOW_CHECK {
                 last_slow = Instant::now();
-                if !self.reader.region().still_formatted() {
+                if !self.reader.region().protocol().still_formatted() {
                     eprintln!(
                         "ivtrace: warning: the region was withdrawn (reformatting); stopping"
                     );

@@ -322,10 +322,7 @@ pub fn build_sidecar(
             StreamLayout::from_classes(s, stream_dir(s), writer.output_classes(s, reader.classes()))
         })
         .collect();
-    // Relaxed: a statistics counter.
-    let lost_no_channel = reader
-        .region()
-        .load_relaxed_u64(abi::hdr::LOST_NO_CHANNEL as u64);
+    let lost_no_channel = reader.region().protocol().lost_no_channel();
     Sidecar {
         format: SIDECAR_FORMAT.into(),
         tracer_version: env!("CARGO_PKG_VERSION").into(),

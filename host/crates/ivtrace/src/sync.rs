@@ -2,14 +2,10 @@
 //! mailbox (`struct ivt_sync`), for guests whose TSC relation to the host
 //! is unknown (TCG, or KVM without debugfs).
 //!
-//! One exchange (reference/specs.md 4.2, NTP's on-wire method):
-//!
-//! ```text
-//! host:  t1 = now; store host_t1; store-release req_seq = n; kick vector 0
-//! guest: (MSI-X handler) load-acquire req_seq; t2 = rdtsc; t3 = rdtsc;
-//!        store resp_t2, resp_t3; store-release resp_seq = n
-//! host:  load-acquire resp_seq == n; t4 = now
-//! ```
+//! One exchange (NTP's on-wire method; the words and their ordering are
+//! ivtrace-region's `protocol`): the host posts a request at host time
+//! t1 and kicks the guest, the guest answers with its TSC when it saw the
+//! request (t2) and when it answered (t3), the host sees the answer at t4.
 //!
 //! The pair (guest (t2+t3)/2, host (t1+t4)/2) is off the true relation by
 //! at most half the round trip `delta = (t4-t1) - (t3-t2)` (Cristian 1989).
@@ -29,7 +25,6 @@ use ivtrace_region::region::ClockRef;
 use ivtrace_region::Region;
 
 use crate::clock::ClockEstimator;
-use crate::control::off;
 use crate::timebase::host_now_ns;
 
 /// Exchanges per burst; the minimum-delta one is kept.
@@ -92,9 +87,7 @@ impl PingPong {
         let now = Instant::now();
         PingPong {
             header: region.header().clock,
-            // Relaxed: req_seq is host-owned; continue after whatever an
-            // earlier host left (the writer answers any new value).
-            seq: region.load_relaxed_u64(off::REQ_SEQ),
+            seq: region.protocol().last_sync_request(),
             points: Vec::new(),
             stats: SyncStats::default(),
             started: now,
@@ -130,18 +123,13 @@ impl PingPong {
         self.seq = self.seq.wrapping_add(1).max(1);
         let seq = self.seq;
         let t1 = host_now_ns();
-        // Relaxed: published by the release below.
-        region.store_relaxed_u64(off::HOST_T1, t1);
-        // Pairs with the writer's load-acquire of req_seq in
-        // ivtk_sync_answer() (guest/kmod/ivtk_ctl.c).
-        region.store_release_u64(off::REQ_SEQ, seq);
+        let host = region.protocol();
+        host.request_sync(seq, t1);
         kick();
         let start = Instant::now();
-        loop {
-            // Pairs with the writer's store-release of resp_seq: its
-            // resp_t2/resp_t3 stores are visible after this load.
-            if region.load_acquire_u64(off::RESP_SEQ) == seq {
-                break;
+        let (t2, t3) = loop {
+            if let Some(answer) = host.sync_answer(seq) {
+                break answer;
             }
             let waited = start.elapsed();
             if waited >= EXCHANGE_TIMEOUT {
@@ -153,12 +141,9 @@ impl PingPong {
             } else {
                 std::thread::sleep(Duration::from_micros(100));
             }
-        }
+        };
         let t4 = host_now_ns();
         self.stats.answered += 1;
-        // Relaxed: ordered after the acquire of resp_seq.
-        let t2 = region.load_relaxed_u64(off::RESP_T2);
-        let t3 = region.load_relaxed_u64(off::RESP_T3);
         let freq = plausible_freq(self.header.freq_hz);
         // Hostile or broken answers: t3 before t2, or a guest-side gap of
         // more than the whole exchange.

@@ -20,6 +20,12 @@ pub const IVT_EVENT_IDS_MAX: u32 = 4096;
 
 pub const IVT_FEAT_KERNEL: u64 = 1 << 0;
 pub const IVT_FEAT_LOOPBACK: u64 = 1 << 1;
+/// The writer rings the host's doorbell while `host_sleeping` is set.
+pub const IVT_FEAT_DOORBELL: u64 = 1 << 2;
+/// The writer obeys control commands (`struct ivt_control`).
+pub const IVT_FEAT_CONTROL: u64 = 1 << 3;
+/// The writer answers clock sync requests (`struct ivt_sync`).
+pub const IVT_FEAT_SYNC: u64 = 1 << 4;
 
 pub const IVT_STATE_FORMATTING: u32 = 0;
 pub const IVT_STATE_LIVE: u32 = 1;
@@ -33,6 +39,13 @@ pub const IVT_STREAM_USER: u32 = 1;
 pub const IVT_STREAM_COUNT: u32 = 2;
 
 pub const IVT_CLOCK_TSC: u32 = 1;
+
+/// Control commands (`ivt_control.cmd`).
+pub const IVT_CMD_FLUSH: u32 = 1;
+pub const IVT_CMD_ENABLE: u32 = 2;
+pub const IVT_CMD_DISABLE: u32 = 3;
+pub const IVT_CMD_SET_MODE: u32 = 4;
+pub const IVT_CMD_STATEDUMP: u32 = 6;
 
 pub const IVT_CTF_MAGIC: u32 = 0xC1FC_1FC1;
 pub const IVT_EVENT_COUNT_UNKNOWN: u32 = 0xFFFF_FFFF;
@@ -94,7 +107,33 @@ pub mod hdr {
     pub const STATE: usize = 192;
     pub const META_TAIL: usize = 196;
     pub const LOST_NO_CHANNEL: usize = 208;
+    pub const DOORBELLS: usize = 216;
+    pub const HOST_SLEEPING: usize = 256;
+    pub const HOST_PEER_ID: usize = 260;
+    pub const HOST_VECTOR: usize = 262;
     pub const HOST_HEARTBEAT: usize = 264;
+    pub const FLUSH_INTERVAL_MS: usize = 272;
+    pub const CONTROL: usize = 320;
+    pub const SYNC: usize = 448;
+}
+
+/// Byte offsets in `struct ivt_control` (relative to it).
+pub mod control {
+    pub const CMD_SEQ: usize = 0;
+    pub const CMD: usize = 8;
+    pub const ARG: usize = 16;
+    pub const ACK_SEQ: usize = 64;
+    pub const ACK_STATUS: usize = 72;
+    pub const GROUPS_ENABLED: usize = 76;
+}
+
+/// Byte offsets in `struct ivt_sync` (relative to it).
+pub mod sync {
+    pub const REQ_SEQ: usize = 0;
+    pub const HOST_T1: usize = 8;
+    pub const RESP_SEQ: usize = 64;
+    pub const RESP_T2: usize = 72;
+    pub const RESP_T3: usize = 80;
 }
 
 /// Byte offsets in `struct ivt_layout` (relative to the layout).
@@ -179,6 +218,14 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("IVT_EVENT_IDS_MAX", IVT_EVENT_IDS_MAX as u64),
     ("IVT_FEAT_KERNEL", IVT_FEAT_KERNEL),
     ("IVT_FEAT_LOOPBACK", IVT_FEAT_LOOPBACK),
+    ("IVT_FEAT_DOORBELL", IVT_FEAT_DOORBELL),
+    ("IVT_FEAT_CONTROL", IVT_FEAT_CONTROL),
+    ("IVT_FEAT_SYNC", IVT_FEAT_SYNC),
+    ("IVT_CMD_FLUSH", IVT_CMD_FLUSH as u64),
+    ("IVT_CMD_ENABLE", IVT_CMD_ENABLE as u64),
+    ("IVT_CMD_DISABLE", IVT_CMD_DISABLE as u64),
+    ("IVT_CMD_SET_MODE", IVT_CMD_SET_MODE as u64),
+    ("IVT_CMD_STATEDUMP", IVT_CMD_STATEDUMP as u64),
     ("IVT_STATE_FORMATTING", IVT_STATE_FORMATTING as u64),
     ("IVT_STATE_LIVE", IVT_STATE_LIVE as u64),
     ("IVT_STATE_CLOSED", IVT_STATE_CLOSED as u64),
@@ -244,10 +291,46 @@ pub const VECTORS: &[(&str, u64)] = &[
         "offsetof.ivt_region_hdr.lost_no_channel",
         hdr::LOST_NO_CHANNEL as u64,
     ),
+    ("offsetof.ivt_region_hdr.doorbells", hdr::DOORBELLS as u64),
+    (
+        "offsetof.ivt_region_hdr.host_sleeping",
+        hdr::HOST_SLEEPING as u64,
+    ),
+    (
+        "offsetof.ivt_region_hdr.host_peer_id",
+        hdr::HOST_PEER_ID as u64,
+    ),
+    (
+        "offsetof.ivt_region_hdr.host_vector",
+        hdr::HOST_VECTOR as u64,
+    ),
     (
         "offsetof.ivt_region_hdr.host_heartbeat",
         hdr::HOST_HEARTBEAT as u64,
     ),
+    (
+        "offsetof.ivt_region_hdr.flush_interval_ms",
+        hdr::FLUSH_INTERVAL_MS as u64,
+    ),
+    ("offsetof.ivt_region_hdr.control", hdr::CONTROL as u64),
+    ("offsetof.ivt_region_hdr.sync", hdr::SYNC as u64),
+    ("offsetof.ivt_control.cmd_seq", control::CMD_SEQ as u64),
+    ("offsetof.ivt_control.cmd", control::CMD as u64),
+    ("offsetof.ivt_control.arg", control::ARG as u64),
+    ("offsetof.ivt_control.ack_seq", control::ACK_SEQ as u64),
+    (
+        "offsetof.ivt_control.ack_status",
+        control::ACK_STATUS as u64,
+    ),
+    (
+        "offsetof.ivt_control.groups_enabled",
+        control::GROUPS_ENABLED as u64,
+    ),
+    ("offsetof.ivt_sync.req_seq", sync::REQ_SEQ as u64),
+    ("offsetof.ivt_sync.host_t1", sync::HOST_T1 as u64),
+    ("offsetof.ivt_sync.resp_seq", sync::RESP_SEQ as u64),
+    ("offsetof.ivt_sync.resp_t2", sync::RESP_T2 as u64),
+    ("offsetof.ivt_sync.resp_t3", sync::RESP_T3 as u64),
     (
         "offsetof.ivt_layout.channels_off",
         layout::CHANNELS_OFF as u64,

@@ -80,11 +80,7 @@ impl MetaParser {
     /// Parses every newly committed record. Returns the classes added.
     pub fn scan(&mut self, region: &Region, classes: &mut EventClasses, mode: ScanMode) -> usize {
         let layout = *region.layout();
-        // Relaxed: meta_tail is only a bound on where records may be; each
-        // record's own commit word (acquire, below) orders its contents.
-        let tail = region
-            .load_relaxed_u32(abi::hdr::META_TAIL as u64)
-            .min(layout.meta_size);
+        let tail = region.protocol().meta_tail().min(layout.meta_size);
         let before = self.stats.classes;
         while !self.broken && self.next_off as u64 + abi::META_REC_SIZE as u64 <= tail as u64 {
             match self.record_at(region, classes, tail, mode) {
@@ -109,11 +105,7 @@ impl MetaParser {
     ) -> RecordOutcome {
         let off = self.next_off;
         let base = region.layout().meta_off + off as u64;
-        // Pairs with the store-release of `commit` in ivt_event_register()
-        // (guest/lib): a committed record's len and body are complete.
-        let commit = region.load_acquire_u32(base + abi::meta::COMMIT as u64);
-        // Relaxed: written before commit; only its value matters here.
-        let len = region.load_relaxed_u32(base + abi::meta::LEN as u64);
+        let (commit, len) = region.protocol().meta_record(base);
         let len_ok = len.is_multiple_of(8)
             && len as usize >= abi::META_REC_SIZE
             && off as u64 + len as u64 <= tail as u64;

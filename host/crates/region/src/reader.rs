@@ -205,13 +205,7 @@ impl Reader {
     pub fn new(region: Region) -> Reader {
         let layout = *region.layout();
         let channels = (0..layout.nr_channels)
-            .map(|c| {
-                // Relaxed: only hosts write `consumed`; no writer data is
-                // read on the strength of this value.
-                let consumed =
-                    region.load_relaxed_u64(layout.channel_offset(c) + abi::chan::CONSUMED);
-                ChannelState::new(layout.stream_of(c), consumed)
-            })
+            .map(|c| ChannelState::new(layout.stream_of(c), region.protocol().consumed(c)))
             .collect();
         Reader {
             region,
@@ -254,27 +248,13 @@ impl Reader {
             / abi::IVT_EV_COMPACT_SIZE as u64
     }
 
-    fn chan_word(&self, c: u32, field: u64) -> u64 {
-        self.layout.channel_offset(c) + field
-    }
-
-    /// Pairs with the store-release of commit_pos in ivt_writer_commit(),
-    /// ivt_writer_close() and ivt_writer_seal_orphan() (writer.h): every
-    /// byte below the loaded position is visible after this load.
     fn load_commit_pos(&self, c: u32) -> u64 {
-        self.region
-            .load_acquire_u64(self.chan_word(c, abi::chan::COMMIT_POS))
+        self.region.protocol().commit_pos(c)
     }
 
-    /// The writer's drop counters. Relaxed: statistics, each counter is
-    /// monotonic and nothing else is read on their strength.
+    /// The writer's drop counters of channel `c`.
     pub fn writer_losses(&self, c: u32) -> WriterLosses {
-        let load = |f| self.region.load_relaxed_u64(self.chan_word(c, f));
-        WriterLosses {
-            full: load(abi::chan::LOST_FULL),
-            too_big: load(abi::chan::LOST_TOO_BIG),
-            nested: load(abi::chan::LOST_NESTED),
-        }
+        self.region.protocol().writer_losses(c)
     }
 
     /// Drains every complete packet of every channel once.
@@ -303,11 +283,9 @@ impl Reader {
             pass.bytes += self.process(c, seq, Extent::Complete, sink)? as u64;
             pass.packets += 1;
             self.channels[c as usize].next_seq = seq + 1;
-            // Hand the sub-buffer back: pairs with the load-acquire of
-            // `consumed` in ivt_writer_open(), so our copy above happens
-            // before the writer reuses the sub-buffer (discard mode).
-            self.region
-                .store_release_u64(self.chan_word(c, abi::chan::CONSUMED), seq + 1);
+            // Hand the sub-buffer back (discard mode): our copy above
+            // happens before the writer reuses it.
+            self.region.protocol().release_subbufs(c, seq + 1);
         }
         Ok(pass)
     }
@@ -423,15 +401,10 @@ impl Reader {
         checked.map(|content| (header, content))
     }
 
-    /// Seqlock check after a copy: the acquire fence orders the copy
-    /// before the re-read of open_seq, pairing with the release fence
-    /// after the store of open_seq in ivt_writer_open() (writer.h).
+    /// Seqlock check after a copy: did the writer reopen the sub-buffer
+    /// (a whole ring later) while we copied it?
     fn torn(&self, c: u32, seq: u64) -> bool {
-        self.region.fence_acquire();
-        // Relaxed: ordered by the fence above.
-        let open_seq = self
-            .region
-            .load_relaxed_u64(self.chan_word(c, abi::chan::OPEN_SEQ));
+        let open_seq = self.region.protocol().open_seq_after_copy(c);
         open_seq >= seq.saturating_add(self.layout.nr_subbufs as u64)
     }
 
@@ -573,10 +546,7 @@ impl Reader {
         let max_per_packet = self.max_events_per_packet();
         for c in 0..self.layout.nr_channels {
             let losses = self.writer_losses(c);
-            // Relaxed: final statistics (the region is closed or stopped).
-            let closed = self
-                .region
-                .load_relaxed_u64(self.chan_word(c, abi::chan::EVENTS_CLOSED));
+            let closed = self.region.protocol().events_closed(c);
             let ch = &mut self.channels[c as usize];
             ch.stats.writer_lost = losses;
             let end = closed.max(ch.expected_first_event.unwrap_or(0));

@@ -5,8 +5,9 @@
 //! It offers three kinds of access, nothing else:
 //!
 //! - atomic loads and stores of naturally aligned control words, at offsets
-//!   computed from the *validated* layout (acquire/release where the ABI
-//!   says so; each call site names the writer.h function it pairs with);
+//!   computed from the *validated* layout, private to this crate: the
+//!   host's half of the protocol ([`crate::protocol`]) is their only user
+//!   and names, for each, its ordering and what it pairs with;
 //! - bounded byte copies out of the region ([`Region::copy_out`]), after
 //!   which only the private copy is parsed;
 //! - nothing that hands out a reference into the region's bytes.
@@ -239,14 +240,10 @@ impl Region {
             access,
             header: placeholder_header(),
         };
-        // Pairs with the store-release of magic at the end of
-        // ivt_region_format() (abi/include/ivtrace/format.h): once we see
-        // the magic, every header store before it is visible.
-        let magic = region.load_acquire_u64(abi::hdr::MAGIC as u64);
-        check_magic(magic)?;
+        check_magic(region.protocol().published_magic())?;
         let mut page = vec![0u8; abi::HDR_SIZE];
-        // Plain copy, ordered after the magic acquire: the formatter wrote
-        // the whole header page before publishing the magic.
+        // Plain copy, ordered after the magic's load-acquire: the formatter
+        // wrote the whole header page before publishing the magic.
         region.copy_out(0, &mut page);
         region.header = parse_header(&page, len as u64)?;
         Ok(region)
@@ -303,62 +300,67 @@ impl Region {
         unsafe { &*(self.base().add(off) as *const AtomicU32) }
     }
 
-    /// Acquire load of a u64 control word. The caller names the release it
-    /// pairs with.
-    pub fn load_acquire_u64(&self, off: u64) -> u64 {
+    // The raw accessors below are private to this crate: every use names
+    // its ordering and what it pairs with in protocol.rs, the host's half
+    // of the protocol (the only caller outside this file).
+
+    /// Acquire load of a u64 control word.
+    pub(crate) fn load_acquire_u64(&self, off: u64) -> u64 {
         self.atomic_u64(off).load(Ordering::Acquire)
     }
 
-    /// Relaxed (untorn, unordered) load of a u64 word: counters and values
-    /// whose ordering is provided by another acquire.
-    pub fn load_relaxed_u64(&self, off: u64) -> u64 {
+    /// Relaxed (untorn, unordered) load of a u64 word.
+    pub(crate) fn load_relaxed_u64(&self, off: u64) -> u64 {
         self.atomic_u64(off).load(Ordering::Relaxed)
     }
 
-    pub fn load_acquire_u32(&self, off: u64) -> u32 {
+    pub(crate) fn load_acquire_u32(&self, off: u64) -> u32 {
         self.atomic_u32(off).load(Ordering::Acquire)
     }
 
-    pub fn load_relaxed_u32(&self, off: u64) -> u32 {
+    pub(crate) fn load_relaxed_u32(&self, off: u64) -> u32 {
         self.atomic_u32(off).load(Ordering::Relaxed)
     }
 
     /// Release store of a host-owned u64 word. Does nothing on a read-only
     /// region (snapshot never writes).
-    pub fn store_release_u64(&self, off: u64, v: u64) {
+    pub(crate) fn store_release_u64(&self, off: u64, v: u64) {
         if self.access == Access::ReadWrite {
             self.atomic_u64(off).store(v, Ordering::Release);
         }
     }
 
-    /// Relaxed store of a host-owned u64 word (statistics, liveness).
-    pub fn store_relaxed_u64(&self, off: u64, v: u64) {
+    /// Relaxed store of a host-owned u64 word. Nothing on a read-only region.
+    pub(crate) fn store_relaxed_u64(&self, off: u64, v: u64) {
         if self.access == Access::ReadWrite {
             self.atomic_u64(off).store(v, Ordering::Relaxed);
         }
     }
 
-    /// Relaxed store of a host-owned u32 word (`host_sleeping`, the
-    /// doorbell target, control `cmd`). Does nothing on a read-only region.
-    pub fn store_relaxed_u32(&self, off: u64, v: u32) {
+    /// Relaxed store of a host-owned u32 word. Nothing on a read-only region.
+    pub(crate) fn store_relaxed_u32(&self, off: u64, v: u32) {
         if self.access == Access::ReadWrite {
             self.atomic_u32(off).store(v, Ordering::Relaxed);
         }
     }
 
-    /// Full (sequentially consistent) fence: the host's half of a Dekker
-    /// handshake (store `host_sleeping`, fence, load `commit_pos`). Pairs
-    /// with the writer's `ivt_full_fence()` between its store of
-    /// `commit_pos` and its load of `host_sleeping` (writer.h).
-    pub fn fence_full(&self) {
+    /// Full (sequentially consistent) fence.
+    pub(crate) fn fence_full(&self) {
         fence(Ordering::SeqCst);
     }
 
-    /// Acquire fence, for the seqlock-style torn-copy check: orders the
-    /// copy before the re-read of `open_seq`. Pairs with the release fence
-    /// in ivt_writer_open() (writer.h).
-    pub fn fence_acquire(&self) {
+    /// Acquire fence.
+    pub(crate) fn fence_acquire(&self) {
         fence(Ordering::Acquire);
+    }
+
+    /// The region file (None for an in-memory region), for the control
+    /// lock.
+    pub(crate) fn file(&self) -> Option<&File> {
+        match &self.backing {
+            Backing::Mapped(_, file) => Some(file),
+            Backing::Owned(_) => None,
+        }
     }
 
     /// Copies `dst.len()` bytes at `off` out of the region. Returns false
@@ -390,13 +392,6 @@ impl Region {
             );
         }
         true
-    }
-
-    /// Re-reads the magic: false once the region has been withdrawn for
-    /// reformatting (ivt_region_format() stores 0 first). Relaxed: only
-    /// the value matters, nothing is read on its strength.
-    pub fn still_formatted(&self) -> bool {
-        self.load_relaxed_u64(abi::hdr::MAGIC as u64) == abi::IVT_MAGIC
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::control::{self, Command};
+use crate::control::{self, parse_command};
 use crate::serve::guest::Request;
 use crate::serve::Registry;
 
@@ -120,7 +120,7 @@ fn answer(req: &Value, registry: &Registry) -> Value {
                         .collect()
                 })
                 .unwrap_or_default();
-            let cmd = match Command::parse(&words) {
+            let cmd = match parse_command(&words) {
                 Ok(c) => c,
                 Err(e) => return json!({"ok": false, "error": format!("{e:#}")}),
             };

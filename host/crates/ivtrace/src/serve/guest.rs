@@ -25,10 +25,9 @@ use serde_json::json;
 use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 use ivtrace_region::reader::PacketSink;
-use ivtrace_region::{abi, Access, EventClasses, Reader, Region, RegionError};
+use ivtrace_region::{abi, Access, Ack, Command, EventClasses, Reader, Region, RegionError};
 
 use crate::clock::ClockEstimator;
-use crate::control::{self, off, Ack, Command};
 use crate::hosttrace::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
 use crate::kvmclock::KvmTsc;
 use crate::notify::{Notifier, NotifyStats};
@@ -455,8 +454,8 @@ impl Guest {
             s.state = "recording".into();
         }
         let features = region.header().features;
-        let doorbell = features & control::IVT_FEAT_DOORBELL != 0 && notifier.has_doorbell();
-        control::set_doorbell_target(&region, HOST_ID as u16, 0);
+        let doorbell = features & abi::IVT_FEAT_DOORBELL != 0 && notifier.has_doorbell();
+        region.protocol().set_doorbell_target(HOST_ID as u16, 0);
 
         // Clock: KVM's numbers when there are any, the ping-pong always
         // (it is the method under TCG and a cross-check under KVM).
@@ -466,7 +465,7 @@ impl Guest {
         };
         let kvm_note = kvm.as_ref().err().cloned();
         let mut kvm = kvm.ok();
-        let can_sync = features & control::IVT_FEAT_SYNC != 0 && !self.fds.guest_rx.is_empty();
+        let can_sync = features & abi::IVT_FEAT_SYNC != 0 && !self.fds.guest_rx.is_empty();
         let mut pingpong = can_sync.then(|| PingPong::new(&region, self.cfg.sync_interval));
         if let Some(pp) = pingpong.as_mut() {
             let gr = &self.fds.guest_rx;
@@ -562,26 +561,20 @@ impl Guest {
                 reader.drain_available(&mut sink)?
             };
             heartbeat += 1;
-            // Relaxed: a liveness counter.
-            reader
-                .region()
-                .store_relaxed_u64(abi::hdr::HOST_HEARTBEAT as u64, heartbeat);
+            reader.region().protocol().heartbeat(heartbeat);
             if let Some(e) = ending {
                 break e;
             }
             if self.stop.load(Ordering::Relaxed) {
                 break End::Stop;
             }
-            // Pairs with the module's store-release of CLOSED
-            // (ivtk_region_close()): every packet closed before it is
-            // visible to the next (last) pass.
-            if reader.region().load_acquire_u32(abi::hdr::STATE as u64) == abi::IVT_STATE_CLOSED {
+            if reader.region().protocol().writer_closed() {
                 ending = Some(End::Closed);
                 continue;
             }
             if last_slow.elapsed() >= SLOW_CHECK {
                 last_slow = Instant::now();
-                if !reader.region().still_formatted() {
+                if !reader.region().protocol().still_formatted() {
                     ending = Some(End::Withdrawn);
                     continue;
                 }
@@ -756,8 +749,7 @@ impl Guest {
             woken_by_doorbell: notifier.stats.woken_by_doorbell - notify_before.woken_by_doorbell,
             timeouts: notifier.stats.timeouts - notify_before.timeouts,
         };
-        // Relaxed: a guest-written statistic.
-        let rung = reader.region().load_relaxed_u64(off::DOORBELLS);
+        let rung = reader.region().protocol().doorbells_rung();
         let latency = delivery_stats(&delivered, &clock);
         let mut extra = serde_json::Map::new();
         extra.insert(
@@ -884,9 +876,9 @@ impl Guest {
             };
             match req {
                 Request::Control { cmd, reply } => {
-                    let region = reader.region();
-                    let timeout = control::ack_timeout(region, true);
-                    let res = control::send(region, &self.shm_file, cmd, &|| self.kick(), timeout);
+                    let region = reader.region().protocol();
+                    let timeout = region.ack_timeout(true);
+                    let res = region.send_command(cmd, &|| self.kick(), timeout);
                     if let Ok(a) = &res {
                         let payload = Payload::default()
                             .u32(cmd.code())
@@ -919,8 +911,7 @@ impl Guest {
                     s.lost = lost;
                     s.doorbells = received;
                     let _ = notifier;
-                    // Relaxed: a guest-written statistic.
-                    s.doorbells_rung = reader.region().load_relaxed_u64(off::DOORBELLS);
+                    s.doorbells_rung = reader.region().protocol().doorbells_rung();
                     let _ = reply.send(s);
                 }
             }
