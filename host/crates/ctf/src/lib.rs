@@ -4,17 +4,17 @@
 //! `DIR/user/` and `DIR/kernel/` (one CTF trace per stream class, one
 //! stream file per channel), keeps each trace's TSDL [`tsdl`] metadata in
 //! step with the event classes, and writes the JSON [`sidecar`]. The
-//! [`clock`] mapping becomes the CTF clock block. The kernel stream is
+//! clock mapping (ivtrace-time's [`ClockMapping`]) becomes the CTF clock
+//! block. The kernel stream is
 //! staged in its wire form and expanded to LTTng's layout at the end
 //! ([`kernel`]).
 
-pub mod clock;
 pub mod kernel;
 pub mod sidecar;
 pub mod trace;
 pub mod tsdl;
 
-pub use clock::ClockMapping;
+pub use ivtrace_time::ClockMapping;
 pub use sidecar::Sidecar;
 pub use trace::{CtfError, CtfWriter};
 pub use tsdl::{EnvValue, TraceEnv};

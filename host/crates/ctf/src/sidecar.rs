@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use ivtrace_region::classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
 
-use crate::clock::ClockMapping;
+use ivtrace_time::ClockMapping;
 
 /// File name of the sidecar at the output root.
 pub const SIDECAR_NAME: &str = "ivtrace.json";

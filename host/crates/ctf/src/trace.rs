@@ -24,10 +24,10 @@ use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClasses, StreamClasses};
 use ivtrace_region::reader::PacketSink;
 
-use crate::clock::ClockMapping;
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::sidecar::{Sidecar, SIDECAR_NAME};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
+use ivtrace_time::ClockMapping;
 
 /// Buffer per stream file; packets larger than this bypass it.
 const STREAM_BUFFER: usize = 1 << 20;

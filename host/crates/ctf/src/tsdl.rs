@@ -11,7 +11,7 @@ use std::fmt::Write;
 
 use ivtrace_region::classes::{EventClass, FieldType, StreamClasses};
 
-use crate::clock::ClockMapping;
+use ivtrace_time::ClockMapping;
 
 /// Name of the clock class in every trace.
 pub const CLOCK_NAME: &str = "ivt_clock";

@@ -1,5 +1,5 @@
 //! `DIR/host/`: a CTF 1.8 trace of host-side events on the host time base
-//! ([`crate::timebase`]: CLOCK_MONOTONIC shifted onto CLOCK_REALTIME), so
+//! ([`ivtrace_time::timebase`]: CLOCK_MONOTONIC shifted onto CLOCK_REALTIME), so
 //! `babeltrace2 DIR` interleaves them with the guest's streams, whose
 //! clocks map guest ticks onto the same base.
 //!
@@ -111,7 +111,7 @@ fn random_uuid() -> String {
         .is_err()
     {
         // No randomness: time and pid still make it unique enough.
-        let t = crate::timebase::realtime_ns().to_le_bytes();
+        let t = ivtrace_time::timebase::realtime_ns().to_le_bytes();
         b[..8].copy_from_slice(&t);
         b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
     }

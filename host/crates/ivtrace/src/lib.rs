@@ -6,12 +6,10 @@
 //! which the fuzzer and the property tests drive.
 
 pub mod cli;
-pub mod clock;
 pub mod control;
 pub mod ctl;
 pub mod hostevents;
 pub mod hosttrace;
-pub mod kvmclock;
 pub mod notify;
 pub mod record;
 pub mod report;
@@ -19,8 +17,6 @@ pub mod serve;
 pub mod session;
 pub mod snapshot;
 pub mod summary;
-pub mod sync;
-pub mod timebase;
 
 /// Exit status: success, events were recorded or reported.
 pub const EXIT_OK: i32 = 0;

@@ -21,7 +21,7 @@ use nix::sys::eventfd::EventFd;
 
 use ivtrace_region::Region;
 
-use crate::timebase::host_now_ns;
+use ivtrace_time::timebase::host_now_ns;
 
 /// Token of the doorbell eventfds in the epoll set (vector k: DOORBELL + k).
 const DOORBELL: u64 = 1 << 32;

@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ivtrace_region::{abi, Access, Reader, Region, RegionError};
 
 use crate::cli::RecordArgs;
-use crate::clock;
+
 use crate::session;
 use crate::summary;
 
@@ -260,7 +260,7 @@ fn record_region(
     json: bool,
     host: &str,
 ) -> Result<u64> {
-    let mut estimator = clock::estimator_for(region.header());
+    let mut estimator = ivtrace_time::estimator_for(region.header());
     let initial = estimator.initial();
     let started = Instant::now();
     let writer = session::ctf_writer_named(&region, out, &initial, host);

@@ -358,10 +358,10 @@ pub fn events_seen(s: &Sidecar) -> u64 {
 pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
     let region = Region::from_bytes(bytes, Access::ReadWrite)?;
     fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let clock = crate::clock::HeaderReference {
+    let clock = ivtrace_time::estimator::HeaderReference {
         clock: region.header().clock,
     };
-    let clock = crate::clock::ClockEstimator::initial(&clock);
+    let clock = ivtrace_time::estimator::ClockEstimator::initial(&clock);
     let mut writer = ctf_writer(&region, out, &clock);
     let mut reader = Reader::new(region);
     reader.drain_available(&mut writer)?;

@@ -14,9 +14,9 @@ use ivtrace_testutil::{have_tool, RegionBuilder, TestRegion, LTTNG_SCHED_SWITCH_
 use super::names::ThreadNamesBuilder;
 use super::wire::{align_event, event_header, packet_content, Layout, Offsets, PacketFile};
 use super::{expand_with, Staged};
-use crate::clock::ClockMapping;
 use crate::tsdl::TraceEnv;
 use crate::CtfWriter;
+use ivtrace_time::ClockMapping;
 
 // Kernel event ids (docs/abi.md, "Kernel stream").
 const SWITCH: u32 = 0;

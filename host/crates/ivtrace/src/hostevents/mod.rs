@@ -11,7 +11,7 @@
 //! [`page`]). Binary pages rather than text `trace_pipe`: no printf/parse
 //! round trip, exact field values, the kernel's own missed-event counts.
 //! Timestamps are CLOCK_MONOTONIC, shifted onto the host time base
-//! ([`crate::timebase`]), the base the guest traces are mapped to.
+//! ([`ivtrace_time::timebase`]), the base the guest traces are mapped to.
 //!
 //! vCPU threads are the QEMU process's tasks whose `comm` is `CPU n/TCG`
 //! or `CPU n/KVM` (QEMU names them with `-name ...,debug-threads=on`);
@@ -41,7 +41,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use ivtrace_region::classes::EventClass;
 
 use crate::hosttrace::{HostTrace, STREAM_KERNEL};
-use crate::timebase::mono_to_host;
+use ivtrace_time::timebase::mono_to_host;
 
 use decode::Decoder;
 use format::{EventFmt, HeaderPage};
@@ -464,7 +464,7 @@ impl RecordHost {
         let desc = crate::hosttrace::HostTraceDesc {
             hostname: &crate::serve::host_name(),
             trace_name: &format!("{name}-host"),
-            error_ns: crate::timebase::base().error_ns,
+            error_ns: ivtrace_time::timebase::base().error_ns,
             env: vec![(
                 "ivtrace_qemu_pid".into(),
                 ivtrace_ctf::EnvValue::Int(pid as i64),

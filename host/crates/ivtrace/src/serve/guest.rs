@@ -27,15 +27,15 @@ use ivtrace_region::classes::{EventClass, Field, FieldType};
 use ivtrace_region::reader::PacketSink;
 use ivtrace_region::{abi, Access, Ack, Command, EventClasses, Reader, Region, RegionError};
 
-use crate::clock::ClockEstimator;
 use crate::hosttrace::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
-use crate::kvmclock::KvmTsc;
 use crate::notify::{Notifier, NotifyStats};
 use crate::serve::proto::{Eventfds, PeerInfo, HOST_ID};
 use crate::serve::ServeConfig;
-use crate::sync::{self, PingPong, PingPongEstimate};
-use crate::timebase::host_now_ns;
 use crate::{session, summary};
+use ivtrace_time::estimator::ClockEstimator;
+use ivtrace_time::kvm::KvmTsc;
+use ivtrace_time::pingpong::{self, PingPong, PingPongEstimate};
+use ivtrace_time::timebase::host_now_ns;
 
 /// Epoll tokens.
 const TOK_CONN: u64 = 1;
@@ -490,7 +490,7 @@ impl Guest {
         // Neither KVM nor a sync-capable writer (e.g. a loopback writer on
         // a served region): the estimator `record` would use.
         let mut fallback = (kvm.is_none() && pingpong.is_none())
-            .then(|| crate::clock::estimator_for(region.header()));
+            .then(|| ivtrace_time::estimator::estimator_for(region.header()));
         let initial = match (&kvm, &pingpong, &fallback) {
             (Some(k), _, _) => k.initial(),
             (None, Some(pp), _) => pp.mapping(),
@@ -501,7 +501,7 @@ impl Guest {
         let host_desc = HostTraceDesc {
             hostname: &crate::serve::host_name(),
             trace_name: &format!("{}-host", self.name),
-            error_ns: crate::timebase::base().error_ns,
+            error_ns: ivtrace_time::timebase::base().error_ns,
             env: vec![
                 (
                     "ivtrace_guest_name".into(),
@@ -710,7 +710,7 @@ impl Guest {
         ));
         env.extra.push((
             "ivtrace_clock_sync_span_ns".into(),
-            EnvValue::Int(sync::span_ns(&points).min(i64::MAX as u64) as i64),
+            EnvValue::Int(pingpong::span_ns(&points).min(i64::MAX as u64) as i64),
         ));
         writer.set_env(env);
         writer.finish(reader.classes())?;
@@ -792,7 +792,7 @@ impl Guest {
                 "pingpong": pingpong.as_ref().map(|pp| json!({
                     "stats": pp.stats,
                     "points": pp.points().len(),
-                    "span_ns": sync::span_ns(pp.points()),
+                    "span_ns": pingpong::span_ns(pp.points()),
                     "mapping": pp_mapping,
                 })),
             }),

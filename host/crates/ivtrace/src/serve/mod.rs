@@ -278,7 +278,7 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
     };
     listener.set_nonblocking(true)?;
     ctl_listener.set_nonblocking(true)?;
-    crate::timebase::base(); // measure the host time base now
+    ivtrace_time::timebase::base(); // measure the host time base now
 
     let cfg = Arc::new(ServeConfig {
         outroot: args.output.clone(),

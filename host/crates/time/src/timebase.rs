@@ -4,7 +4,7 @@
 //!
 //! Why not CLOCK_REALTIME itself: it can step (NTP, an administrator),
 //! which would make host streams go backwards and break the fits of
-//! [`crate::sync`]. Why not raw CLOCK_MONOTONIC: CTF clocks, the guest
+//! [`crate::pingpong`]. Why not raw CLOCK_MONOTONIC: CTF clocks, the guest
 //! traces' mappings and the tracefs `mono` clock must all land on one
 //! absolute base that babeltrace2 can merge and people can read as dates.
 //! So: `host_ns = monotonic_ns + offset`, with `offset = realtime -

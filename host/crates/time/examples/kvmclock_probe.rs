@@ -6,8 +6,8 @@
 //! cargo run --release --example kvmclock_probe -- <qemu pid>
 //! ```
 
-use ivtrace::clock::ClockEstimator;
-use ivtrace::kvmclock::{read_vcpus, KvmTsc};
+use ivtrace_time::kvm::{read_vcpus, KvmTsc};
+use ivtrace_time::ClockEstimator;
 
 fn main() {
     let Some(pid) = std::env::args().nth(1).and_then(|p| p.parse::<i32>().ok()) else {

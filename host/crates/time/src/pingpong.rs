@@ -20,11 +20,11 @@
 
 use std::time::{Duration, Instant};
 
-use ivtrace_ctf::ClockMapping;
 use ivtrace_region::region::ClockRef;
 use ivtrace_region::Region;
 
-use crate::clock::ClockEstimator;
+use crate::estimator::{plausible_freq, ClockEstimator};
+use crate::mapping::ClockMapping;
 use crate::timebase::host_now_ns;
 
 /// Exchanges per burst; the minimum-delta one is kept.
@@ -71,14 +71,6 @@ pub struct PingPong {
     started: Instant,
     next_due: Instant,
     interval: Duration,
-}
-
-fn plausible_freq(f: u64) -> u64 {
-    if (1_000..=100_000_000_000).contains(&f) {
-        f
-    } else {
-        1_000_000_000
-    }
 }
 
 impl PingPong {

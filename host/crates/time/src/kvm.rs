@@ -13,14 +13,13 @@
 //! it is detected at the end and widens the bound by the change.
 //!
 //! Needs root and a mounted debugfs; otherwise the caller falls back to
-//! the ping-pong ([`crate::sync`]).
+//! the ping-pong ([`crate::pingpong`]).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ivtrace_ctf::ClockMapping;
-
-use crate::clock::ClockEstimator;
+use crate::estimator::{rdtsc, ClockEstimator};
+use crate::mapping::ClockMapping;
 use crate::timebase::host_now_ns;
 
 /// One vCPU's TSC parameters.
@@ -126,17 +125,6 @@ pub fn read_vcpus(vm_dir: &Path) -> Result<Vec<(u32, VcpuTsc)>, String> {
     }
     out.sort_by_key(|(i, _)| *i);
     Ok(out)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn rdtsc() -> u64 {
-    // SAFETY: rdtsc exists on every x86_64 CPU and has no memory effects.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn rdtsc() -> u64 {
-    0
 }
 
 /// A (host TSC, host time) pair: the TSC midpoint around a time read.

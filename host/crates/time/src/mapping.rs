@@ -1,9 +1,9 @@
 //! The mapping from the writers' clock (ticks) to host wall-clock time,
 //! and its CTF 1.8 clock-block form.
 //!
-//! How the mapping is estimated is not this crate's business (the CLI
-//! samples TSC/CLOCK_REALTIME pairs, reads the header's reference pair, or
-//! later a ping-pong/KVM estimate); this is the result:
+//! How the mapping is estimated is the estimators' business
+//! ([`crate::estimator`], [`crate::kvm`], [`crate::pingpong`]); this is the
+//! result, which ivtrace-ctf writes as each trace's clock:
 //!
 //! ```text
 //! realtime_ns(t) = ref_realtime_ns + (t - ref_ticks) * 1e9 / freq_hz

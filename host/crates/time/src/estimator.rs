@@ -1,15 +1,15 @@
 //! Estimating the writer-clock -> host-realtime mapping.
 //!
-//! [`ClockEstimator`] is the seam: today there is a loopback estimator
-//! (writers on this host read the same TSC: sample rdtsc/CLOCK_REALTIME
-//! pairs at start and end, fit frequency and offset) and the header's
-//! reference pair as a coarse fallback. A ping-pong or KVM TSC-offset
-//! estimator plugs in here later.
+//! [`ClockEstimator`] is the seam every estimator implements: here the
+//! loopback estimator (writers on this host read the same TSC: sample
+//! rdtsc/CLOCK_REALTIME pairs at start and end, fit frequency and offset)
+//! and the header's reference pair as a coarse fallback; KVM's TSC offset
+//! ([`crate::kvm`]) and the ping-pong ([`crate::pingpong`]) are the others.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
-use ivtrace_ctf::ClockMapping;
 use ivtrace_region::region::{ClockRef, Header};
+
+use crate::mapping::ClockMapping;
+use crate::timebase::realtime_ns;
 
 /// Samples per burst; the one with the smallest rdtsc gap wins.
 const BURST: usize = 64;
@@ -23,7 +23,7 @@ const FREQ_PLAUSIBLE: std::ops::RangeInclusive<u64> = 1_000..=100_000_000_000;
 const FREQ_FALLBACK: u64 = 1_000_000_000;
 
 /// The header's frequency if plausible, else 1 GHz.
-fn plausible_freq(freq_hz: u64) -> u64 {
+pub(crate) fn plausible_freq(freq_hz: u64) -> u64 {
     if FREQ_PLAUSIBLE.contains(&freq_hz) {
         freq_hz
     } else {
@@ -93,22 +93,17 @@ fn tsc_available() -> bool {
     false
 }
 
+/// This CPU's time stamp counter (0 where there is none).
 #[cfg(target_arch = "x86_64")]
-fn rdtsc() -> u64 {
+pub(crate) fn rdtsc() -> u64 {
     // SAFETY: rdtsc exists on every x86_64 CPU, reads a counter and has
     // no memory effects (the one use of unsafe outside shared memory).
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn rdtsc() -> u64 {
+pub(crate) fn rdtsc() -> u64 {
     0
-}
-
-fn realtime_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// The sample of a burst whose two rdtsc are closest together.
