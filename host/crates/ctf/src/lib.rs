@@ -5,10 +5,12 @@
 //! stream file per channel), keeps each trace's TSDL [`tsdl`] metadata in
 //! step with the event classes, and writes the JSON [`sidecar`]. The
 //! clock mapping (ivtrace-time's [`ClockMapping`]) becomes the CTF clock
-//! block. The kernel stream is
-//! staged in its wire form and expanded to LTTng's layout at the end
-//! ([`kernel`]).
+//! block. The kernel stream is staged in its wire form and expanded to
+//! LTTng's layout at the end ([`kernel`]). [`host::HostTrace`] writes
+//! `DIR/host/`, the host's own events on the host time base; every
+//! trace's metadata comes from [`tsdl`].
 
+pub mod host;
 pub mod kernel;
 pub mod sidecar;
 pub mod trace;

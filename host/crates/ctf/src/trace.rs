@@ -83,14 +83,14 @@ pub struct CtfWriter {
     kernel: Option<Expanded>,
 }
 
-fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
+pub(crate) fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
     move |source| CtfError::Create {
         path: path.display().to_string(),
         source,
     }
 }
 
-fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
+pub(crate) fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
     move |source| CtfError::Write {
         path: path.display().to_string(),
         source,

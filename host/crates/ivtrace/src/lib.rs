@@ -8,8 +8,6 @@
 pub mod cli;
 pub mod control;
 pub mod ctl;
-pub mod hostevents;
-pub mod hosttrace;
 pub mod notify;
 pub mod record;
 pub mod report;

@@ -2,16 +2,18 @@
 //! closed or the user stops, flush what was committed, summarize.
 
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use ivtrace_ctf::host::{HostTrace, HostTraceDesc};
 use ivtrace_region::{abi, Access, Reader, Region, RegionError};
+use ivtrace_tracefs::host::{HostEventStats, Running};
 
 use crate::cli::RecordArgs;
 
@@ -236,12 +238,7 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     raise_file_limit();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
     let host_events = match args.host_events {
-        true => Some(crate::hostevents::RecordHost::start(
-            args.qemu_pid,
-            &args.shm,
-            &out,
-            &host,
-        )?),
+        true => Some(RecordHost::start(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
     let seen = record_region(region, &args.shm, &out, &stop, deadline, args.json, &host);
@@ -301,4 +298,72 @@ fn record_region(
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out, json)?;
     Ok(session::events_seen(&sidecar))
+}
+
+/// `ivtrace record --host-events`: host events of the QEMU behind a
+/// region file, into `DIR/host/`, for as long as the recording runs.
+pub struct RecordHost {
+    running: Running,
+    trace: Arc<Mutex<HostTrace>>,
+    dir: PathBuf,
+}
+
+impl RecordHost {
+    /// Starts recording host events for the process `qemu_pid`, or the
+    /// one that maps `shm`.
+    pub fn start(qemu_pid: Option<i32>, shm: &Path, out: &Path, name: &str) -> Result<RecordHost> {
+        let pid = match qemu_pid {
+            Some(p) => p,
+            None => ivtrace_tracefs::host::process_mapping(shm).with_context(|| {
+                format!(
+                    "no process maps {}: pass --qemu-pid (the QEMU whose vCPU threads to trace)",
+                    shm.display()
+                )
+            })?,
+        };
+        let mut classes = Vec::new();
+        let he = ivtrace_tracefs::host::HostEvents::prepare(Some(pid), &mut classes)?;
+        let desc = HostTraceDesc {
+            hostname: &crate::serve::host_name(),
+            trace_name: &format!("{name}-host"),
+            error_ns: ivtrace_time::timebase::base().error_ns,
+            env: vec![(
+                "ivtrace_qemu_pid".into(),
+                ivtrace_ctf::EnvValue::Int(pid as i64),
+            )],
+        };
+        let dir = out.join("host");
+        let trace = Arc::new(Mutex::new(HostTrace::create(&dir, &desc, classes)?));
+        let running = he.start(Arc::clone(&trace))?;
+        Ok(RecordHost {
+            running,
+            trace,
+            dir,
+        })
+    }
+
+    /// Stops, flushes, says what was recorded.
+    pub fn finish(self) -> Result<HostEventStats> {
+        let stats = self.running.stop()?;
+        match Arc::try_unwrap(self.trace) {
+            Ok(m) => {
+                m.into_inner().expect("not poisoned").finish()?;
+            }
+            Err(a) => a.lock().expect("not poisoned").flush()?,
+        }
+        eprintln!(
+            "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed -> {}",
+            stats.events,
+            stats.qemu_pid,
+            stats.threads.len(),
+            if stats.vcpu_names {
+                ", vCPU threads by name"
+            } else {
+                "; no `CPU n/...` thread names: all threads (start QEMU with -name NAME,debug-threads=on)"
+            },
+            stats.missed,
+            self.dir.display()
+        );
+        Ok(stats)
+    }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use serde_json::json;
@@ -92,32 +92,6 @@ fn remove_owned_entries(dir: &Path) -> Result<()> {
         res.with_context(|| format!("cannot remove {}", path.display()))?;
     }
     Ok(())
-}
-
-/// LTTng-style `YYYYMMDDTHHMMSS+0000` for a time since the epoch.
-pub fn creation_datetime(t: SystemTime) -> String {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}+0000",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Gregorian date of a day number since 1970-01-01 (H. Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + (m <= 2) as i64, m, d)
 }
 
 fn hostname() -> String {
@@ -218,7 +192,7 @@ pub fn trace_env_named(region: &Region, out: &Path, clock: &ClockMapping, host: 
     TraceEnv {
         hostname: host,
         trace_name,
-        creation_datetime: creation_datetime(SystemTime::now()),
+        creation_datetime: ivtrace_ctf::tsdl::creation_datetime(SystemTime::now()),
         tracer_major: version.first().copied().unwrap_or(0),
         tracer_minor: version.get(1).copied().unwrap_or(0),
         extra,
@@ -384,16 +358,6 @@ pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn datetime_is_lttng_style() {
-        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-        assert_eq!(creation_datetime(t), "20231114T221320+0000");
-        assert_eq!(
-            creation_datetime(UNIX_EPOCH + Duration::from_secs(951_782_400)),
-            "20000229T000000+0000"
-        );
-    }
 
     #[test]
     fn non_empty_output_is_refused_without_force() {

@@ -27,11 +27,11 @@ use ivtrace_region::classes::{EventClass, Field, FieldType};
 use ivtrace_region::reader::PacketSink;
 use ivtrace_region::{abi, Access, Ack, Command, EventClasses, Reader, Region, RegionError};
 
-use crate::hosttrace::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
 use crate::notify::{Notifier, NotifyStats};
 use crate::serve::proto::{Eventfds, PeerInfo, HOST_ID};
 use crate::serve::ServeConfig;
 use crate::{session, summary};
+use ivtrace_ctf::host::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
 use ivtrace_time::estimator::ClockEstimator;
 use ivtrace_time::kvm::KvmTsc;
 use ivtrace_time::pingpong::{self, PingPong, PingPongEstimate};
@@ -515,7 +515,7 @@ impl Guest {
         };
         let mut classes = serve_classes();
         let hostev = if self.cfg.host_events {
-            crate::hostevents::HostEvents::prepare(self.peer.pid, &mut classes)
+            ivtrace_tracefs::host::HostEvents::prepare(self.peer.pid, &mut classes)
                 .map_err(|e| self.log(&format!("host events not recorded: {e:#}")))
                 .ok()
         } else {
@@ -550,7 +550,7 @@ impl Guest {
         let mut last_slow = Instant::now();
         let mut ending: Option<End> = None;
         let mut idle = POLL_MIN;
-        let host_err = |e: anyhow::Error| e.context("host trace");
+        let host_err = |e: ivtrace_ctf::CtfError| anyhow::Error::from(e).context("host trace");
 
         let end = loop {
             let pass = {

@@ -1,5 +1,5 @@
 //! `DIR/host/`: a CTF 1.8 trace of host-side events on the host time base
-//! ([`ivtrace_time::timebase`]: CLOCK_MONOTONIC shifted onto CLOCK_REALTIME), so
+//! (ivtrace-time's `timebase`: CLOCK_MONOTONIC shifted onto CLOCK_REALTIME), so
 //! `babeltrace2 DIR` interleaves them with the guest's streams, whose
 //! clocks map guest ticks onto the same base.
 //!
@@ -18,17 +18,15 @@
 //! files only ever receive whole packets: a process killed mid-run leaves
 //! a valid trace of everything written before.
 
-use std::fmt::Write as _;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-
-use ivtrace_ctf::tsdl::{escape, write_env_entries, write_event, KERNEL_TRACER};
-use ivtrace_ctf::EnvValue;
 use ivtrace_region::abi::IVT_CTF_MAGIC;
 use ivtrace_region::classes::EventClass;
+
+use crate::trace::{create_err, write_atomically, write_err, CtfError};
+use crate::tsdl::{host_metadata, EnvValue};
 
 /// Bytes of packet header + context.
 pub const PACKET_HDR: usize = 4 + 4 + 8 + 8 * 6 + 4;
@@ -104,7 +102,8 @@ pub struct HostTraceDesc<'a> {
     pub env: Vec<(String, EnvValue)>,
 }
 
-fn random_uuid() -> String {
+/// A random (version 4) uuid for a trace or clock nobody else names.
+pub(crate) fn random_uuid() -> String {
     let mut b = [0u8; 16];
     if File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
@@ -120,77 +119,16 @@ fn random_uuid() -> String {
     ivtrace_region::region::format_uuid(&b)
 }
 
-/// TSDL for the host trace.
-pub fn metadata(desc: &HostTraceDesc, uuid: &str, classes: &[EventClass]) -> String {
-    let mut t = String::from("/* CTF 1.8 */\n\n");
-    t.push_str(
-        "typealias integer { size = 8; align = 8; signed = false; } := h_u8;\n\
-         typealias integer { size = 32; align = 8; signed = false; } := h_u32;\n\
-         typealias integer { size = 64; align = 8; signed = false; } := h_u64;\n\n",
-    );
-    let _ = write!(
-        t,
-        "trace {{\n\tmajor = 1;\n\tminor = 8;\n\tuuid = \"{uuid}\";\n\tbyte_order = le;\n\
-         \tpacket.header := struct {{\n\t\th_u32 magic;\n\t\th_u32 stream_id;\n\
-         \t\th_u64 stream_instance_id;\n\t}};\n}};\n\n"
-    );
-    // LTTng-kernel-style env (Trace Compass keys on domain/tracer_name).
-    t.push_str("env {\n");
-    let _ = writeln!(t, "\thostname = \"{}\";", escape(desc.hostname));
-    let (tracer, major, minor, _) = KERNEL_TRACER;
-    let _ = write!(
-        t,
-        "\tdomain = \"kernel\";\n\ttracer_name = \"{tracer}\";\n\
-         \ttracer_major = {major};\n\ttracer_minor = {minor};\n"
-    );
-    let _ = writeln!(t, "\ttrace_name = \"{}\";", escape(desc.trace_name));
-    let _ = writeln!(
-        t,
-        "\ttrace_creation_datetime = \"{}\";",
-        crate::session::creation_datetime(std::time::SystemTime::now())
-    );
-    t.push_str("\tivtrace_host_trace = 1;\n");
-    write_env_entries(&mut t, &desc.env);
-    t.push_str("};\n\n");
-    let _ = write!(
-        t,
-        "clock {{\n\tname = \"ivt_host\";\n\tuuid = \"{}\";\n\
-         \tdescription = \"host CLOCK_MONOTONIC on the CLOCK_REALTIME base (ivtrace host time)\";\n\
-         \tfreq = 1000000000;\n\tprecision = {};\n\toffset_s = 0;\n\toffset = 0;\n\tabsolute = TRUE;\n}};\n\n",
-        random_uuid(),
-        desc.error_ns.max(1)
-    );
-    t.push_str(
-        "typealias integer { size = 64; align = 8; signed = false; map = clock.ivt_host.value; } := h_clock_t;\n\n",
-    );
-    for (id, ctx) in [
-        (
-            STREAM_KERNEL,
-            "\tevent.context := struct {\n\t\tinteger { size = 32; align = 8; signed = true; } _tid;\n\t};\n",
-        ),
-        (STREAM_IVTRACE, ""),
-    ] {
-        let _ = write!(
-            t,
-            "stream {{\n\tid = {id};\n\tpacket.context := struct {{\n\
-             \t\th_clock_t timestamp_begin;\n\t\th_clock_t timestamp_end;\n\
-             \t\th_u64 content_size;\n\t\th_u64 packet_size;\n\t\th_u64 packet_seq_num;\n\
-             \t\th_u64 events_discarded;\n\t\th_u32 cpu_id;\n\t}};\n\
-             \tevent.header := struct {{\n\t\th_u32 id;\n\t\th_clock_t timestamp;\n\t}};\n{ctx}}};\n\n"
-        );
-    }
-    for c in classes {
-        write_event(&mut t, c);
-    }
-    t
-}
-
 impl HostTrace {
     /// Creates `dir` (must not exist) and writes its metadata.
-    pub fn create(dir: &Path, desc: &HostTraceDesc, classes: Vec<EventClass>) -> Result<HostTrace> {
-        fs::create_dir(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let text = metadata(desc, &random_uuid(), &classes);
-        ivtrace_ctf::trace::write_atomically(dir, "metadata", text.as_bytes())?;
+    pub fn create(
+        dir: &Path,
+        desc: &HostTraceDesc,
+        classes: Vec<EventClass>,
+    ) -> Result<HostTrace, CtfError> {
+        fs::create_dir(dir).map_err(create_err(dir))?;
+        let text = host_metadata(desc, &random_uuid(), &classes);
+        write_atomically(dir, "metadata", text.as_bytes())?;
         Ok(HostTrace {
             dir: dir.to_path_buf(),
             classes,
@@ -212,13 +150,18 @@ impl HostTrace {
     }
 
     /// Adds a stream file `name` (host-chosen, e.g. `host_cpu3`).
-    pub fn add_stream(&mut self, stream_class: u32, cpu: u32, name: &str) -> Result<usize> {
+    pub fn add_stream(
+        &mut self,
+        stream_class: u32,
+        cpu: u32,
+        name: &str,
+    ) -> Result<usize, CtfError> {
         let path = self.dir.join(name);
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .open(&path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
+            .map_err(create_err(&path))?;
         self.streams.push(HStream {
             class: stream_class,
             instance: self.streams.len() as u64,
@@ -246,7 +189,7 @@ impl HostTrace {
         ts: u64,
         tid: i32,
         payload: &[u8],
-    ) -> Result<()> {
+    ) -> Result<(), CtfError> {
         let s = &mut self.streams[stream];
         let ts = ts.max(s.last_ts);
         if s.events_in_packet == 0 {
@@ -278,7 +221,7 @@ impl HostTrace {
         self.streams[stream].events
     }
 
-    fn write_packet(s: &mut HStream) -> Result<()> {
+    fn write_packet(s: &mut HStream) -> Result<(), CtfError> {
         if s.events_in_packet == 0 {
             return Ok(());
         }
@@ -296,9 +239,7 @@ impl HostTrace {
         p.extend_from_slice(&s.cpu.to_le_bytes());
         debug_assert_eq!(p.len(), PACKET_HDR);
         p.extend_from_slice(&s.content);
-        s.file
-            .write_all(&p)
-            .with_context(|| format!("cannot write {}", s.path.display()))?;
+        s.file.write_all(&p).map_err(write_err(&s.path))?;
         s.content.clear();
         s.events_in_packet = 0;
         s.seq += 1;
@@ -306,7 +247,7 @@ impl HostTrace {
     }
 
     /// Writes every open packet (so readers see everything so far).
-    pub fn flush(&mut self) -> Result<()> {
+    pub fn flush(&mut self) -> Result<(), CtfError> {
         for s in &mut self.streams {
             Self::write_packet(s)?;
         }
@@ -316,7 +257,7 @@ impl HostTrace {
     /// Flushes and closes. Streams that never got an event are removed
     /// (babeltrace2 reads an empty stream file as an error-free nothing,
     /// but nobody needs it). Returns the events written per stream.
-    pub fn finish(mut self) -> Result<Vec<u64>> {
+    pub fn finish(mut self) -> Result<Vec<u64>, CtfError> {
         self.flush()?;
         let mut counts = Vec::new();
         for s in &self.streams {

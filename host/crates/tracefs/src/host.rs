@@ -1,14 +1,14 @@
-//! Host kernel events from tracefs into `DIR/host/`: sched_switch of the
-//! QEMU vCPU threads and, where KVM runs the guest, kvm_exit / kvm_entry /
-//! kvm_hypercall (written as LTTng's `kvm_x86_*`, see [`decode`]).
+//! The host's own tracefs: a private instance that records the QEMU's
+//! vCPU threads (and, where KVM runs the guest, its kvm_* events), read
+//! one binary sub-buffer at a time per CPU and decoded into `DIR/host/`.
 //!
 //! How (as trace-cmd does): a private tracefs instance
 //! (`instances/ivtrace-<pid>-<n>`, so the global buffer and other users'
 //! settings stay untouched) with `trace_clock = mono`, the events enabled
 //! with a filter on the vCPU threads' ids, one non-blocking
 //! `per_cpu/cpuN/trace_pipe_raw` per CPU read one sub-buffer at a time
-//! and decoded with the format files of the running kernel ([`format`],
-//! [`page`]). Binary pages rather than text `trace_pipe`: no printf/parse
+//! and decoded with the format files of the running kernel ([`crate::format`],
+//! [`crate::page`]). Binary pages rather than text `trace_pipe`: no printf/parse
 //! round trip, exact field values, the kernel's own missed-event counts.
 //! Timestamps are CLOCK_MONOTONIC, shifted onto the host time base
 //! ([`ivtrace_time::timebase`]), the base the guest traces are mapped to.
@@ -20,10 +20,6 @@
 //! Under this machine's PVM-backed /dev/kvm, and under TCG, kvm_* events
 //! never fire for the guest; they are enabled anyway (cheap) when the
 //! kernel has them.
-
-pub mod decode;
-pub mod format;
-pub mod page;
 
 use std::fs;
 use std::io::{self, Read};
@@ -40,11 +36,12 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use ivtrace_region::classes::EventClass;
 
-use crate::hosttrace::{HostTrace, STREAM_KERNEL};
+use ivtrace_ctf::host::{HostTrace, STREAM_KERNEL};
 use ivtrace_time::timebase::mono_to_host;
 
-use decode::Decoder;
-use format::{EventFmt, HeaderPage};
+use crate::decode::Decoder;
+use crate::format::{self, EventFmt, HeaderPage};
+use crate::page;
 
 /// Events recorded, by tracefs system and name.
 pub const EVENTS: &[(&str, &str)] = &[
@@ -412,7 +409,7 @@ impl HostEvents {
             }
         });
         if let Some(e) = err {
-            return Err(e);
+            return Err(e.into());
         }
         stats.events += info.events - unknown;
         stats.unknown_records += unknown;
@@ -435,74 +432,6 @@ impl Running {
             Ok(r) => r,
             Err(_) => bail!("the host events thread panicked"),
         }
-    }
-}
-
-/// `ivtrace record --host-events`: host events of the QEMU behind a
-/// region file, into `DIR/host/`, for as long as the recording runs.
-pub struct RecordHost {
-    running: Running,
-    trace: Arc<Mutex<HostTrace>>,
-    dir: PathBuf,
-}
-
-impl RecordHost {
-    /// Starts recording host events for the process `qemu_pid`, or the
-    /// one that maps `shm`.
-    pub fn start(qemu_pid: Option<i32>, shm: &Path, out: &Path, name: &str) -> Result<RecordHost> {
-        let pid = match qemu_pid {
-            Some(p) => p,
-            None => process_mapping(shm).with_context(|| {
-                format!(
-                    "no process maps {}: pass --qemu-pid (the QEMU whose vCPU threads to trace)",
-                    shm.display()
-                )
-            })?,
-        };
-        let mut classes = Vec::new();
-        let he = HostEvents::prepare(Some(pid), &mut classes)?;
-        let desc = crate::hosttrace::HostTraceDesc {
-            hostname: &crate::serve::host_name(),
-            trace_name: &format!("{name}-host"),
-            error_ns: ivtrace_time::timebase::base().error_ns,
-            env: vec![(
-                "ivtrace_qemu_pid".into(),
-                ivtrace_ctf::EnvValue::Int(pid as i64),
-            )],
-        };
-        let dir = out.join("host");
-        let trace = Arc::new(Mutex::new(HostTrace::create(&dir, &desc, classes)?));
-        let running = he.start(Arc::clone(&trace))?;
-        Ok(RecordHost {
-            running,
-            trace,
-            dir,
-        })
-    }
-
-    /// Stops, flushes, says what was recorded.
-    pub fn finish(self) -> Result<HostEventStats> {
-        let stats = self.running.stop()?;
-        match Arc::try_unwrap(self.trace) {
-            Ok(m) => {
-                m.into_inner().expect("not poisoned").finish()?;
-            }
-            Err(a) => a.lock().expect("not poisoned").flush()?,
-        }
-        eprintln!(
-            "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed -> {}",
-            stats.events,
-            stats.qemu_pid,
-            stats.threads.len(),
-            if stats.vcpu_names {
-                ", vCPU threads by name"
-            } else {
-                "; no `CPU n/...` thread names: all threads (start QEMU with -name NAME,debug-threads=on)"
-            },
-            stats.missed,
-            self.dir.display()
-        );
-        Ok(stats)
     }
 }
 

@@ -180,9 +180,9 @@ pub fn parse_header_page(text: &str) -> Result<HeaderPage> {
 mod tests {
     use super::*;
 
-    const SCHED_SWITCH: &str = include_str!("../../tests/fixtures/tracefs/sched_switch.format");
-    const KVM_ENTRY: &str = include_str!("../../tests/fixtures/tracefs/kvm_entry.format");
-    const HEADER_PAGE: &str = include_str!("../../tests/fixtures/tracefs/header_page");
+    const SCHED_SWITCH: &str = include_str!("../tests/fixtures/tracefs/sched_switch.format");
+    const KVM_ENTRY: &str = include_str!("../tests/fixtures/tracefs/kvm_entry.format");
+    const HEADER_PAGE: &str = include_str!("../tests/fixtures/tracefs/header_page");
 
     #[test]
     fn real_format_files_parse() {

@@ -15,9 +15,9 @@ use std::collections::HashMap;
 
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 
-use crate::hosttrace::STREAM_KERNEL;
+use ivtrace_ctf::host::STREAM_KERNEL;
 
-use super::format::{EventFmt, FieldFmt};
+use crate::format::{EventFmt, FieldFmt};
 
 /// The LTTng name of a tracefs event.
 pub fn lttng_name(fmt: &EventFmt) -> String {
@@ -218,10 +218,10 @@ impl Decoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hostevents::format::parse_event;
+    use crate::format::parse_event;
     use ivtrace_testutil::LTTNG_SCHED_SWITCH_FIELDS;
 
-    const SCHED_SWITCH: &str = include_str!("../../tests/fixtures/tracefs/sched_switch.format");
+    const SCHED_SWITCH: &str = include_str!("../tests/fixtures/tracefs/sched_switch.format");
 
     #[test]
     fn sched_switch_takes_lttng_names_and_values() {

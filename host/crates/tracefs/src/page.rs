@@ -16,7 +16,7 @@
 //! Everything is bounds-checked: a truncated or corrupt page ends its walk
 //! and is counted, never a panic.
 
-use super::format::HeaderPage;
+use crate::format::HeaderPage;
 
 pub const TYPE_PADDING: u32 = 29;
 pub const TYPE_TIME_EXTEND: u32 = 30;

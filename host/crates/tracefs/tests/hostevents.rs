@@ -9,11 +9,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use ivtrace::hostevents::decode::Decoder;
-use ivtrace::hostevents::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
-use ivtrace::hostevents::page::{walk, PageBuilder};
-use ivtrace::hosttrace::{HostTrace, HostTraceDesc, STREAM_KERNEL};
+use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
 use ivtrace_testutil::{have_tool, RegionBuilder};
+use ivtrace_tracefs::decode::Decoder;
+use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
+use ivtrace_tracefs::page::{walk, PageBuilder};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tracefs")
