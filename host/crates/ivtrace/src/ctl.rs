@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use ivtrace_region::{Access, Command, Region};
 
 use crate::control::{self, parse_command};
-use crate::session::UserError;
+use ivtrace_engine::UserError;
 
 /// `ivtrace ctl --help`, after the options.
 pub const CTL_HELP: &str = "\

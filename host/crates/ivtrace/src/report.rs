@@ -16,8 +16,8 @@ use ivtrace_region::reader::walk_own_packet;
 use ivtrace_region::{abi, EventClasses};
 
 use crate::cli::ReportArgs;
-use crate::session::UserError;
 use crate::summary::si;
+use ivtrace_engine::UserError;
 
 /// Per-event-id counts of one stream class.
 struct Counts(Vec<u64>);

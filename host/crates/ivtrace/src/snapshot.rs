@@ -7,7 +7,9 @@ use anyhow::{Context, Result};
 use ivtrace_region::{Access, Reader, Region};
 
 use crate::cli::SnapshotArgs;
-use crate::{session, summary};
+use ivtrace_engine::session;
+
+use crate::summary;
 
 /// Runs `ivtrace snapshot`. Returns the events seen (salvaged + lost).
 pub fn run(args: &SnapshotArgs) -> Result<u64> {

@@ -104,7 +104,7 @@ fn drain_into_tempdir(bytes: &[u8]) {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir(&out).unwrap();
-    match ivtrace::session::drain_bytes_to_dir(bytes, &out) {
+    match ivtrace_engine::session::drain_bytes_to_dir(bytes, &out) {
         Ok(_) => assert!(out.join("ivtrace.json").is_file()),
         Err(e) => {
             let typed = e.downcast_ref::<ivtrace_region::RegionError>().is_some()
@@ -171,7 +171,7 @@ proptest! {
 fn template_packets_pass_unmutated() {
     let bytes = valid_region(100, false);
     let tmp = tempfile::tempdir().unwrap();
-    let events = ivtrace::session::drain_bytes_to_dir(&bytes, tmp.path()).unwrap();
+    let events = ivtrace_engine::session::drain_bytes_to_dir(&bytes, tmp.path()).unwrap();
     assert!(
         events > 0,
         "the unmutated region drains (so mutations test something)"
@@ -195,7 +195,7 @@ fn huge_guest_drop_counters_saturate() {
     }
     let tmp = tempfile::tempdir().unwrap();
     assert_eq!(
-        ivtrace::session::drain_bytes_to_dir(&r.bytes, tmp.path()).unwrap(),
+        ivtrace_engine::session::drain_bytes_to_dir(&r.bytes, tmp.path()).unwrap(),
         1
     );
     let side: serde_json::Value =

@@ -228,7 +228,7 @@ mod hostile {
             }
             r.close_region();
             let dir = tempfile::tempdir().unwrap();
-            let n = ivtrace::session::drain_bytes_to_dir(&r.bytes, dir.path()).unwrap();
+            let n = ivtrace_engine::session::drain_bytes_to_dir(&r.bytes, dir.path()).unwrap();
             prop_assert_eq!(n, emitted);
             let rep = ivtrace::report::build(dir.path()).unwrap();
             prop_assert_eq!(rep.events, emitted);

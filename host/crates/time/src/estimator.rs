@@ -6,9 +6,13 @@
 //! and the header's reference pair as a coarse fallback; KVM's TSC offset
 //! ([`crate::kvm`]) and the ping-pong ([`crate::pingpong`]) are the others.
 
+use std::time::Duration;
+
 use ivtrace_region::region::{ClockRef, Header};
+use ivtrace_region::Region;
 
 use crate::mapping::ClockMapping;
+use crate::pingpong::SyncPoint;
 use crate::timebase::realtime_ns;
 
 /// Samples per burst; the one with the smallest rdtsc gap wins.
@@ -38,6 +42,44 @@ pub trait ClockEstimator {
     fn initial(&self) -> ClockMapping;
     /// The final mapping, with everything learnt during the recording.
     fn finish(&mut self) -> ClockMapping;
+}
+
+/// A clock as a recording drives it: the mapping to write with, exchanges
+/// with the writer while recording (the ping-pong's bursts), the final
+/// mapping. Every [`ClockEstimator`] is one that never exchanges.
+pub trait ClockSync {
+    /// The mapping to use while recording.
+    fn initial_mapping(&self) -> ClockMapping;
+    /// Time until the next exchange is due (None: this clock never
+    /// exchanges).
+    fn until_due(&self) -> Option<Duration> {
+        None
+    }
+    /// Runs the exchange that is due; the point it kept, if any.
+    fn exchange(&mut self, _region: &Region) -> Option<SyncPoint> {
+        None
+    }
+    /// The final mapping. `writer_may_answer`: a last exchange is worth
+    /// trying (the writer was not gone when the recording ended).
+    fn final_mapping(&mut self, region: &Region, writer_may_answer: bool) -> ClockMapping;
+}
+
+impl<E: ClockEstimator + ?Sized> ClockSync for E {
+    fn initial_mapping(&self) -> ClockMapping {
+        self.initial()
+    }
+    fn final_mapping(&mut self, _region: &Region, _writer_may_answer: bool) -> ClockMapping {
+        self.finish()
+    }
+}
+
+impl ClockEstimator for Box<dyn ClockEstimator> {
+    fn initial(&self) -> ClockMapping {
+        (**self).initial()
+    }
+    fn finish(&mut self) -> ClockMapping {
+        (**self).finish()
+    }
 }
 
 /// Picks the best estimator the region allows.

@@ -12,13 +12,19 @@
 //!   fit of the host's TSC;
 //! - [`pingpong`]: exchanges through the region's sync mailbox (TCG, or
 //!   KVM without debugfs), a least-squares line through the
-//!   minimum-round-trip points.
+//!   minimum-round-trip points;
+//! - [`guest`]: the combination a served guest uses.
+//!
+//! A recording drives its clock through [`ClockSync`]: the mapping to
+//! write with, exchanges while recording, the final mapping.
 
 pub mod estimator;
+pub mod guest;
 pub mod kvm;
 pub mod mapping;
 pub mod pingpong;
 pub mod timebase;
 
-pub use estimator::{estimator_for, ClockEstimator};
+pub use estimator::{estimator_for, ClockEstimator, ClockSync};
+pub use guest::GuestClock;
 pub use mapping::ClockMapping;

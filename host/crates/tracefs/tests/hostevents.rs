@@ -278,7 +278,7 @@ fn host_and_guest_traces_merge_in_babeltrace2() {
     let mut bytes = r.bytes.clone();
     let at = ivtrace_region::abi::hdr::CLOCK + ivtrace_region::abi::clock::REF_REALTIME_NS;
     bytes[at..at + 8].copy_from_slice(&BASE.to_le_bytes());
-    ivtrace::session::drain_bytes_to_dir(&bytes, dir).unwrap();
+    ivtrace_engine::session::drain_bytes_to_dir(&bytes, dir).unwrap();
 
     let out = Command::new("babeltrace2")
         .args(["--clock-seconds"])

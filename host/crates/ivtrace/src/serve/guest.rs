@@ -27,10 +27,12 @@ use ivtrace_region::classes::{EventClass, Field, FieldType};
 use ivtrace_region::reader::PacketSink;
 use ivtrace_region::{abi, Access, Ack, Command, EventClasses, Reader, Region, RegionError};
 
-use crate::notify::{Notifier, NotifyStats};
 use crate::serve::proto::{Eventfds, PeerInfo, HOST_ID};
 use crate::serve::ServeConfig;
-use crate::{session, summary};
+use ivtrace_engine::notify::{Notifier, NotifyStats};
+use ivtrace_engine::session;
+
+use crate::summary;
 use ivtrace_ctf::host::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
 use ivtrace_time::estimator::ClockEstimator;
 use ivtrace_time::kvm::KvmTsc;
@@ -499,7 +501,7 @@ impl Guest {
         };
 
         let host_desc = HostTraceDesc {
-            hostname: &crate::serve::host_name(),
+            hostname: &session::this_host(),
             trace_name: &format!("{}-host", self.name),
             error_ns: ivtrace_time::timebase::base().error_ns,
             env: vec![

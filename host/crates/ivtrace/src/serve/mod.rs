@@ -40,7 +40,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use ivtrace_ctf::Sidecar;
 
-use crate::session::UserError;
+use ivtrace_engine::UserError;
 
 /// `ivtrace serve --help`, after the options.
 pub const SERVE_HELP: &str = "\
@@ -169,12 +169,6 @@ impl ServeConfig {
             let _ = crate::summary::print(sidecar, out, false);
         }
     }
-}
-
-/// This host's name (for the host trace's env).
-pub fn host_name() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
 }
 
 /// One guest as the registry knows it.

@@ -3,9 +3,10 @@
 //! the host sleeps (docs/abi.md "Host control, notification and time").
 //!
 //! The host's half of the handshake (announce the sleep, re-check every
-//! channel, block, awake) is in ivtrace-region's `protocol` (the
-//! `host_sleeping` word and its fences); this is the blocking part: an
-//! epoll over the doorbell eventfds. Partly filled packets never ring: the
+//! channel, block, awake) is ivtrace-region's `protocol` (the
+//! `host_sleeping` word and its fences), which the engine runs around the
+//! wait ([`crate::engine`]); this is the blocking part: an epoll over the
+//! doorbell eventfds. Partly filled packets never ring: the
 //! writer's flush timer closes them (`flush_ms`, default 100 ms), which is
 //! the staleness bound. The eventfd counter adds up the doorbells QEMU
 //! delivered since the last read; [`Notifier`] sums them.
@@ -20,7 +21,6 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::EventFd;
 
 use ivtrace_region::Region;
-
 use ivtrace_time::timebase::host_now_ns;
 
 /// Token of the doorbell eventfds in the epoll set (vector k: DOORBELL + k).

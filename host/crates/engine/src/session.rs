@@ -1,5 +1,6 @@
-//! What record and snapshot share: preparing the output directory, the
-//! trace environment, and turning the reader's counters into the sidecar.
+//! What every front end shares around a recording: preparing the output
+//! directory, the names and `env` of its traces, and turning the reader's
+//! counters into the sidecar.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -94,7 +95,9 @@ fn remove_owned_entries(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn hostname() -> String {
+/// This host's name (`/proc/sys/kernel/hostname`, else `localhost`), as
+/// it is: callers sanitize it where it becomes a name.
+pub fn this_host() -> String {
     fs::read_to_string("/proc/sys/kernel/hostname")
         .map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
 }
@@ -121,7 +124,7 @@ pub fn sanitize_host_name(name: &str) -> String {
 pub fn host_name(region: &Region, shm: &Path, name: Option<&str>) -> String {
     let chosen = match name {
         Some(n) => n.to_string(),
-        None if region.header().is_loopback() => hostname(),
+        None if region.header().is_loopback() => this_host(),
         None => shm
             .file_stem()
             .map_or_else(|| "guest".into(), |s| s.to_string_lossy().into_owned()),
@@ -137,7 +140,7 @@ pub fn host_name(region: &Region, shm: &Path, name: Option<&str>) -> String {
 fn default_host_name(region: &Region) -> String {
     let h = region.header();
     if h.is_loopback() {
-        sanitize_host_name(&hostname())
+        sanitize_host_name(&this_host())
     } else {
         format!("guest-{}", &h.uuid_string()[..8])
     }
