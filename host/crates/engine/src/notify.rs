@@ -20,7 +20,6 @@ use nix::poll::PollTimeout;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::EventFd;
 
-use ivtrace_region::Region;
 use ivtrace_time::timebase::host_now_ns;
 
 /// Token of the doorbell eventfds in the epoll set (vector k: DOORBELL + k).
@@ -44,7 +43,8 @@ pub struct Wake {
 pub struct NotifyStats {
     /// Doorbells received (sum of the eventfd counters).
     pub doorbells: u64,
-    /// Times the host set host_sleeping and re-checked.
+    /// Times the host set host_sleeping and re-checked (the engine counts
+    /// them: [`crate::engine::HandshakeStats`]).
     pub sleep_attempts: u64,
     /// Re-checks that found a packet (no sleep).
     pub recheck_hits: u64,
@@ -100,26 +100,6 @@ impl Notifier {
 
     pub fn has_doorbell(&self) -> bool {
         !self.doorbells.is_empty()
-    }
-
-    /// Host half of the handshake, first step: announce the sleep. The
-    /// caller then re-checks every channel (a drain pass) and calls
-    /// [`Notifier::block`] only if that found nothing, then
-    /// [`Notifier::awake`].
-    pub fn announce_sleep(&mut self, region: &Region) {
-        self.stats.sleep_attempts += 1;
-        region.protocol().announce_sleep();
-    }
-
-    /// The re-check found work: the sleep is called off.
-    pub fn recheck_hit(&mut self, region: &Region) {
-        self.stats.recheck_hits += 1;
-        self.awake(region);
-    }
-
-    /// After a wait: writers stop ringing.
-    pub fn awake(&mut self, region: &Region) {
-        region.protocol().awake();
     }
 
     /// Blocks until a doorbell, a watched descriptor or `timeout`.
