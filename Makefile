@@ -5,6 +5,7 @@
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
 #   make bench    native per-event and drain benchmarks -> bench/results/
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
+#   make lint-host  clippy (warnings as errors) and rustfmt --check on host/
 #   make eval     the whole performance page from scratch: native per-event + drain (bench),
 #                 doorbell (bench/doorbell, when present), the evaluation matrix in a real guest
 #                 (bench/eval: ivtrace states vs ftrace over net/SSH/9p/virtio-serial), then
@@ -73,3 +74,9 @@ clean:
 	rm -rf bin build
 	$(MAKE) -C guest/lib clean
 	$(CARGO) clean --manifest-path host/Cargo.toml
+
+# clippy with warnings as errors (no function over 80 lines of code) and
+# rustfmt --check, on host/ (tests and examples included) and its fuzz crate.
+.PHONY: lint-host
+lint-host:
+	$(MAKE) -C host lint-host

@@ -51,107 +51,135 @@ fn rd64(b: &[u8], at: usize) -> Option<u64> {
     ))
 }
 
+/// The page header: its timestamp, its commit word and its data (cut to
+/// the committed size where the page is long enough).
+fn header<'a>(page: &'a [u8], hp: &HeaderPage) -> Option<(u64, u64, &'a [u8])> {
+    let ts = rd64(page, hp.ts_offset)?;
+    let commit = if hp.commit_size == 8 {
+        rd64(page, hp.commit_offset)?
+    } else {
+        u64::from(rd32(page, hp.commit_offset)?)
+    };
+    let size = (commit & COMMIT_MASK) as usize;
+    let data = page.get(hp.data_offset..)?;
+    Some((ts, commit, &data[..size.min(data.len())]))
+}
+
+/// Events lost before this page: (the stored count, a flag without one).
+fn missed(page: &[u8], hp: &HeaderPage, commit: u64) -> (Option<u64>, bool) {
+    if commit & MISSED_EVENTS == 0 {
+        return (None, false);
+    }
+    if commit & MISSED_STORED == 0 {
+        return (None, true);
+    }
+    let after_data = hp.data_offset + (commit & COMMIT_MASK) as usize;
+    let count = page.get(after_data..).and_then(|b| rd64(b, 0));
+    (count.or(Some(0)), false)
+}
+
+/// What the event word at a position of the data turned out to be.
+enum Step<'a> {
+    /// Padding or a time word (the timestamp is updated): go on at `next`.
+    Skip { next: usize },
+    /// A record at the updated timestamp, then `next`.
+    Record { rec: &'a [u8], next: usize },
+    /// The null event: the rest of the page is unused.
+    End,
+    /// A length that does not fit: the walk stops.
+    Malformed,
+}
+
+/// Decodes the event word at `pos` of `data` (and what follows it),
+/// advancing `ts` by its delta.
+fn step<'a>(data: &'a [u8], pos: usize, ts: &mut u64) -> Step<'a> {
+    let Some(word) = rd32(data, pos) else {
+        return Step::End;
+    };
+    let (type_len, delta, pos) = (word & 0x1f, (word >> 5) as u64, pos + 4);
+    match type_len {
+        TYPE_PADDING => padding(data, pos, delta, ts),
+        TYPE_TIME_EXTEND | TYPE_TIME_STAMP => {
+            let Some(hi) = rd32(data, pos) else {
+                return Step::Malformed;
+            };
+            let v = ((hi as u64) << TS_SHIFT) + delta;
+            if type_len == TYPE_TIME_EXTEND {
+                *ts = ts.wrapping_add(v);
+            } else {
+                // Absolute; newer kernels store only the low 59 bits.
+                let mask = (1u64 << 59) - 1;
+                *ts = (*ts & !mask) | (v & mask);
+            }
+            Step::Skip { next: pos + 4 }
+        }
+        0 => long_record(data, pos, delta, ts),
+        n => record(data, pos, n as usize * 4, delta, ts),
+    }
+}
+
+/// Padding: its length follows (delta 0: the null event, end of data).
+fn padding<'a>(data: &'a [u8], pos: usize, delta: u64, ts: &mut u64) -> Step<'a> {
+    if delta == 0 {
+        return Step::End;
+    }
+    let Some(len) = rd32(data, pos) else {
+        return Step::Malformed;
+    };
+    match pos.checked_add(len as usize) {
+        Some(next) if len >= 4 => {
+            *ts = ts.wrapping_add(delta);
+            Step::Skip { next }
+        }
+        _ => Step::Malformed,
+    }
+}
+
+/// A record whose length (including itself) is in the next word.
+fn long_record<'a>(data: &'a [u8], pos: usize, delta: u64, ts: &mut u64) -> Step<'a> {
+    let Some(len) = rd32(data, pos) else {
+        return Step::Malformed;
+    };
+    let Some(len) = (len as usize).checked_sub(4) else {
+        return Step::Malformed;
+    };
+    record(data, pos + 4, (len + 3) & !3, delta, ts)
+}
+
+/// The `len` bytes of record at `start`.
+fn record<'a>(data: &'a [u8], start: usize, len: usize, delta: u64, ts: &mut u64) -> Step<'a> {
+    let Some(rec) = data.get(start..start.saturating_add(len)) else {
+        return Step::Malformed;
+    };
+    *ts = ts.wrapping_add(delta);
+    Step::Record {
+        rec,
+        next: start + len,
+    }
+}
+
 /// Walks one sub-buffer, calling `emit(ts, record)` for every record.
 pub fn walk(page: &[u8], hp: &HeaderPage, mut emit: impl FnMut(u64, &[u8])) -> PageInfo {
     let mut info = PageInfo::default();
-    let (Some(mut ts), Some(commit)) = (
-        rd64(page, hp.ts_offset),
-        if hp.commit_size == 8 {
-            rd64(page, hp.commit_offset)
-        } else {
-            rd32(page, hp.commit_offset).map(u64::from)
-        },
-    ) else {
+    let Some((mut ts, commit, data)) = header(page, hp) else {
         info.malformed = true;
         return info;
     };
-    let size = (commit & COMMIT_MASK) as usize;
-    let Some(data) = page.get(hp.data_offset..).map(|d| &d[..size.min(d.len())]) else {
-        info.malformed = true;
-        return info;
-    };
-    if size > data.len() {
-        info.malformed = true;
-    }
-    if commit & MISSED_EVENTS != 0 {
-        if commit & MISSED_STORED != 0 {
-            info.missed = page
-                .get(hp.data_offset + size..)
-                .and_then(|b| rd64(b, 0))
-                .or(Some(0));
-        } else {
-            info.missed_unknown = true;
-        }
-    }
+    info.malformed = (commit & COMMIT_MASK) as usize > data.len();
+    (info.missed, info.missed_unknown) = missed(page, hp, commit);
     let mut pos = 0usize;
     while pos + 4 <= data.len() {
-        let Some(word) = rd32(data, pos) else { break };
-        let type_len = word & 0x1f;
-        let delta = (word >> 5) as u64;
-        pos += 4;
-        match type_len {
-            TYPE_PADDING => {
-                if delta == 0 {
-                    break; // null event: the rest is unused
-                }
-                let Some(len) = rd32(data, pos) else {
-                    info.malformed = true;
-                    break;
-                };
-                pos = match pos.checked_add(len as usize) {
-                    Some(p) if len >= 4 => p,
-                    _ => {
-                        info.malformed = true;
-                        break;
-                    }
-                };
-                ts = ts.wrapping_add(delta);
-            }
-            TYPE_TIME_EXTEND | TYPE_TIME_STAMP => {
-                let Some(hi) = rd32(data, pos) else {
-                    info.malformed = true;
-                    break;
-                };
-                pos += 4;
-                let v = ((hi as u64) << TS_SHIFT) + delta;
-                if type_len == TYPE_TIME_EXTEND {
-                    ts = ts.wrapping_add(v);
-                } else {
-                    // Absolute; newer kernels store only the low 59 bits.
-                    let mask = (1u64 << 59) - 1;
-                    ts = (ts & !mask) | (v & mask);
-                }
-            }
-            0 => {
-                let Some(len) = rd32(data, pos) else {
-                    info.malformed = true;
-                    break;
-                };
-                let Some(len) = (len as usize).checked_sub(4) else {
-                    info.malformed = true;
-                    break;
-                };
-                let len = (len + 3) & !3;
-                let start = pos + 4;
-                let Some(rec) = data.get(start..start.saturating_add(len)) else {
-                    info.malformed = true;
-                    break;
-                };
-                ts = ts.wrapping_add(delta);
+        match step(data, pos, &mut ts) {
+            Step::Skip { next } => pos = next,
+            Step::Record { rec, next } => {
                 emit(ts, rec);
                 info.events += 1;
-                pos = start + len;
+                pos = next;
             }
-            n => {
-                let len = n as usize * 4;
-                let Some(rec) = data.get(pos..pos + len) else {
-                    info.malformed = true;
-                    break;
-                };
-                ts = ts.wrapping_add(delta);
-                emit(ts, rec);
-                info.events += 1;
-                pos += len;
+            Step::End => break,
+            Step::Malformed => {
+                info.malformed = true;
+                break;
             }
         }
     }

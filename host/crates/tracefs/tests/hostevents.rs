@@ -214,25 +214,17 @@ fn kvm_records_decode_with_the_running_kernels_layout() {
     assert_eq!(p, [3, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 1]);
 }
 
-/// The captured host events and kvm samples in DIR/host/, a guest trace in
-/// DIR/user/ whose clock maps into the same window: babeltrace2 DIR reads
-/// both and interleaves them by time.
-#[test]
-fn host_and_guest_traces_merge_in_babeltrace2() {
-    if !have_tool("babeltrace2") {
-        eprintln!("babeltrace2 not installed: skipping the merge check");
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
+/// Host time = monotonic capture time + an offset onto 2023-11-14.
+const BASE: u64 = 1_700_000_000_000_000_000;
+
+/// DIR/host/ from the captured sched_switch events (host time: BASE plus
+/// their monotonic time since `t0`) and three kvm exits mid-window on a
+/// third CPU. Returns the sched_switch events written.
+fn write_host_trace(dir: &Path, t0: u64, t1: u64) -> usize {
     let sched = fmt("sched", "sched_switch.format");
     let exit = fmt("kvm", "kvm_exit.format");
     let (decoder, classes) = Decoder::new(&[(sched, 100), (exit.clone(), 101)]);
     let events = captured(&decoder);
-    // Host time = monotonic capture time + an offset onto 2023-11-14.
-    const BASE: u64 = 1_700_000_000_000_000_000;
-    let t0 = events.iter().map(|e| e.1).min().unwrap();
-    let t1 = events.iter().map(|e| e.1).max().unwrap();
     let host = |mono: u64| BASE + (mono - t0);
     let desc = HostTraceDesc {
         hostname: "host",
@@ -247,21 +239,23 @@ fn host_and_guest_traces_merge_in_babeltrace2() {
         t.event(if *cpu == 0 { s0 } else { s1 }, 100, host(*ts), *tid, p)
             .unwrap();
     }
-    // Three kvm exits in the middle of the window, on a third CPU.
     let mid = t0 + (t1 - t0) / 2;
-    let kvm_times: Vec<u64> = (0..3u64).map(|k| host(mid + k * 1000)).collect();
     let kstream = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();
-    for ts in &kvm_times {
+    for k in 0..3u64 {
         let d = decoder
             .decode(&record(&exit, 4242, &[("exit_reason", 18)]))
             .unwrap();
-        t.event(kstream, d.class_id, *ts, d.tid, &d.payload)
+        t.event(kstream, d.class_id, host(mid + k * 1000), d.tid, &d.payload)
             .unwrap();
     }
     t.finish().unwrap();
+    events.len()
+}
 
-    // The guest: one user channel, events every ~(window / 10) ticks at
-    // 1 GHz, the header's reference pair mapping tick 0 to BASE.
+/// The guest: one user channel, events every ~(window / 10) ticks at
+/// 1 GHz, the header's reference pair mapping tick 0 to BASE; drained
+/// into DIR/user/ as the recorder does.
+fn write_guest_trace(dir: &Path, span: u64) {
     let mut r = RegionBuilder::new(1, 4, 4096).build_region();
     r.register(
         1,
@@ -269,7 +263,6 @@ fn host_and_guest_traces_merge_in_babeltrace2() {
         "guest_mark",
         &[("n", ivtrace_region::abi::IVT_FT_U64, 0)],
     );
-    let span = t1 - t0;
     for n in 0..10u64 {
         assert!(r.emit(0, span * n / 10 + 1, 0, &n.to_le_bytes()));
     }
@@ -279,7 +272,10 @@ fn host_and_guest_traces_merge_in_babeltrace2() {
     let at = ivtrace_region::abi::hdr::CLOCK + ivtrace_region::abi::clock::REF_REALTIME_NS;
     bytes[at..at + 8].copy_from_slice(&BASE.to_le_bytes());
     ivtrace_engine::session::drain_bytes_to_dir(&bytes, dir).unwrap();
+}
 
+/// `babeltrace2 --clock-seconds DIR`, which must succeed.
+fn babeltrace2_lines(dir: &Path) -> Vec<String> {
     let out = Command::new("babeltrace2")
         .args(["--clock-seconds"])
         .arg(dir)
@@ -290,15 +286,37 @@ fn host_and_guest_traces_merge_in_babeltrace2() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().collect();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The captured host events and kvm samples in DIR/host/, a guest trace in
+/// DIR/user/ whose clock maps into the same window: babeltrace2 DIR reads
+/// both and interleaves them by time.
+#[test]
+fn host_and_guest_traces_merge_in_babeltrace2() {
+    if !have_tool("babeltrace2") {
+        eprintln!("babeltrace2 not installed: skipping the merge check");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (decoder, _) = Decoder::new(&[(fmt("sched", "sched_switch.format"), 100)]);
+    let times: Vec<u64> = captured(&decoder).iter().map(|e| e.1).collect();
+    let (t0, t1) = (*times.iter().min().unwrap(), *times.iter().max().unwrap());
+    let switches = write_host_trace(dir, t0, t1);
+    write_guest_trace(dir, t1 - t0);
+
+    let lines = babeltrace2_lines(dir);
     let count = |name: &str| {
         lines
             .iter()
             .filter(|l| l.contains(&format!(" {name}: ")))
             .count()
     };
-    assert_eq!(count("sched_switch"), events.len());
+    assert_eq!(count("sched_switch"), switches);
     assert_eq!(count("kvm_x86_exit"), 3);
     assert_eq!(count("guest_mark"), 10);
     // Globally time-ordered, and guest events interleave with host ones.
