@@ -13,12 +13,13 @@
 #                 evaluation (ivtrace's states vs ftrace over net/SSH/9p/virtio-serial in a real
 #                 guest), then docs/performance.md and its plots (bench/report; ~45 min, TCG)
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
+#   make lint-host  clippy (warnings as errors) and rustfmt --check on host/
 SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval \
-	tracecompass lint lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
+	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
 	demo demo-loopback bench eval fuzz clean
 
 all: host lib
@@ -73,16 +74,10 @@ lint:
 	done; \
 	if [ -n "$$failed" ]; then echo "lint: FAILED:$$failed" >&2; exit 1; fi; echo "lint: ok"
 
-# host/'s own lint target (lint-host, here or in host/Makefile) when it has one; else clippy
-# with warnings as errors and rustfmt --check directly.
+# clippy with warnings as errors (no function over 80 lines of code) and rustfmt --check on
+# host/ (tests, examples and the fuzz crate included): host/Makefile's lint-host.
 lint-rust:
-	@if $(MAKE) -s -n lint-host >/dev/null 2>&1; then $(MAKE) --no-print-directory lint-host; \
-	elif $(MAKE) -s -C host -n lint-host >/dev/null 2>&1; then $(MAKE) -C host lint-host; \
-	else set -e; \
-		$(CARGO) clippy --release --locked --all-targets --manifest-path host/Cargo.toml \
-			-- -D warnings; \
-		$(CARGO) fmt --all --check --manifest-path host/Cargo.toml; \
-	fi
+	$(MAKE) -C host lint-host
 
 lint-kmod:
 	$(MAKE) -C guest/kmod checkpatch
@@ -126,3 +121,5 @@ clean:
 	rm -rf bin build
 	$(MAKE) -C guest/lib clean
 	$(CARGO) clean --manifest-path host/Cargo.toml
+
+lint-host: lint-rust

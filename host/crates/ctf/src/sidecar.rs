@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use ivtrace_ring::classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
+use ivtrace_region::classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
 
-use crate::clock::ClockMapping;
+use ivtrace_time::ClockMapping;
 
 /// File name of the sidecar at the output root.
 pub const SIDECAR_NAME: &str = "ivtrace.json";

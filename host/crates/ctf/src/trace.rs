@@ -20,14 +20,14 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::classes::{EventClasses, StreamClasses};
-use ivtrace_ring::reader::PacketSink;
+use ivtrace_region::abi;
+use ivtrace_region::classes::{EventClasses, StreamClasses};
+use ivtrace_region::reader::PacketSink;
 
-use crate::clock::ClockMapping;
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::sidecar::{Sidecar, SIDECAR_NAME};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
+use ivtrace_time::ClockMapping;
 
 /// Buffer per stream file; packets larger than this bypass it.
 const STREAM_BUFFER: usize = 1 << 20;
@@ -83,14 +83,14 @@ pub struct CtfWriter {
     kernel: Option<Expanded>,
 }
 
-fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
+pub(crate) fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
     move |source| CtfError::Create {
         path: path.display().to_string(),
         source,
     }
 }
 
-fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
+pub(crate) fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
     move |source| CtfError::Write {
         path: path.display().to_string(),
         source,
@@ -133,9 +133,9 @@ impl CtfWriter {
         kernel_uuid[14] ^= 0xb4;
         CtfWriter {
             root: root.to_path_buf(),
-            uuid: ivtrace_ring::region::format_uuid(&uuid),
-            kernel_uuid: ivtrace_ring::region::format_uuid(&kernel_uuid),
-            clock_uuid: ivtrace_ring::region::format_uuid(&clock_uuid),
+            uuid: ivtrace_region::region::format_uuid(&uuid),
+            kernel_uuid: ivtrace_region::region::format_uuid(&kernel_uuid),
+            clock_uuid: ivtrace_region::region::format_uuid(&clock_uuid),
             clock,
             env,
             metadata_generation: [None, None],

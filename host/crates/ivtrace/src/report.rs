@@ -11,13 +11,13 @@ use serde::Serialize;
 
 use ivtrace_ctf::sidecar::{Lost, Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::trace::{stream_dir, stream_file_name};
-use ivtrace_ring::packet::{EventVisitor, PacketHeader};
-use ivtrace_ring::reader::walk_own_packet;
-use ivtrace_ring::{abi, EventClasses};
+use ivtrace_region::packet::{EventVisitor, PacketHeader};
+use ivtrace_region::reader::walk_own_packet;
+use ivtrace_region::{abi, EventClasses};
 
 use crate::cli::ReportArgs;
-use crate::session::UserError;
 use crate::summary::si;
+use ivtrace_engine::UserError;
 
 /// Per-event-id counts of one stream class.
 struct Counts(Vec<u64>);

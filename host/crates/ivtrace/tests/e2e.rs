@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{ivtrace, ivtrace_shm, report_json, run};
-use ivtrace_ring::abi;
-use ivtrace_ring::testutil::{have_tool, RegionBuilder, TestRegion};
+use ivtrace_region::abi;
+use ivtrace_testutil::{have_tool, RegionBuilder, TestRegion};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")

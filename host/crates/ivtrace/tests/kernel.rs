@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{ivtrace_shm, report_json, run};
-use ivtrace_ring::testutil::{have_tool, RegionBuilder, TestRegion};
+use ivtrace_testutil::{have_tool, RegionBuilder, TestRegion};
 
 fn u32s(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -132,7 +132,7 @@ fn name_option_sets_the_hostname_and_babeltrace2_shows_the_names() {
 mod hostile {
     use proptest::prelude::*;
 
-    use ivtrace_ring::testutil::RegionBuilder;
+    use ivtrace_testutil::RegionBuilder;
 
     /// One kernel event with hostile content: any tid, any name bytes,
     /// any syscall number or irq (valid framing: the writer model frames it).
@@ -228,7 +228,7 @@ mod hostile {
             }
             r.close_region();
             let dir = tempfile::tempdir().unwrap();
-            let n = ivtrace::session::drain_bytes_to_dir(&r.bytes, dir.path()).unwrap();
+            let n = ivtrace_engine::session::drain_bytes_to_dir(&r.bytes, dir.path()).unwrap();
             prop_assert_eq!(n, emitted);
             let rep = ivtrace::report::build(dir.path()).unwrap();
             prop_assert_eq!(rep.events, emitted);

@@ -65,8 +65,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use ivtrace_ring::abi::{self, put_u64};
-use ivtrace_ring::classes::StreamClasses;
+use ivtrace_region::abi::{self, put_u64};
+use ivtrace_region::classes::StreamClasses;
 
 use names::{sanitize_comm, swapper, Comm, Name, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Op, Out, Output, Plans};

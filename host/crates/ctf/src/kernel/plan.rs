@@ -19,9 +19,9 @@
 
 use std::collections::HashSet;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::classes::{EventClass, Field, FieldType, StreamClasses};
-use ivtrace_ring::sanitize;
+use ivtrace_region::abi;
+use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
+use ivtrace_region::sanitize;
 
 use super::names::{IrqNames, ThreadNamesBuilder, COMM_LEN};
 use super::syscalls;

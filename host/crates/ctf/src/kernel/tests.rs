@@ -5,18 +5,18 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::classes::{EventClasses, FieldType, StreamClasses};
-use ivtrace_ring::region::{Access, Region};
-use ivtrace_ring::testutil::{have_tool, RegionBuilder, TestRegion, LTTNG_SCHED_SWITCH_FIELDS};
-use ivtrace_ring::{PacketSink, Reader};
+use ivtrace_region::abi;
+use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
+use ivtrace_region::region::{Access, Region};
+use ivtrace_region::{PacketSink, Reader};
+use ivtrace_testutil::{have_tool, RegionBuilder, TestRegion, LTTNG_SCHED_SWITCH_FIELDS};
 
 use super::names::ThreadNamesBuilder;
 use super::wire::{align_event, event_header, packet_content, Layout, Offsets, PacketFile};
 use super::{expand_with, Staged};
-use crate::clock::ClockMapping;
 use crate::tsdl::TraceEnv;
 use crate::CtfWriter;
+use ivtrace_time::ClockMapping;
 
 // Kernel event ids (docs/abi.md, "Kernel stream").
 const SWITCH: u32 = 0;
@@ -633,7 +633,7 @@ fn babeltrace2_reads_the_expanded_trace_without_warnings() {
 #[test]
 fn naming_events_with_other_field_types_are_not_trusted() {
     let mut r = RegionBuilder::new(2, 4, 4096).kernel(1).build_region();
-    for (id, (name, fields)) in ivtrace_ring::testutil::KERNEL_EVENTS.iter().enumerate() {
+    for (id, (name, fields)) in ivtrace_testutil::KERNEL_EVENTS.iter().enumerate() {
         if *name == "task_rename" {
             // tid as a u64: not the layout the role needs
             let f = [

@@ -1,7 +1,7 @@
 //! Reading the staged wire packets back: one packet at a time from a
 //! stream file, then its events (header, timestamp, field offsets).
 //!
-//! The packets were validated by ivtrace-ring when they were drained; this
+//! The packets were validated by ivtrace-region when they were drained; this
 //! walk still bounds every offset (a bug or a damaged file must not panic),
 //! and reports a malformed packet as `None` for the caller to skip.
 
@@ -9,9 +9,9 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::classes::FieldType;
-use ivtrace_ring::packet::PacketHeader;
+use ivtrace_region::abi;
+use ivtrace_region::classes::FieldType;
+use ivtrace_region::packet::PacketHeader;
 
 /// Little-endian u32 at `off` (inlined here: the hot loops call it per event).
 #[inline(always)]
