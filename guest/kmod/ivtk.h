@@ -33,6 +33,8 @@
 #include "wrapper/compat.h"
 #include <ivtrace/abi.h>
 #include <ivtrace/writer.h>
+#include <ivtrace/payload.h>
+#include <ivtrace/kernel_events.h>
 #include <ivtrace_kapi.h>
 
 #ifndef CONFIG_X86
@@ -49,36 +51,8 @@
 #define IVTK_STR_MAX		256u		/* file names, irq names */
 #define IVTK_CONSOLE_MAX	2048u		/* one console line */
 
-/* The kernel stream's events, in registration order (docs/abi.md). */
-enum ivtk_event_id {
-	IVTK_EV_SCHED_SWITCH,
-	IVTK_EV_SCHED_WAKEUP,
-	IVTK_EV_IRQ_HANDLER_ENTRY,
-	IVTK_EV_IRQ_HANDLER_EXIT,
-	IVTK_EV_SOFTIRQ_ENTRY,
-	IVTK_EV_SOFTIRQ_EXIT,
-	IVTK_EV_HRTIMER_EXPIRE_ENTRY,
-	IVTK_EV_HRTIMER_EXPIRE_EXIT,
-	IVTK_EV_KMALLOC,
-	IVTK_EV_KFREE,
-	IVTK_EV_MM_PAGE_ALLOC,
-	IVTK_EV_MM_PAGE_FREE,
-	IVTK_EV_SYSCALL_ENTRY,
-	IVTK_EV_SYSCALL_EXIT,
-	IVTK_EV_PRINTK_CONSOLE,
-	IVTK_EV_SCHED_WAKEUP_NEW,
-	IVTK_EV_SCHED_PROCESS_FORK,
-	IVTK_EV_SCHED_PROCESS_EXEC,
-	IVTK_EV_SCHED_PROCESS_EXIT,
-	IVTK_EV_SCHED_PROCESS_FREE,
-	IVTK_EV_TASK_RENAME,
-	IVTK_EV_STATEDUMP_START,
-	IVTK_EV_STATEDUMP_END,
-	IVTK_EV_STATEDUMP_PROCESS_STATE,
-	IVTK_EV_STATEDUMP_INTERRUPT,
-	IVTK_EV_DOORBELL,
-	IVTK_NR_EVENTS
-};
+/* The kernel stream's events: IVT_KEV_* of ivtrace/kernel_events.h. */
+#define IVTK_NR_EVENTS		IVT_KEV_COUNT
 
 #define IVTK_GROUPS_ALL		((1u << IVTRACE_NR_GROUPS) - 1)
 
@@ -87,7 +61,6 @@ struct ivtk_event_desc {
 	u32 group;			/* IVTRACE_GROUP_* */
 	const struct ivtrace_field *fields;
 	unsigned int nr_fields;
-	u32 wire_size;			/* payload bytes; 0 when variable */
 };
 
 /*
@@ -199,48 +172,11 @@ static __always_inline void ivtk_commit(struct ivt_writer *w)
 	ivtk_leave(w);
 }
 
-/* Payload encoding: byte-packed little-endian (docs/abi.md "Events"). */
-static __always_inline u8 *ivtk_put_u8(u8 *p, u8 v)
-{
-	*p = v;
-	return p + 1;
-}
-
-static __always_inline u8 *ivtk_put_u16(u8 *p, u16 v)
-{
-	put_unaligned_le16(v, p);
-	return p + 2;
-}
-
-static __always_inline u8 *ivtk_put_u32(u8 *p, u32 v)
-{
-	put_unaligned_le32(v, p);
-	return p + 4;
-}
-
-static __always_inline u8 *ivtk_put_u64(u8 *p, u64 v)
-{
-	put_unaligned_le64(v, p);
-	return p + 8;
-}
-
-/* IVT_FT_CHARS of exactly @n bytes (e.g. a task's comm[16]). */
-static __always_inline u8 *ivtk_put_chars(u8 *p, const char *s, size_t n)
-{
-	memcpy(p, s, n);
-	return p + n;
-}
-
-/* IVT_FT_STRING: @n bytes of text (no NUL among them) and a NUL. */
-static __always_inline u8 *ivtk_put_str(u8 *p, const char *s, size_t n)
-{
-	memcpy(p, s, n);
-	p[n] = 0;
-	return p + n + 1;
-}
+/* Payloads are written with ivt_put_*() (ivtrace/payload.h). */
 
 /* Write an event whose payload is one u8 (softirq vector, state dump
- * start and end), interrupts off as every event (see the top). */
+ * start and end), interrupts off as every event (see the top).
+ */
 static __always_inline void ivtk_emit_u8(u32 id, u8 v)
 {
 	struct ivt_writer *w;
@@ -248,9 +184,9 @@ static __always_inline void ivtk_emit_u8(u32 id, u8 v)
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, id, 1);
+	p = ivtk_reserve(&w, id, sizeof(v));
 	if (p) {
-		ivtk_put_u8(p, v);
+		ivt_put_u8(p, v);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);

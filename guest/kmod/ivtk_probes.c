@@ -73,13 +73,14 @@ static void ivtk_sched_switch(void *data, bool preempt,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SCHED_SWITCH, 12);
+	p = ivtk_reserve(&w, IVT_KEV_SCHED_SWITCH,
+			 IVT_KEV_SCHED_SWITCH_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, prev->pid);
-		p = ivtk_put_u8(p, ivtk_prio(prev));
-		p = ivtk_put_u16(p, ivtk_prev_state(preempt, prev_state, prev));
-		p = ivtk_put_u32(p, next->pid);
-		ivtk_put_u8(p, ivtk_prio(next));
+		p = ivt_put_u32(p, prev->pid);
+		p = ivt_put_u8(p, ivtk_prio(prev));
+		p = ivt_put_u16(p, ivtk_prev_state(preempt, prev_state, prev));
+		p = ivt_put_u32(p, next->pid);
+		ivt_put_u8(p, ivtk_prio(next));
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -91,12 +92,14 @@ static __always_inline void ivtk_wakeup(u32 id, struct task_struct *t)
 	unsigned long flags;
 	u8 *p;
 
+	/* sched_wakeup and sched_wakeup_new have the same fields. */
+	BUILD_BUG_ON(IVT_KEV_SCHED_WAKEUP_SIZE != IVT_KEV_SCHED_WAKEUP_NEW_SIZE);
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, id, 7);
+	p = ivtk_reserve(&w, id, IVT_KEV_SCHED_WAKEUP_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, t->pid);
-		p = ivtk_put_u8(p, ivtk_prio(t));
-		ivtk_put_u16(p, task_cpu(t));
+		p = ivt_put_u32(p, t->pid);
+		p = ivt_put_u8(p, ivtk_prio(t));
+		ivt_put_u16(p, task_cpu(t));
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -104,12 +107,12 @@ static __always_inline void ivtk_wakeup(u32 id, struct task_struct *t)
 
 static void ivtk_sched_wakeup(void *data, struct task_struct *t)
 {
-	ivtk_wakeup(IVTK_EV_SCHED_WAKEUP, t);
+	ivtk_wakeup(IVT_KEV_SCHED_WAKEUP, t);
 }
 
 static void ivtk_sched_wakeup_new(void *data, struct task_struct *t)
 {
-	ivtk_wakeup(IVTK_EV_SCHED_WAKEUP_NEW, t);
+	ivtk_wakeup(IVT_KEV_SCHED_WAKEUP_NEW, t);
 }
 
 static void ivtk_sched_process_fork(void *data, struct task_struct *parent,
@@ -120,13 +123,14 @@ static void ivtk_sched_process_fork(void *data, struct task_struct *parent,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SCHED_PROCESS_FORK, 32);
+	p = ivtk_reserve(&w, IVT_KEV_SCHED_PROCESS_FORK,
+			 IVT_KEV_SCHED_PROCESS_FORK_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, parent->pid);
-		p = ivtk_put_u32(p, parent->tgid);
-		p = ivtk_put_chars(p, child->comm, TASK_COMM_LEN);
-		p = ivtk_put_u32(p, child->pid);
-		ivtk_put_u32(p, child->tgid);
+		p = ivt_put_u32(p, parent->pid);
+		p = ivt_put_u32(p, parent->tgid);
+		p = ivt_put_chars(p, child->comm, TASK_COMM_LEN);
+		p = ivt_put_u32(p, child->pid);
+		ivt_put_u32(p, child->tgid);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -141,12 +145,13 @@ static void ivtk_sched_process_exec(void *data, struct task_struct *t,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SCHED_PROCESS_EXEC, n + 1 + 24);
+	p = ivtk_reserve(&w, IVT_KEV_SCHED_PROCESS_EXEC,
+			 IVT_KEV_SCHED_PROCESS_EXEC_SIZE + n);
 	if (p) {
-		p = ivtk_put_str(p, bprm->filename, n);
-		p = ivtk_put_u32(p, t->pid);
-		p = ivtk_put_u32(p, old_pid);
-		ivtk_put_chars(p, t->comm, TASK_COMM_LEN);
+		p = ivt_put_string(p, bprm->filename, n);
+		p = ivt_put_u32(p, t->pid);
+		p = ivt_put_u32(p, old_pid);
+		ivt_put_chars(p, t->comm, TASK_COMM_LEN);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -158,11 +163,14 @@ static __always_inline void ivtk_process(u32 id, struct task_struct *t)
 	unsigned long flags;
 	u8 *p;
 
+	/* sched_process_exit and _free have the same fields. */
+	BUILD_BUG_ON(IVT_KEV_SCHED_PROCESS_EXIT_SIZE !=
+		     IVT_KEV_SCHED_PROCESS_FREE_SIZE);
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, id, 5);
+	p = ivtk_reserve(&w, id, IVT_KEV_SCHED_PROCESS_EXIT_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, t->pid);
-		ivtk_put_u8(p, ivtk_prio(t));
+		p = ivt_put_u32(p, t->pid);
+		ivt_put_u8(p, ivtk_prio(t));
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -170,12 +178,12 @@ static __always_inline void ivtk_process(u32 id, struct task_struct *t)
 
 static void ivtk_sched_process_exit(void *data, struct task_struct *t)
 {
-	ivtk_process(IVTK_EV_SCHED_PROCESS_EXIT, t);
+	ivtk_process(IVT_KEV_SCHED_PROCESS_EXIT, t);
 }
 
 static void ivtk_sched_process_free(void *data, struct task_struct *t)
 {
-	ivtk_process(IVTK_EV_SCHED_PROCESS_FREE, t);
+	ivtk_process(IVT_KEV_SCHED_PROCESS_FREE, t);
 }
 
 static void ivtk_task_rename(void *data, struct task_struct *t,
@@ -186,9 +194,10 @@ static void ivtk_task_rename(void *data, struct task_struct *t,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_TASK_RENAME, 20);
+	p = ivtk_reserve(&w, IVT_KEV_TASK_RENAME,
+			 IVT_KEV_TASK_RENAME_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, t->pid);
+		p = ivt_put_u32(p, t->pid);
 		/* The new name as __set_task_comm() will store it: at most
 		 * 15 bytes and NUL padding.
 		 */
@@ -208,9 +217,10 @@ static void ivtk_irq_handler_entry(void *data, int irq,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_IRQ_HANDLER_ENTRY, 4);
+	p = ivtk_reserve(&w, IVT_KEV_IRQ_HANDLER_ENTRY,
+			 IVT_KEV_IRQ_HANDLER_ENTRY_SIZE);
 	if (p) {
-		ivtk_put_u32(p, irq);
+		ivt_put_u32(p, irq);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -224,10 +234,11 @@ static void ivtk_irq_handler_exit(void *data, int irq,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_IRQ_HANDLER_EXIT, 8);
+	p = ivtk_reserve(&w, IVT_KEV_IRQ_HANDLER_EXIT,
+			 IVT_KEV_IRQ_HANDLER_EXIT_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, irq);
-		ivtk_put_u32(p, ret);
+		p = ivt_put_u32(p, irq);
+		ivt_put_u32(p, ret);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -235,12 +246,12 @@ static void ivtk_irq_handler_exit(void *data, int irq,
 
 static void ivtk_softirq_entry(void *data, unsigned int vec)
 {
-	ivtk_emit_u8(IVTK_EV_SOFTIRQ_ENTRY, vec);
+	ivtk_emit_u8(IVT_KEV_SOFTIRQ_ENTRY, vec);
 }
 
 static void ivtk_softirq_exit(void *data, unsigned int vec)
 {
-	ivtk_emit_u8(IVTK_EV_SOFTIRQ_EXIT, vec);
+	ivtk_emit_u8(IVT_KEV_SOFTIRQ_EXIT, vec);
 }
 
 /* ---- timer ------------------------------------------------------------ */
@@ -253,11 +264,12 @@ static void ivtk_hrtimer_expire_entry(void *data, struct hrtimer *t,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_HRTIMER_EXPIRE_ENTRY, 24);
+	p = ivtk_reserve(&w, IVT_KEV_HRTIMER_EXPIRE_ENTRY,
+			 IVT_KEV_HRTIMER_EXPIRE_ENTRY_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, (unsigned long)t);
-		p = ivtk_put_u64(p, *now);
-		ivtk_put_u64(p, (unsigned long)t->function);
+		p = ivt_put_u64(p, (unsigned long)t);
+		p = ivt_put_u64(p, *now);
+		ivt_put_u64(p, (unsigned long)t->function);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -270,9 +282,10 @@ static void ivtk_hrtimer_expire_exit(void *data, struct hrtimer *t)
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_HRTIMER_EXPIRE_EXIT, 8);
+	p = ivtk_reserve(&w, IVT_KEV_HRTIMER_EXPIRE_EXIT,
+			 IVT_KEV_HRTIMER_EXPIRE_EXIT_SIZE);
 	if (p) {
-		ivtk_put_u64(p, (unsigned long)t);
+		ivt_put_u64(p, (unsigned long)t);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -287,13 +300,14 @@ static IVTK_KMALLOC_PROTO(ivtk_kmalloc)
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_KMALLOC, 28);
+	p = ivtk_reserve(&w, IVT_KEV_KMALLOC,
+			 IVT_KEV_KMALLOC_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, call_site);
-		p = ivtk_put_u64(p, (unsigned long)ptr);
-		p = ivtk_put_u32(p, bytes_req);
-		p = ivtk_put_u32(p, bytes_alloc);
-		ivtk_put_u32(p, (__force u32)gfp_flags);
+		p = ivt_put_u64(p, call_site);
+		p = ivt_put_u64(p, (unsigned long)ptr);
+		p = ivt_put_u32(p, bytes_req);
+		p = ivt_put_u32(p, bytes_alloc);
+		ivt_put_u32(p, (__force u32)gfp_flags);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -306,10 +320,11 @@ static void ivtk_kfree(void *data, unsigned long call_site, const void *ptr)
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_KFREE, 16);
+	p = ivtk_reserve(&w, IVT_KEV_KFREE,
+			 IVT_KEV_KFREE_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, call_site);
-		ivtk_put_u64(p, (unsigned long)ptr);
+		p = ivt_put_u64(p, call_site);
+		ivt_put_u64(p, (unsigned long)ptr);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -324,13 +339,14 @@ static void ivtk_mm_page_alloc(void *data, struct page *page,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_MM_PAGE_ALLOC, 20);
+	p = ivtk_reserve(&w, IVT_KEV_MM_PAGE_ALLOC,
+			 IVT_KEV_MM_PAGE_ALLOC_SIZE);
 	if (p) {
 		/* A failed allocation has no page: pfn -1, as ftrace says. */
-		p = ivtk_put_u64(p, page ? page_to_pfn(page) : -1UL);
-		p = ivtk_put_u32(p, order);
-		p = ivtk_put_u32(p, (__force u32)gfp_flags);
-		ivtk_put_u32(p, migratetype);
+		p = ivt_put_u64(p, page ? page_to_pfn(page) : -1UL);
+		p = ivt_put_u32(p, order);
+		p = ivt_put_u32(p, (__force u32)gfp_flags);
+		ivt_put_u32(p, migratetype);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -344,10 +360,11 @@ static void ivtk_mm_page_free(void *data, struct page *page,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_MM_PAGE_FREE, 12);
+	p = ivtk_reserve(&w, IVT_KEV_MM_PAGE_FREE,
+			 IVT_KEV_MM_PAGE_FREE_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, page_to_pfn(page));
-		ivtk_put_u32(p, order);
+		p = ivt_put_u64(p, page_to_pfn(page));
+		ivt_put_u32(p, order);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -377,11 +394,12 @@ static void ivtk_sys_enter(void *data, struct pt_regs *regs, long id)
 		return;
 	syscall_get_arguments(current, regs, args);
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SYSCALL_ENTRY, 50);
+	p = ivtk_reserve(&w, IVT_KEV_SYSCALL_ENTRY,
+			 IVT_KEV_SYSCALL_ENTRY_SIZE);
 	if (p) {
-		p = ivtk_put_u16(p, id);
+		p = ivt_put_u16(p, id);
 		for (i = 0; i < ARRAY_SIZE(args); i++)
-			p = ivtk_put_u64(p, args[i]);
+			p = ivt_put_u64(p, args[i]);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -397,10 +415,11 @@ static void ivtk_sys_exit(void *data, struct pt_regs *regs, long ret)
 	if (!ivtk_native_syscall() || id < 0)
 		return;
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SYSCALL_EXIT, 10);
+	p = ivtk_reserve(&w, IVT_KEV_SYSCALL_EXIT,
+			 IVT_KEV_SYSCALL_EXIT_SIZE);
 	if (p) {
-		p = ivtk_put_u16(p, id);
-		ivtk_put_u64(p, ret);
+		p = ivt_put_u16(p, id);
+		ivt_put_u64(p, ret);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);

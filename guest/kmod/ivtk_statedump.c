@@ -53,18 +53,19 @@ static void ivtk_dump_thread(struct task_struct *t)
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_STATEDUMP_PROCESS_STATE, 48);
+	p = ivtk_reserve(&w, IVT_KEV_STATEDUMP_PROCESS_STATE,
+			 IVT_KEV_STATEDUMP_PROCESS_STATE_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, t->pid);
-		p = ivtk_put_u32(p, t->tgid);
-		p = ivtk_put_u32(p, rcu_dereference(t->real_parent)->tgid);
-		p = ivtk_put_chars(p, t->comm, TASK_COMM_LEN);
-		p = ivtk_put_u32(p, t->flags & PF_KTHREAD ?
+		p = ivt_put_u32(p, t->pid);
+		p = ivt_put_u32(p, t->tgid);
+		p = ivt_put_u32(p, rcu_dereference(t->real_parent)->tgid);
+		p = ivt_put_chars(p, t->comm, TASK_COMM_LEN);
+		p = ivt_put_u32(p, t->flags & PF_KTHREAD ?
 				 LTTNG_KERNEL_THREAD : LTTNG_USER_THREAD);
-		p = ivtk_put_u32(p, LTTNG_MODE_UNKNOWN);
-		p = ivtk_put_u32(p, LTTNG_SUBMODE_UNKNOWN);
-		p = ivtk_put_u32(p, ivtk_thread_status(t));
-		ivtk_put_u32(p, task_cpu(t));
+		p = ivt_put_u32(p, LTTNG_MODE_UNKNOWN);
+		p = ivt_put_u32(p, LTTNG_SUBMODE_UNKNOWN);
+		p = ivt_put_u32(p, ivtk_thread_status(t));
+		ivt_put_u32(p, task_cpu(t));
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -91,11 +92,12 @@ static void ivtk_dump_action(unsigned int irq, const char *chip,
 	struct ivt_writer *w;
 	u8 *p;
 
-	p = ivtk_reserve(&w, IVTK_EV_STATEDUMP_INTERRUPT, 4 + nc + 1 + na + 1);
+	p = ivtk_reserve(&w, IVT_KEV_STATEDUMP_INTERRUPT,
+			 IVT_KEV_STATEDUMP_INTERRUPT_SIZE + nc + na);
 	if (p) {
-		p = ivtk_put_u32(p, irq);
-		p = ivtk_put_str(p, chip, nc);
-		ivtk_put_str(p, action, na);
+		p = ivt_put_u32(p, irq);
+		p = ivt_put_string(p, chip, nc);
+		ivt_put_string(p, action, na);
 		ivtk_commit(w);
 	}
 }
@@ -138,8 +140,8 @@ static void ivtk_dump_irqs(void)
 /* Process context; events land on whichever CPUs it runs on. */
 void ivtk_statedump(void)
 {
-	ivtk_emit_u8(IVTK_EV_STATEDUMP_START, 0);
+	ivtk_emit_u8(IVT_KEV_STATEDUMP_START, 0);
 	ivtk_dump_threads();
 	ivtk_dump_irqs();
-	ivtk_emit_u8(IVTK_EV_STATEDUMP_END, 0);
+	ivtk_emit_u8(IVT_KEV_STATEDUMP_END, 0);
 }

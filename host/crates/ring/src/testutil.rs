@@ -417,8 +417,11 @@ pub fn region_with_packet(packet: &[u8], complete: bool) -> Vec<u8> {
     r.bytes
 }
 
-/// The guest kernel module's 25 events (guest/kmod/ivtk_events.c,
-/// docs/abi.md "Kernel stream"), ids 0..24 in this order.
+/// The guest kernel module's events, ids 0.. in this order: a model of
+/// their one definition, `IVT_KERNEL_EVENTS` in
+/// abi/include/ivtrace/kernel_events.h (docs/abi.md "Kernel stream"). A
+/// unit test of ivtrace-ctf (`kernel_events_match_the_abi_table`) compares
+/// it with abi/kernel_events.json, printed from that header.
 pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
     use abi::{
         IVT_FF_HEX as H, IVT_FF_TID_COMM as C, IVT_FT_CHARS as CH, IVT_FT_S32 as S32,
@@ -561,6 +564,7 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
                 ("action", STR, 0, 0),
             ],
         ),
+        ("ivtrace_doorbell", &[("seq", U64, 0, 0), ("vector", U16, 0, 0)]),
     ]
 };
 
@@ -577,7 +581,7 @@ pub const LTTNG_SCHED_SWITCH_FIELDS: [&str; 7] = [
 ];
 
 impl TestRegion {
-    /// Registers [`KERNEL_EVENTS`] on the kernel stream, ids 0..24.
+    /// Registers [`KERNEL_EVENTS`] on the kernel stream, ids 0.. in order.
     pub fn register_kernel_events(&mut self) {
         for (id, (name, fields)) in KERNEL_EVENTS.iter().enumerate() {
             self.register_flagged(abi::IVT_STREAM_KERNEL, id as u32, name, fields);

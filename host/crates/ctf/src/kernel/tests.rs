@@ -29,6 +29,8 @@ const EXEC: u32 = 17;
 const RENAME: u32 = 20;
 const DUMP_PROCESS: u32 = 23;
 const DUMP_IRQ: u32 = 24;
+/// The first id after the module's own events (the kernel API's first).
+const FREE: u32 = ivtrace_ring::testutil::KERNEL_EVENTS.len() as u32;
 
 fn comm16(name: &[u8]) -> [u8; 16] {
     let mut c = [0u8; 16];
@@ -424,11 +426,11 @@ fn syscalls_are_renamed_from_the_x86_64_table() {
     assert_eq!(out.events[8].f["ret"].int(), -38);
     assert_eq!(out.events[9].f["id"].int(), 400);
     // Classes exist only for the syscalls that occur; the most frequent
-    // get the free compact ids (25..30), the wire ids keep `_unknown`.
+    // get the free ids first (from FREE on), the wire ids keep `_unknown`.
     let id_of = |n: &str| out.classes.iter().find(|c| c.name == n).map(|c| c.id);
-    assert_eq!(id_of("syscall_entry_read"), Some(25));
-    assert_eq!(id_of("syscall_exit_read"), Some(26));
-    assert_eq!(id_of("syscall_entry_exit"), Some(27));
+    assert_eq!(id_of("syscall_entry_read"), Some(FREE));
+    assert_eq!(id_of("syscall_exit_read"), Some(FREE + 1));
+    assert_eq!(id_of("syscall_entry_exit"), Some(FREE + 2));
     assert_eq!(id_of("syscall_entry_unknown"), Some(SYS_ENTRY));
     assert_eq!(id_of("syscall_exit_unknown"), Some(SYS_EXIT));
     assert_eq!(id_of("syscall_entry_write"), None);
@@ -448,7 +450,8 @@ fn syscalls_are_renamed_from_the_x86_64_table() {
 fn syscalls_past_the_compact_ids_use_extended_headers() {
     let mut r = kernel_region(1);
     // 10 distinct syscalls (read, write, ... mmap), nr i 11 - i times:
-    // 20 classes; the 6 most frequent get the compact ids 25..30.
+    // 20 classes on the free ids FREE.., most frequent first: those up
+    // to 30 have compact headers, the others extended ones.
     let mut want = Vec::new();
     for nr in 0u16..10 {
         for k in 0..(11 - nr as u64) {
@@ -461,11 +464,12 @@ fn syscalls_past_the_compact_ids_use_extended_headers() {
     r.close_region();
     let out = record(&r);
     let id_of = |n: &str| out.classes.iter().find(|c| c.name == n).map(|c| c.id);
-    assert_eq!(id_of("syscall_entry_read"), Some(25));
-    assert_eq!(id_of("syscall_exit_open"), Some(30));
-    assert_eq!(id_of("syscall_entry_close"), Some(31));
-    assert_eq!(id_of("syscall_exit_mmap"), Some(44));
-    assert_eq!(out.classes.len(), 25 - 2 + 20);
+    assert!(FREE < 30, "the test wants compact and extended ids");
+    assert_eq!(id_of("syscall_entry_read"), Some(FREE));
+    assert_eq!(id_of("syscall_exit_open"), Some(FREE + 5));
+    assert_eq!(id_of("syscall_entry_close"), Some(FREE + 6));
+    assert_eq!(id_of("syscall_exit_mmap"), Some(FREE + 19));
+    assert_eq!(out.classes.len() as u32, FREE - 2 + 20);
     // Timestamps survive the header rewrite (compact -> extended).
     let ts: Vec<u64> = out.events.iter().map(|e| e.ts).collect();
     assert_eq!(ts, want);
@@ -500,7 +504,7 @@ fn kernel_api_events_with_flagged_fields_are_expanded_by_the_flag() {
     let mut r = kernel_region(1);
     r.register_flagged(
         0,
-        25,
+        FREE,
         "my_module_event",
         &[
             ("tid", abi::IVT_FT_U32, 0, abi::IVT_FF_TID_COMM),
@@ -514,7 +518,7 @@ fn kernel_api_events_with_flagged_fields_are_expanded_by_the_flag() {
     p.extend_from_slice(b"x\0");
     p.extend_from_slice(&0u32.to_le_bytes());
     p.extend_from_slice(&3u16.to_le_bytes());
-    r.emit(0, 20, 25, &p);
+    r.emit(0, 20, FREE, &p);
     r.close_region();
     let out = record(&r);
     let e = named(&out, "my_module_event")[0];
@@ -656,5 +660,84 @@ fn naming_events_with_other_field_types_are_not_trusted() {
     assert_eq!(
         (rename.f["tid"].int(), rename.f["newcomm"].text()),
         (42, "evil")
+    );
+}
+
+/// The Rust model of the kernel events (testutil's `KERNEL_EVENTS`) is
+/// the table of abi/include/ivtrace/kernel_events.h, which
+/// abi/tests/kernel_events.c prints as abi/kernel_events.json (`make -C abi
+/// test` fails when that file is stale): same events, ids, fields, types,
+/// counts and flags.
+#[test]
+fn kernel_events_match_the_abi_table() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../abi/kernel_events.json"
+    );
+    let text = std::fs::read_to_string(path).expect("abi/kernel_events.json is readable");
+    let table: serde_json::Value = serde_json::from_str(&text).expect("it is JSON");
+    let type_code = |t: &str| match t {
+        "u8" => abi::IVT_FT_U8,
+        "u16" => abi::IVT_FT_U16,
+        "u32" => abi::IVT_FT_U32,
+        "u64" => abi::IVT_FT_U64,
+        "s8" => abi::IVT_FT_S8,
+        "s16" => abi::IVT_FT_S16,
+        "s32" => abi::IVT_FT_S32,
+        "s64" => abi::IVT_FT_S64,
+        "string" => abi::IVT_FT_STRING,
+        "bytes" => abi::IVT_FT_BYTES,
+        "chars" => abi::IVT_FT_CHARS,
+        other => panic!("unknown field type {other} in abi/kernel_events.json"),
+    };
+    let flag = |f: &str| match f {
+        "" => 0,
+        "hex" => abi::IVT_FF_HEX,
+        "tid_comm" => abi::IVT_FF_TID_COMM,
+        other => panic!("unknown flag {other} in abi/kernel_events.json"),
+    };
+    type Model = (String, Vec<(String, u8, u16, u8)>);
+    let from_abi: Vec<Model> = table
+        .as_array()
+        .expect("an array of events")
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            assert_eq!(e["id"].as_u64(), Some(i as u64), "ids are positions");
+            let fields = e["fields"].as_array().expect("fields");
+            let fields = fields
+                .iter()
+                .map(|f| {
+                    (
+                        f["name"].as_str().unwrap().to_string(),
+                        type_code(f["type"].as_str().unwrap()),
+                        f["count"].as_u64().unwrap() as u16,
+                        flag(f["flag"].as_str().unwrap()),
+                    )
+                })
+                .collect();
+            (e["name"].as_str().unwrap().to_string(), fields)
+        })
+        .collect();
+    let model: Vec<Model> = ivtrace_ring::testutil::KERNEL_EVENTS
+        .iter()
+        .map(|(name, fields)| {
+            let fields = fields
+                .iter()
+                .map(|&(n, t, c, f)| (n.to_string(), t, c, f))
+                .collect();
+            (name.to_string(), fields)
+        })
+        .collect();
+    for (i, (a, m)) in from_abi.iter().zip(&model).enumerate() {
+        assert_eq!(
+            a, m,
+            "kernel event {i}: abi/kernel_events.json (left) and testutil::KERNEL_EVENTS (right) differ"
+        );
+    }
+    assert_eq!(
+        from_abi.len(),
+        model.len(),
+        "abi/kernel_events.json and testutil::KERNEL_EVENTS have different event counts"
     );
 }
