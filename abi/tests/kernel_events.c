@@ -36,6 +36,16 @@ static const char *flag_name(const char *token)
 
 static int first_event = 1, first_field;
 
+/* A JSON string body: `"` and `\` escaped (the doc texts may quote). */
+static void json_text(const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			putchar('\\');
+		putchar(*s);
+	}
+}
+
 static void event(int id, const char *name, const char *group, const char *doc,
 		  unsigned int size)
 {
@@ -46,8 +56,10 @@ static void event(int id, const char *name, const char *group, const char *doc,
 		g[i] = (char)tolower((unsigned char)group[i]);
 	g[i] = 0;
 	printf("%s\n  {\"id\": %d, \"name\": \"%s\", \"group\": \"%s\", "
-	       "\"payload_size\": %u, \"host\": \"%s\", \"fields\": [",
-	       first_event ? "" : ",", id, name, g, size, doc);
+	       "\"payload_size\": %u, \"host\": \"", first_event ? "" : ",", id,
+	       name, g, size);
+	json_text(doc);
+	printf("\", \"fields\": [");
 	first_event = 0;
 	first_field = 1;
 }

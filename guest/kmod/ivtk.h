@@ -12,9 +12,9 @@
  * ivtk_region.c (layout, format, metadata records, channel retirement),
  * ivtk_events.c (the kernel event table), ivtk_cpu.c (per-CPU writers,
  * flush timers, CPU hotplug), ivtk_probes.c (tracepoint probes, groups),
- * ivtk_statedump.c, ivtk_console.c, ivtk_ctl.c (host control, clock sync,
- * MSI-X, doorbell), ivtk_cdev.c (/dev/ivtrace), ivtk_kapi.c (API for
- * other modules, include/ivtrace_kapi.h).
+ * ivtk_syscalls.c (system call probes), ivtk_statedump.c, ivtk_console.c,
+ * ivtk_ctl.c (host control, clock sync, MSI-X, doorbell), ivtk_cdev.c
+ * (/dev/ivtrace), ivtk_kapi.c (API for other modules, include/ivtrace_kapi.h).
  */
 #ifndef IVTK_H
 #define IVTK_H
@@ -27,6 +27,7 @@
 #include <linux/cpuhotplug.h>
 #include <linux/miscdevice.h>
 #include <linux/pci.h>
+#include <linux/pid_namespace.h>
 #include <linux/compiler.h>
 #include <asm/msr.h>
 
@@ -192,6 +193,16 @@ static __always_inline void ivtk_emit_u8(u32 id, u8 v)
 	local_irq_restore(flags);
 }
 
+/* The inode number of @t's pid namespace (LTTng's ns_inum), 0 if it has
+ * none (a task being torn down). Callers hold RCU or a reference to @t.
+ */
+static inline u32 ivtk_pid_ns_inum(struct task_struct *t)
+{
+	struct pid_namespace *ns = task_active_pid_ns(t);
+
+	return ns ? ns->ns.inum : 0;
+}
+
 /* Length of @s for an IVT_FT_STRING field, capped at @max. */
 static inline size_t ivtk_strlen(const char *s, size_t max)
 {
@@ -228,9 +239,15 @@ int ivtk_parse_groups(const char *s, u32 *mask);
 int ivtk_groups_enable(u32 mask);
 void ivtk_groups_disable(u32 mask);
 
+/* ---- ivtk_syscalls.c: the sys_enter / sys_exit probes ------------------ */
+
+struct pt_regs;
+void ivtk_sys_enter(void *data, struct pt_regs *regs, long id);
+void ivtk_sys_exit(void *data, struct pt_regs *regs, long ret);
+
 /* ---- ivtk_statedump.c, ivtk_console.c --------------------------------- */
 
-void ivtk_statedump(void);
+void ivtk_statedump(struct ivtk_dev *d);
 void ivtk_console_register(struct ivtk_dev *d);
 void ivtk_console_unregister(struct ivtk_dev *d);
 

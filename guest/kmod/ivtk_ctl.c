@@ -112,7 +112,7 @@ static int ivtk_ctl_exec(struct ivtk_dev *d, u32 cmd, u64 arg)
 		ivtk_sync_answer(d);
 		return 0;
 	case IVT_CMD_STATEDUMP:
-		ivtk_statedump();
+		ivtk_statedump(d);
 		return 0;
 	default:
 		return -EINVAL;

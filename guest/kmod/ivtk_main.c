@@ -117,7 +117,7 @@ static int ivtk_start(struct ivtk_dev *d)
 	/* Threads and interrupts that exist now; fork/exec/rename and
 	 * sched_process_free keep the host's view current from here.
 	 */
-	ivtk_statedump();
+	ivtk_statedump(d);
 	ivtk_console_register(d);
 	return 0;
 err:

@@ -26,7 +26,6 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/tracepoint.h>
-#include <asm/syscall.h>
 
 #include "ivtk.h"
 
@@ -46,17 +45,18 @@ static __always_inline s8 ivtk_prio(const struct task_struct *t)
 }
 
 /*
- * prev_state of sched_switch: 0 for a preempted task (Trace Compass reads
- * 0 as "wait for CPU"; Linux's own formatter says TASK_REPORT_MAX), else
- * the __task_state_index() bit, as __trace_sched_switch_state() does.
+ * prev_state of sched_switch as lttng-modules (2.10 on) and Linux's own
+ * __trace_sched_switch_state() write it: TASK_REPORT_MAX for a preempted
+ * task, else the __task_state_index() bit (0: it was running).
  */
 static __always_inline u16 ivtk_prev_state(bool preempt, unsigned int state,
 					   const struct task_struct *p)
 {
 	unsigned int idx;
 
+	BUILD_BUG_ON(TASK_REPORT_MAX > U16_MAX);
 	if (preempt)
-		return 0;
+		return TASK_REPORT_MAX;
 	idx = __task_state_index(state, p->exit_state);
 	return idx ? 1u << (idx - 1) : 0;
 }
@@ -128,9 +128,11 @@ static void ivtk_sched_process_fork(void *data, struct task_struct *parent,
 	if (p) {
 		p = ivt_put_u32(p, parent->pid);
 		p = ivt_put_u32(p, parent->tgid);
+		p = ivt_put_u32(p, ivtk_pid_ns_inum(parent));
 		p = ivt_put_chars(p, child->comm, TASK_COMM_LEN);
 		p = ivt_put_u32(p, child->pid);
-		ivt_put_u32(p, child->tgid);
+		p = ivt_put_u32(p, child->tgid);
+		ivt_put_u32(p, ivtk_pid_ns_inum(child));
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
@@ -365,61 +367,6 @@ static void ivtk_mm_page_free(void *data, struct page *page,
 	if (p) {
 		p = ivt_put_u64(p, page_to_pfn(page));
 		ivt_put_u32(p, order);
-		ivtk_commit(w);
-	}
-	local_irq_restore(flags);
-}
-
-/* ---- syscall ---------------------------------------------------------- */
-
-/*
- * The host names syscalls from the x86-64 table; a 32-bit (ia32 or x32
- * compat) syscall number means something else there, so those are not
- * recorded.
- */
-static __always_inline bool ivtk_native_syscall(void)
-{
-	return !in_compat_syscall();
-}
-
-static void ivtk_sys_enter(void *data, struct pt_regs *regs, long id)
-{
-	unsigned long args[6];
-	struct ivt_writer *w;
-	unsigned long flags;
-	unsigned int i;
-	u8 *p;
-
-	if (!ivtk_native_syscall())
-		return;
-	syscall_get_arguments(current, regs, args);
-	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVT_KEV_SYSCALL_ENTRY,
-			 IVT_KEV_SYSCALL_ENTRY_SIZE);
-	if (p) {
-		p = ivt_put_u16(p, id);
-		for (i = 0; i < ARRAY_SIZE(args); i++)
-			p = ivt_put_u64(p, args[i]);
-		ivtk_commit(w);
-	}
-	local_irq_restore(flags);
-}
-
-static void ivtk_sys_exit(void *data, struct pt_regs *regs, long ret)
-{
-	long id = syscall_get_nr(current, regs);
-	struct ivt_writer *w;
-	unsigned long flags;
-	u8 *p;
-
-	if (!ivtk_native_syscall() || id < 0)
-		return;
-	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVT_KEV_SYSCALL_EXIT,
-			 IVT_KEV_SYSCALL_EXIT_SIZE);
-	if (p) {
-		p = ivt_put_u16(p, id);
-		ivt_put_u64(p, ret);
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);

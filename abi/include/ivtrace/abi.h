@@ -345,7 +345,7 @@ struct ivt_event_ext {
 
 /* Field flags. */
 #define IVT_FF_HEX		(1u << 0)	/* display integers in base 16 */
-#define IVT_FF_TID_COMM		(1u << 1)	/* u32 thread id: the host adds the
+#define IVT_FF_TID_COMM		(1u << 1)	/* u32/s32 thread id: the host adds the
 						 * thread's name as a char[16] field
 						 * before it (prev_tid -> prev_comm) */
 

@@ -38,30 +38,31 @@
 #define IVT_KF_TID	IVT_FF_TID_COMM
 
 #define IVT_KERNEL_EVENTS(EV, F, END)					\
-	EV(SCHED_SWITCH, sched_switch, SCHED, "prev_comm, next_comm")	\
-		F(prev_tid, U32, TID, 0)				\
+	EV(SCHED_SWITCH, sched_switch, SCHED,				\
+	   "prev_comm, next_comm; prios s32, prev_state s64")		\
+		F(prev_tid, S32, TID, 0)				\
 		F(prev_prio, S8, PLAIN, 0)				\
 		F(prev_state, U16, PLAIN, 0)				\
-		F(next_tid, U32, TID, 0)				\
+		F(next_tid, S32, TID, 0)				\
 		F(next_prio, S8, PLAIN, 0)				\
 	END(SCHED_SWITCH)						\
-	EV(SCHED_WAKEUP, sched_wakeup, SCHED, "comm")			\
-		F(tid, U32, TID, 0)					\
+	EV(SCHED_WAKEUP, sched_wakeup, SCHED, "comm; prio, target_cpu s32") \
+		F(tid, S32, TID, 0)					\
 		F(prio, S8, PLAIN, 0)					\
 		F(target_cpu, U16, PLAIN, 0)				\
 	END(SCHED_WAKEUP)						\
 	EV(IRQ_HANDLER_ENTRY, irq_handler_entry, IRQ,			\
 	   "`name` (string) after irq: the state dump's `action`")	\
-		F(irq, U32, PLAIN, 0)					\
+		F(irq, S32, PLAIN, 0)					\
 	END(IRQ_HANDLER_ENTRY)						\
 	EV(IRQ_HANDLER_EXIT, irq_handler_exit, IRQ, "")			\
-		F(irq, U32, PLAIN, 0)					\
+		F(irq, S32, PLAIN, 0)					\
 		F(ret, S32, PLAIN, 0)					\
 	END(IRQ_HANDLER_EXIT)						\
-	EV(SOFTIRQ_ENTRY, irq_softirq_entry, IRQ, "")			\
+	EV(SOFTIRQ_ENTRY, irq_softirq_entry, IRQ, "vec u32")		\
 		F(vec, U8, PLAIN, 0)					\
 	END(SOFTIRQ_ENTRY)						\
-	EV(SOFTIRQ_EXIT, irq_softirq_exit, IRQ, "")			\
+	EV(SOFTIRQ_EXIT, irq_softirq_exit, IRQ, "vec u32")		\
 		F(vec, U8, PLAIN, 0)					\
 	END(SOFTIRQ_EXIT)						\
 	EV(HRTIMER_EXPIRE_ENTRY, timer_hrtimer_expire_entry, TIMER, "")	\
@@ -72,7 +73,7 @@
 	EV(HRTIMER_EXPIRE_EXIT, timer_hrtimer_expire_exit, TIMER, "")	\
 		F(hrtimer, U64, HEX, 0)					\
 	END(HRTIMER_EXPIRE_EXIT)					\
-	EV(KMALLOC, kmem_kmalloc, KMEM, "")				\
+	EV(KMALLOC, kmem_kmalloc, KMEM, "bytes_req, bytes_alloc u64")	\
 		F(call_site, U64, HEX, 0)				\
 		F(ptr, U64, HEX, 0)					\
 		F(bytes_req, U32, PLAIN, 0)				\
@@ -94,69 +95,73 @@
 		F(order, U32, PLAIN, 0)					\
 	END(MM_PAGE_FREE)						\
 	EV(SYSCALL_ENTRY, syscall_entry, SYSCALL,			\
-	   "`syscall_entry_<name>` without id (x86-64 table), else `syscall_entry_unknown`") \
+	   "`syscall_entry_<name>` with LTTng's fields (\"System calls\")") \
 		F(id, U16, PLAIN, 0)					\
-		F(args0, U64, HEX, 0)					\
-		F(args1, U64, HEX, 0)					\
-		F(args2, U64, HEX, 0)					\
-		F(args3, U64, HEX, 0)					\
-		F(args4, U64, HEX, 0)					\
-		F(args5, U64, HEX, 0)					\
+		F(args, BYTES, PLAIN, 0)				\
+		F(strings, BYTES, PLAIN, 0)				\
 	END(SYSCALL_ENTRY)						\
 	EV(SYSCALL_EXIT, syscall_exit, SYSCALL,				\
-	   "`syscall_exit_<name>` without id, else `syscall_exit_unknown`") \
+	   "`syscall_exit_<name>` with LTTng's fields (\"System calls\")") \
 		F(id, U16, PLAIN, 0)					\
 		F(ret, S64, PLAIN, 0)					\
+		F(args, BYTES, PLAIN, 0)				\
+		F(data, BYTES, PLAIN, 0)				\
 	END(SYSCALL_EXIT)						\
 	EV(PRINTK_CONSOLE, printk_console, PRINTK, "")			\
 		F(msg, STRING, PLAIN, 0)				\
 	END(PRINTK_CONSOLE)						\
-	EV(SCHED_WAKEUP_NEW, sched_wakeup_new, SCHED, "comm")		\
-		F(tid, U32, TID, 0)					\
+	EV(SCHED_WAKEUP_NEW, sched_wakeup_new, SCHED,			\
+	   "comm; prio, target_cpu s32")				\
+		F(tid, S32, TID, 0)					\
 		F(prio, S8, PLAIN, 0)					\
 		F(target_cpu, U16, PLAIN, 0)				\
 	END(SCHED_WAKEUP_NEW)						\
 	EV(SCHED_PROCESS_FORK, sched_process_fork, SCHED, "parent_comm") \
-		F(parent_tid, U32, TID, 0)				\
-		F(parent_pid, U32, PLAIN, 0)				\
+		F(parent_tid, S32, TID, 0)				\
+		F(parent_pid, S32, PLAIN, 0)				\
+		F(parent_ns_inum, U32, PLAIN, 0)			\
 		F(child_comm, CHARS, PLAIN, 16)				\
-		F(child_tid, U32, PLAIN, 0)				\
-		F(child_pid, U32, PLAIN, 0)				\
+		F(child_tid, S32, PLAIN, 0)				\
+		F(child_pid, S32, PLAIN, 0)				\
+		F(child_ns_inum, U32, PLAIN, 0)				\
 	END(SCHED_PROCESS_FORK)						\
 	EV(SCHED_PROCESS_EXEC, sched_process_exec, SCHED, "")		\
 		F(filename, STRING, PLAIN, 0)				\
-		F(tid, U32, PLAIN, 0)					\
-		F(old_tid, U32, PLAIN, 0)				\
+		F(tid, S32, PLAIN, 0)					\
+		F(old_tid, S32, PLAIN, 0)				\
 		F(comm, CHARS, PLAIN, 16)				\
 	END(SCHED_PROCESS_EXEC)						\
-	EV(SCHED_PROCESS_EXIT, sched_process_exit, SCHED, "comm")	\
-		F(tid, U32, TID, 0)					\
+	EV(SCHED_PROCESS_EXIT, sched_process_exit, SCHED, "comm; prio s32") \
+		F(tid, S32, TID, 0)					\
 		F(prio, S8, PLAIN, 0)					\
 	END(SCHED_PROCESS_EXIT)						\
-	EV(SCHED_PROCESS_FREE, sched_process_free, SCHED, "comm")	\
-		F(tid, U32, TID, 0)					\
+	EV(SCHED_PROCESS_FREE, sched_process_free, SCHED, "comm; prio s32") \
+		F(tid, S32, TID, 0)					\
 		F(prio, S8, PLAIN, 0)					\
 	END(SCHED_PROCESS_FREE)						\
 	EV(TASK_RENAME, task_rename, SCHED, "")				\
-		F(tid, U32, PLAIN, 0)					\
+		F(tid, S32, PLAIN, 0)					\
 		F(newcomm, CHARS, PLAIN, 16)				\
 	END(TASK_RENAME)						\
 	EV(STATEDUMP_START, lttng_statedump_start, ALWAYS, "")		\
-		F(unused, U8, PLAIN, 0)					\
 	END(STATEDUMP_START)						\
 	EV(STATEDUMP_END, lttng_statedump_end, ALWAYS, "")		\
-		F(unused, U8, PLAIN, 0)					\
 	END(STATEDUMP_END)						\
 	EV(STATEDUMP_PROCESS_STATE, lttng_statedump_process_state, ALWAYS, "") \
-		F(tid, U32, PLAIN, 0)					\
-		F(pid, U32, PLAIN, 0)					\
-		F(ppid, U32, PLAIN, 0)					\
+		F(tid, S32, PLAIN, 0)					\
+		F(vtid, S32, PLAIN, 0)					\
+		F(pid, S32, PLAIN, 0)					\
+		F(vpid, S32, PLAIN, 0)					\
+		F(ppid, S32, PLAIN, 0)					\
+		F(vppid, S32, PLAIN, 0)					\
 		F(name, CHARS, PLAIN, 16)				\
 		F(type, S32, PLAIN, 0)					\
 		F(mode, S32, PLAIN, 0)					\
 		F(submode, S32, PLAIN, 0)				\
 		F(status, S32, PLAIN, 0)				\
-		F(cpu, S32, PLAIN, 0)					\
+		F(ns_level, S32, PLAIN, 0)				\
+		F(ns_inum, U32, PLAIN, 0)				\
+		F(cpu, U32, PLAIN, 0)					\
 	END(STATEDUMP_PROCESS_STATE)					\
 	EV(STATEDUMP_INTERRUPT, lttng_statedump_interrupt, ALWAYS, "")	\
 		F(irq, U32, PLAIN, 0)					\
@@ -166,7 +171,19 @@
 	EV(DOORBELL, ivtrace_doorbell, ALWAYS, "")			\
 		F(seq, U64, PLAIN, 0)					\
 		F(vector, U16, PLAIN, 0)				\
-	END(DOORBELL)
+	END(DOORBELL)							\
+	EV(STATEDUMP_FILE_DESCRIPTOR, lttng_statedump_file_descriptor,	\
+	   ALWAYS, "")							\
+		F(pid, S32, PLAIN, 0)					\
+		F(fd, S32, PLAIN, 0)					\
+		F(flags, U32, PLAIN, 0)					\
+		F(fmode, U32, HEX, 0)					\
+		F(filename, STRING, PLAIN, 0)				\
+	END(STATEDUMP_FILE_DESCRIPTOR)					\
+	EV(STATEDUMP_BLOCK_DEVICE, lttng_statedump_block_device, ALWAYS, "") \
+		F(dev, U32, PLAIN, 0)					\
+		F(diskname, STRING, PLAIN, 0)				\
+	END(STATEDUMP_BLOCK_DEVICE)
 
 /* Internal helpers, don't use directly: the expansions below. */
 #define __IVT_KEV_NOTHING(...)

@@ -267,6 +267,7 @@ fn write_field(t: &mut String, name: &str, ty: FieldType, hex: bool) {
             t,
             "\t\tinteger {{ size = 8; align = 8; signed = false; encoding = UTF8; }} _{name}[{n}];"
         ),
+        FieldType::U32Array(n) => writeln!(t, "\t\t{} _{name}[{n}];", integer(32, false, base)),
         int => {
             let (bytes, signed) = int.integer().expect("integer type");
             writeln!(t, "\t\t{} _{name};", integer(bytes * 8, signed, base))

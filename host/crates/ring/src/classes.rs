@@ -27,6 +27,9 @@ pub enum FieldType {
     Bytes,
     /// `count` bytes of NUL-padded text.
     Chars(u16),
+    /// `count` little-endian u32 (CTF `integer[count]`). No `IVT_FT_*`: only
+    /// the host's expanded kernel trace writes it (LTTng's `pipe` `fildes[2]`).
+    U32Array(u16),
 }
 
 impl FieldType {
@@ -87,6 +90,7 @@ impl FieldType {
             FieldType::String => "string".into(),
             FieldType::Bytes => "bytes".into(),
             FieldType::Chars(n) => format!("chars[{n}]"),
+            FieldType::U32Array(n) => format!("u32[{n}]"),
         }
     }
 
@@ -106,6 +110,9 @@ impl FieldType {
         ];
         if let Some((_, t)) = simple.iter().find(|(n, _)| *n == name) {
             return Some(*t);
+        }
+        if let Some(n) = name.strip_prefix("u32[").and_then(|r| r.strip_suffix(']')) {
+            return n.parse().ok().filter(|&n| n > 0).map(FieldType::U32Array);
         }
         let n = name
             .strip_prefix("chars[")?
@@ -168,6 +175,7 @@ impl Payload {
                 FieldType::String => Op::String,
                 FieldType::Bytes => Op::Bytes,
                 FieldType::Chars(n) => Op::Chars(n as u32),
+                FieldType::U32Array(n) => Op::Skip(4 * n as u32),
                 t => Op::Skip(t.integer().expect("integer").0),
             };
             match (ops.last_mut(), op) {

@@ -198,8 +198,9 @@ impl MetaParser {
                 name: fname,
                 ty,
                 hex: flags & abi::IVT_FF_HEX != 0,
-                // Only a u32 can be a thread id; the flag is ignored elsewhere.
-                tid_comm: flags & abi::IVT_FF_TID_COMM != 0 && ty == FieldType::U32,
+                // Only a u32 or s32 can be a thread id; the flag is ignored elsewhere.
+                tid_comm: flags & abi::IVT_FF_TID_COMM != 0
+                    && matches!(ty, FieldType::U32 | FieldType::S32),
             });
         }
         if renamed {

@@ -312,7 +312,9 @@ impl TestRegion {
     pub fn emit(&mut self, c: u32, ts: u64, id: u32, payload: &[u8]) -> bool {
         let size = self.spec.subbuf_size as u64;
         let len = payload.len() as u64;
-        if len + 16 + abi::PACKET_HDR_SIZE as u64 > size {
+        // An event never ends on a packet's last byte (writer.h: that
+        // commit position would mean "complete").
+        if len + 16 + abi::PACKET_HDR_SIZE as u64 >= size {
             self.count_drop(c, abi::chan::LOST_TOO_BIG);
             return false;
         }
@@ -320,7 +322,7 @@ impl TestRegion {
         let ts = ts.max(w.last_ts);
         let compact = |w: &TestWriter| id <= 30 && ts - w.last_ts <= abi::IVT_EV_TS_MASK;
         let mut hlen = if w.open && compact(w) { 4 } else { 16 };
-        if !w.open || w.off + hlen + len > size {
+        if !w.open || w.off + hlen + len >= size {
             self.close(c);
             if !self.open(c, ts) {
                 self.count_drop(c, abi::chan::LOST_FULL);
@@ -424,33 +426,33 @@ pub fn region_with_packet(packet: &[u8], complete: bool) -> Vec<u8> {
 /// it with abi/kernel_events.json, printed from that header.
 pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
     use abi::{
-        IVT_FF_HEX as H, IVT_FF_TID_COMM as C, IVT_FT_CHARS as CH, IVT_FT_S32 as S32,
-        IVT_FT_S64 as S64, IVT_FT_S8 as S8, IVT_FT_STRING as STR, IVT_FT_U16 as U16,
-        IVT_FT_U32 as U32, IVT_FT_U64 as U64, IVT_FT_U8 as U8,
+        IVT_FF_HEX as H, IVT_FF_TID_COMM as C, IVT_FT_BYTES as BY, IVT_FT_CHARS as CH,
+        IVT_FT_S32 as S32, IVT_FT_S64 as S64, IVT_FT_S8 as S8, IVT_FT_STRING as STR,
+        IVT_FT_U16 as U16, IVT_FT_U32 as U32, IVT_FT_U64 as U64, IVT_FT_U8 as U8,
     };
     &[
         (
             "sched_switch",
             &[
-                ("prev_tid", U32, 0, C),
+                ("prev_tid", S32, 0, C),
                 ("prev_prio", S8, 0, 0),
                 ("prev_state", U16, 0, 0),
-                ("next_tid", U32, 0, C),
+                ("next_tid", S32, 0, C),
                 ("next_prio", S8, 0, 0),
             ],
         ),
         (
             "sched_wakeup",
             &[
-                ("tid", U32, 0, C),
+                ("tid", S32, 0, C),
                 ("prio", S8, 0, 0),
                 ("target_cpu", U16, 0, 0),
             ],
         ),
-        ("irq_handler_entry", &[("irq", U32, 0, 0)]),
+        ("irq_handler_entry", &[("irq", S32, 0, 0)]),
         (
             "irq_handler_exit",
-            &[("irq", U32, 0, 0), ("ret", S32, 0, 0)],
+            &[("irq", S32, 0, 0), ("ret", S32, 0, 0)],
         ),
         ("irq_softirq_entry", &[("vec", U8, 0, 0)]),
         ("irq_softirq_exit", &[("vec", U8, 0, 0)]),
@@ -492,22 +494,22 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         ),
         (
             "syscall_entry",
+            &[("id", U16, 0, 0), ("args", BY, 0, 0), ("strings", BY, 0, 0)],
+        ),
+        (
+            "syscall_exit",
             &[
                 ("id", U16, 0, 0),
-                ("args0", U64, 0, H),
-                ("args1", U64, 0, H),
-                ("args2", U64, 0, H),
-                ("args3", U64, 0, H),
-                ("args4", U64, 0, H),
-                ("args5", U64, 0, H),
+                ("ret", S64, 0, 0),
+                ("args", BY, 0, 0),
+                ("data", BY, 0, 0),
             ],
         ),
-        ("syscall_exit", &[("id", U16, 0, 0), ("ret", S64, 0, 0)]),
         ("printk_console", &[("msg", STR, 0, 0)]),
         (
             "sched_wakeup_new",
             &[
-                ("tid", U32, 0, C),
+                ("tid", S32, 0, C),
                 ("prio", S8, 0, 0),
                 ("target_cpu", U16, 0, 0),
             ],
@@ -515,45 +517,52 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         (
             "sched_process_fork",
             &[
-                ("parent_tid", U32, 0, C),
-                ("parent_pid", U32, 0, 0),
+                ("parent_tid", S32, 0, C),
+                ("parent_pid", S32, 0, 0),
+                ("parent_ns_inum", U32, 0, 0),
                 ("child_comm", CH, 16, 0),
-                ("child_tid", U32, 0, 0),
-                ("child_pid", U32, 0, 0),
+                ("child_tid", S32, 0, 0),
+                ("child_pid", S32, 0, 0),
+                ("child_ns_inum", U32, 0, 0),
             ],
         ),
         (
             "sched_process_exec",
             &[
                 ("filename", STR, 0, 0),
-                ("tid", U32, 0, 0),
-                ("old_tid", U32, 0, 0),
+                ("tid", S32, 0, 0),
+                ("old_tid", S32, 0, 0),
                 ("comm", CH, 16, 0),
             ],
         ),
         (
             "sched_process_exit",
-            &[("tid", U32, 0, C), ("prio", S8, 0, 0)],
+            &[("tid", S32, 0, C), ("prio", S8, 0, 0)],
         ),
         (
             "sched_process_free",
-            &[("tid", U32, 0, C), ("prio", S8, 0, 0)],
+            &[("tid", S32, 0, C), ("prio", S8, 0, 0)],
         ),
-        ("task_rename", &[("tid", U32, 0, 0), ("newcomm", CH, 16, 0)]),
-        ("lttng_statedump_start", &[("unused", U8, 0, 0)]),
-        ("lttng_statedump_end", &[("unused", U8, 0, 0)]),
+        ("task_rename", &[("tid", S32, 0, 0), ("newcomm", CH, 16, 0)]),
+        ("lttng_statedump_start", &[]),
+        ("lttng_statedump_end", &[]),
         (
             "lttng_statedump_process_state",
             &[
-                ("tid", U32, 0, 0),
-                ("pid", U32, 0, 0),
-                ("ppid", U32, 0, 0),
+                ("tid", S32, 0, 0),
+                ("vtid", S32, 0, 0),
+                ("pid", S32, 0, 0),
+                ("vpid", S32, 0, 0),
+                ("ppid", S32, 0, 0),
+                ("vppid", S32, 0, 0),
                 ("name", CH, 16, 0),
                 ("type", S32, 0, 0),
                 ("mode", S32, 0, 0),
                 ("submode", S32, 0, 0),
                 ("status", S32, 0, 0),
-                ("cpu", S32, 0, 0),
+                ("ns_level", S32, 0, 0),
+                ("ns_inum", U32, 0, 0),
+                ("cpu", U32, 0, 0),
             ],
         ),
         (
@@ -564,7 +573,24 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
                 ("action", STR, 0, 0),
             ],
         ),
-        ("ivtrace_doorbell", &[("seq", U64, 0, 0), ("vector", U16, 0, 0)]),
+        (
+            "ivtrace_doorbell",
+            &[("seq", U64, 0, 0), ("vector", U16, 0, 0)],
+        ),
+        (
+            "lttng_statedump_file_descriptor",
+            &[
+                ("pid", S32, 0, 0),
+                ("fd", S32, 0, 0),
+                ("flags", U32, 0, 0),
+                ("fmode", U32, 0, H),
+                ("filename", STR, 0, 0),
+            ],
+        ),
+        (
+            "lttng_statedump_block_device",
+            &[("dev", U32, 0, 0), ("diskname", STR, 0, 0)],
+        ),
     ]
 };
 

@@ -48,6 +48,7 @@
 //! before it expands, `.kernel-wire/` keeps the wire packets and their
 //! metadata as `metadata.wire` (rename it to `metadata` to read them).
 
+pub mod lttng;
 pub mod names;
 pub mod plan;
 pub mod syscalls;
@@ -68,9 +69,11 @@ use serde::{Deserialize, Serialize};
 use ivtrace_ring::abi::{self, put_u64};
 use ivtrace_ring::classes::StreamClasses;
 
+use lttng::SyscallWire;
+
 use names::{sanitize_comm, swapper, Comm, Name, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Op, Out, Output, Plans};
-use wire::{align_event, event_header, le_u32, packet_content, read_uint, Offsets, PacketFile};
+use wire::{align_event, event_header, le_u32, packet_content, Offsets, PacketFile};
 
 /// Hidden directory (inside the output) holding the staged wire packets.
 pub const STAGING_DIR: &str = ".kernel-wire";
@@ -250,10 +253,12 @@ impl Cursor {
                         .add(le_u32(field(irq), 0), &text[..text.len().saturating_sub(1)]);
                 }
                 Some(Naming::Syscall { exit }) => {
-                    let nr = read_uint(plan.layout.types()[0], field(0));
+                    let w = SyscallWire::parse(exit, payload, offs);
+                    let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
                     let counts = &mut facts.syscalls[exit as usize];
-                    if let Some(n) = nr.and_then(|nr| counts.get_mut(nr as usize)) {
-                        *n += 1;
+                    match named.and_then(|_| counts.get_mut(w.nr as usize)) {
+                        Some(n) => *n += 1,
+                        None => facts.syscalls_unknown[exit as usize] += 1,
                     }
                 }
                 None => {}
@@ -370,6 +375,14 @@ impl Expander<'_> {
                                 let comm = self.comm(le_u32(payload, at), eh.ts, &idle);
                                 out.extend_from_slice(&comm);
                             }
+                            Op::Widen(i, to) => {
+                                let (at, end) =
+                                    (offs[i as usize] as usize, offs[i as usize + 1] as usize);
+                                out.extend_from_slice(&payload[copied..at]);
+                                copied = end;
+                                let from = plan.layout.types()[i as usize];
+                                lttng::put_int(out, to, lttng::read_int(from, &payload[at..end]));
+                            }
                             Op::IrqName(i) => {
                                 let (at, end) =
                                     (offs[i as usize] as usize, offs[i as usize + 1] as usize);
@@ -385,13 +398,14 @@ impl Expander<'_> {
                     out.extend_from_slice(&payload[copied..]);
                 }
                 Out::Syscall { exit } => {
-                    let first = &payload[..offs[1] as usize];
-                    let nr = read_uint(plan.layout.types()[0], first)?;
-                    match self.output.syscall_id(*exit, nr) {
-                        Some(id) => {
+                    let w = SyscallWire::parse(*exit, payload, offs);
+                    let named = syscalls::get(w.nr).filter(|s| w.matches(*exit, s));
+                    let id = named.and_then(|_| self.output.syscall_id(*exit, w.nr));
+                    match named.zip(id) {
+                        Some((s, id)) => {
                             self.stats.syscalls_named += 1;
                             put_header(out, wire_hdr, eh.ts, id);
-                            out.extend_from_slice(&payload[offs[1] as usize..]);
+                            lttng::write_syscall(out, *exit, s, &w);
                         }
                         None => {
                             self.stats.syscalls_unknown += 1;

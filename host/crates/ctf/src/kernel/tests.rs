@@ -55,12 +55,17 @@ fn wakeup(tid: u32, cpu: u16) -> Vec<u8> {
     p
 }
 
+/// The initial pid namespace's inode number (Linux's PROC_PID_INIT_INO).
+const INIT_PID_NS: u32 = 0xEFFF_FFFC;
+
 fn fork(parent: u32, child: u32, name: &[u8]) -> Vec<u8> {
     let mut p = parent.to_le_bytes().to_vec();
     p.extend_from_slice(&parent.to_le_bytes());
+    p.extend_from_slice(&INIT_PID_NS.to_le_bytes());
     p.extend_from_slice(&comm16(name));
     p.extend_from_slice(&child.to_le_bytes());
     p.extend_from_slice(&child.to_le_bytes());
+    p.extend_from_slice(&INIT_PID_NS.to_le_bytes());
     p
 }
 
@@ -81,11 +86,11 @@ fn rename(tid: u32, name: &[u8]) -> Vec<u8> {
 
 fn dump_process(tid: u32, name: &[u8]) -> Vec<u8> {
     let mut p = Vec::new();
-    for v in [tid, tid, 1] {
+    for v in [tid, tid, tid, tid, 1, 1] {
         p.extend_from_slice(&v.to_le_bytes());
     }
     p.extend_from_slice(&comm16(name));
-    for v in [0i32, 0, 0, 5, 0] {
+    for v in [0u32, 0, 0, 5, 0, INIT_PID_NS, 0] {
         p.extend_from_slice(&v.to_le_bytes());
     }
     p
@@ -100,18 +105,59 @@ fn dump_irq(irq: u32, chip: &str, action: &[u8]) -> Vec<u8> {
     p
 }
 
-fn sys_entry(nr: u16, a0: u64) -> Vec<u8> {
+/// A wire BYTES field: u32 length, then the bytes.
+fn bytes_field(p: &mut Vec<u8>, b: &[u8]) {
+    p.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    p.extend_from_slice(b);
+}
+
+/// A syscall_entry as the module writes it: `args` (as many as the call
+/// has), then its user strings, each with its NUL.
+fn sys_entry_with(nr: u16, args: &[u64], strings: &[&str]) -> Vec<u8> {
     let mut p = nr.to_le_bytes().to_vec();
-    for a in [a0, 1, 2, 3, 4, 5] {
-        p.extend_from_slice(&a.to_le_bytes());
+    let a: Vec<u8> = args.iter().flat_map(|a| a.to_le_bytes()).collect();
+    bytes_field(&mut p, &a);
+    let mut st = Vec::new();
+    for s in strings {
+        st.extend_from_slice(s.as_bytes());
+        st.push(0);
     }
+    bytes_field(&mut p, &st);
     p
 }
 
-fn sys_exit(nr: u16, ret: i64) -> Vec<u8> {
+/// A syscall_entry whose arguments are `a0, 1, 2, ...` (the table's count;
+/// six for numbers it does not know), its user strings `"s<arg>"`.
+fn sys_entry(nr: u16, a0: u64) -> Vec<u8> {
+    let row = super::syscalls::get(nr as u64);
+    let n = row.map_or(6, |s| s.nargs as u64);
+    let args: Vec<u64> = (0..n).map(|i| if i == 0 { a0 } else { i }).collect();
+    let mask = row.map_or(0, |s| s.str_mask);
+    let strings: Vec<String> = (0..n)
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|i| format!("s{i}"))
+        .collect();
+    let strings: Vec<&str> = strings.iter().map(String::as_str).collect();
+    sys_entry_with(nr, &args, &strings)
+}
+
+fn sys_exit_with(nr: u16, ret: i64, out_args: &[u64], data: &[u8]) -> Vec<u8> {
     let mut p = nr.to_le_bytes().to_vec();
     p.extend_from_slice(&ret.to_le_bytes());
+    let a: Vec<u8> = out_args.iter().flat_map(|a| a.to_le_bytes()).collect();
+    bytes_field(&mut p, &a);
+    bytes_field(&mut p, data);
     p
+}
+
+/// A syscall_exit with the table's out-arguments (each 0x1000 + its index).
+fn sys_exit(nr: u16, ret: i64) -> Vec<u8> {
+    let mask = super::syscalls::get(nr as u64).map_or(0, |s| s.out_mask);
+    let out: Vec<u64> = (0..6)
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|i| 0x1000 + i)
+        .collect();
+    sys_exit_with(nr, ret, &out, &[])
 }
 
 /// A region with `cpus` kernel channels and the module's events.
@@ -185,6 +231,10 @@ fn decode_file(path: &Path, chan: u32, classes: &StreamClasses, out: &mut Vec<Ev
                         Val::Text(std::str::from_utf8(&b[..end]).expect("UTF-8").into())
                     }
                     FieldType::Bytes => Val::Int(b.len() as i128),
+                    FieldType::U32Array(n) => {
+                        raw.insert(fd.name.clone(), b.to_vec());
+                        Val::Int(n as i128)
+                    }
                     t => {
                         let (bytes, signed) = t.integer().unwrap();
                         let mut raw = [0u8; 8];
@@ -361,11 +411,22 @@ fn switch_fields_are_in_lttng_order() {
             "parent_comm",
             "parent_tid",
             "parent_pid",
+            "parent_ns_inum",
             "child_comm",
             "child_tid",
-            "child_pid"
+            "child_pid",
+            "child_ns_inum"
         ]
     );
+    // Types as LTTng 2.10 declares them, the wire's narrower ones widened.
+    let ty = |id, name: &str| {
+        let c = out.classes.get(id).unwrap();
+        c.fields.iter().find(|f| f.name == name).unwrap().ty
+    };
+    assert_eq!(ty(SWITCH, "prev_tid"), FieldType::S32);
+    assert_eq!(ty(SWITCH, "prev_prio"), FieldType::S32);
+    assert_eq!(ty(SWITCH, "prev_state"), FieldType::S64);
+    assert_eq!(ty(WAKEUP, "target_cpu"), FieldType::S32);
 }
 
 #[test]
@@ -389,7 +450,7 @@ fn irq_names_come_from_the_interrupt_state_dump() {
 }
 
 #[test]
-fn syscalls_are_renamed_from_the_x86_64_table() {
+fn syscalls_have_lttng_names_and_fields() {
     let mut r = kernel_region(1);
     for i in 0..3u64 {
         r.emit(0, 10 + i * 10, SYS_ENTRY, &sys_entry(0, i)); // read
@@ -399,6 +460,17 @@ fn syscalls_are_renamed_from_the_x86_64_table() {
     r.emit(0, 110, SYS_ENTRY, &sys_entry(999, 9)); // not in the table
     r.emit(0, 120, SYS_EXIT, &sys_exit(999, -38));
     r.emit(0, 130, SYS_ENTRY, &sys_entry(400, 1)); // a hole of the table
+    let at_fdcwd = -100i64 as u64;
+    let openat = sys_entry_with(257, &[at_fdcwd, 0x7000, 0o101, 0o644], &["/tmp/a b"]);
+    r.emit(0, 140, SYS_ENTRY, &openat);
+    r.emit(
+        0,
+        150,
+        SYS_EXIT,
+        &sys_exit_with(293, 0, &[], &[3, 0, 0, 0, 4, 0, 0, 0]),
+    ); // pipe2
+    r.emit(0, 160, SYS_ENTRY, &sys_entry_with(0, &[1, 2], &[])); // read with 2 args: not the table's
+    r.emit(0, 170, SYS_ENTRY, &sys_entry(40, 5)); // sendfile, LTTng's sendfile64
     r.close_region();
     let out = record(&r);
     let names: Vec<&str> = out.events.iter().map(|e| e.name.as_str()).collect();
@@ -415,22 +487,56 @@ fn syscalls_are_renamed_from_the_x86_64_table() {
             "syscall_entry_unknown",
             "syscall_exit_unknown",
             "syscall_entry_unknown",
+            "syscall_entry_openat",
+            "syscall_exit_pipe2",
+            "syscall_entry_unknown",
+            "syscall_entry_sendfile64",
         ]
     );
+    // LTTng's fields, in its order, with the wire's values.
+    let keys = |e: &Ev| e.f.keys().cloned().collect::<Vec<_>>();
     let e = &out.events[4];
-    assert_eq!((e.f["args0"].int(), e.f["args5"].int()), (2, 5));
-    assert!(!e.f.contains_key("id"), "a named syscall drops its number");
-    assert_eq!(out.events[1].f["ret"].int(), 4096);
+    assert_eq!(keys(e), ["count", "fd"]);
+    assert_eq!((e.f["fd"].int(), e.f["count"].int()), (2, 2));
+    let x = &out.events[1];
+    assert_eq!((x.f["ret"].int(), x.f["buf"].int()), (4096, 0x1001));
+    assert_eq!(out.events[6].f["error_code"].int(), 7);
     let u = &out.events[7];
-    assert_eq!((u.f["id"].int(), u.f["args0"].int()), (999, 9));
+    assert_eq!(u.f["id"].int(), 999);
     assert_eq!(out.events[8].f["ret"].int(), -38);
     assert_eq!(out.events[9].f["id"].int(), 400);
+    let o = &out.events[10];
+    assert_eq!(o.f["filename"].text(), "/tmp/a b");
+    assert_eq!(
+        (o.f["dfd"].int(), o.f["flags"].int(), o.f["mode"].int()),
+        (-100, 0o101, 0o644)
+    );
+    assert_eq!(out.events[11].raw["fildes"], [3, 0, 0, 0, 4, 0, 0, 0]);
+    assert_eq!(out.events[13].f["out_fd"].int(), 5);
+    let class = |n: &str| out.classes.iter().find(|c| c.name == n).unwrap();
+    let fields: Vec<(&str, FieldType, bool)> = class("syscall_entry_openat")
+        .fields
+        .iter()
+        .map(|f| (f.name.as_str(), f.ty, f.hex))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("dfd", FieldType::S32, false),
+            ("filename", FieldType::String, false),
+            ("flags", FieldType::S32, false),
+            ("mode", FieldType::U16, false)
+        ]
+    );
+    assert_eq!(
+        class("syscall_exit_pipe2").fields[1].ty,
+        FieldType::U32Array(2)
+    );
     // Classes exist only for the syscalls that occur; the most frequent
     // get the free ids first (from FREE on), the wire ids keep `_unknown`.
     let id_of = |n: &str| out.classes.iter().find(|c| c.name == n).map(|c| c.id);
     assert_eq!(id_of("syscall_entry_read"), Some(FREE));
     assert_eq!(id_of("syscall_exit_read"), Some(FREE + 1));
-    assert_eq!(id_of("syscall_entry_exit"), Some(FREE + 2));
     assert_eq!(id_of("syscall_entry_unknown"), Some(SYS_ENTRY));
     assert_eq!(id_of("syscall_exit_unknown"), Some(SYS_EXIT));
     assert_eq!(id_of("syscall_entry_write"), None);
@@ -442,7 +548,7 @@ fn syscalls_are_renamed_from_the_x86_64_table() {
             stats.syscalls_named,
             stats.syscalls_unknown
         ),
-        (3, 7, 3)
+        (6, 10, 4)
     );
 }
 

@@ -145,6 +145,7 @@ pub struct Layout {
 fn fixed_size(ty: FieldType) -> Option<u32> {
     match ty {
         FieldType::Chars(n) => Some(n as u32),
+        FieldType::U32Array(n) => Some(4 * n as u32),
         FieldType::String | FieldType::Bytes => None,
         int => int.integer().map(|(bytes, _)| bytes),
     }
