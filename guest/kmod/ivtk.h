@@ -12,7 +12,8 @@
  * ivtk_region.c (layout, format, metadata records, channel retirement),
  * ivtk_events.c (the kernel event table), ivtk_cpu.c (per-CPU writers,
  * flush timers, CPU hotplug), ivtk_probes.c (tracepoint probes, groups),
- * ivtk_syscalls.c (system call probes), ivtk_statedump.c, ivtk_console.c,
+ * ivtk_syscalls.c (system call probes), ivtk_names.c (thread name table
+ * for crash salvage), ivtk_statedump.c, ivtk_console.c,
  * ivtk_ctl.c (host control, clock sync, MSI-X, doorbell), ivtk_cdev.c
  * (/dev/ivtrace), ivtk_kapi.c (API for other modules, include/ivtrace_kapi.h).
  */
@@ -48,7 +49,8 @@
 #define IVSHMEM_REG_IVPOSITION	8
 #define IVSHMEM_REG_DOORBELL	12
 
-#define IVTK_META_SIZE		(128u << 10)	/* metadata area bytes */
+#define IVTK_META_SIZE		(256u << 10)	/* metadata area bytes */
+#define IVTK_NAMES_NR		4096u		/* thread name table entries (128 KiB) */
 #define IVTK_STR_MAX		256u		/* file names, irq names */
 #define IVTK_CONSOLE_MAX	2048u		/* one console line */
 
@@ -244,6 +246,13 @@ void ivtk_groups_disable(u32 mask);
 struct pt_regs;
 void ivtk_sys_enter(void *data, struct pt_regs *regs, long id);
 void ivtk_sys_exit(void *data, struct pt_regs *regs, long ret);
+
+/* ---- ivtk_names.c: the thread name table ------------------------------ */
+
+int ivtk_names_start(struct ivtk_dev *d);
+void ivtk_names_stop(void);
+void ivtk_name_set(u32 tid, const char *comm);
+void ivtk_name_dead(u32 tid);
 
 /* ---- ivtk_statedump.c, ivtk_console.c --------------------------------- */
 

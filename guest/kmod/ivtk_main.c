@@ -90,6 +90,7 @@ static void ivtk_stop(struct ivtk_dev *d)
 	 */
 	WRITE_ONCE(ivtk_live, false);
 	synchronize_rcu();
+	ivtk_names_stop();
 	/* Stop the flush timers, close every online CPU's packet. */
 	ivtk_cpus_stop(d);
 	ivtk_region_close(d);

@@ -136,6 +136,7 @@ static void ivtk_sched_process_fork(void *data, struct task_struct *parent,
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
+	ivtk_name_set(child->pid, child->comm);
 }
 
 static void ivtk_sched_process_exec(void *data, struct task_struct *t,
@@ -157,6 +158,7 @@ static void ivtk_sched_process_exec(void *data, struct task_struct *t,
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
+	ivtk_name_set(t->pid, t->comm);
 }
 
 static __always_inline void ivtk_process(u32 id, struct task_struct *t)
@@ -186,6 +188,7 @@ static void ivtk_sched_process_exit(void *data, struct task_struct *t)
 static void ivtk_sched_process_free(void *data, struct task_struct *t)
 {
 	ivtk_process(IVT_KEV_SCHED_PROCESS_FREE, t);
+	ivtk_name_dead(t->pid);
 }
 
 static void ivtk_task_rename(void *data, struct task_struct *t,
@@ -207,6 +210,7 @@ static void ivtk_task_rename(void *data, struct task_struct *t,
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
+	ivtk_name_set(t->pid, comm);
 }
 
 /* ---- irq -------------------------------------------------------------- */

@@ -88,6 +88,7 @@ static void ivtk_dump_thread(struct task_struct *t)
 		ivtk_commit(w);
 	}
 	local_irq_restore(flags);
+	ivtk_name_set(t->pid, t->comm);
 }
 
 static void ivtk_dump_threads(void)

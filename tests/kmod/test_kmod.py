@@ -225,6 +225,9 @@ def meta_records(m):
         ln, commit, kind, nf, eid, stream, group = struct.unpack_from("<IIHHIII", m, meta_off + off)
         if commit != 0x434F4D54 or ln < 88 or ln % 8:
             break
+        if kind != 1:  # not an event description (the thread name table)
+            off += ln
+            continue
         name = m[meta_off + off + 24:meta_off + off + 88].split(b"\0")[0].decode()
         fields = []
         for i in range(nf):

@@ -5,7 +5,8 @@
 //! descriptions into [`classes`]; [`reader`] copies packets out of the
 //! channels and checks each copy with [`packet`] before handing it to a
 //! [`reader::PacketSink`]. [`abi`] is the checked mirror of
-//! `abi/include/ivtrace/abi.h`.
+//! `abi/include/ivtrace/abi.h`. [`names`] reads the thread name table a
+//! kernel writer keeps in the metadata area (crash salvage).
 //!
 //! ```no_run
 //! use ivtrace_ring::{region::{Access, Region}, reader::Reader};
@@ -17,6 +18,7 @@
 pub mod abi;
 pub mod classes;
 pub mod meta;
+pub mod names;
 pub mod packet;
 pub mod reader;
 pub mod region;

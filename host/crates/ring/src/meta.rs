@@ -158,6 +158,9 @@ impl MetaParser {
 
     fn parse_record(&mut self, rec: &[u8], len: u32, classes: &mut EventClasses) {
         let kind = le_u16(rec, abi::meta::KIND);
+        if kind == crate::names::IVT_META_NAMES {
+            return; // the thread name table: crate::names reads it
+        }
         if kind != abi::IVT_META_EVENT {
             self.stats.unknown_kind += 1;
             return;

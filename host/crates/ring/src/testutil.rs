@@ -205,6 +205,15 @@ impl TestRegion {
         put_u32(r, abi::meta::COMMIT, abi::IVT_META_COMMIT);
     }
 
+    /// Appends a committed metadata record of any kind (its bytes as given:
+    /// len, commit, kind and body), e.g. a thread name table.
+    pub fn append_meta(&mut self, rec: &[u8]) {
+        let at = (self.meta_off + self.meta_tail as u64) as usize;
+        self.bytes[at..at + rec.len()].copy_from_slice(rec);
+        self.meta_tail += rec.len() as u32;
+        put_u32(&mut self.bytes, abi::hdr::META_TAIL, self.meta_tail);
+    }
+
     /// The loadgen event: `loadgen:payload { thread u16, seq u64, data bytes }`.
     pub fn register_loadgen(&mut self, id: u32) {
         let fields = [

@@ -71,7 +71,8 @@ use ivtrace_ring::classes::StreamClasses;
 
 use lttng::SyscallWire;
 
-use names::{sanitize_comm, swapper, Comm, Name, ThreadNames, COMM_LEN};
+use ivtrace_ring::names::NameTable;
+use names::{sanitize_comm, swapper, Comm, Name, TableNames, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Op, Out, Output, Plans};
 use wire::{align_event, event_header, le_u32, packet_content, Offsets, PacketFile};
 
@@ -110,6 +111,12 @@ pub struct KernelExpansion {
     pub comm_fields: u64,
     pub comm_later: u64,
     pub comm_unknown: u64,
+    /// Thread-name fields no naming event gave, taken from the guest's
+    /// thread name table (crash salvage), and that table's names.
+    #[serde(default)]
+    pub comm_from_table: u64,
+    #[serde(default)]
+    pub name_table_entries: u64,
     /// Interrupts named by the state dump; irq names written empty.
     pub irqs_named: u64,
     pub irq_names_unknown: u64,
@@ -131,16 +138,22 @@ pub struct Expanded {
 }
 
 /// Expands the staged `files` (wire classes `wire`) into their output
-/// files, which must not exist yet.
-pub fn expand(wire: &StreamClasses, files: &[Staged]) -> io::Result<Expanded> {
-    expand_with(wire, files, Facts::default().names)
+/// files, which must not exist yet. `table`: the guest's thread name table,
+/// for threads that no naming event in the trace names.
+pub fn expand(
+    wire: &StreamClasses,
+    files: &[Staged],
+    table: Option<&NameTable>,
+) -> io::Result<Expanded> {
+    expand_with(wire, files, Facts::default().names, table)
 }
 
-/// [`expand`] with a given (empty) name table, e.g. a smaller cap in tests.
+/// [`expand`] with a given (empty) name timeline, e.g. a smaller cap in tests.
 pub fn expand_with(
     wire: &StreamClasses,
     files: &[Staged],
     names: names::ThreadNamesBuilder,
+    table: Option<&NameTable>,
 ) -> io::Result<Expanded> {
     let started = Instant::now();
     let plans = plan::plan(wire);
@@ -158,9 +171,12 @@ pub fn expand_with(
     let names = facts.names.build();
     stats.threads = names.threads() as u64;
     stats.name_changes = names.entries() as u64;
+    let table = table.map(TableNames::new).unwrap_or_default();
+    stats.name_table_entries = table.len() as u64;
     let mut x = Expander {
         plans: &plans,
         names: &names,
+        table: &table,
         irqs: &facts.irqs,
         output: &output,
         stats: &mut stats,
@@ -292,6 +308,7 @@ fn collect(plans: &Plans, files: &[Staged], facts: &mut Facts) -> io::Result<()>
 struct Expander<'a> {
     plans: &'a Plans,
     names: &'a ThreadNames,
+    table: &'a TableNames,
     irqs: &'a names::IrqNames,
     output: &'a Output,
     stats: &'a mut KernelExpansion,
@@ -332,10 +349,16 @@ impl Expander<'_> {
                 self.stats.comm_later += 1;
                 *c
             }
-            Name::Unknown => {
-                self.stats.comm_unknown += 1;
-                [0; COMM_LEN]
-            }
+            Name::Unknown => match self.table.get(tid) {
+                Some(c) => {
+                    self.stats.comm_from_table += 1;
+                    *c
+                }
+                None => {
+                    self.stats.comm_unknown += 1;
+                    [0; COMM_LEN]
+                }
+            },
         }
     }
 

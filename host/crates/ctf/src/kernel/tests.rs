@@ -305,6 +305,9 @@ fn record(r: &TestRegion) -> Out {
     reader.drain_available(&mut writer).unwrap();
     reader.flush_partial(&mut writer).unwrap();
     reader.finish(&mut writer).unwrap();
+    if let Some(t) = ivtrace_ring::names::read_thread_names(reader.region()) {
+        writer.set_thread_name_table(t);
+    }
     writer.finish(reader.classes()).unwrap();
     assert!(
         !dir.path().join(super::STAGING_DIR).exists(),
@@ -570,7 +573,7 @@ fn syscalls_past_the_compact_ids_use_extended_headers() {
     r.close_region();
     let out = record(&r);
     let id_of = |n: &str| out.classes.iter().find(|c| c.name == n).map(|c| c.id);
-    assert!(FREE < 30, "the test wants compact and extended ids");
+    const { assert!(FREE < 30, "the test wants compact and extended ids") };
     assert_eq!(id_of("syscall_entry_read"), Some(FREE));
     assert_eq!(id_of("syscall_exit_open"), Some(FREE + 5));
     assert_eq!(id_of("syscall_entry_close"), Some(FREE + 6));
@@ -675,6 +678,7 @@ fn a_flood_of_distinct_threads_is_bounded() {
         reader.classes().stream(0),
         &staged,
         ThreadNamesBuilder::with_limit(1000),
+        None,
     )
     .unwrap();
     assert_eq!(x.stats.names_dropped, (n - 1000) as u64);
@@ -846,4 +850,54 @@ fn kernel_events_match_the_abi_table() {
         model.len(),
         "abi/kernel_events.json and testutil::KERNEL_EVENTS have different event counts"
     );
+}
+
+/// A names record (`struct ivt_names_rec`) holding `entries` (tid, name).
+fn name_table(entries: &[(u32, &str)]) -> Vec<u8> {
+    use ivtrace_ring::names::{NAMES_REC_SIZE, NAME_ENTRY_SIZE};
+    let len = NAMES_REC_SIZE + 8 * NAME_ENTRY_SIZE;
+    let mut r = vec![0u8; len];
+    r[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+    r[4..8].copy_from_slice(&abi::IVT_META_COMMIT.to_le_bytes());
+    r[8..10].copy_from_slice(&ivtrace_ring::names::IVT_META_NAMES.to_le_bytes());
+    r[12..16].copy_from_slice(&8u32.to_le_bytes());
+    for (i, (tid, name)) in entries.iter().enumerate() {
+        let e = NAMES_REC_SIZE + i * NAME_ENTRY_SIZE;
+        r[e..e + 4].copy_from_slice(&tid.to_le_bytes());
+        r[e + 4..e + 8].copy_from_slice(&2u32.to_le_bytes());
+        r[e + 16..e + 32].copy_from_slice(&comm16(name.as_bytes()));
+    }
+    r
+}
+
+/// A salvaged flight recorder: the rings kept no naming event for thread
+/// 50, the guest's name table has it; thread 51's fork in the trace wins
+/// over the table's (later) name.
+#[test]
+fn the_name_table_names_threads_no_naming_event_names() {
+    let mut r = kernel_region(1);
+    r.append_meta(&name_table(&[
+        (50, "old-daemon"),
+        (51, "renamed-later"),
+        (52, "bad\n"),
+    ]));
+    r.emit(0, 10, FORK, &fork(1, 51, b"kid"));
+    r.emit(0, 20, SWITCH, &switch(50, 0, 51));
+    r.emit(0, 30, SWITCH, &switch(51, 0, 52));
+    r.emit(0, 40, SWITCH, &switch(52, 0, 53));
+    r.close_region();
+    let out = record(&r);
+    let sw = named(&out, "sched_switch");
+    assert_eq!(sw[0].f["prev_comm"].text(), "old-daemon");
+    assert_eq!(sw[0].f["next_comm"].text(), "kid");
+    assert_eq!(
+        sw[1].f["next_comm"].text(),
+        "bad?",
+        "table names are sanitized"
+    );
+    assert_eq!(sw[2].f["next_comm"].text(), "", "in neither: unnamed");
+    let stats = out.writer.kernel_expansion().unwrap();
+    assert_eq!(stats.name_table_entries, 3);
+    // thread 53 and the fork's parent 1 are named nowhere
+    assert_eq!((stats.comm_from_table, stats.comm_unknown), (3, 2));
 }
