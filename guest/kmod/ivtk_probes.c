@@ -115,22 +115,45 @@ static void ivtk_sched_wakeup_new(void *data, struct task_struct *t)
 	ivtk_wakeup(IVT_KEV_SCHED_WAKEUP_NEW, t);
 }
 
+/* Pid namespace levels whose tid sched_process_fork lists (LTTng's cap). */
+#define IVTK_PID_NS_LEVELS	32u
+
+/*
+ * @t's thread id in each pid namespace from the initial one down to its
+ * own (LTTng's vtids). Returns how many.
+ */
+static u32 ivtk_vtids(struct task_struct *t, u32 *vtids)
+{
+	struct pid *pid = task_pid(t);
+	u32 i, n;
+
+	if (!pid)
+		return 0;
+	n = min_t(u32, pid->level + 1, IVTK_PID_NS_LEVELS);
+	for (i = 0; i < n; i++)
+		vtids[i] = pid->numbers[i].nr;
+	return n;
+}
+
 static void ivtk_sched_process_fork(void *data, struct task_struct *parent,
 				    struct task_struct *child)
 {
+	u32 vtids[IVTK_PID_NS_LEVELS];
+	u32 nv = ivtk_vtids(child, vtids);
 	struct ivt_writer *w;
 	unsigned long flags;
 	u8 *p;
 
 	local_irq_save(flags);
 	p = ivtk_reserve(&w, IVT_KEV_SCHED_PROCESS_FORK,
-			 IVT_KEV_SCHED_PROCESS_FORK_SIZE);
+			 IVT_KEV_SCHED_PROCESS_FORK_SIZE + 4 * nv);
 	if (p) {
 		p = ivt_put_u32(p, parent->pid);
 		p = ivt_put_u32(p, parent->tgid);
 		p = ivt_put_u32(p, ivtk_pid_ns_inum(parent));
 		p = ivt_put_chars(p, child->comm, TASK_COMM_LEN);
 		p = ivt_put_u32(p, child->pid);
+		p = ivt_put_bytes(p, vtids, 4 * nv);
 		p = ivt_put_u32(p, child->tgid);
 		ivt_put_u32(p, ivtk_pid_ns_inum(child));
 		ivtk_commit(w);
@@ -348,6 +371,7 @@ static void ivtk_mm_page_alloc(void *data, struct page *page,
 	p = ivtk_reserve(&w, IVT_KEV_MM_PAGE_ALLOC,
 			 IVT_KEV_MM_PAGE_ALLOC_SIZE);
 	if (p) {
+		p = ivt_put_u64(p, (unsigned long)page);
 		/* A failed allocation has no page: pfn -1, as ftrace says. */
 		p = ivt_put_u64(p, page ? page_to_pfn(page) : -1UL);
 		p = ivt_put_u32(p, order);
@@ -369,6 +393,7 @@ static void ivtk_mm_page_free(void *data, struct page *page,
 	p = ivtk_reserve(&w, IVT_KEV_MM_PAGE_FREE,
 			 IVT_KEV_MM_PAGE_FREE_SIZE);
 	if (p) {
+		p = ivt_put_u64(p, (unsigned long)page);
 		p = ivt_put_u64(p, page_to_pfn(page));
 		ivt_put_u32(p, order);
 		ivtk_commit(w);

@@ -31,10 +31,8 @@ TASK_REPORT_MAX = 0x100           # Linux 6.1: TASK_REPORT_IDLE << 1
 INIT_PID_NS = 0xEFFFFFFC          # Linux: PROC_PID_INIT_INO
 COMM = "comm16"                   # a char[16] field, however bt2 presents it
 
-# lttng-modules 2.10's fields of the non-syscall events we write (x86-64). Known differences,
-# not asserted: sched_process_fork has no `vtids` sequence (LTTng's per-namespace tids),
-# sched_process_exec carries the new `comm` (our naming event), kmem_mm_page_alloc/free have
-# no `page` pointer, printk_console's msg is a string where LTTng has a char sequence.
+# lttng-modules 2.10's fields of the non-syscall events we write (x86-64), as bt2 presents
+# them (a sequence's length field is a member of its own: `_vtids_length`, then `vtids`).
 LTTNG_FIELDS = {
     "sched_switch": [("prev_comm", COMM), ("prev_tid", "s32"), ("prev_prio", "s32"),
                      ("prev_state", "s64"), ("next_comm", COMM), ("next_tid", "s32"),
@@ -53,6 +51,11 @@ LTTNG_FIELDS = {
     "kmem_kmalloc": [("call_site", "u64x"), ("ptr", "u64x"), ("bytes_req", "u64"),
                      ("bytes_alloc", "u64"), ("gfp_flags", "u32")],
     "kmem_kfree": [("call_site", "u64x"), ("ptr", "u64x")],
+    "kmem_mm_page_alloc": [("page", "u64x"), ("pfn", "u64"), ("order", "u32"),
+                           ("gfp_flags", "u32"), ("migratetype", "s32")],
+    "kmem_mm_page_free": [("page", "u64x"), ("pfn", "u64"), ("order", "u32")],
+    "printk_console": [("_msg_length", "u64"), ("msg", "string")],
+    "sched_process_exec": [("filename", "string"), ("tid", "s32"), ("old_tid", "s32")],
     "lttng_statedump_start": [],
     "lttng_statedump_end": [],
     "lttng_statedump_process_state": [
@@ -67,7 +70,8 @@ LTTNG_FIELDS = {
 }
 FORK_FIELDS = [("parent_comm", COMM), ("parent_tid", "s32"), ("parent_pid", "s32"),
                ("parent_ns_inum", "u32"), ("child_comm", COMM), ("child_tid", "s32"),
-               ("child_pid", "s32"), ("child_ns_inum", "u32")]
+               ("_vtids_length", "u8"), ("vtids", "s32[]"), ("child_pid", "s32"),
+               ("child_ns_inum", "u32")]
 # The families the workload must exercise (file, directory, memory, process, signal, time).
 DEMO_SYSCALLS = ["openat", "read", "write", "close", "newfstatat", "getdents64", "mkdir",
                  "unlink", "mmap", "brk", "clone", "execve", "wait4", "exit_group", "pipe2",
@@ -101,6 +105,8 @@ def ftype(fc):
     if isinstance(fc, bt2._StaticArrayFieldClassConst):
         elem = ftype(fc.element_field_class)
         return COMM if (elem, fc.length) == ("u8", 16) else f"{elem}[{fc.length}]"
+    if isinstance(fc, bt2._DynamicArrayFieldClassConst):
+        return f"{ftype(fc.element_field_class)}[]"
     if isinstance(fc, bt2._IntegerFieldClassConst):
         sign = "s" if isinstance(fc, bt2._SignedIntegerFieldClassConst) else "u"
         hexa = "x" if fc.preferred_display_base == 16 else ""

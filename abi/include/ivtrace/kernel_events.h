@@ -85,12 +85,14 @@
 		F(ptr, U64, HEX, 0)					\
 	END(KFREE)							\
 	EV(MM_PAGE_ALLOC, kmem_mm_page_alloc, KMEM, "")			\
+		F(page, U64, HEX, 0)					\
 		F(pfn, U64, PLAIN, 0)					\
 		F(order, U32, PLAIN, 0)					\
 		F(gfp_flags, U32, PLAIN, 0)				\
 		F(migratetype, S32, PLAIN, 0)				\
 	END(MM_PAGE_ALLOC)						\
 	EV(MM_PAGE_FREE, kmem_mm_page_free, KMEM, "")			\
+		F(page, U64, HEX, 0)					\
 		F(pfn, U64, PLAIN, 0)					\
 		F(order, U32, PLAIN, 0)					\
 	END(MM_PAGE_FREE)						\
@@ -107,7 +109,8 @@
 		F(args, BYTES, PLAIN, 0)				\
 		F(data, BYTES, PLAIN, 0)				\
 	END(SYSCALL_EXIT)						\
-	EV(PRINTK_CONSOLE, printk_console, PRINTK, "")			\
+	EV(PRINTK_CONSOLE, printk_console, PRINTK,			\
+	   "msg as LTTng's u64-counted text sequence")			\
 		F(msg, STRING, PLAIN, 0)				\
 	END(PRINTK_CONSOLE)						\
 	EV(SCHED_WAKEUP_NEW, sched_wakeup_new, SCHED,			\
@@ -116,16 +119,19 @@
 		F(prio, S8, PLAIN, 0)					\
 		F(target_cpu, U16, PLAIN, 0)				\
 	END(SCHED_WAKEUP_NEW)						\
-	EV(SCHED_PROCESS_FORK, sched_process_fork, SCHED, "parent_comm") \
+	EV(SCHED_PROCESS_FORK, sched_process_fork, SCHED,		\
+	   "parent_comm; vtids as LTTng's u8-counted s32 sequence")	\
 		F(parent_tid, S32, TID, 0)				\
 		F(parent_pid, S32, PLAIN, 0)				\
 		F(parent_ns_inum, U32, PLAIN, 0)			\
 		F(child_comm, CHARS, PLAIN, 16)				\
 		F(child_tid, S32, PLAIN, 0)				\
+		F(vtids, BYTES, PLAIN, 0)				\
 		F(child_pid, S32, PLAIN, 0)				\
 		F(child_ns_inum, U32, PLAIN, 0)				\
 	END(SCHED_PROCESS_FORK)						\
-	EV(SCHED_PROCESS_EXEC, sched_process_exec, SCHED, "")		\
+	EV(SCHED_PROCESS_EXEC, sched_process_exec, SCHED,		\
+	   "comm (the new name, for the host's naming) left out")	\
 		F(filename, STRING, PLAIN, 0)				\
 		F(tid, S32, PLAIN, 0)					\
 		F(old_tid, S32, PLAIN, 0)				\

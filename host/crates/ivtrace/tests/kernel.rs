@@ -21,7 +21,7 @@ fn kernel_region() -> TestRegion {
     r.register_kernel_events();
     let mut fork = u32s(&[1, 1, 0xEFFF_FFFC]);
     fork.extend_from_slice(b"e2e-kid\0\0\0\0\0\0\0\0\0");
-    fork.extend_from_slice(&u32s(&[42, 42, 0xEFFF_FFFC]));
+    fork.extend_from_slice(&u32s(&[42, 4, 42, 42, 0xEFFF_FFFC])); // child_tid, vtids [42], ...
     r.emit(1, 100, 16, &fork);
     let switch = |prev: u32, next: u32| {
         let mut p = prev.to_le_bytes().to_vec();
@@ -194,16 +194,26 @@ mod hostile {
                         p.extend(std::iter::repeat_n(3u8, d));
                         (13, p)
                     }),
-                (tid.clone(), tid.clone(), name.clone(), any::<u32>()).prop_map(|(a, b, n, ns)| {
-                    let mut p = a.to_le_bytes().to_vec();
-                    p.extend_from_slice(&a.to_le_bytes());
-                    p.extend_from_slice(&ns.to_le_bytes());
-                    p.extend_from_slice(&n);
-                    p.extend_from_slice(&b.to_le_bytes());
-                    p.extend_from_slice(&b.to_le_bytes());
-                    p.extend_from_slice(&ns.to_le_bytes());
-                    (16, p)
-                }),
+                (
+                    tid.clone(),
+                    tid.clone(),
+                    name.clone(),
+                    any::<u32>(),
+                    0usize..12
+                )
+                    .prop_map(|(a, b, n, ns, v)| {
+                        let mut p = a.to_le_bytes().to_vec();
+                        p.extend_from_slice(&a.to_le_bytes());
+                        p.extend_from_slice(&ns.to_le_bytes());
+                        p.extend_from_slice(&n);
+                        p.extend_from_slice(&b.to_le_bytes());
+                        // vtids: any byte count, whole s32 values or not
+                        p.extend_from_slice(&(v as u32).to_le_bytes());
+                        p.extend(std::iter::repeat_n(9u8, v));
+                        p.extend_from_slice(&b.to_le_bytes());
+                        p.extend_from_slice(&ns.to_le_bytes());
+                        (16, p)
+                    }),
                 (tid.clone(), text.clone(), name.clone()).prop_map(|(t, f, n)| {
                     let mut p = f;
                     p.push(0);

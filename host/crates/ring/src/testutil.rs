@@ -491,6 +491,7 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         (
             "kmem_mm_page_alloc",
             &[
+                ("page", U64, 0, H),
                 ("pfn", U64, 0, 0),
                 ("order", U32, 0, 0),
                 ("gfp_flags", U32, 0, 0),
@@ -499,7 +500,11 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         ),
         (
             "kmem_mm_page_free",
-            &[("pfn", U64, 0, 0), ("order", U32, 0, 0)],
+            &[
+                ("page", U64, 0, H),
+                ("pfn", U64, 0, 0),
+                ("order", U32, 0, 0),
+            ],
         ),
         (
             "syscall_entry",
@@ -531,6 +536,7 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
                 ("parent_ns_inum", U32, 0, 0),
                 ("child_comm", CH, 16, 0),
                 ("child_tid", S32, 0, 0),
+                ("vtids", BY, 0, 0),
                 ("child_pid", S32, 0, 0),
                 ("child_ns_inum", U32, 0, 0),
             ],

@@ -33,6 +33,57 @@ pub fn widened(event: &str, field: &str) -> Option<FieldType> {
     })
 }
 
+/// How the expansion reshapes a wire field into LTTng's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reshape {
+    /// Not in LTTng's event (a field the host needs on the wire only).
+    Drop,
+    /// A bytes field of s32 values -> LTTng's u8-counted s32 sequence.
+    S32Seq,
+    /// A string -> LTTng's u64-counted text sequence (no NUL).
+    TextSeq,
+}
+
+/// What becomes of wire field `field` (of type `ty`) of event `event` in
+/// LTTng 2.10's layout, where it is not simply copied or widened.
+pub fn reshaped(event: &str, field: &str, ty: FieldType) -> Option<Reshape> {
+    match (event, field, ty) {
+        // The new name is the module's naming event; LTTng's exec has no comm.
+        ("sched_process_exec", "comm", FieldType::Chars(_)) => Some(Reshape::Drop),
+        ("sched_process_fork", "vtids", FieldType::Bytes) => Some(Reshape::S32Seq),
+        ("printk_console", "msg", FieldType::String) => Some(Reshape::TextSeq),
+        _ => None,
+    }
+}
+
+/// The output type of a reshaped field (None: dropped).
+pub fn reshaped_type(r: Reshape) -> Option<FieldType> {
+    match r {
+        Reshape::Drop => None,
+        Reshape::S32Seq => Some(FieldType::S32SeqU8),
+        Reshape::TextSeq => Some(FieldType::TextSeqU64),
+    }
+}
+
+/// Writes wire field `wire` (its whole encoding) reshaped by `r`. A bytes
+/// field longer than 255 values or not a whole number of them is cut.
+pub fn write_reshaped(out: &mut Vec<u8>, r: Reshape, wire: &[u8]) {
+    match r {
+        Reshape::Drop => {}
+        Reshape::S32Seq => {
+            let values = &wire[4..];
+            let n = (values.len() / 4).min(u8::MAX as usize);
+            out.push(n as u8);
+            out.extend_from_slice(&values[..4 * n]);
+        }
+        Reshape::TextSeq => {
+            let text = &wire[..wire.len().saturating_sub(1)];
+            out.extend_from_slice(&(text.len() as u64).to_le_bytes());
+            out.extend_from_slice(text);
+        }
+    }
+}
+
 /// Writes the integer `v` (already sign- or zero-extended) as `ty`.
 #[inline]
 pub fn put_int(out: &mut Vec<u8>, ty: FieldType, v: u64) {

@@ -406,6 +406,13 @@ impl Expander<'_> {
                                 let from = plan.layout.types()[i as usize];
                                 lttng::put_int(out, to, lttng::read_int(from, &payload[at..end]));
                             }
+                            Op::Reshape(i, r) => {
+                                let (at, end) =
+                                    (offs[i as usize] as usize, offs[i as usize + 1] as usize);
+                                out.extend_from_slice(&payload[copied..at]);
+                                copied = end;
+                                lttng::write_reshaped(out, r, &payload[at..end]);
+                            }
                             Op::IrqName(i) => {
                                 let (at, end) =
                                     (offs[i as usize] as usize, offs[i as usize + 1] as usize);

@@ -54,6 +54,8 @@ pub enum Op {
     IrqName(u8),
     /// Field `i` (an integer) re-encoded as the wider type LTTng declares.
     Widen(u8, FieldType),
+    /// Field `i` reshaped into LTTng's form, or dropped.
+    Reshape(u8, lttng::Reshape),
 }
 
 /// What pass 2 writes for an event of this class.
@@ -167,6 +169,9 @@ fn out_of(c: &EventClass, naming: Option<Naming>) -> Out {
                 ops.push(Op::Widen(i as u8, to));
             }
         }
+        if let Some(r) = lttng::reshaped(&c.name, &f.name, f.ty) {
+            ops.push(Op::Reshape(i as u8, r));
+        }
         if irq == Some(i as u8) {
             ops.push(Op::IrqName(i as u8));
         }
@@ -279,15 +284,19 @@ fn expanded_fields(c: &EventClass, ops: &[Op]) -> Vec<Field> {
             let (name, _) = sanitize::dedupe(comm_field_name(&f.name), &mut taken);
             out.push(Field::new(name, FieldType::Chars(COMM_LEN as u16), false));
         }
-        let mut field = plain(f);
+        let mut field = Some(plain(f));
         for op in ops {
-            if let Op::Widen(j, to) = *op {
-                if j as usize == i {
-                    field.ty = to;
+            match *op {
+                Op::Widen(j, to) if j as usize == i => {
+                    field.as_mut().expect("not dropped").ty = to;
                 }
+                Op::Reshape(j, r) if j as usize == i => {
+                    field = lttng::reshaped_type(r).map(|ty| Field { ty, ..plain(f) });
+                }
+                _ => {}
             }
         }
-        out.push(field);
+        out.extend(field);
         if ops.contains(&Op::IrqName(i as u8)) {
             let (name, _) = sanitize::dedupe("name".into(), &mut taken);
             out.push(Field::new(name, FieldType::String, false));

@@ -64,6 +64,7 @@ fn fork(parent: u32, child: u32, name: &[u8]) -> Vec<u8> {
     p.extend_from_slice(&INIT_PID_NS.to_le_bytes());
     p.extend_from_slice(&comm16(name));
     p.extend_from_slice(&child.to_le_bytes());
+    bytes_field(&mut p, &child.to_le_bytes()); // vtids: one level
     p.extend_from_slice(&child.to_le_bytes());
     p.extend_from_slice(&INIT_PID_NS.to_le_bytes());
     p
@@ -234,6 +235,13 @@ fn decode_file(path: &Path, chan: u32, classes: &StreamClasses, out: &mut Vec<Ev
                     FieldType::U32Array(n) => {
                         raw.insert(fd.name.clone(), b.to_vec());
                         Val::Int(n as i128)
+                    }
+                    FieldType::S32SeqU8 => {
+                        raw.insert(fd.name.clone(), b[1..].to_vec());
+                        Val::Int(b[0] as i128)
+                    }
+                    FieldType::TextSeqU64 => {
+                        Val::Text(std::str::from_utf8(&b[8..]).expect("UTF-8").into())
                     }
                     t => {
                         let (bytes, signed) = t.integer().unwrap();
@@ -417,6 +425,7 @@ fn switch_fields_are_in_lttng_order() {
             "parent_ns_inum",
             "child_comm",
             "child_tid",
+            "vtids",
             "child_pid",
             "child_ns_inum"
         ]
@@ -430,6 +439,11 @@ fn switch_fields_are_in_lttng_order() {
     assert_eq!(ty(SWITCH, "prev_prio"), FieldType::S32);
     assert_eq!(ty(SWITCH, "prev_state"), FieldType::S64);
     assert_eq!(ty(WAKEUP, "target_cpu"), FieldType::S32);
+    assert_eq!(ty(FORK, "vtids"), FieldType::S32SeqU8);
+    // LTTng's exec has no comm (the wire's is for naming only)
+    let exec = out.classes.get(EXEC).unwrap();
+    let names: Vec<&str> = exec.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["filename", "tid", "old_tid"]);
 }
 
 #[test]
@@ -900,4 +914,38 @@ fn the_name_table_names_threads_no_naming_event_names() {
     assert_eq!(stats.name_table_entries, 3);
     // thread 53 and the fork's parent 1 are named nowhere
     assert_eq!((stats.comm_from_table, stats.comm_unknown), (3, 2));
+}
+
+/// Fields reshaped into LTTng's form: fork's vtids (a u8-counted s32
+/// sequence), printk's msg (a u64-counted text sequence), exec's comm
+/// (left out); babeltrace2 reads them.
+#[test]
+fn reshaped_fields_are_lttngs() {
+    const PRINTK: u32 = 14;
+    let mut r = kernel_region(1);
+    r.emit(0, 10, FORK, &fork(1, 77, b"kid"));
+    r.emit(0, 20, PRINTK, b"hello ivtrace\0");
+    r.emit(0, 30, EXEC, &exec(77, "/bin/true", b"true"));
+    r.close_region();
+    let out = record(&r);
+    let f = named(&out, "sched_process_fork")[0];
+    assert_eq!(f.f["vtids"].int(), 1);
+    assert_eq!(f.raw["vtids"], 77u32.to_le_bytes());
+    assert_eq!(
+        named(&out, "printk_console")[0].f["msg"].text(),
+        "hello ivtrace"
+    );
+    let x = named(&out, "sched_process_exec")[0];
+    assert!(!x.f.contains_key("comm"));
+    assert_eq!(x.f["filename"].text(), "/bin/true");
+    if have_tool("babeltrace2") {
+        let o = Command::new("babeltrace2")
+            .arg(out.dir.path().join("kernel"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(text.contains("vtids = [ [0] = 77 ]"), "{text}");
+        assert!(text.contains("msg = \"hello ivtrace\""), "{text}");
+    }
 }
