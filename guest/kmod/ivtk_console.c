@@ -47,7 +47,8 @@ void ivtk_write_printk(const char *s, size_t n)
 	p = ivtk_reserve(&w, IVT_KEV_PRINTK_CONSOLE,
 			 IVT_KEV_PRINTK_CONSOLE_SIZE + n);
 	if (p) {
-		ivt_put_string(p, s, n);
+		u8 *end = ivt_put_string(p, s, n);
+
 		/* A NUL inside would end the string early and leave the
 		 * rest unparsable: the host would drop the whole packet.
 		 */
@@ -55,7 +56,7 @@ void ivtk_write_printk(const char *s, size_t n)
 			for (i = 0; i < n; i++)
 				if (!p[i])
 					p[i] = ' ';
-		ivtk_commit(w);
+		ivtk_commit(w, end);
 	}
 	local_irq_restore(flags);
 }

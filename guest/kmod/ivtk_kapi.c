@@ -250,7 +250,7 @@ int ivtrace_write(u32 id, const void *buf, u32 size)
 	p = ivtk_reserve(&w, id, size);
 	if (p) {
 		memcpy(p, buf, size);
-		ivtk_commit(w);
+		ivtk_commit(w, p + size);
 		ret = 0;
 	}
 	local_irq_restore(flags);

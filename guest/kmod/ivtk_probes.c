@@ -80,8 +80,8 @@ static void ivtk_sched_switch(void *data, bool preempt,
 		p = ivt_put_u8(p, ivtk_prio(prev));
 		p = ivt_put_u16(p, ivtk_prev_state(preempt, prev_state, prev));
 		p = ivt_put_u32(p, next->pid);
-		ivt_put_u8(p, ivtk_prio(next));
-		ivtk_commit(w);
+		p = ivt_put_u8(p, ivtk_prio(next));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -99,8 +99,8 @@ static __always_inline void ivtk_wakeup(u32 id, struct task_struct *t)
 	if (p) {
 		p = ivt_put_u32(p, t->pid);
 		p = ivt_put_u8(p, ivtk_prio(t));
-		ivt_put_u16(p, task_cpu(t));
-		ivtk_commit(w);
+		p = ivt_put_u16(p, task_cpu(t));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -155,8 +155,8 @@ static void ivtk_sched_process_fork(void *data, struct task_struct *parent,
 		p = ivt_put_u32(p, child->pid);
 		p = ivt_put_bytes(p, vtids, 4 * nv);
 		p = ivt_put_u32(p, child->tgid);
-		ivt_put_u32(p, ivtk_pid_ns_inum(child));
-		ivtk_commit(w);
+		p = ivt_put_u32(p, ivtk_pid_ns_inum(child));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 	ivtk_name_set(child->pid, child->comm);
@@ -177,8 +177,8 @@ static void ivtk_sched_process_exec(void *data, struct task_struct *t,
 		p = ivt_put_string(p, bprm->filename, n);
 		p = ivt_put_u32(p, t->pid);
 		p = ivt_put_u32(p, old_pid);
-		ivt_put_chars(p, t->comm, TASK_COMM_LEN);
-		ivtk_commit(w);
+		p = ivt_put_chars(p, t->comm, TASK_COMM_LEN);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 	ivtk_name_set(t->pid, t->comm);
@@ -197,8 +197,8 @@ static __always_inline void ivtk_process(u32 id, struct task_struct *t)
 	p = ivtk_reserve(&w, id, IVT_KEV_SCHED_PROCESS_EXIT_SIZE);
 	if (p) {
 		p = ivt_put_u32(p, t->pid);
-		ivt_put_u8(p, ivtk_prio(t));
-		ivtk_commit(w);
+		p = ivt_put_u8(p, ivtk_prio(t));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -230,7 +230,7 @@ static void ivtk_task_rename(void *data, struct task_struct *t,
 		 * 15 bytes and NUL padding.
 		 */
 		strscpy_pad((char *)p, comm, TASK_COMM_LEN);
-		ivtk_commit(w);
+		ivtk_commit(w, p + TASK_COMM_LEN);
 	}
 	local_irq_restore(flags);
 	ivtk_name_set(t->pid, comm);
@@ -249,8 +249,8 @@ static void ivtk_irq_handler_entry(void *data, int irq,
 	p = ivtk_reserve(&w, IVT_KEV_IRQ_HANDLER_ENTRY,
 			 IVT_KEV_IRQ_HANDLER_ENTRY_SIZE);
 	if (p) {
-		ivt_put_u32(p, irq);
-		ivtk_commit(w);
+		p = ivt_put_u32(p, irq);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -267,8 +267,8 @@ static void ivtk_irq_handler_exit(void *data, int irq,
 			 IVT_KEV_IRQ_HANDLER_EXIT_SIZE);
 	if (p) {
 		p = ivt_put_u32(p, irq);
-		ivt_put_u32(p, ret);
-		ivtk_commit(w);
+		p = ivt_put_u32(p, ret);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -298,8 +298,8 @@ static void ivtk_hrtimer_expire_entry(void *data, struct hrtimer *t,
 	if (p) {
 		p = ivt_put_u64(p, (unsigned long)t);
 		p = ivt_put_u64(p, *now);
-		ivt_put_u64(p, (unsigned long)t->function);
-		ivtk_commit(w);
+		p = ivt_put_u64(p, (unsigned long)t->function);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -314,8 +314,8 @@ static void ivtk_hrtimer_expire_exit(void *data, struct hrtimer *t)
 	p = ivtk_reserve(&w, IVT_KEV_HRTIMER_EXPIRE_EXIT,
 			 IVT_KEV_HRTIMER_EXPIRE_EXIT_SIZE);
 	if (p) {
-		ivt_put_u64(p, (unsigned long)t);
-		ivtk_commit(w);
+		p = ivt_put_u64(p, (unsigned long)t);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -336,8 +336,8 @@ static IVTK_KMALLOC_PROTO(ivtk_kmalloc)
 		p = ivt_put_u64(p, (unsigned long)ptr);
 		p = ivt_put_u32(p, bytes_req);
 		p = ivt_put_u32(p, bytes_alloc);
-		ivt_put_u32(p, (__force u32)gfp_flags);
-		ivtk_commit(w);
+		p = ivt_put_u32(p, (__force u32)gfp_flags);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -353,8 +353,8 @@ static void ivtk_kfree(void *data, unsigned long call_site, const void *ptr)
 			 IVT_KEV_KFREE_SIZE);
 	if (p) {
 		p = ivt_put_u64(p, call_site);
-		ivt_put_u64(p, (unsigned long)ptr);
-		ivtk_commit(w);
+		p = ivt_put_u64(p, (unsigned long)ptr);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -376,8 +376,8 @@ static void ivtk_mm_page_alloc(void *data, struct page *page,
 		p = ivt_put_u64(p, page ? page_to_pfn(page) : -1UL);
 		p = ivt_put_u32(p, order);
 		p = ivt_put_u32(p, (__force u32)gfp_flags);
-		ivt_put_u32(p, migratetype);
-		ivtk_commit(w);
+		p = ivt_put_u32(p, migratetype);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -395,8 +395,8 @@ static void ivtk_mm_page_free(void *data, struct page *page,
 	if (p) {
 		p = ivt_put_u64(p, (unsigned long)page);
 		p = ivt_put_u64(p, page_to_pfn(page));
-		ivt_put_u32(p, order);
-		ivtk_commit(w);
+		p = ivt_put_u32(p, order);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }

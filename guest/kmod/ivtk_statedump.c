@@ -84,8 +84,8 @@ static void ivtk_dump_thread(struct task_struct *t)
 		p = ivt_put_u32(p, ivtk_thread_status(t));
 		p = ivt_put_u32(p, ns ? ns->level : 0);
 		p = ivt_put_u32(p, ns ? ns->ns.inum : 0);
-		ivt_put_u32(p, task_cpu(t));
-		ivtk_commit(w);
+		p = ivt_put_u32(p, task_cpu(t));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 	ivtk_name_set(t->pid, t->comm);
@@ -106,10 +106,12 @@ static void ivtk_emit_empty(u32 id)
 {
 	struct ivt_writer *w;
 	unsigned long flags;
+	u8 *p;
 
 	local_irq_save(flags);
-	if (ivtk_reserve(&w, id, 0))
-		ivtk_commit(w);
+	p = ivtk_reserve(&w, id, 0);
+	if (p)
+		ivtk_commit(w, p);
 	local_irq_restore(flags);
 }
 
@@ -142,8 +144,8 @@ static int ivtk_dump_fd(const void *arg, struct file *file, unsigned int fd)
 		p = ivt_put_u32(p, fd);
 		p = ivt_put_u32(p, file->f_flags);
 		p = ivt_put_u32(p, (__force u32)file->f_mode);
-		ivt_put_string(p, path, n);
-		ivtk_commit(w);
+		p = ivt_put_string(p, path, n);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 	return 0;
@@ -191,8 +193,8 @@ static void ivtk_dump_block_device(struct device *dev)
 			 IVT_KEV_STATEDUMP_BLOCK_DEVICE_SIZE + n);
 	if (p) {
 		p = ivt_put_u32(p, dev->devt);	/* the kernel dev_t, as LTTng */
-		ivt_put_string(p, name, n);
-		ivtk_commit(w);
+		p = ivt_put_string(p, name, n);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -237,8 +239,8 @@ static void ivtk_dump_action(unsigned int irq, const char *chip,
 	if (p) {
 		p = ivt_put_u32(p, irq);
 		p = ivt_put_string(p, chip, nc);
-		ivt_put_string(p, action, na);
-		ivtk_commit(w);
+		p = ivt_put_string(p, action, na);
+		ivtk_commit(w, p);
 	}
 }
 

@@ -118,8 +118,8 @@ void ivtk_sys_enter(void *data, struct pt_regs *regs, long id)
 		p = ivt_put_u32(p, 8 * sw->nargs);
 		for (i = 0; i < sw->nargs; i++)
 			p = ivt_put_u64(p, args[i]);
-		ivt_put_bytes(p, strs, slen);
-		ivtk_commit(w);
+		p = ivt_put_bytes(p, strs, slen);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -161,8 +161,8 @@ void ivtk_sys_exit(void *data, struct pt_regs *regs, long ret)
 		for (i = 0; i < ARRAY_SIZE(args); i++)
 			if (sw->out_mask & BIT(i))
 				p = ivt_put_u64(p, args[i]);
-		ivt_put_bytes(p, pair, dlen);
-		ivtk_commit(w);
+		p = ivt_put_bytes(p, pair, dlen);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
