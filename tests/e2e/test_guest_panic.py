@@ -16,6 +16,7 @@ import mmap
 import os
 import signal
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -151,6 +152,7 @@ def test_sigkill_snapshot_contiguous_from_zero(killed):
 # --------------------------------------------------------------------------- names after a crash
 
 NAMES_SUBBUFS = 4        # 4 x 4 KiB per CPU: the demo wraps these rings many times
+DEMO_SH = Path(__file__).resolve().parents[2] / "vm" / "guest" / "workload" / "demo.sh"
 WRAPPED_SCRIPT = r"""
 /workload/demo.sh 4
 echo "E2E: demo rc=$?"
@@ -180,7 +182,7 @@ def wrapped(tmp_path_factory, e2e_add):
     """A flight recorder whose rings wrapped many times, then a kernel panic, then salvage."""
     tmp = tmp_path_factory.mktemp("guest-names")
     shm = g.shm_path("names")
-    add = list(e2e_add) + [f"{g.WORKLOAD / 'demo.sh'}:/workload/"]
+    add = list(e2e_add) + [f"{DEMO_SH}:/workload/"]
     opts = (f"mode=overwrite subbuf_size=4096 nr_subbufs={NAMES_SUBBUFS} "
             "events=sched,irq,timer,kmem,syscall,printk")
     try:
