@@ -254,6 +254,40 @@ def test_kernel_event_table(booted):
     assert names["ivtrace_test_blob"] == (0, first + 1)
 
 
+def name_table(m):
+    """(header, {tid: (dead, comm)}) of the thread name table record (struct ivt_names_rec,
+    kind 2) in the metadata area, entries whose seqcount is even only."""
+    meta_off, meta_size = struct.unpack_from("<Q", m, 72)[0], struct.unpack_from("<I", m, 88)[0]
+    off = 0
+    while off + 88 <= meta_size:
+        ln, commit, kind = struct.unpack_from("<IIH", m, meta_off + off)
+        if commit != 0x434F4D54 or ln < 88 or ln % 8:
+            break
+        if kind == 2:
+            base = meta_off + off
+            nr, updates, skipped = struct.unpack_from("<IQQ", m, base + 12)
+            entries = {}
+            for i in range(nr):
+                tid, seq, _ts = struct.unpack_from("<IIQ", m, base + 64 + 32 * i)
+                comm = m[base + 64 + 32 * i + 16:base + 64 + 32 * i + 32].split(b"\0")[0]
+                if tid and seq % 2 == 0:
+                    entries[tid & 0x7FFFFFFF] = (bool(tid >> 31), comm.decode(errors="replace"))
+            return {"nr": nr, "updates": updates, "skipped": skipped, "len": ln}, entries
+        off += ln
+    return None, {}
+
+
+def test_thread_name_table(booted):
+    """The module keeps a thread name table outside the rings (docs/abi.md "Thread name
+    table"): the state dump put every thread there, with its name."""
+    _, shm, _ = booted
+    head, names = name_table(region(shm))
+    assert head and head["nr"] == 4096 and head["len"] == 64 + 32 * 4096, head
+    assert head["updates"] >= len(names) > 10 and head["skipped"] == 0, head
+    assert names.get(1) == (False, "init"), names.get(1)
+    assert names.get(2) == (False, "kthreadd"), names.get(2)
+
+
 @pytest.fixture(scope="module")
 def snapshot(booted, tmp_path_factory):
     if not os.access(IVTRACE, os.X_OK):
