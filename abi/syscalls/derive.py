@@ -17,8 +17,6 @@ import re
 import sys
 from pathlib import Path
 
-# Fields LTTng writes from user memory that our wire carries as their content.
-ARRAYS = {"fildes": "u32[2]", "socket": "u32[2]"}
 # Parameter names of entry points whose prototypes syscalls.h does not give (arch code) or
 # gives without names (as the kernel's SYSCALL_DEFINE lines name them): name -> params.
 ARCH_PROTOS = {

@@ -304,6 +304,15 @@ fn collect(plans: &Plans, files: &[Staged], facts: &mut Facts) -> io::Result<()>
     Ok(())
 }
 
+/// One wire event of the packet being rewritten.
+struct Event<'p> {
+    ts: u64,
+    wire_hdr: &'p [u8],
+    payload: &'p [u8],
+    /// Field offsets in `payload`, its end last.
+    offs: &'p [u32],
+}
+
 /// Pass 2: rewrites packets.
 struct Expander<'a> {
     plans: &'a Plans,
@@ -379,71 +388,20 @@ impl Expander<'_> {
             let p0 = off + eh.len;
             let offs = plan.layout.offsets(&content[p0..], &mut scratch)?;
             let payload = &content[p0..p0 + *offs.last()? as usize];
-            let wire_hdr = &content[off..p0];
             out.resize(align_event(out.len()), 0);
+            let event = Event {
+                ts: eh.ts,
+                wire_hdr: &content[off..p0],
+                payload,
+                offs,
+            };
             match &plan.out {
                 Out::Verbatim => {
-                    out.extend_from_slice(wire_hdr);
+                    out.extend_from_slice(event.wire_hdr);
                     out.extend_from_slice(payload);
                 }
-                Out::Expand(ops) => {
-                    out.extend_from_slice(wire_hdr);
-                    let mut copied = 0usize;
-                    for op in ops.iter() {
-                        match *op {
-                            Op::Comm(i) => {
-                                let at = offs[i as usize] as usize;
-                                out.extend_from_slice(&payload[copied..at]);
-                                copied = at;
-                                let comm = self.comm(le_u32(payload, at), eh.ts, &idle);
-                                out.extend_from_slice(&comm);
-                            }
-                            Op::Widen(i, to) => {
-                                let (at, end) =
-                                    (offs[i as usize] as usize, offs[i as usize + 1] as usize);
-                                out.extend_from_slice(&payload[copied..at]);
-                                copied = end;
-                                let from = plan.layout.types()[i as usize];
-                                lttng::put_int(out, to, lttng::read_int(from, &payload[at..end]));
-                            }
-                            Op::Reshape(i, r) => {
-                                let (at, end) =
-                                    (offs[i as usize] as usize, offs[i as usize + 1] as usize);
-                                out.extend_from_slice(&payload[copied..at]);
-                                copied = end;
-                                lttng::write_reshaped(out, r, &payload[at..end]);
-                            }
-                            Op::IrqName(i) => {
-                                let (at, end) =
-                                    (offs[i as usize] as usize, offs[i as usize + 1] as usize);
-                                out.extend_from_slice(&payload[copied..end]);
-                                copied = end;
-                                let name = self.irqs.get(le_u32(payload, at));
-                                self.stats.irq_names_unknown += name.is_empty() as u64;
-                                out.extend_from_slice(name);
-                                out.push(0);
-                            }
-                        }
-                    }
-                    out.extend_from_slice(&payload[copied..]);
-                }
-                Out::Syscall { exit } => {
-                    let w = SyscallWire::parse(*exit, payload, offs);
-                    let named = syscalls::get(w.nr).filter(|s| w.matches(*exit, s));
-                    let id = named.and_then(|_| self.output.syscall_id(*exit, w.nr));
-                    match named.zip(id) {
-                        Some((s, id)) => {
-                            self.stats.syscalls_named += 1;
-                            put_header(out, wire_hdr, eh.ts, id);
-                            lttng::write_syscall(out, *exit, s, &w);
-                        }
-                        None => {
-                            self.stats.syscalls_unknown += 1;
-                            out.extend_from_slice(wire_hdr);
-                            out.extend_from_slice(payload);
-                        }
-                    }
-                }
+                Out::Expand(ops) => self.expand_event(plan, ops, &event, &idle, out),
+                Out::Syscall { exit } => self.syscall_event(*exit, &event, out),
             }
             events += 1;
             last_ts = eh.ts;
@@ -455,6 +413,75 @@ impl Expander<'_> {
         put_u64(out, abi::pkt::CONTENT_SIZE, end as u64 * 8);
         put_u64(out, abi::pkt::PACKET_SIZE, padded as u64 * 8);
         Some(events)
+    }
+
+    /// Writes one event with its plan's insertions, widenings and reshapes.
+    fn expand_event(
+        &mut self,
+        plan: &plan::ClassPlan,
+        ops: &[Op],
+        e: &Event,
+        idle: &Comm,
+        out: &mut Vec<u8>,
+    ) {
+        let (payload, offs) = (e.payload, e.offs);
+        let field = |i: u8| (offs[i as usize] as usize, offs[i as usize + 1] as usize);
+        out.extend_from_slice(e.wire_hdr);
+        let mut copied = 0usize;
+        for op in ops {
+            match *op {
+                Op::Comm(i) => {
+                    let (at, _) = field(i);
+                    out.extend_from_slice(&payload[copied..at]);
+                    copied = at;
+                    let comm = self.comm(le_u32(payload, at), e.ts, idle);
+                    out.extend_from_slice(&comm);
+                }
+                Op::Widen(i, to) => {
+                    let (at, end) = field(i);
+                    out.extend_from_slice(&payload[copied..at]);
+                    copied = end;
+                    let from = plan.layout.types()[i as usize];
+                    lttng::put_int(out, to, lttng::read_int(from, &payload[at..end]));
+                }
+                Op::Reshape(i, r) => {
+                    let (at, end) = field(i);
+                    out.extend_from_slice(&payload[copied..at]);
+                    copied = end;
+                    lttng::write_reshaped(out, r, &payload[at..end]);
+                }
+                Op::IrqName(i) => {
+                    let (at, end) = field(i);
+                    out.extend_from_slice(&payload[copied..end]);
+                    copied = end;
+                    let name = self.irqs.get(le_u32(payload, at));
+                    self.stats.irq_names_unknown += name.is_empty() as u64;
+                    out.extend_from_slice(name);
+                    out.push(0);
+                }
+            }
+        }
+        out.extend_from_slice(&payload[copied..]);
+    }
+
+    /// Writes a wire syscall event as LTTng's `syscall_{entry,exit}_<name>`,
+    /// or as it is (`_unknown`) when the table cannot name it.
+    fn syscall_event(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>) {
+        let w = SyscallWire::parse(exit, e.payload, e.offs);
+        let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
+        let id = named.and_then(|_| self.output.syscall_id(exit, w.nr));
+        match named.zip(id) {
+            Some((s, id)) => {
+                self.stats.syscalls_named += 1;
+                put_header(out, e.wire_hdr, e.ts, id);
+                lttng::write_syscall(out, exit, s, &w);
+            }
+            None => {
+                self.stats.syscalls_unknown += 1;
+                out.extend_from_slice(e.wire_hdr);
+                out.extend_from_slice(e.payload);
+            }
+        }
     }
 }
 
