@@ -14,7 +14,7 @@
  *     `make -C abi test` fails when the committed file is stale;
  *   - the table in docs/abi.md "Kernel stream", rendered from that JSON by
  *     abi/tools/kernel_events_doc.py (`make -C abi test` checks it too);
- *   - the host's Rust model (KERNEL_EVENTS in host/crates/ring/src/testutil.rs),
+ *   - the host's Rust model of the events (KERNEL_EVENTS of the test utilities),
  *     compared with the JSON by a host unit test.
  *
  * IVT_KERNEL_EVENTS(EV, F, END) expands, for each event in id order,

@@ -138,6 +138,56 @@ mod hostile {
 
     use ivtrace_ring::testutil::RegionBuilder;
 
+    /// syscall_entry: any number, 0..6 arguments, any string bytes.
+    fn syscall_entry(
+        text: impl Strategy<Value = Vec<u8>>,
+    ) -> impl Strategy<Value = (u32, Vec<u8>)> {
+        let nr = prop_oneof![0u16..460, any::<u16>()];
+        (nr, 0usize..7, any::<[u8; 48]>(), text).prop_map(|(n, k, a, st)| {
+            let mut p = n.to_le_bytes().to_vec();
+            p.extend_from_slice(&(8 * k as u32).to_le_bytes());
+            p.extend_from_slice(&a[..8 * k]);
+            p.extend_from_slice(&(st.len() as u32).to_le_bytes());
+            p.extend_from_slice(&st);
+            (12, p)
+        })
+    }
+
+    /// syscall_exit: any number, 0..6 out-arguments, 0 or 8 data bytes.
+    fn syscall_exit() -> impl Strategy<Value = (u32, Vec<u8>)> {
+        let nr = prop_oneof![0u16..460, any::<u16>()];
+        (nr, any::<i64>(), 0usize..7, any::<bool>()).prop_map(|(n, r, k, data)| {
+            let mut p = n.to_le_bytes().to_vec();
+            p.extend_from_slice(&r.to_le_bytes());
+            p.extend_from_slice(&(8 * k as u32).to_le_bytes());
+            p.extend(std::iter::repeat_n(7u8, 8 * k));
+            let d = if data { 8 } else { 0 };
+            p.extend_from_slice(&(d as u32).to_le_bytes());
+            p.extend(std::iter::repeat_n(3u8, d));
+            (13, p)
+        })
+    }
+
+    /// sched_process_fork: any tids, name and pid namespace, a vtids field
+    /// of any byte count (whole s32 values or not).
+    fn fork(
+        tid: impl Strategy<Value = u32> + Clone,
+        name: impl Strategy<Value = Vec<u8>>,
+    ) -> impl Strategy<Value = (u32, Vec<u8>)> {
+        (tid.clone(), tid, name, any::<u32>(), 0usize..12).prop_map(|(a, b, n, ns, v)| {
+            let mut p = a.to_le_bytes().to_vec();
+            p.extend_from_slice(&a.to_le_bytes());
+            p.extend_from_slice(&ns.to_le_bytes());
+            p.extend_from_slice(&n);
+            p.extend_from_slice(&b.to_le_bytes());
+            p.extend_from_slice(&(v as u32).to_le_bytes());
+            p.extend(std::iter::repeat_n(9u8, v));
+            p.extend_from_slice(&b.to_le_bytes());
+            p.extend_from_slice(&ns.to_le_bytes());
+            (16, p)
+        })
+    }
+
     /// One kernel event with hostile content: any tid, any name bytes,
     /// any syscall number or irq (valid framing: the writer model frames it).
     fn event() -> impl Strategy<Value = (u32, u32, Vec<u8>)> {
@@ -162,58 +212,9 @@ mod hostile {
                     (1, p)
                 }),
                 any::<u32>().prop_map(|irq| (2, irq.to_le_bytes().to_vec())),
-                // syscall_entry: any number, 0..6 arguments, any string bytes
-                (
-                    prop_oneof![0u16..460, any::<u16>()],
-                    0usize..7,
-                    any::<[u8; 48]>(),
-                    text.clone()
-                )
-                    .prop_map(|(n, k, a, st)| {
-                        let mut p = n.to_le_bytes().to_vec();
-                        p.extend_from_slice(&(8 * k as u32).to_le_bytes());
-                        p.extend_from_slice(&a[..8 * k]);
-                        p.extend_from_slice(&(st.len() as u32).to_le_bytes());
-                        p.extend_from_slice(&st);
-                        (12, p)
-                    }),
-                // syscall_exit: any number, 0..6 out-arguments, 0 or 8 data bytes
-                (
-                    prop_oneof![0u16..460, any::<u16>()],
-                    any::<i64>(),
-                    0usize..7,
-                    any::<bool>()
-                )
-                    .prop_map(|(n, r, k, data)| {
-                        let mut p = n.to_le_bytes().to_vec();
-                        p.extend_from_slice(&r.to_le_bytes());
-                        p.extend_from_slice(&(8 * k as u32).to_le_bytes());
-                        p.extend(std::iter::repeat_n(7u8, 8 * k));
-                        let d = if data { 8 } else { 0 };
-                        p.extend_from_slice(&(d as u32).to_le_bytes());
-                        p.extend(std::iter::repeat_n(3u8, d));
-                        (13, p)
-                    }),
-                (
-                    tid.clone(),
-                    tid.clone(),
-                    name.clone(),
-                    any::<u32>(),
-                    0usize..12
-                )
-                    .prop_map(|(a, b, n, ns, v)| {
-                        let mut p = a.to_le_bytes().to_vec();
-                        p.extend_from_slice(&a.to_le_bytes());
-                        p.extend_from_slice(&ns.to_le_bytes());
-                        p.extend_from_slice(&n);
-                        p.extend_from_slice(&b.to_le_bytes());
-                        // vtids: any byte count, whole s32 values or not
-                        p.extend_from_slice(&(v as u32).to_le_bytes());
-                        p.extend(std::iter::repeat_n(9u8, v));
-                        p.extend_from_slice(&b.to_le_bytes());
-                        p.extend_from_slice(&ns.to_le_bytes());
-                        (16, p)
-                    }),
+                syscall_entry(text.clone()),
+                syscall_exit(),
+                fork(tid.clone(), name.clone()),
                 (tid.clone(), text.clone(), name.clone()).prop_map(|(t, f, n)| {
                     let mut p = f;
                     p.push(0);
