@@ -155,7 +155,7 @@ int ivtk_names_start(struct ivtk_dev *d)
 	t->kind = IVT_META_NAMES;
 	t->nr_entries = IVTK_NAMES_NR;
 	/* Pairs with the host's load-acquire of commit (MetaParser, and
-	 * read_thread_names() in host/crates/ring/src/names.rs).
+	 * the host reader's read_thread_names(), names.rs).
 	 */
 	ivt_store_release(&t->commit, IVT_META_COMMIT);
 	WRITE_ONCE(ivtk_names, t);
