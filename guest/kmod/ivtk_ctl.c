@@ -49,10 +49,11 @@ void ivtk_ring_host(struct ivt_writer *w)
 	peer = READ_ONCE(hdr->host_peer_id);
 	vec = READ_ONCE(hdr->host_vector);
 	seq = ivtk_fetch_add64(&hdr->doorbells, 1) + 1;
-	p = ivt_writer_reserve(w, rdtsc(), IVTK_EV_DOORBELL, 10);
+	p = ivt_writer_reserve(w, rdtsc(), IVT_KEV_DOORBELL,
+			       IVT_KEV_DOORBELL_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, seq);
-		ivtk_put_u16(p, vec);
+		p = ivt_put_u64(p, seq);
+		ivt_put_u16(p, vec);
 		ivt_writer_commit(w);
 	}
 	w->wake_host = 0;
@@ -111,7 +112,7 @@ static int ivtk_ctl_exec(struct ivtk_dev *d, u32 cmd, u64 arg)
 		ivtk_sync_answer(d);
 		return 0;
 	case IVT_CMD_STATEDUMP:
-		ivtk_statedump();
+		ivtk_statedump(d);
 		return 0;
 	default:
 		return -EINVAL;
