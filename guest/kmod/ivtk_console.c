@@ -9,7 +9,7 @@
  *
  * CON_ENABLED must be preset: with console= on the command line,
  * register_console() silently skips a console whose name no console=
- * option matches unless it is already enabled (specs.md 3.3).
+ * option matches unless it is already enabled (docs/guest-kernel.md "Capturing printk").
  *
  * write() runs under console_lock with interrupts off (and, at panic,
  * on the panicking CPU with the others stopped); it must not sleep or

@@ -27,7 +27,7 @@ static struct ivt_region_hdr *ivtk_hdr(struct ivtk_dev *d)
  * (ivt_writer_close() saw host_sleeping). Called from ivtk_leave() on
  * @w's CPU, interrupts off, inside @w's write section with no reservation
  * open. The peer id and vector are the host's own words; a wrong value
- * only makes QEMU ignore the write (specs.md 1.3).
+ * only makes QEMU ignore the write (docs/ivshmem.md "Registers").
  *
  * Right before the MMIO write it records ivtrace_doorbell (seq = this
  * ring's number in the region's doorbells counter), so the host can check
@@ -175,7 +175,7 @@ void ivtk_ctl_init(struct ivtk_dev *d)
 	d->poll_jiffies = msecs_to_jiffies(d->flush_ms ?: 100);
 }
 
-/* MSI-X for the doorbell device (no INTx there: specs.md 1.2). */
+/* MSI-X for the doorbell device (no INTx there: docs/ivshmem.md "MSI-X"). */
 static int ivtk_irq_setup(struct ivtk_dev *d)
 {
 	struct pci_dev *pdev = d->pdev;

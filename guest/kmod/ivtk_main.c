@@ -184,7 +184,7 @@ static int ivtk_map(struct ivtk_dev *d)
 	}
 	/* Write-back, never write-combining: WC stores are weakly ordered
 	 * and the release stores of the writer protocol would not order
-	 * them (specs.md 3.5).
+	 * them (docs/guest-kernel.md "Memory ordering").
 	 */
 	d->shm = devm_memremap(&pdev->dev, start, len, MEMREMAP_WB);
 	if (IS_ERR(d->shm)) {
