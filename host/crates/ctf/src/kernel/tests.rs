@@ -960,3 +960,54 @@ fn reshaped_fields_are_lttngs() {
         assert!(text.contains("msg = \"hello ivtrace\""), "{text}");
     }
 }
+
+/// A staged packet the expansion cannot walk (here: its content ends in
+/// the middle of an event header) is written empty, its events counted as
+/// lost and carried in the running events_discarded of every later packet
+/// of its channel.
+#[test]
+fn a_staged_packet_that_does_not_walk_becomes_a_counted_loss() {
+    let mut r = RegionBuilder::new(1, 8, 4096).kernel(1).build_region();
+    r.register_kernel_events();
+    let mut ts = 10;
+    for _ in 0..3 {
+        for _ in 0..5 {
+            r.emit(0, ts, SWITCH, &switch(1, 0, 2));
+            ts += 10;
+        }
+        r.close(0);
+    }
+    r.close_region();
+    let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
+    let mut reader = Reader::new(region);
+    let mut cap = Capture::default();
+    reader.drain_available(&mut cap).unwrap();
+    reader.finish(&mut cap).unwrap();
+    assert_eq!(cap.0.len(), 3);
+    let cut = (abi::PACKET_HDR_SIZE as u64 + 2) * 8;
+    ivtrace_region::abi::put_u64(&mut cap.0[1].1, abi::pkt::CONTENT_SIZE, cut);
+    let dir = tempfile::tempdir().unwrap();
+    let wire = dir.path().join("wire");
+    let bytes: Vec<u8> = cap.0.iter().flat_map(|(_, p)| p.clone()).collect();
+    std::fs::write(&wire, bytes).unwrap();
+    let staged = [Staged {
+        chan: 0,
+        wire,
+        out: dir.path().join("out"),
+    }];
+    let names = ThreadNamesBuilder::with_limit(100);
+    let x = expand_with(reader.classes().stream(0), &staged, names, None).unwrap();
+    assert_eq!((x.stats.packets, x.stats.packets_skipped), (2, 1));
+    assert_eq!((x.stats.events, x.stats.events_lost), (10, 5));
+    assert_eq!(x.stats.lost_by_channel.get(&0), Some(&5));
+    let mut evs = Vec::new();
+    decode_file(&staged[0].out, 0, &x.classes, &mut evs);
+    assert_eq!(evs.len(), 10);
+    let mut file = PacketFile::open(&staged[0].out).unwrap();
+    let mut seen = Vec::new();
+    while file.next_packet().unwrap() {
+        let (h, _) = packet_content(&file.buf).unwrap();
+        seen.push((h.packet_seq_num, h.event_count, h.events_discarded));
+    }
+    assert_eq!(seen, [(0, 5, 0), (1, 0, 5), (2, 5, 5)]);
+}
