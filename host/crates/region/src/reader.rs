@@ -589,6 +589,9 @@ impl Reader {
     ) -> Result<(), S::Error> {
         // Relaxed: a statistic the writers bump with relaxed fetch-adds.
         let count = self.region.protocol().lost_no_channel();
+        if count <= self.no_channel.carried() {
+            return Ok(()); // the common case: one load per pass
+        }
         let ts = self.latest_ts();
         let rate_limit = (!last).then_some(self.region.header().clock.freq_hz / 10);
         if !self.no_channel.due(count, ts, rate_limit) {
