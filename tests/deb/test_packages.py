@@ -243,3 +243,68 @@ def test_a_program_builds_with_pkg_config_and_is_recorded(packages, tmp_path, li
     events = [e for e in ctf.events(out / "user") if e.name == "pkgtest:pair"]
     assert [(e.payload["seq"], e.payload["value"]) for e in events] == \
         [(i, 3 * i) for i in range(1000)]
+
+
+# The guest side of /dev/ivtrace for non-root writers. busybox's /init has no udev, so the
+# script applies what the package's rule says (read from the installed rule file: group
+# and mode) with chgrp/chmod, then writes events as an unprivileged member of that group.
+DEV_ACCESS_RUN = """
+echo 'nobody:x:65534:65534::/:/bin/sh' >> /etc/passwd
+echo 'nogroup:x:65534:' >> /etc/group
+echo 'GROUP:x:990:nobody' >> /etc/group
+chgrp GROUP /dev/ivtrace && chmod MODE /dev/ivtrace
+ls -ln /dev/ivtrace
+su -s /bin/sh nobody -c 'ivtrace-loadgen-static --shm /dev/ivtrace --events 500 --threads 1 --size 16'
+echo "DEVACCESS: loadgen rc=$?"
+rmmod ivtrace
+"""
+
+
+def udev_rule_settings():
+    text = Path("/lib/udev/rules.d/60-ivtrace.rules").read_text()
+    rule = [l for l in text.splitlines() if l.strip() and not l.startswith("#")]
+    assert len(rule) == 1, rule
+    fields = dict(re.findall(r'(\w+)=="?([^",]*)"?', rule[0]))
+    fields.update(re.findall(r'(\w+)="([^"]*)"', rule[0]))
+    return fields
+
+
+@pytest.mark.parametrize("dev_access", ["file", "cap"])
+def test_a_member_of_the_group_writes_through_dev_ivtrace_only_when_allowed(
+        packages, guest, tmp_path, dev_access):
+    """With dev_access=file the rule's group and mode let a non-root member write events
+    (recorded on the host); with the default (cap) the same user is refused at open."""
+    rule = udev_rule_settings()
+    assert (rule["KERNEL"], rule["SUBSYSTEM"]) == ("ivtrace", "misc")
+    kver = guest_kernel()
+    ko = Path(f"/lib/modules/{kver}/updates/dkms/ivtrace.ko")
+    shm = Path(f"/dev/shm/ivtrace-packaging-dev-{os.getpid()}-{dev_access}")
+    out = tmp_path / "trace"
+    ivtvm.prepare_shm(shm, 16 << 20, clear=True)
+    rec = subprocess.Popen([IVTRACE, "record", "--shm", shm, "-o", out, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    script = DEV_ACCESS_RUN.replace("GROUP", rule["GROUP"]).replace("MODE", rule["MODE"])
+    try:
+        r = ivtvm.boot(run=script, shm=str(shm), shm_size="16M",
+                       add=[str(ko), *guest.add("ivtrace-loadgen-static")],
+                       modules=["ivtrace"], modopts={"ivtrace": f"dev_access={dev_access}"},
+                       timeout=TIMEOUT)
+        assert r.ok and not r.module_errors, r.tail()
+        stdout, stderr = rec.communicate(timeout=60)
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+        shm.unlink(missing_ok=True)
+    console = r.console_text
+    assert "crw-rw----    1 0        990" in console, console[-2000:]
+    assert rec.returncode == 0, stderr
+    loadgen = [e for e in (ctf.events(out / "user") if (out / "user").exists() else [])
+               if e.name == "loadgen:payload"]
+    if dev_access == "file":
+        assert "DEVACCESS: loadgen rc=0" in console, console[-2000:]
+        assert len(loadgen) == 500, len(loadgen)
+    else:
+        assert "DEVACCESS: loadgen rc=0" not in console, console[-2000:]
+        assert "Operation not permitted" in console or "EPERM" in console, console[-2000:]
+        assert not loadgen, f"{len(loadgen)} events from a user refused at open"
