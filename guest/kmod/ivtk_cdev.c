@@ -5,7 +5,7 @@
  * mmap() maps BAR2 itself, shared, with the default (write-back) page
  * protection: the same memory type as the kernel's memremap(MEMREMAP_WB)
  * mapping, which x86 PAT requires of a second mapping of the range
- * (specs.md 3.4). libivtrace then claims user channels with its own CAS
+ * (docs/guest-kernel.md "`/dev/ivtrace`"). libivtrace then claims user channels with its own CAS
  * on the channel table; the kernel is not involved per event.
  *
  * When a process's last file is released (after its mappings are gone),

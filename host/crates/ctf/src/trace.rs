@@ -22,6 +22,7 @@ use thiserror::Error;
 
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClasses, StreamClasses};
+use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::PacketSink;
 
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
@@ -81,6 +82,8 @@ pub struct CtfWriter {
     files: Vec<Option<StreamFile>>,
     /// The kernel stream once expanded (then `DIR/kernel/` exists).
     kernel: Option<Expanded>,
+    /// The guest's thread name table, if the front end read one.
+    name_table: Option<NameTable>,
 }
 
 pub(crate) fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
@@ -141,6 +144,7 @@ impl CtfWriter {
             metadata_generation: [None, None],
             files: (0..nr_channels).map(|_| None).collect(),
             kernel: None,
+            name_table: None,
         }
     }
 
@@ -279,6 +283,14 @@ impl CtfWriter {
         Ok(())
     }
 
+    /// Gives the expansion the guest's thread name table
+    /// (`ivtrace_region::names::read_thread_names`), which names the threads
+    /// that no naming event in the trace names (a salvaged flight
+    /// recorder). Call before [`CtfWriter::finish`].
+    pub fn set_thread_name_table(&mut self, table: NameTable) {
+        self.name_table = Some(table);
+    }
+
     /// Flushes every stream file, expands the staged kernel stream into
     /// `DIR/kernel/` and rewrites the metadata.
     pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
@@ -313,8 +325,9 @@ impl CtfWriter {
                 })
             })
             .collect();
-        let expanded = kernel::expand(classes.stream(abi::IVT_STREAM_KERNEL), &staged)
-            .map_err(write_err(&out_dir))?;
+        let wire = classes.stream(abi::IVT_STREAM_KERNEL);
+        let expanded =
+            kernel::expand(wire, &staged, self.name_table.as_ref()).map_err(write_err(&out_dir))?;
         self.kernel = Some(expanded);
         for f in self.files.iter_mut().flatten() {
             if f.stream == abi::IVT_STREAM_KERNEL {
