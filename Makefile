@@ -14,6 +14,8 @@
 #                 guest), then docs/performance.md and its plots (bench/report; ~45 min, TCG)
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
 #   make lint-host  clippy (warnings as errors) and rustfmt --check on host/
+#   make gen-docs man pages and bash/zsh/fish completions from the CLI definition, in
+#                 build/gen-docs/ (host's gen-docs example; the packages run it too)
 #   make deb      the Debian packages (ivtrace, ivtrace-dkms, libivtrace0, libivtrace-dev) in
 #                 build/deb/, then lintian (scripts/build-deb; docs/install.md)
 #   make test-deb the packages installed on this machine (apt-get install ./build/deb/*.deb):
@@ -25,7 +27,7 @@ PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval \
 	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback bench eval fuzz clean deb test-deb
+	demo demo-loopback bench eval fuzz clean deb test-deb gen-docs
 
 all: host lib
 
@@ -66,6 +68,10 @@ test-py: all
 
 deb:
 	scripts/build-deb
+
+gen-docs:
+	$(CARGO) run --release --locked --manifest-path host/Cargo.toml -p ivtrace \
+		--example gen-docs -- build/gen-docs
 
 # Installs the packages on this machine (as an administrator would) and checks them;
 # then the libvirt test, whose serve is the installed one run as its unit runs it.

@@ -12,7 +12,7 @@ APT_PACKAGES=(
 	lttng-tools liblttng-ust-dev trace-cmd hyperfine
 	linux-perf procps util-linux
 	dpkg-dev debhelper dh-dkms dkms lintian
-	libvirt-daemon-system libvirt-clients
+	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
 )
 
 missing=()

@@ -10,7 +10,8 @@
 //! writes `OUTDIR/man/ivtrace.1` and `OUTDIR/man/ivtrace-<sub>.1` (one
 //! page per subcommand, `SEE ALSO` linking them), and
 //! `OUTDIR/completions/{ivtrace.bash,_ivtrace,ivtrace.fish}`.
-//! `make docs-gen` (and the Debian package build) runs it.
+//! `make gen-docs` (into build/gen-docs/) and the Debian package build
+//! (debian/rules) run it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
