@@ -154,6 +154,10 @@ pub struct Sidecar {
     /// The kernel stream's expansion to LTTng's layout, if it had packets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_expansion: Option<crate::kernel::KernelExpansion>,
+    /// A guest that migrated: which part of its trace this is, where it
+    /// resumed from and where it handed off (docs/migration.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<serde_json::Value>,
 }
 
 impl EventLayout {

@@ -54,6 +54,11 @@ pub enum StopReason {
     Disconnected,
     /// The peer violated the protocol and was disconnected.
     Misbehaved,
+    /// The guest migrated to another host, whose recorder continues the
+    /// trace: the last pass takes complete packets only and the reader's
+    /// [`Reader::handoff`] says where the next part starts
+    /// (docs/migration.md).
+    Handoff,
     /// The region was withdrawn for reformatting (its magic is gone).
     Withdrawn,
 }
@@ -313,7 +318,12 @@ impl<'a, O: Output> Engine<'a, O> {
     }
 
     fn finalize(mut self, reason: StopReason) -> Result<Recorded<O>> {
-        self.reader.flush_partial(&mut self.output)?;
+        if reason == StopReason::Handoff {
+            // The open packets go on filling on the next host.
+            self.reader.drain_for_handoff(&mut self.output)?;
+        } else {
+            self.reader.flush_partial(&mut self.output)?;
+        }
         self.reader.finish(&mut self.output)?;
         if let Some(table) = read_thread_names(self.reader.region()) {
             self.output.thread_names(table);

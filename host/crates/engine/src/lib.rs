@@ -22,6 +22,7 @@
 
 pub mod engine;
 pub mod host;
+pub mod migration;
 pub mod notify;
 pub mod region_wait;
 pub mod session;

@@ -28,6 +28,7 @@ const OWNED_ENTRIES: &[&str] = &[
     SIDECAR_NAME,
     ".ivtrace.json.tmp",
     ivtrace_ctf::kernel::STAGING_DIR,
+    crate::migration::HANDOFF_NAME,
 ];
 
 /// A problem the user can fix, with a hint how.
@@ -223,10 +224,22 @@ pub fn ctf_writer_named(
     clock: &ClockMapping,
     host: &str,
 ) -> CtfWriter {
+    ctf_writer_part(region, out, clock, host, 0)
+}
+
+/// A fresh writer for part `part` of `region`'s trace (a guest that
+/// migrated: [`crate::migration`]); part 0 is [`ctf_writer_named`].
+pub fn ctf_writer_part(
+    region: &Region,
+    out: &Path,
+    clock: &ClockMapping,
+    host: &str,
+    part: u32,
+) -> CtfWriter {
     let env = trace_env_named(region, out, clock, host);
     CtfWriter::new(
         out,
-        region.header().uuid,
+        crate::migration::part_uuid(region.header().uuid, part),
         clock.clone(),
         env,
         region.layout().nr_channels,
@@ -338,6 +351,7 @@ pub fn build_sidecar(
         warnings: reader.meta().warnings.clone(),
         host_lost: None,
         kernel_expansion: writer.kernel_expansion().cloned(),
+        migration: None,
     }
 }
 

@@ -103,6 +103,17 @@ pub struct RecordArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Continue a migrated guest's trace: wait until FILE (the previous host's
+    /// DIR/handoff.json, or DIR) exists, then record from where that part ended,
+    /// as the next part. SIGUSR1 ends a recording with such a handoff
+    /// (docs/migration.md).
+    #[arg(long, value_name = "FILE")]
+    pub resume_from: Option<PathBuf>,
+    /// Map guest time by ping-pong through the region's sync mailbox even
+    /// without doorbells (the module answers at its next poll, every flush_ms:
+    /// load it with a small flush_ms), instead of the header's reference.
+    #[arg(long)]
+    pub clock_sync: bool,
 }
 
 #[derive(Debug, clap::Args)]

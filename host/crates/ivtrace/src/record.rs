@@ -15,7 +15,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_engine::host::HostSide;
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
+use ivtrace_engine::migration::{self, Handoff, Resumed};
 use ivtrace_region::{abi, Reader, Region, RegionError};
+use ivtrace_time::{ClockSync, GuestClock};
 use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
@@ -38,6 +40,7 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Withdrawn => "region withdrawn for reformatting",
         StopReason::Disconnected => "peer disconnected",
         StopReason::Misbehaved => "peer misbehaved",
+        StopReason::Handoff => "handed off (the guest migrated; the next host continues)",
     }
 }
 
@@ -53,14 +56,26 @@ fn install_stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+/// SIGUSR1: the guest migrated, end this part with a handoff.
+fn install_handoff_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&flag))
+        .context("cannot install the SIGUSR1 handler")?;
+    Ok(flag)
+}
+
 /// Stop requests: a signal, or the end of `--duration`.
 struct Stop<'a> {
     signal: &'a AtomicBool,
+    handoff: &'a AtomicBool,
     deadline: Option<Instant>,
 }
 
 impl Stop<'_> {
     fn requested(&self) -> Option<StopReason> {
+        if self.handoff.load(Ordering::Relaxed) {
+            return Some(StopReason::Handoff);
+        }
         if self.signal.load(Ordering::Relaxed) {
             return Some(StopReason::Interrupted);
         }
@@ -167,11 +182,20 @@ impl Hooks for RecordHooks<'_> {
 pub fn run(args: &RecordArgs) -> Result<u64> {
     let out = session::prepare_output(&args.output, args.force)?;
     let signal = install_stop_flag()?;
+    let handoff = install_handoff_flag()?;
     let stop = Stop {
         signal: &signal,
+        handoff: &handoff,
         deadline: args
             .duration
             .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0))),
+    };
+    let resume_from = match &args.resume_from {
+        Some(path) => match wait_for_handoff(path, &stop)? {
+            Some(h) => Some((path.as_path(), h)),
+            None => return Ok(0),
+        },
+        None => None,
     };
     let mut waiting = Waiting {
         shm: &args.shm,
@@ -191,30 +215,77 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
+    let mut reader = Reader::new(region);
+    let resumed = match &resume_from {
+        Some((path, h)) => Some((*path, resume(&mut reader, h, path)?)),
+        None => None,
+    };
     let names = Names {
         out: &out,
         host: &host,
+        resumed,
     };
-    record_region(region, args, names, &stop, host_side)
+    record_region(reader, args, names, &stop, host_side)
 }
 
-/// Where a recording goes and what its traces call the guest.
+/// `--resume-from`: waits for the previous part's handoff (None: stopped
+/// meanwhile).
+fn wait_for_handoff(path: &Path, stop: &Stop) -> Result<Option<Handoff>> {
+    migration::wait_for_handoff(path, &mut || stop.requested().is_none())
+}
+
+fn resume(reader: &mut Reader, h: &Handoff, path: &Path) -> Result<Resumed> {
+    let r = reader
+        .resume(h)
+        .with_context(|| format!("cannot resume from {}", path.display()))?;
+    eprintln!(
+        "ivtrace: part {} of the trace, resumed from {} ({} packets the previous part already \
+         holds skipped)",
+        r.part,
+        path.display(),
+        r.already_recorded
+    );
+    Ok(r)
+}
+
+/// Where a recording goes, what its traces call the guest, and which part
+/// of a migrated guest's trace it is.
 #[derive(Clone, Copy)]
 struct Names<'a> {
     out: &'a Path,
     host: &'a str,
+    resumed: Option<(&'a Path, Resumed)>,
+}
+
+impl Names<'_> {
+    fn part(&self) -> u32 {
+        self.resumed.map_or(0, |(_, r)| r.part)
+    }
+}
+
+/// The clock of a recording: the region's estimator, or with
+/// `--clock-sync` the ping-pong through the region's sync mailbox, which
+/// a polling module answers every flush_ms (no interrupt without
+/// doorbells).
+fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
+    if args.clock_sync && region.header().features & abi::IVT_FEAT_SYNC != 0 {
+        let interval = Duration::from_secs(5);
+        return Box::new(GuestClock::start(region, None, true, interval, Box::new(|| {})));
+    }
+    Box::new(ivtrace_time::estimator_for(region.header()))
 }
 
 fn record_region(
-    region: Region,
+    reader: Reader,
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
     host_side: Option<HostSide>,
 ) -> Result<u64> {
-    let Names { out, host } = names;
-    let mut clock = ivtrace_time::estimator_for(region.header());
-    let writer = session::ctf_writer_named(&region, out, &clock.initial(), host);
+    let Names { out, host, .. } = names;
+    let region = reader.region();
+    let mut clock = clock_for(region, args);
+    let writer = session::ctf_writer_part(region, out, &clock.initial_mapping(), host, names.part());
     let h = region.header();
     let mut hooks = RecordHooks {
         stop,
@@ -223,9 +294,9 @@ fn record_region(
     };
     let mut wait = Backoff::new(IDLE_SLEEP_MIN, IDLE_SLEEP_MAX);
     let engine = Engine::new(
-        Reader::new(region),
+        reader,
         writer,
-        &mut clock,
+        &mut *clock,
         &mut wait,
         &mut hooks,
     );
@@ -247,7 +318,7 @@ fn finish_trace(
     names: Names,
     host_side: Option<HostSide>,
 ) -> Result<u64> {
-    let Names { out, host } = names;
+    let Names { out, host, .. } = names;
     let Recorded {
         reader,
         output: mut writer,
@@ -269,9 +340,37 @@ fn finish_trace(
         describe(reason),
     );
     sidecar.host_lost = host_lost;
+    record_migration(&mut sidecar, &reader, reason, names)?;
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out, args.json)?;
     Ok(session::events_seen(&sidecar))
+}
+
+/// A migrated guest's part: its trace UUID, the handoff it leaves (when
+/// it handed off) and the sidecar's `migration` section.
+fn record_migration(
+    sidecar: &mut ivtrace_ctf::sidecar::Sidecar,
+    reader: &Reader,
+    reason: StopReason,
+    names: Names,
+) -> Result<()> {
+    let part = names.part();
+    let handed_off = reason == StopReason::Handoff;
+    if handed_off {
+        migration::write_handoff(names.out, &reader.handoff(part))?;
+    }
+    if part == 0 && !handed_off {
+        return Ok(());
+    }
+    let uuid = migration::part_uuid(reader.region().header().uuid, part);
+    sidecar.trace_uuid = ivtrace_region::region::format_uuid(&uuid);
+    let handoff_file = names.out.join(migration::HANDOFF_NAME);
+    sidecar.migration = Some(migration::migration_section(
+        part,
+        names.resumed.as_ref().map(|(p, r)| (*p, r)),
+        handed_off.then_some(handoff_file.as_path()),
+    ));
+    Ok(())
 }
 
 /// `--host-events`: the host events of the QEMU behind the region file

@@ -15,7 +15,10 @@
 
 use std::collections::BTreeMap;
 
+mod handoff;
 mod no_channel;
+
+pub use handoff::{ChannelHandoff, Handoff, HandoffError, Resumed};
 
 use crate::abi;
 use crate::classes::EventClasses;
@@ -59,6 +62,15 @@ pub struct WriterLosses {
 }
 
 impl WriterLosses {
+    /// The drops after `base` (an earlier part's counts), per reason.
+    pub fn since(&self, base: &WriterLosses) -> WriterLosses {
+        WriterLosses {
+            full: self.full.saturating_sub(base.full),
+            too_big: self.too_big.saturating_sub(base.too_big),
+            nested: self.nested.saturating_sub(base.nested),
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.full
             .saturating_add(self.too_big)
@@ -131,6 +143,9 @@ struct ChannelState {
     saw_first_packet: bool,
     /// A packet of this channel was handed to the sink.
     emitted_any: bool,
+    /// Writer drops an earlier host already announced (a guest that
+    /// migrated here: [`handoff`]); this part's packets announce the rest.
+    writer_base: WriterLosses,
     stats: ChannelStats,
 }
 
@@ -155,8 +170,18 @@ impl ChannelState {
             last_written: None,
             saw_first_packet: false,
             emitted_any: false,
+            writer_base: WriterLosses::default(),
             stats: ChannelStats::default(),
         }
+    }
+
+    /// The running loss count this host's packets announce: the writer's
+    /// drops since the part began (all of them without a handoff) plus the
+    /// host's own losses.
+    fn announced_discarded(&self) -> u64 {
+        self.writer_discarded
+            .saturating_sub(self.writer_base.total())
+            .saturating_add(self.stats.host_lost.total())
     }
 
     fn skip(&mut self, loss: HostLoss, reason: &'static str, packets: u64) {
@@ -200,6 +225,8 @@ pub struct Reader {
     channels: Vec<ChannelState>,
     /// `lost_no_channel` as a stream of its own ([`no_channel`]).
     no_channel: no_channel::NoChannelStream,
+    /// `lost_no_channel` an earlier host already announced ([`handoff`]).
+    no_channel_base: u64,
     scratch: Vec<u8>,
 }
 
@@ -218,6 +245,7 @@ impl Reader {
             meta: MetaParser::new(),
             channels,
             no_channel: Default::default(),
+            no_channel_base: 0,
             scratch: vec![0u8; layout.subbuf_size as usize + 8],
         }
     }
@@ -492,9 +520,7 @@ impl Reader {
         h.stream_instance_id = c as u64;
         h.content_size = content as u64 * 8;
         h.packet_size = padded as u64 * 8;
-        h.events_discarded = ch
-            .writer_discarded
-            .saturating_add(ch.stats.host_lost.total());
+        h.events_discarded = ch.announced_discarded();
         if extent != Extent::Complete || h.end_unknown() {
             h.timestamp_end = s.last_ts;
         }
@@ -554,7 +580,7 @@ impl Reader {
             let losses = self.writer_losses(c);
             let closed = self.region.protocol().events_closed(c);
             let ch = &mut self.channels[c as usize];
-            ch.stats.writer_lost = losses;
+            ch.stats.writer_lost = losses.since(&ch.writer_base);
             let end = closed.max(ch.expected_first_event.unwrap_or(0));
             ch.account_gap(end, max_per_packet);
             ch.writer_discarded = ch.writer_discarded.max(losses.total());
@@ -574,9 +600,16 @@ impl Reader {
     /// readers see), else the region's counter.
     pub fn lost_no_channel(&self) -> u64 {
         match self.no_channel.carried() {
-            0 => self.region.protocol().lost_no_channel(),
+            0 => self.lost_no_channel_now(),
             n => n,
         }
+    }
+
+    /// The region's `lost_no_channel` since this part began.
+    fn lost_no_channel_now(&self) -> u64 {
+        // Relaxed: a statistic the writers bump with relaxed fetch-adds.
+        let count = self.region.protocol().lost_no_channel();
+        count.saturating_sub(self.no_channel_base)
     }
 
     /// Writes the no-channel stream's packets when `lost_no_channel` grew
@@ -587,8 +620,7 @@ impl Reader {
         sink: &mut S,
         last: bool,
     ) -> Result<(), S::Error> {
-        // Relaxed: a statistic the writers bump with relaxed fetch-adds.
-        let count = self.region.protocol().lost_no_channel();
+        let count = self.lost_no_channel_now();
         if count <= self.no_channel.carried() {
             return Ok(()); // the common case: one load per pass
         }
@@ -626,9 +658,7 @@ impl Reader {
 
     fn emit_trailing_drops<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<(), S::Error> {
         let ch = &mut self.channels[c as usize];
-        let total = ch
-            .writer_discarded
-            .saturating_add(ch.stats.host_lost.total());
+        let total = ch.announced_discarded();
         let written = ch.last_written.map_or(0, |l| l.discarded);
         if total <= written {
             return Ok(());

@@ -25,6 +25,7 @@ pub mod access;
 pub mod ctlsock;
 pub mod guest;
 pub mod hostlog;
+pub mod migration;
 pub mod proto;
 pub mod recording;
 

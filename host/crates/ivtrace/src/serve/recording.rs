@@ -17,6 +17,7 @@ use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::EnvValue;
 use ivtrace_engine::host::HostSide;
 use ivtrace_engine::notify::NotifyStats;
+use ivtrace_engine::migration::{self, Resumed};
 use ivtrace_engine::{session, Engine, Output, Recorded, StopReason};
 use ivtrace_region::{abi, Reader, Region};
 use ivtrace_time::guest::Kick;
@@ -24,6 +25,7 @@ use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
 use crate::serve::guest::{describe, Guest, GuestWaiter};
 use crate::serve::hostlog::{kick, serve_classes, Delivering, ServeHooks};
+use crate::serve::migration::Resume;
 use crate::serve::proto::{GUEST_ID, HOST_ID};
 use crate::summary;
 
@@ -47,8 +49,11 @@ pub fn claim_dir(root: &Path, name: &str) -> Result<PathBuf> {
 
 /// What a finished recording adds to the sidecar besides the engine's
 /// results.
-struct Observed {
+struct Observed<'a> {
     out: PathBuf,
+    /// Which part of a migrated guest's trace this is (0: the first).
+    part: u32,
+    resumed: Option<(&'a Path, Resumed)>,
     doorbell: bool,
     /// Doorbells received, late ones included.
     received: u64,
@@ -57,10 +62,32 @@ struct Observed {
     host_event_stats: Option<ivtrace_tracefs::host::HostEventStats>,
 }
 
-/// Records one formatted region until something ends it.
-pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<StopReason> {
+/// Records one formatted region until something ends it; `resume`: the
+/// guest arrived by migration and this part continues that handoff.
+pub fn record(
+    g: &Guest,
+    waiter: &mut GuestWaiter,
+    region: Region,
+    resume: Option<&Resume>,
+) -> Result<StopReason> {
     let out = claim_dir(&g.cfg.outroot, &g.name)?;
     announce(g, &region, &out);
+    let mut reader = Reader::new(region);
+    let resumed = match resume {
+        Some((path, h)) => {
+            let r = reader
+                .resume(h)
+                .with_context(|| format!("cannot resume from {}", path.display()))?;
+            g.log(&format!(
+                "part {} of the trace: {} packets the previous part already holds skipped",
+                r.part, r.already_recorded
+            ));
+            Some((path.as_path(), r))
+        }
+        None => None,
+    };
+    let part = resumed.map_or(0, |(_, r)| r.part);
+    let region = reader.region();
     let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
     let kick_fd = g.interrupts.first();
@@ -73,7 +100,7 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
     );
     g.log(&clock.describe());
     let (host, stream) = host_side(g, &out)?;
-    let writer = session::ctf_writer_named(&region, &out, &clock.initial_mapping(), &g.name);
+    let writer = session::ctf_writer_part(region, &out, &clock.initial_mapping(), &g.name, part);
     let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
     let notify_before = waiter.stats();
     let mut hooks = ServeHooks {
@@ -85,12 +112,16 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
         stream,
         received: 0,
         safety_timeout: g.cfg.safety_timeout,
+        out: &out,
+        handoff: false,
     };
-    let rec = Engine::new(Reader::new(region), output, &mut clock, waiter, &mut hooks).run()?;
+    let rec = Engine::new(reader, output, &mut clock, waiter, &mut hooks).run()?;
     let received = hooks.received + waiter.late_doorbells();
     drop(hooks);
     let mut observed = Observed {
-        out,
+        out: out.clone(),
+        part,
+        resumed,
         doorbell,
         received,
         notify: notify_since(waiter.stats(), notify_before, &rec, received),
@@ -98,6 +129,31 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
         host_event_stats: None,
     };
     finish(g, rec, &clock, host, &mut observed)
+}
+
+/// A migrated guest's part: the handoff it leaves when it handed off, its
+/// trace UUID and the sidecar's `migration` section.
+fn migration_sidecar(
+    sidecar: &mut Sidecar,
+    rec: &Recorded<Delivering>,
+    observed: &Observed,
+) -> Result<()> {
+    let handed_off = rec.reason == StopReason::Handoff;
+    if handed_off {
+        migration::write_handoff(&observed.out, &rec.reader.handoff(observed.part))?;
+    }
+    if observed.part == 0 && !handed_off {
+        return Ok(());
+    }
+    let uuid = migration::part_uuid(rec.reader.region().header().uuid, observed.part);
+    sidecar.trace_uuid = ivtrace_region::region::format_uuid(&uuid);
+    let file = observed.out.join(migration::HANDOFF_NAME);
+    sidecar.migration = Some(migration::migration_section(
+        observed.part,
+        observed.resumed.as_ref().map(|(p, r)| (*p, r)),
+        handed_off.then_some(file.as_path()),
+    ));
+    Ok(())
 }
 
 fn announce(g: &Guest, region: &Region, out: &Path) {
@@ -214,6 +270,7 @@ fn finish(
         .host_event_stats
         .as_ref()
         .map(crate::record::host_lost);
+    migration_sidecar(&mut sidecar, &rec, observed)?;
     let doc = sidecar_with_serve_sections(g, &sidecar, &rec, clock, observed)?;
     if let Ok(mut s) = g.status.lock() {
         s.clock_method = Some(rec.clock.method.clone());
