@@ -309,6 +309,14 @@ def test_each_part_has_its_own_clock_and_the_handoff_joins_them(migrated):
     print(f"\n{migrated['variant']}: clock A {ca['method']} +-{ca['error_ns']} ns, "
           f"B {cb['method']} +-{cb['error_ns']} ns; migration {migrated['t']['migrate']}")
     assert cb["method"] == ca["method"] and "ping" in cb["method"], (ca, cb)
+    # How far B's mapping places a guest tick from where A's would: under TCG the guest TSC
+    # stands still while the guest is stopped, so about the stop time (a print, not a check).
+    t = cb["ref_ticks"]
+    at = {k: c["ref_realtime_ns"] + (t - c["ref_ticks"]) * 1e9 / c["freq_hz"]
+          for k, c in (("a", ca), ("b", cb))}
+    print(f"{migrated['variant']}: B's mapping minus A's at B's reference tick: "
+          f"{(at['b'] - at['a']) / 1e6:.3f} ms (migration downtime "
+          f"{migrated['t']['migrate'].get('downtime')} ms)")
     if migrated["variant"] == "doorbell":
         assert sb["clock_sync"]["pingpong"]["points"] > 0
         assert not migrated["t"]["control_before_resume"]["ok"]

@@ -59,7 +59,10 @@ pub fn read_handoff(path: &Path) -> Result<Handoff> {
         .read_to_end(&mut text)
         .with_context(|| format!("cannot read {}", file.display()))?;
     if text.len() as u64 > HANDOFF_MAX_BYTES {
-        bail!("{} is larger than {HANDOFF_MAX_BYTES} bytes: not a handoff", file.display());
+        bail!(
+            "{} is larger than {HANDOFF_MAX_BYTES} bytes: not a handoff",
+            file.display()
+        );
     }
     serde_json::from_slice(&text)
         .with_context(|| format!("{} is not an ivtrace handoff", file.display()))

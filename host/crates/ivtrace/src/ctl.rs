@@ -103,7 +103,11 @@ fn print_reply(v: &Value, json_out: bool) -> Result<u64> {
         return Ok(gs.len().max(1) as u64);
     }
     if let Some(what) = v.get("result").and_then(Value::as_str) {
-        println!("guest {}: {}: {what}", v["guest"].as_str().unwrap_or("?"), v["op"].as_str().unwrap_or("?"));
+        println!(
+            "guest {}: {}: {what}",
+            v["guest"].as_str().unwrap_or("?"),
+            v["op"].as_str().unwrap_or("?")
+        );
         return Ok(1);
     }
     if let Some(g) = v.get("guest").filter(|g| g.is_object()) {

@@ -14,8 +14,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_engine::host::HostSide;
-use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_engine::migration::{self, Handoff, Resumed};
+use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{abi, Reader, Region, RegionError};
 use ivtrace_time::{ClockSync, GuestClock};
 use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
@@ -270,7 +270,13 @@ impl Names<'_> {
 fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
     if args.clock_sync && region.header().features & abi::IVT_FEAT_SYNC != 0 {
         let interval = Duration::from_secs(5);
-        return Box::new(GuestClock::start(region, None, true, interval, Box::new(|| {})));
+        return Box::new(GuestClock::start(
+            region,
+            None,
+            true,
+            interval,
+            Box::new(|| {}),
+        ));
     }
     Box::new(ivtrace_time::estimator_for(region.header()))
 }
@@ -285,7 +291,8 @@ fn record_region(
     let Names { out, host, .. } = names;
     let region = reader.region();
     let mut clock = clock_for(region, args);
-    let writer = session::ctf_writer_part(region, out, &clock.initial_mapping(), host, names.part());
+    let writer =
+        session::ctf_writer_part(region, out, &clock.initial_mapping(), host, names.part());
     let h = region.header();
     let mut hooks = RecordHooks {
         stop,
@@ -293,13 +300,7 @@ fn record_region(
         progress: progress_bar(),
     };
     let mut wait = Backoff::new(IDLE_SLEEP_MIN, IDLE_SLEEP_MAX);
-    let engine = Engine::new(
-        reader,
-        writer,
-        &mut *clock,
-        &mut wait,
-        &mut hooks,
-    );
+    let engine = Engine::new(reader, writer, &mut *clock, &mut wait, &mut hooks);
     let rec = engine.run()?;
     if let Some(pb) = &hooks.progress {
         pb.finish_and_clear();

@@ -153,7 +153,9 @@ fn migration(
     match rrx.recv_timeout(REPLY_TIMEOUT) {
         Ok(Ok(what)) => json!({"ok": true, "guest": name, "op": op, "result": what}),
         Ok(Err(e)) => json!({"ok": false, "guest": name, "error": e}),
-        Err(_) => json!({"ok": false, "guest": name, "error": "the guest thread did not answer in time"}),
+        Err(_) => {
+            json!({"ok": false, "guest": name, "error": "the guest thread did not answer in time"})
+        }
     }
 }
 

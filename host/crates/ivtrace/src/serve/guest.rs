@@ -48,7 +48,9 @@ pub enum Request {
     },
     /// The guest migrated away: end the recording with a handoff
     /// (`ivtrace ctl handoff`). The reply names the trace directory.
-    Handoff { reply: Sender<Result<String, String>> },
+    Handoff {
+        reply: Sender<Result<String, String>>,
+    },
     /// The guest arrived by migration: record from the previous host's
     /// handoff (`ivtrace ctl resume FILE`; None: from the region alone).
     Resume {

@@ -37,7 +37,9 @@ pub(crate) fn await_resume(w: &mut AwaitFormat) -> Option<Option<Resume>> {
             match load(from) {
                 Ok(resume) => {
                     let msg = match &resume {
-                        Some((p, h)) => format!("resuming as part {} from {}", h.part + 1, p.display()),
+                        Some((p, h)) => {
+                            format!("resuming as part {} from {}", h.part + 1, p.display())
+                        }
                         None => "resuming from the region's positions, without a handoff: packets \
                                  the previous host wrote may be written again"
                             .to_string(),

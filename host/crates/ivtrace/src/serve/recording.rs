@@ -16,8 +16,8 @@ use ivtrace_ctf::host::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::EnvValue;
 use ivtrace_engine::host::HostSide;
-use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::migration::{self, Resumed};
+use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Engine, Output, Recorded, StopReason};
 use ivtrace_region::{abi, Reader, Region};
 use ivtrace_time::guest::Kick;
@@ -92,7 +92,7 @@ pub fn record(
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
     let kick_fd = g.interrupts.first();
     let mut clock = GuestClock::start(
-        &region,
+        region,
         g.peer.pid,
         kick_fd.is_some(),
         g.cfg.sync_interval,

@@ -20,7 +20,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::{Pass, PacketSink, Reader, WriterLosses};
+use super::{PacketSink, Pass, Reader, WriterLosses};
 use crate::meta::ScanMode;
 
 /// Where one channel's part ended.
