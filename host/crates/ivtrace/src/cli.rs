@@ -114,6 +114,13 @@ pub struct RecordArgs {
     /// load it with a small flush_ms), instead of the header's reference.
     #[arg(long)]
     pub clock_sync: bool,
+    /// Nested tracing, inside a guest that is itself traced: also send
+    /// every packet, the event classes and the final clock mapping to
+    /// FIFO, which `ivtrace-forward --in FIFO --shm /dev/ivtrace` writes
+    /// into this guest's own region for the outer host
+    /// (docs/migration.md, "Nested guests").
+    #[arg(long, value_name = "FIFO")]
+    pub forward: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -15,6 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_engine::host::HostSide;
 use ivtrace_engine::migration::{self, Handoff, Resumed};
+use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{abi, Reader, Region, RegionError};
 use ivtrace_time::{ClockSync, GuestClock};
@@ -293,6 +294,11 @@ fn record_region(
     let mut clock = clock_for(region, args);
     let writer =
         session::ctf_writer_part(region, out, &clock.initial_mapping(), host, names.part());
+    let writer = Nesting::new(
+        writer,
+        forwarder(args, region, host)?,
+        Some(Expander::new(out)),
+    );
     let h = region.header();
     let mut hooks = RecordHooks {
         stop,
@@ -311,10 +317,24 @@ fn record_region(
     finish_trace(rec, args, names, host_side)
 }
 
+/// `--forward FIFO`: this recording's packets also go to FIFO (nested
+/// tracing; blocks until `ivtrace-forward` opens it).
+fn forwarder(args: &RecordArgs, region: &Region, host: &str) -> Result<Option<Forwarder>> {
+    let Some(path) = &args.forward else {
+        return Ok(None);
+    };
+    let hello = Hello {
+        name: host.to_string(),
+        uuid: region.header().uuid,
+        nr_channels: region.layout().nr_channels,
+    };
+    Forwarder::open(path, &hello).map(Some)
+}
+
 /// The recorded trace's env and metadata, the host trace, the sidecar,
-/// the summary.
+/// the summary, and the nested guests it forwarded or carried.
 fn finish_trace(
-    rec: Recorded<ivtrace_ctf::CtfWriter>,
+    rec: Recorded<Nesting<ivtrace_ctf::CtfWriter>>,
     args: &RecordArgs,
     names: Names,
     host_side: Option<HostSide>,
@@ -322,14 +342,16 @@ fn finish_trace(
     let Names { out, host, .. } = names;
     let Recorded {
         reader,
-        output: mut writer,
+        output: mut nesting,
         clock,
         elapsed,
         reason,
         ..
     } = rec;
     let env = session::trace_env_named(reader.region(), out, &clock, host);
-    Output::finish(&mut writer, &clock, env, reader.classes())?;
+    Output::finish(&mut nesting, &clock, env, reader.classes())?;
+    nesting.finish_nesting(&clock, host)?;
+    let writer = nesting.inner;
     let host_lost = host_side.map(finish_host_events).transpose()?;
     let mut sidecar = session::build_sidecar(
         &reader,
