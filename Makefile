@@ -1,5 +1,5 @@
 # ivtrace - top-level build. `make` leaves the tools in bin/.
-#   make          build bin/ivtrace and bin/ivtrace-loadgen (and libivtrace)
+#   make          build bin/ivtrace, bin/ivtrace-loadgen, bin/ivtrace-forward (and libivtrace)
 #   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
 #                 the static guest tools and the workloads (vm/build --all)
 #   make test     install what is missing, build, run every test, then `make lint`
@@ -40,7 +40,7 @@ host:
 
 lib:
 	$(MAKE) -C guest/lib
-	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen bin/ivtrace-loadgen
+	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen guest/lib/build/ivtrace-forward bin/
 
 # Trace Compass as a reader in the tests: bullseye's eclipse-tracecompass jars through apt,
 # on bookworm's Eclipse libraries (scripts/install-tracecompass; cached, quick when present).
