@@ -3,6 +3,8 @@
 #   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
 #                 the static guest tools and the workloads (vm/build --all)
 #   make test     install what is missing, build, run every test, then `make lint`
+#   make test-nested  the whole nest: L0 records L1, a TCG guest running QEMU for L2 and
+#                 forwarding L2's trace (tests/nested/full_nest.py; 5-20+ min, so not in `make test`)
 #   make lint     clippy -D warnings and rustfmt --check on host/, checkpatch on guest/kmod,
 #                 the C tests of abi/ and guest/lib built with ASan+UBSan and with TSan
 #   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
@@ -27,7 +29,7 @@ PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval \
 	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback bench eval fuzz clean deb test-deb gen-docs
+	demo demo-loopback bench eval fuzz clean deb test-deb gen-docs test-nested
 
 all: host lib
 
@@ -52,6 +54,12 @@ guest:
 
 # lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
 test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-deb lint
+
+# L2 is TCG inside TCG: minutes of boot on a 2-core machine, beyond make test's budget.
+# tests/nested/test_forward.py (in make test) checks the forwarding path at one level.
+test-nested: all
+	$(MAKE) -C guest/lib build/ivtrace-forward-static
+	$(PYTHON) -m pytest -q -s tests/nested/full_nest.py
 
 test-abi:
 	$(MAKE) -C abi test
