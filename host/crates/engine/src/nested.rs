@@ -224,19 +224,26 @@ fn class_from_wire(w: &ClassWire, classes: &mut EventClasses) -> Option<EventCla
     if w.stream > abi::IVT_STREAM_USER || w.fields.len() > abi::IVT_FIELDS_MAX as usize {
         return None;
     }
-    let (name, _) = sanitize::event_name(w.name.as_bytes(), w.id);
+    // A region's names fit fixed fields; forwarded ones are cut to the same.
+    let (name, _) = sanitize::event_name(head(&w.name, abi::IVT_NAME_MAX), w.id);
     let (name, _) = sanitize::dedupe(name, classes.stream_mut(w.stream).names_mut());
     let mut taken = HashSet::new();
     let mut fields = Vec::with_capacity(w.fields.len());
     for (i, (fname, ty, hex, tid)) in w.fields.iter().enumerate() {
         let ty = FieldType::parse(ty)?;
-        let (fname, _) = sanitize::field_name(fname.as_bytes(), i);
+        let (fname, _) = sanitize::field_name(head(fname, abi::IVT_FIELD_NAME_MAX), i);
         let (fname, _) = ivtrace_region::meta::dedupe_field(fname, ty, &mut taken);
         let mut f = Field::new(fname, ty, *hex);
         f.tid_comm = *tid && matches!(ty, FieldType::U32 | FieldType::S32);
         fields.push(f);
     }
     Some(EventClass::new(w.id, w.stream, name, fields))
+}
+
+/// The first bytes of `s` that a NUL-padded field of `max` bytes holds.
+fn head(s: &str, max: usize) -> &[u8] {
+    let b = s.as_bytes();
+    &b[..b.len().min(max - 1)]
 }
 
 // ---------------------------------------------------------------- L0 side
@@ -449,6 +456,10 @@ impl Expander {
     /// Writes every forwarded guest with its composed clock (`outer`: the
     /// final mapping of L1's writer clock to this host's time).
     pub fn finish(&mut self, outer: &ClockMapping, via: &str) -> Result<()> {
+        let unfinished: Vec<u32> = self.partial.drain().map(|(chan, _)| chan).collect();
+        for chan in unfinished {
+            self.incomplete(chan);
+        }
         for g in self.guests.values_mut() {
             g.finish(outer, self.best_sync, via)?;
         }
@@ -747,5 +758,203 @@ impl<O: Output> Output for Nesting<O> {
         classes: &EventClasses,
     ) -> Result<()> {
         self.inner.finish(clock, env, classes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(ref_ns: u64, error_ns: u64) -> ClockMapping {
+        ClockMapping {
+            freq_hz: 1_000_000_000,
+            ref_ticks: 1_000,
+            ref_realtime_ns: ref_ns,
+            error_ns,
+            method: "test".into(),
+            coarse: false,
+            samples: 8,
+        }
+    }
+
+    /// The frames `write_message` puts on the pipe, as ivtrace-forward
+    /// turns them into events: (kind, data).
+    fn frames(kind: u32, body: &[u8]) -> Vec<(u32, Vec<u8>)> {
+        let mut wire = Vec::new();
+        write_message(&mut wire, kind, body).unwrap();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < wire.len() {
+            let k = u32::from_le_bytes(wire[at..at + 4].try_into().unwrap());
+            let len = u32::from_le_bytes(wire[at + 4..at + 8].try_into().unwrap()) as usize;
+            out.push((k, wire[at + 8..at + 8 + len].to_vec()));
+            at += 8 + len;
+        }
+        out
+    }
+
+    fn hello(x: &mut Expander, chan: u32, nr_channels: u32) {
+        let h = Hello {
+            name: "../l2 guest".into(),
+            uuid: [7; 16],
+            nr_channels,
+        };
+        for (k, d) in frames(HELLO, &serde_json::to_vec(&h).unwrap()) {
+            x.chunk(chan, k, &d);
+        }
+    }
+
+    #[test]
+    fn messages_are_cut_into_chunks_that_fit_a_packet() {
+        let body: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let f = frames(PACKET, &body);
+        assert_eq!(f.len(), 4);
+        assert!(f
+            .iter()
+            .all(|(k, d)| *k == PACKET && d.len() <= CHUNK_MAX + 8));
+        assert_eq!(frames(CLOCK, &[]).len(), 1, "an empty message is one chunk");
+    }
+
+    #[test]
+    fn a_guest_is_introduced_once_under_a_sanitized_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = Expander::new(dir.path());
+        hello(&mut x, 3, 4);
+        hello(&mut x, 3, 4);
+        assert_eq!(x.guests.len(), 1);
+        assert_eq!(x.refused_guests, 1);
+        let g = &x.guests[&3];
+        assert!(
+            g.dir.starts_with(dir.path().join(NESTED_DIR)),
+            "{:?}",
+            g.dir
+        );
+        assert!(!g.hello.name.contains('/'));
+    }
+
+    #[test]
+    fn a_missing_chunk_drops_its_message_and_is_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = Expander::new(dir.path());
+        hello(&mut x, 0, 4);
+        let wire = vec![ClassWire {
+            stream: abi::IVT_STREAM_USER,
+            id: 0,
+            name: "a".repeat(5000),
+            fields: vec![("x".into(), "u64".into(), false, false)],
+        }];
+        let body = serde_json::to_vec(&wire).unwrap();
+        let f = frames(META, &body);
+        assert!(f.len() >= 2);
+        // The second chunk was dropped by L1's writer (ring full): the
+        // next message's first chunk shows it.
+        x.chunk(0, f[0].0, &f[0].1);
+        assert!(x.guests[&0].classes.stream(abi::IVT_STREAM_USER).is_empty());
+        for (k, d) in &f {
+            x.chunk(0, *k, d);
+        }
+        assert_eq!(x.guests[&0].stats.incomplete_messages, 1);
+        // A chunk out of order drops the message at once.
+        x.chunk(0, f[1].0, &f[1].1);
+        assert_eq!(x.guests[&0].stats.incomplete_messages, 2);
+        // One left unfinished at the end counts too.
+        x.chunk(0, f[0].0, &f[0].1);
+        x.finish(&mapping(0, 1), "l1").unwrap();
+        assert_eq!(x.guests[&0].stats.incomplete_messages, 3);
+        let user = x.guests[&0].classes.stream(abi::IVT_STREAM_USER);
+        assert_eq!(user.len(), 1);
+        assert!(user.get(0).unwrap().name.len() < abi::IVT_NAME_MAX);
+    }
+
+    #[test]
+    fn forwarded_classes_are_checked_like_region_metadata() {
+        let wire = vec![
+            ClassWire {
+                stream: 9,
+                id: 1,
+                name: "bad stream".into(),
+                fields: vec![],
+            },
+            ClassWire {
+                stream: 1,
+                id: 2,
+                name: "bad type".into(),
+                fields: vec![("x".into(), "f128".into(), false, false)],
+            },
+            ClassWire {
+                stream: 1,
+                id: 3,
+                name: "ok".into(),
+                fields: vec![
+                    ("b".into(), "bytes".into(), false, false),
+                    ("b_len".into(), "u32".into(), false, true),
+                ],
+            },
+        ];
+        let (classes, skipped) = classes_from_wire(&wire);
+        assert_eq!(skipped, 2);
+        let c = classes.stream(1).get(3).unwrap();
+        assert_ne!(c.fields[0].name, c.fields[1].name);
+        assert!(
+            c.fields[1].name != "b_len",
+            "b's length field keeps its name"
+        );
+    }
+
+    #[test]
+    fn packets_of_unknown_channels_or_garbage_are_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = Expander::new(dir.path());
+        hello(&mut x, 0, 2);
+        let mut body = Vec::new();
+        body.extend_from_slice(&5u32.to_le_bytes());
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.extend_from_slice(&[0xab; 200]);
+        for (k, d) in frames(PACKET, &body) {
+            x.chunk(0, k, &d);
+        }
+        for (k, d) in frames(PACKET, &[1, 2, 3]) {
+            x.chunk(0, k, &d);
+        }
+        assert_eq!(x.guests[&0].stats.corrupt_packets, 2);
+        assert_eq!(x.guests[&0].stats.packets, 0);
+    }
+
+    #[test]
+    fn composition_shifts_by_the_sync_point_and_adds_the_bounds() {
+        // L1's monotonic clock reads 5_000 while L0's mapping of the sync
+        // event's ticks says 1_000_000_000_000 + 5_100: L0 = L1mono + 1e12 + 100.
+        let inner = mapping(2_000, 300);
+        let outer = mapping(1_000_000_000_000, 40);
+        let sync = SyncBracket {
+            ticks: 1_000 + 5_100,
+            mono_before: 4_990,
+            mono_after: 5_010,
+        };
+        let c = compose(&inner, &outer, &sync);
+        assert_eq!(c.ref_realtime_ns, 2_000 + 1_000_000_000_000 + 100);
+        assert_eq!(c.error_ns, 300 + 40 + 10 + 1);
+        assert_eq!(c.freq_hz, inner.freq_hz);
+        assert_eq!(c.ref_ticks, inner.ref_ticks);
+    }
+
+    #[test]
+    fn the_tightest_sync_bracket_wins_and_a_lone_phase_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = Expander::new(dir.path());
+        x.sync(0, 10, 100, 0);
+        x.sync(0, 0, 200, 1);
+        x.sync(1, 20, 300, 1);
+        x.sync(0, 30, 400, 0);
+        x.sync(0, 0, 420, 1);
+        let b = x.best_sync.unwrap();
+        assert_eq!((b.ticks, b.mono_before, b.mono_after), (30, 400, 420));
+        x.sync(0, 40, 500, 0);
+        x.sync(0, 0, 490, 1);
+        assert_eq!(
+            x.best_sync.unwrap().ticks,
+            30,
+            "a bracket going backwards is no bracket"
+        );
     }
 }
