@@ -117,7 +117,10 @@ impl StreamReader {
         if u32_at(p, 0) != IVT_CTF_MAGIC {
             return Err(bad(&self.path, "packet without the CTF magic".into()));
         }
-        if size % 8 != 0 || content > size || size > PACKET_MAX * 8 || content < PACKET_HDR as u64 * 8
+        if size % 8 != 0
+            || content > size
+            || size > PACKET_MAX * 8
+            || content < PACKET_HDR as u64 * 8
         {
             return Err(bad(&self.path, format!("packet of {content}/{size} bits")));
         }
@@ -136,17 +139,31 @@ impl StreamReader {
                 return Ok(None);
             }
         }
-        let hdr = if self.stream_class == STREAM_KERNEL { 16 } else { 12 };
+        let hdr = if self.stream_class == STREAM_KERNEL {
+            16
+        } else {
+            12
+        };
         let content = &self.packet[..self.end];
         let at = self.pos;
         if at + hdr > content.len() {
-            return Err(bad(&self.path, format!("event header past the content at {at}")));
+            return Err(bad(
+                &self.path,
+                format!("event header past the content at {at}"),
+            ));
         }
         let class_id = u32_at(content, at);
         let ts = u64_at(content, at + 4);
-        let tid = if hdr == 16 { u32_at(content, at + 12) as i32 } else { 0 };
+        let tid = if hdr == 16 {
+            u32_at(content, at + 12) as i32
+        } else {
+            0
+        };
         let Some((_, layout)) = self.classes.by_id.get(&class_id) else {
-            return Err(bad(&self.path, format!("unknown event class {class_id} at {at}")));
+            return Err(bad(
+                &self.path,
+                format!("unknown event class {class_id} at {at}"),
+            ));
         };
         let payload = &content[at + hdr..];
         let mut scratch: Offsets = [0; 33];
@@ -239,7 +256,10 @@ mod tests {
         let mut r = StreamReader::open(&dir.join("host_cpu3"), Arc::clone(&cl)).unwrap();
         let mut n = 0u64;
         while let Some(rec) = r.next_record().unwrap() {
-            assert_eq!((rec.ts, rec.class_id, rec.tid, rec.cpu), (1000 + n, 100, 42, 3));
+            assert_eq!(
+                (rec.ts, rec.class_id, rec.tid, rec.cpu),
+                (1000 + n, 100, 42, 3)
+            );
             assert_eq!(rec.offsets, [0, 16, 20, 26]);
             assert_eq!(&rec.payload[20..25], b"hello");
             n += 1;

@@ -21,8 +21,8 @@ use ivtrace_time::ClockMapping;
 
 use crate::host::{random_uuid, STREAM_IVTRACE, STREAM_KERNEL};
 use crate::tsdl::{
-    creation_datetime, escape, offset_comment, write_env_entries, write_event,
-    write_host_stream, EnvValue, CLOCK_NAME, HOST_PRELUDE,
+    creation_datetime, escape, offset_comment, write_env_entries, write_event, write_host_stream,
+    EnvValue, CLOCK_NAME, HOST_PRELUDE,
 };
 
 /// What the VM view's metadata says about itself.

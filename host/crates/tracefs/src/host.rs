@@ -41,9 +41,9 @@ use ivtrace_ctf::host::{HostTrace, STREAM_KERNEL};
 use ivtrace_time::timebase::mono_to_host;
 
 use crate::decode::Decoder;
-use crate::statedump::{self, pid_ns_inum, process_state_payload, threads_of};
 use crate::format::{self, EventFmt, HeaderPage};
 use crate::page;
+use crate::statedump::{self, pid_ns_inum, process_state_payload, threads_of};
 
 /// Events recorded, by tracefs system and name. The wake-ups and
 /// migrations of the vCPU threads complete their scheduling (the VM view
@@ -380,7 +380,12 @@ impl HostEvents {
 
     /// The QEMU's threads again: filters follow a changed vCPU set, new
     /// threads get their state dump.
-    fn rescan(&self, inst: &Instance, trace: &Mutex<HostTrace>, state: &mut LoopState) -> Result<()> {
+    fn rescan(
+        &self,
+        inst: &Instance,
+        trace: &Mutex<HostTrace>,
+        state: &mut LoopState,
+    ) -> Result<()> {
         let (now, named) = vcpu_threads(self.pid);
         if !now.is_empty() && now != state.tids {
             self.set_filters(inst, &now)?;

@@ -161,7 +161,10 @@ mod tests {
         let line = "4242 (CPU 0/KVM) S 1 4200 4200 0 -1 4194624 0 0 0 0 5 6 0 0 20 0 \
                     5 0 100 1000 200 184467 0 0 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0";
         let t = parse_stat(4200, line).unwrap();
-        assert_eq!((t.tid, t.pid, t.ppid, t.state, t.cpu), (4242, 4200, 1, b'S', 3));
+        assert_eq!(
+            (t.tid, t.pid, t.ppid, t.state, t.cpu),
+            (4242, 4200, 1, b'S', 3)
+        );
         assert_eq!(&t.name[..9], b"CPU 0/KVM");
         let odd = line.replace("CPU 0/KVM", "a) b (c");
         assert_eq!(parse_stat(4200, &odd).unwrap().cpu, 3);
@@ -172,7 +175,10 @@ mod tests {
     fn this_process_is_dumped_with_lttngs_layout() {
         let me = std::process::id() as i32;
         let threads = threads_of(me);
-        let t = threads.iter().find(|t| t.tid == me).expect("the main thread");
+        let t = threads
+            .iter()
+            .find(|t| t.tid == me)
+            .expect("the main thread");
         let p = process_state_payload(t, pid_ns_inum(me));
         let class = &classes()[0];
         let size: u32 = class

@@ -90,7 +90,11 @@ mod tests {
             sw(200, (7, "spin"), (8, "sh")),
         ];
         let mut a = Attributor::new([(0u32, s.into_iter())]);
-        assert_eq!(a.thread_at(0, 50).tid, 0, "before the first switch: its prev");
+        assert_eq!(
+            a.thread_at(0, 50).tid,
+            0,
+            "before the first switch: its prev"
+        );
         assert_eq!(a.thread_at(0, 100).tid, 7);
         assert_eq!(a.thread_at(0, 199).comm, comm("spin"));
         assert_eq!(a.thread_at(0, 500).tid, 8);

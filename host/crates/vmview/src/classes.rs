@@ -212,7 +212,13 @@ pub fn read_interval(r: &Record, vcpu: u32, start: u64) -> Option<(Interval, Gue
         ran_other_ns: 0,
         truncated: uint(r, 8) == Some(1),
     };
-    Some((i, GuestThread { tid: r.tid, comm: comm(r, 0)? }))
+    Some((
+        i,
+        GuestThread {
+            tid: r.tid,
+            comm: comm(r, 0)?,
+        },
+    ))
 }
 
 /// A `vcpu_host_ran` read back: the task and its time.
@@ -242,5 +248,11 @@ pub fn read_hypercall(r: &Record, ts: u64) -> Option<(Hypercall, GuestThread)> {
         exit_cpu: uint(r, 11)? as u32,
         entry_cpu: (entry_cpu >= 0).then_some(entry_cpu as u32),
     };
-    Some((h, GuestThread { tid: r.tid, comm: comm(r, 0)? }))
+    Some((
+        h,
+        GuestThread {
+            tid: r.tid,
+            comm: comm(r, 0)?,
+        },
+    ))
 }

@@ -105,7 +105,9 @@ impl VmWriter {
         let stream = match self.streams.get(&vcpu) {
             Some(&s) => s,
             None => {
-                let s = self.trace.add_stream(STREAM_KERNEL, vcpu, &format!("vm_vcpu{vcpu}"))?;
+                let s = self
+                    .trace
+                    .add_stream(STREAM_KERNEL, vcpu, &format!("vm_vcpu{vcpu}"))?;
                 self.streams.insert(vcpu, s);
                 s
             }
@@ -116,9 +118,21 @@ impl VmWriter {
 
     fn interval(&mut self, i: &Interval, g: &GuestThread) -> Result<()> {
         let class = class_of(i.state);
-        self.write(i.vcpu, i.start, class, g.tid, &classes::interval_payload(i, g))?;
+        self.write(
+            i.vcpu,
+            i.start,
+            class,
+            g.tid,
+            &classes::interval_payload(i, g),
+        )?;
         for (task, ns) in &i.ran {
-            self.write(i.vcpu, i.start, classes::HOST_RAN, g.tid, &classes::host_ran_payload(task, *ns))?;
+            self.write(
+                i.vcpu,
+                i.start,
+                classes::HOST_RAN,
+                g.tid,
+                &classes::host_ran_payload(task, *ns),
+            )?;
         }
         if i.ran_other_ns > 0 {
             let others = crate::model::Task {
@@ -137,7 +151,13 @@ impl VmWriter {
     }
 
     fn hypercall(&mut self, h: &Hypercall, g: &GuestThread) -> Result<()> {
-        self.write(h.vcpu, h.ts, classes::HYPERCALL, g.tid, &classes::hypercall_payload(h, g))
+        self.write(
+            h.vcpu,
+            h.ts,
+            classes::HYPERCALL,
+            g.tid,
+            &classes::hypercall_payload(h, g),
+        )
     }
 
     /// Writes what is pending and the final metadata (with `env`).
@@ -229,8 +249,14 @@ impl Sink<'_> {
 
 fn base_env(req: &Request) -> Vec<(String, EnvValue)> {
     vec![
-        ("ivtrace_qemu_pid".into(), EnvValue::Int(req.qemu_pid.unwrap_or(0) as i64)),
-        ("ivtrace_vcpu_source".into(), EnvValue::Str(req.vcpu_source.clone())),
+        (
+            "ivtrace_qemu_pid".into(),
+            EnvValue::Int(req.qemu_pid.unwrap_or(0) as i64),
+        ),
+        (
+            "ivtrace_vcpu_source".into(),
+            EnvValue::Str(req.vcpu_source.clone()),
+        ),
     ]
 }
 
@@ -288,7 +314,12 @@ pub fn derive(guest: &GuestTraces, host: &mut HostTrace, req: &Request) -> Resul
     finish(sink, &timeline, merge, &errors)
 }
 
-fn finish(mut sink: Sink, timeline: &Timeline, merge: HostMerge, errors: &Errors) -> Result<Derived> {
+fn finish(
+    mut sink: Sink,
+    timeline: &Timeline,
+    merge: HostMerge,
+    errors: &Errors,
+) -> Result<Derived> {
     let mut done = std::mem::take(&mut sink.done);
     done.vcpu_threads = timeline.vcpu_threads();
     done.counters = timeline.counters.clone();

@@ -15,7 +15,9 @@ use std::sync::Arc;
 
 use ivtrace_ctf::host::STREAM_KERNEL;
 use ivtrace_ctf::host_read::{stream_files, Classes, Record, StreamReader};
-use ivtrace_ctf::kernel::wire::{align_event, event_header, packet_content, Layout, Offsets, PacketFile};
+use ivtrace_ctf::kernel::wire::{
+    align_event, event_header, packet_content, Layout, Offsets, PacketFile,
+};
 use ivtrace_region::classes::{EventClass, FieldType, StreamClasses};
 use ivtrace_time::ClockMapping;
 
@@ -29,10 +31,10 @@ struct F {
 }
 
 fn find(c: &EventClass, name: &str) -> Option<F> {
-    c.fields
-        .iter()
-        .position(|f| f.name == name)
-        .map(|idx| F { idx, ty: c.fields[idx].ty })
+    c.fields.iter().position(|f| f.name == name).map(|idx| F {
+        idx,
+        ty: c.fields[idx].ty,
+    })
 }
 
 /// A payload with its field offsets.
@@ -43,7 +45,10 @@ struct Fields<'a> {
 
 impl Fields<'_> {
     fn bytes(&self, f: F) -> Option<&[u8]> {
-        let (a, b) = (*self.offs.get(f.idx)? as usize, *self.offs.get(f.idx + 1)? as usize);
+        let (a, b) = (
+            *self.offs.get(f.idx)? as usize,
+            *self.offs.get(f.idx + 1)? as usize,
+        );
         self.payload.get(a..b)
     }
 
@@ -52,10 +57,15 @@ impl Fields<'_> {
         let (bytes, signed) = f.ty.integer()?;
         let b = self.bytes(f)?;
         let mut v = [0u8; 8];
-        v.get_mut(..bytes as usize)?.copy_from_slice(b.get(..bytes as usize)?);
+        v.get_mut(..bytes as usize)?
+            .copy_from_slice(b.get(..bytes as usize)?);
         let shift = 64 - 8 * bytes;
         let u = u64::from_le_bytes(v);
-        Some(if signed && shift > 0 { ((u << shift) as i64) >> shift } else { u as i64 })
+        Some(if signed && shift > 0 {
+            ((u << shift) as i64) >> shift
+        } else {
+            u as i64
+        })
     }
 
     /// A text field (char[N] or string) as a thread name.
@@ -72,13 +82,39 @@ impl Fields<'_> {
 /// How to decode one host class.
 #[derive(Debug, Clone)]
 enum Kind {
-    Switch { prev_comm: F, prev_tid: F, prev_state: F, next_comm: F, next_tid: F },
-    Wakeup { tid: F, target_cpu: F },
-    Migrate { tid: F, dest_cpu: F },
-    Exit { vcpu_id: F, reason: F, isa: Option<F>, rip: F },
-    Entry { vcpu_id: F },
-    Hypercall { nr: F, args: [F; 4] },
-    Process { tid: F, pid: F, name: F },
+    Switch {
+        prev_comm: F,
+        prev_tid: F,
+        prev_state: F,
+        next_comm: F,
+        next_tid: F,
+    },
+    Wakeup {
+        tid: F,
+        target_cpu: F,
+    },
+    Migrate {
+        tid: F,
+        dest_cpu: F,
+    },
+    Exit {
+        vcpu_id: F,
+        reason: F,
+        isa: Option<F>,
+        rip: F,
+    },
+    Entry {
+        vcpu_id: F,
+    },
+    Hypercall {
+        nr: F,
+        args: [F; 4],
+    },
+    Process {
+        tid: F,
+        pid: F,
+        name: F,
+    },
 }
 
 fn kind_of(c: &EventClass) -> Option<Kind> {
@@ -91,20 +127,32 @@ fn kind_of(c: &EventClass) -> Option<Kind> {
             next_comm: g("next_comm")?,
             next_tid: g("next_tid")?,
         },
-        "sched_wakeup" => Kind::Wakeup { tid: g("tid")?, target_cpu: g("target_cpu")? },
-        "sched_migrate_task" => Kind::Migrate { tid: g("tid")?, dest_cpu: g("dest_cpu")? },
+        "sched_wakeup" => Kind::Wakeup {
+            tid: g("tid")?,
+            target_cpu: g("target_cpu")?,
+        },
+        "sched_migrate_task" => Kind::Migrate {
+            tid: g("tid")?,
+            dest_cpu: g("dest_cpu")?,
+        },
         "kvm_x86_exit" => Kind::Exit {
             vcpu_id: g("vcpu_id")?,
             reason: g("exit_reason")?,
             isa: g("isa"),
             rip: g("guest_rip")?,
         },
-        "kvm_x86_entry" => Kind::Entry { vcpu_id: g("vcpu_id")? },
+        "kvm_x86_entry" => Kind::Entry {
+            vcpu_id: g("vcpu_id")?,
+        },
         "kvm_x86_hypercall" => Kind::Hypercall {
             nr: g("nr")?,
             args: [g("a0")?, g("a1")?, g("a2")?, g("a3")?],
         },
-        "lttng_statedump_process_state" => Kind::Process { tid: g("tid")?, pid: g("pid")?, name: g("name")? },
+        "lttng_statedump_process_state" => Kind::Process {
+            tid: g("tid")?,
+            pid: g("pid")?,
+            name: g("name")?,
+        },
         _ => return None,
     })
 }
@@ -130,12 +178,27 @@ impl HostDecoder {
         if r.stream_class != STREAM_KERNEL {
             return None;
         }
-        let f = Fields { payload: &r.payload, offs: &r.offsets };
+        let f = Fields {
+            payload: &r.payload,
+            offs: &r.offsets,
+        };
         let kind = match *self.kinds.get(&r.class_id)? {
-            Kind::Switch { prev_comm, prev_tid, prev_state, next_comm, next_tid } => HostKind::Switch {
-                prev: Task { tid: f.int(prev_tid)? as i32, comm: f.comm(prev_comm)? },
+            Kind::Switch {
+                prev_comm,
+                prev_tid,
+                prev_state,
+                next_comm,
+                next_tid,
+            } => HostKind::Switch {
+                prev: Task {
+                    tid: f.int(prev_tid)? as i32,
+                    comm: f.comm(prev_comm)?,
+                },
                 prev_state: f.int(prev_state)?,
-                next: Task { tid: f.int(next_tid)? as i32, comm: f.comm(next_comm)? },
+                next: Task {
+                    tid: f.int(next_tid)? as i32,
+                    comm: f.comm(next_comm)?,
+                },
             },
             Kind::Wakeup { tid, target_cpu } => HostKind::Wakeup {
                 tid: f.int(tid)? as i32,
@@ -145,16 +208,28 @@ impl HostDecoder {
                 tid: f.int(tid)? as i32,
                 dest_cpu: f.int(dest_cpu)? as u32,
             },
-            Kind::Exit { vcpu_id, reason, isa, rip } => HostKind::Exit {
+            Kind::Exit {
+                vcpu_id,
+                reason,
+                isa,
+                rip,
+            } => HostKind::Exit {
                 vcpu_id: f.int(vcpu_id)? as u32,
                 reason: f.int(reason)? as u32,
                 isa: isa.and_then(|i| f.int(i)).unwrap_or(0) as u32,
                 guest_rip: f.int(rip)? as u64,
             },
-            Kind::Entry { vcpu_id } => HostKind::Entry { vcpu_id: f.int(vcpu_id)? as u32 },
+            Kind::Entry { vcpu_id } => HostKind::Entry {
+                vcpu_id: f.int(vcpu_id)? as u32,
+            },
             Kind::Hypercall { nr, args } => HostKind::Hypercall {
                 nr: f.int(nr)? as u64,
-                args: [f.int(args[0])? as u64, f.int(args[1])? as u64, f.int(args[2])? as u64, f.int(args[3])? as u64],
+                args: [
+                    f.int(args[0])? as u64,
+                    f.int(args[1])? as u64,
+                    f.int(args[2])? as u64,
+                    f.int(args[3])? as u64,
+                ],
             },
             Kind::Process { tid, pid, name } => HostKind::Process {
                 tid: f.int(tid)? as i32,
@@ -162,7 +237,12 @@ impl HostDecoder {
                 name: f.comm(name)?,
             },
         };
-        Some(HostEvent { ts: r.ts, cpu: r.cpu, tid: r.tid, kind })
+        Some(HostEvent {
+            ts: r.ts,
+            cpu: r.cpu,
+            tid: r.tid,
+            kind,
+        })
     }
 }
 
@@ -191,7 +271,8 @@ impl HostMerge {
             records: 0,
         };
         for path in stream_files(dir)? {
-            m.readers.push(StreamReader::open(&path, Arc::clone(&shared))?);
+            m.readers
+                .push(StreamReader::open(&path, Arc::clone(&shared))?);
             m.heads.push(None);
             m.refill(m.readers.len() - 1);
         }
@@ -263,7 +344,9 @@ fn guest_layouts(classes: &StreamClasses) -> GuestLayouts {
 
 impl GuestSwitches {
     fn fail(&mut self, what: String) {
-        self.errors.borrow_mut().push(format!("{}: {what}", self.path));
+        self.errors
+            .borrow_mut()
+            .push(format!("{}: {what}", self.path));
     }
 
     /// The next packet; false at the end (or on an error, noted).
@@ -294,11 +377,17 @@ impl GuestSwitches {
     /// Err(()) if the rest of the packet cannot be read.
     fn step(&mut self) -> Result<Option<GuestSwitch>, String> {
         let content = &self.file.buf[..self.end];
-        let h = event_header(content, self.pos, self.last_ts).ok_or("an event header past the content")?;
-        let (switch, layout, fields) = self.layouts.get(&h.id).ok_or(format!("unknown event id {}", h.id))?;
+        let h = event_header(content, self.pos, self.last_ts)
+            .ok_or("an event header past the content")?;
+        let (switch, layout, fields) = self
+            .layouts
+            .get(&h.id)
+            .ok_or(format!("unknown event id {}", h.id))?;
         let payload = &content[self.pos + h.len..];
         let mut scratch: Offsets = [0; 33];
-        let offs = layout.offsets(payload, &mut scratch).ok_or("a payload past the content")?;
+        let offs = layout
+            .offsets(payload, &mut scratch)
+            .ok_or("a payload past the content")?;
         let len = *offs.last().expect("end offset") as usize;
         self.last_ts = h.ts;
         self.pos = align_event(self.pos + h.len + len);

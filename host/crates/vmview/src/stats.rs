@@ -135,12 +135,15 @@ impl Aggregator {
         if let Some(e) = i.exit {
             v.exit_ns += d;
             v.exits += e.first as u64;
-            let x = self.exits.entry((e.isa, e.reason)).or_insert_with(|| ExitStats {
-                isa: e.isa,
-                reason: e.reason,
-                name: exit_name(e.isa, e.reason),
-                ..Default::default()
-            });
+            let x = self
+                .exits
+                .entry((e.isa, e.reason))
+                .or_insert_with(|| ExitStats {
+                    isa: e.isa,
+                    reason: e.reason,
+                    name: exit_name(e.isa, e.reason),
+                    ..Default::default()
+                });
             x.count += e.first as u64;
             x.total_ns += d;
         }

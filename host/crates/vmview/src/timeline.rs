@@ -213,7 +213,15 @@ impl Thread {
     }
 
     /// The on-CPU piece of a pending exit, from `since` (or the exit) to `ts`.
-    fn close_hypervisor(&mut self, cpu: u32, since: u64, ts: u64, truncated: bool, out: &mut Vec<Output>, c: &mut Counters) {
+    fn close_hypervisor(
+        &mut self,
+        cpu: u32,
+        since: u64,
+        ts: u64,
+        truncated: bool,
+        out: &mut Vec<Output>,
+        c: &mut Counters,
+    ) {
         let Some(e) = self.exit.as_mut() else { return };
         let first = !e.cut;
         e.cut = true;
@@ -224,7 +232,15 @@ impl Thread {
         self.emit(Output::Interval(i), out, c);
     }
 
-    fn switch_out(&mut self, ts: u64, cpu: u32, state: i64, next: Task, out: &mut Vec<Output>, c: &mut Counters) {
+    fn switch_out(
+        &mut self,
+        ts: u64,
+        cpu: u32,
+        state: i64,
+        next: Task,
+        out: &mut Vec<Output>,
+        c: &mut Counters,
+    ) {
         match self.run {
             Run::OnCpu { cpu: on, since } => self.close_hypervisor(on, since, ts, false, out, c),
             Run::Unknown => {}
@@ -294,7 +310,15 @@ impl Thread {
 }
 
 impl Thread {
-    fn kvm_exit(&mut self, ev: &HostEvent, reason: u32, isa: u32, rip: u64, out: &mut Vec<Output>, c: &mut Counters) {
+    fn kvm_exit(
+        &mut self,
+        ev: &HostEvent,
+        reason: u32,
+        isa: u32,
+        rip: u64,
+        out: &mut Vec<Output>,
+        c: &mut Counters,
+    ) {
         c.exits += 1;
         if self.exit.is_some() {
             // Its entry was lost: what it had is not an exit's whole cost.
@@ -337,7 +361,15 @@ impl Thread {
         self.release(out);
     }
 
-    fn hypercall_of(&self, e: &PendingExit, ts: u64, nr: u64, args: [u64; 4], exit_ns: Option<u64>, entry_cpu: Option<u32>) -> Hypercall {
+    fn hypercall_of(
+        &self,
+        e: &PendingExit,
+        ts: u64,
+        nr: u64,
+        args: [u64; 4],
+        exit_ns: Option<u64>,
+        entry_cpu: Option<u32>,
+    ) -> Hypercall {
         Hypercall {
             vcpu: self.vcpu,
             host_tid: self.tid,
@@ -352,7 +384,14 @@ impl Thread {
         }
     }
 
-    fn hypercall(&mut self, ev: &HostEvent, nr: u64, args: [u64; 4], out: &mut Vec<Output>, c: &mut Counters) {
+    fn hypercall(
+        &mut self,
+        ev: &HostEvent,
+        nr: u64,
+        args: [u64; 4],
+        out: &mut Vec<Output>,
+        c: &mut Counters,
+    ) {
         c.hypercalls += 1;
         if nr == IVT_HC_VMSYNC {
             let cnt = args[0] as u32;
@@ -389,7 +428,10 @@ impl Thread {
         let Some(e) = self.exit else {
             c.entries_without_exit += 1;
             if self.run == Run::Unknown {
-                self.run = Run::OnCpu { cpu: ev.cpu, since: ev.ts };
+                self.run = Run::OnCpu {
+                    cpu: ev.cpu,
+                    since: ev.ts,
+                };
             }
             return;
         };
@@ -397,7 +439,10 @@ impl Thread {
             Run::OnCpu { cpu, since } => self.close_hypervisor(cpu, since, ev.ts, false, out, c),
             _ => {
                 c.inconsistent += 1;
-                self.run = Run::OnCpu { cpu: ev.cpu, since: ev.ts };
+                self.run = Run::OnCpu {
+                    cpu: ev.cpu,
+                    since: ev.ts,
+                };
             }
         }
         if let Some((ts, nr, args)) = e.hypercall {
@@ -471,14 +516,20 @@ impl Timeline {
     /// The vCPU thread `tid`, made known if what is known about it says so:
     /// the caller's map, else (a thread of the recorded QEMU, or any when
     /// no process is given) its name, else the vCPU it was seen entering.
-    fn thread(&mut self, tid: i32, name: Option<&Comm>, vcpu_id: Option<u32>) -> Option<&mut Thread> {
+    fn thread(
+        &mut self,
+        tid: i32,
+        name: Option<&Comm>,
+        vcpu_id: Option<u32>,
+    ) -> Option<&mut Thread> {
         if !self.threads.contains_key(&tid) {
             let vcpu = self.cfg.vcpus.get(&tid).copied().or_else(|| {
                 let ours = match self.cfg.qemu_pid {
                     Some(pid) => self.process_of.get(&tid) == Some(&pid),
                     None => tid > 0,
                 };
-                ours.then(|| name.and_then(vcpu_of_comm).or(vcpu_id)).flatten()
+                ours.then(|| name.and_then(vcpu_of_comm).or(vcpu_id))
+                    .flatten()
             })?;
             self.threads.insert(tid, Thread::new(tid, vcpu));
         }
@@ -534,12 +585,23 @@ impl Timeline {
         self.counters = c;
     }
 
-    fn switch(&mut self, ev: &HostEvent, prev: Task, state: i64, next: Task, out: &mut Vec<Output>, c: &mut Counters) {
+    fn switch(
+        &mut self,
+        ev: &HostEvent,
+        prev: Task,
+        state: i64,
+        next: Task,
+        out: &mut Vec<Output>,
+        c: &mut Counters,
+    ) {
         // Whoever ran on this CPU since its last switch ran while the vCPU
         // threads queued here waited.
         let last = self.last_switch.insert(ev.cpu, ev.ts);
         for t in self.threads.values_mut() {
-            if let Run::Runnable { cpu, since, ran, .. } = &mut t.run {
+            if let Run::Runnable {
+                cpu, since, ran, ..
+            } = &mut t.run
+            {
                 if *cpu == ev.cpu {
                     let from = last.map_or(*since, |l| l.max(*since));
                     ran.add(prev, ev.ts.saturating_sub(from));

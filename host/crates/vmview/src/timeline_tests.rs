@@ -28,11 +28,28 @@ fn ev(ts: u64, cpu: u32, tid: i32, kind: HostKind) -> HostEvent {
 }
 
 fn switch(ts: u64, cpu: u32, prev: Task, state: i64, next: Task) -> HostEvent {
-    ev(ts, cpu, prev.tid, HostKind::Switch { prev, prev_state: state, next })
+    ev(
+        ts,
+        cpu,
+        prev.tid,
+        HostKind::Switch {
+            prev,
+            prev_state: state,
+            next,
+        },
+    )
 }
 
 fn wakeup(ts: u64, cpu: u32, tid: i32, target: u32) -> HostEvent {
-    ev(ts, cpu, 1, HostKind::Wakeup { tid, target_cpu: target })
+    ev(
+        ts,
+        cpu,
+        1,
+        HostKind::Wakeup {
+            tid,
+            target_cpu: target,
+        },
+    )
 }
 
 fn run(cfg: Config, events: &[HostEvent]) -> (Vec<Output>, Counters) {
@@ -67,7 +84,13 @@ fn hypercalls(out: &[Output]) -> Vec<&Hypercall> {
 fn vcpu_threads_are_known_by_name() {
     assert_eq!(vcpu_of_comm(&comm("CPU 3/TCG")), Some(3));
     assert_eq!(vcpu_of_comm(&comm("CPU 12/KVM")), Some(12));
-    for no in ["CPU x/KVM", "CPU 1/", "qemu-system-x86", "ALL CPUs/TCG", "CPU 1"] {
+    for no in [
+        "CPU x/KVM",
+        "CPU 1/",
+        "qemu-system-x86",
+        "ALL CPUs/TCG",
+        "CPU 1",
+    ] {
         assert_eq!(vcpu_of_comm(&comm(no)), None, "{no}");
     }
 }
@@ -87,7 +110,10 @@ fn a_preemption_is_an_interval_with_who_took_the_cpu() {
     );
     let i = intervals(&out);
     assert_eq!(i.len(), 1, "{out:?}");
-    assert_eq!((i[0].state, i[0].start, i[0].end), (State::Preempted, 1_000, 5_000));
+    assert_eq!(
+        (i[0].state, i[0].start, i[0].end),
+        (State::Preempted, 1_000, 5_000)
+    );
     assert_eq!((i[0].vcpu, i[0].host_tid, i[0].host_cpu), (0, VCPU0, 1));
     assert_eq!(i[0].taken_by, Some(hog));
     assert_eq!(i[0].ran, vec![(hog, 3_500), (kw, 500)]);
@@ -106,9 +132,18 @@ fn a_sleep_is_blocked_until_the_wakeup_then_preempted_until_it_runs() {
     );
     let i = intervals(&out);
     assert_eq!(i.len(), 2);
-    assert_eq!((i[0].state, i[0].start, i[0].end), (State::Blocked, 10_000, 12_000));
-    assert_eq!((i[1].state, i[1].start, i[1].end), (State::Preempted, 12_000, 12_500));
-    assert_eq!(i[1].taken_by, None, "nothing took the CPU from a sleeping thread");
+    assert_eq!(
+        (i[0].state, i[0].start, i[0].end),
+        (State::Blocked, 10_000, 12_000)
+    );
+    assert_eq!(
+        (i[1].state, i[1].start, i[1].end),
+        (State::Preempted, 12_000, 12_500)
+    );
+    assert_eq!(
+        i[1].taken_by, None,
+        "nothing took the CPU from a sleeping thread"
+    );
 }
 
 #[test]
@@ -134,7 +169,10 @@ fn lost_events_are_counted_and_the_state_resynchronized() {
     );
     assert_eq!(c.inconsistent, 2);
     let i = intervals(&out);
-    assert_eq!((i[0].state, i[0].start, i[0].end), (State::Blocked, 3_000, 4_000));
+    assert_eq!(
+        (i[0].state, i[0].start, i[0].end),
+        (State::Blocked, 3_000, 4_000)
+    );
 }
 
 fn kvm(ts: u64, cpu: u32, kind: HostKind) -> HostEvent {
@@ -171,13 +209,25 @@ fn a_hypercall_is_one_event_with_its_exit_overhead() {
     );
     let i = intervals(&out);
     assert_eq!(i.len(), 1);
-    assert_eq!((i[0].state, i[0].start, i[0].end), (State::Hypervisor, 100, 400));
+    assert_eq!(
+        (i[0].state, i[0].start, i[0].end),
+        (State::Hypervisor, 100, 400)
+    );
     assert!(i[0].exit.unwrap().first);
     let h = hypercalls(&out);
     assert_eq!(h.len(), 1);
-    assert_eq!((h[0].ts, h[0].exit_ns, h[0].nr, h[0].args), (150, Some(300), 0x4956_0100, [1, 2, 3, 4]));
-    assert_eq!((h[0].guest_rip, h[0].vcpu, h[0].exit_cpu, h[0].entry_cpu), (0xffff_ffff_8100_0000, 0, 0, Some(0)));
-    assert!(matches!(out[0], Output::Interval(_)), "in time order: {out:?}");
+    assert_eq!(
+        (h[0].ts, h[0].exit_ns, h[0].nr, h[0].args),
+        (150, Some(300), 0x4956_0100, [1, 2, 3, 4])
+    );
+    assert_eq!(
+        (h[0].guest_rip, h[0].vcpu, h[0].exit_cpu, h[0].entry_cpu),
+        (0xffff_ffff_8100_0000, 0, 0, Some(0))
+    );
+    assert!(
+        matches!(out[0], Output::Interval(_)),
+        "in time order: {out:?}"
+    );
     assert_eq!((c.exits, c.hypercalls, c.exits_without_entry), (1, 1, 0));
 }
 
@@ -190,13 +240,24 @@ fn an_exit_cut_by_a_preemption_and_a_migration_adds_up() {
             kvm(100, 0, exit(18)),
             kvm(120, 0, hcall(0x4956_0100, 1, 2)),
             switch(200, 0, task(VCPU0, "CPU 0/KVM"), 0, hog),
-            ev(300, 0, 1, HostKind::Migrate { tid: VCPU0, dest_cpu: 1 }),
+            ev(
+                300,
+                0,
+                1,
+                HostKind::Migrate {
+                    tid: VCPU0,
+                    dest_cpu: 1,
+                },
+            ),
             switch(700, 1, task(1, "x"), 0, task(VCPU0, "CPU 0/KVM")),
             kvm(800, 1, ENTRY),
         ],
     );
     let i = intervals(&out);
-    let pieces: Vec<_> = i.iter().map(|x| (x.state, x.start, x.end, x.host_cpu)).collect();
+    let pieces: Vec<_> = i
+        .iter()
+        .map(|x| (x.state, x.start, x.end, x.host_cpu))
+        .collect();
     assert_eq!(
         pieces,
         [
@@ -207,9 +268,16 @@ fn an_exit_cut_by_a_preemption_and_a_migration_adds_up() {
     );
     assert!(i.iter().all(|x| x.exit.is_some_and(|e| e.reason == 18)));
     assert_eq!(i.iter().filter(|x| x.exit.unwrap().first).count(), 1);
-    assert_eq!(i.iter().map(|x| x.duration()).sum::<u64>(), 700, "the pieces are the exit");
+    assert_eq!(
+        i.iter().map(|x| x.duration()).sum::<u64>(),
+        700,
+        "the pieces are the exit"
+    );
     let h = hypercalls(&out)[0];
-    assert_eq!((h.exit_ns, h.exit_cpu, h.entry_cpu), (Some(700), 0, Some(1)));
+    assert_eq!(
+        (h.exit_ns, h.exit_cpu, h.entry_cpu),
+        (Some(700), 0, Some(1))
+    );
     let order: Vec<u64> = out
         .iter()
         .map(|o| match o {
@@ -218,7 +286,10 @@ fn an_exit_cut_by_a_preemption_and_a_migration_adds_up() {
             Output::Vmsync(v) => v.ts,
         })
         .collect();
-    assert!(order.windows(2).all(|w| w[0] <= w[1]), "held back into time order: {order:?}");
+    assert!(
+        order.windows(2).all(|w| w[0] <= w[1]),
+        "held back into time order: {order:?}"
+    );
     assert_eq!(c.inconsistent, 0);
 }
 
@@ -226,7 +297,18 @@ fn an_exit_cut_by_a_preemption_and_a_migration_adds_up() {
 fn an_exit_without_entry_at_the_end_is_cut_and_its_hypercall_incomplete() {
     let (out, c) = run(
         Config::default(),
-        &[kvm(100, 0, exit(18)), kvm(150, 0, hcall(7, 0, 0)), kvm(160, 0, HostKind::Migrate { tid: 9, dest_cpu: 0 })],
+        &[
+            kvm(100, 0, exit(18)),
+            kvm(150, 0, hcall(7, 0, 0)),
+            kvm(
+                160,
+                0,
+                HostKind::Migrate {
+                    tid: 9,
+                    dest_cpu: 0,
+                },
+            ),
+        ],
     );
     let i = intervals(&out);
     assert_eq!((i[0].start, i[0].end, i[0].truncated), (100, 160, true));
@@ -265,8 +347,26 @@ fn vmsync_answers_at_the_next_entry() {
 fn two_guests_at_once_each_keeps_its_own_threads() {
     let other = task(300, "CPU 0/KVM");
     let events = [
-        ev(1, 0, 0, HostKind::Process { tid: VCPU0, pid: 10, name: comm("CPU 0/KVM") }),
-        ev(1, 0, 0, HostKind::Process { tid: 300, pid: 30, name: comm("CPU 0/KVM") }),
+        ev(
+            1,
+            0,
+            0,
+            HostKind::Process {
+                tid: VCPU0,
+                pid: 10,
+                name: comm("CPU 0/KVM"),
+            },
+        ),
+        ev(
+            1,
+            0,
+            0,
+            HostKind::Process {
+                tid: 300,
+                pid: 30,
+                name: comm("CPU 0/KVM"),
+            },
+        ),
         kvm(100, 0, exit(12)),
         ev(110, 1, 300, exit(30)),
         switch(150, 0, task(VCPU0, "CPU 0/KVM"), 0, other),
@@ -284,20 +384,39 @@ fn two_guests_at_once_each_keeps_its_own_threads() {
         );
         let i = intervals(&out);
         assert!(!i.is_empty());
-        assert!(i.iter().all(|x| x.host_tid == tid && x.vcpu == 0), "{pid}: {i:?}");
+        assert!(
+            i.iter().all(|x| x.host_tid == tid && x.vcpu == 0),
+            "{pid}: {i:?}"
+        );
     }
-    let (out, _) = run(Config { qemu_pid: Some(10), ..Config::default() }, &events);
-    let states: Vec<_> = intervals(&out).iter().map(|x| (x.state, x.start, x.end)).collect();
+    let (out, _) = run(
+        Config {
+            qemu_pid: Some(10),
+            ..Config::default()
+        },
+        &events,
+    );
+    let states: Vec<_> = intervals(&out)
+        .iter()
+        .map(|x| (x.state, x.start, x.end))
+        .collect();
     assert_eq!(
         states,
-        [(State::Hypervisor, 100, 150), (State::Preempted, 150, 400), (State::Hypervisor, 400, 450)]
+        [
+            (State::Hypervisor, 100, 150),
+            (State::Preempted, 150, 400),
+            (State::Hypervisor, 400, 450)
+        ]
     );
 }
 
 #[test]
 fn the_callers_vcpu_map_names_threads_without_names() {
     let q = task(VCPU0, "qemu-system-x86");
-    let events = [switch(100, 0, q, 0, task(1, "x")), switch(300, 0, task(1, "x"), 0, q)];
+    let events = [
+        switch(100, 0, q, 0, task(1, "x")),
+        switch(300, 0, task(1, "x"), 0, q),
+    ];
     let (out, _) = run(Config::default(), &events);
     assert!(out.is_empty(), "unnamed threads are not guessed at");
     let cfg = Config {
