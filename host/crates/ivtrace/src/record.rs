@@ -2,6 +2,7 @@
 //! closed or the user stops, flush what was committed, summarize. The
 //! recording itself is ivtrace-engine's loop, polling with a backoff.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use ivtrace_engine::host::HostSide;
+use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{abi, Reader, Region, RegionError};
 use ivtrace_tracefs::host::{process_mapping, HostEvents};
@@ -186,24 +187,31 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     };
     raise_file_limit();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
+    let vcpus = match &args.qmp {
+        Some(path) => crate::qmp::vcpu_threads(path)?,
+        None => HashMap::new(),
+    };
     let host_side = match args.host_events {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
-    let seen = record_region(region, args, &out, &stop, &host);
+    let recorded = record_region(region, args, &out, &stop, &host);
     if let Some(h) = host_side {
-        finish_host_events(h)?;
+        let guest = recorded.as_ref().ok().map(|r| &r.1);
+        finish_host_events(h, guest, vcpus)?;
     }
-    seen
+    recorded.map(|r| r.0)
 }
 
+/// Records the region; the events seen and what the VM view needs of the
+/// guest traces.
 fn record_region(
     region: Region,
     args: &RecordArgs,
     out: &Path,
     stop: &Stop,
     host: &str,
-) -> Result<u64> {
+) -> Result<(u64, GuestOutput)> {
     let mut clock = ivtrace_time::estimator_for(region.header());
     let writer = session::ctf_writer_named(&region, out, &clock.initial(), host);
     let h = region.header();
@@ -236,7 +244,7 @@ fn finish_trace(
     args: &RecordArgs,
     out: &Path,
     host: &str,
-) -> Result<u64> {
+) -> Result<(u64, GuestOutput)> {
     let Recorded {
         reader,
         output: mut writer,
@@ -258,7 +266,8 @@ fn finish_trace(
     );
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out, args.json)?;
-    Ok(session::events_seen(&sidecar))
+    let guest = GuestOutput::of(&writer, reader.classes(), &clock);
+    Ok((session::events_seen(&sidecar), guest))
 }
 
 /// `--host-events`: the host events of the QEMU behind the region file
@@ -290,11 +299,15 @@ fn start_host_events(
     Ok(side)
 }
 
-/// Stops the host events, closes the host trace, says what was recorded.
-fn finish_host_events(mut side: HostSide) -> Result<()> {
+/// Stops the host events, derives the VM view (when the guest traces were
+/// finished), closes the host trace, says what was recorded.
+fn finish_host_events(
+    mut side: HostSide,
+    guest: Option<&GuestOutput>,
+    vcpus: HashMap<i32, u32>,
+) -> Result<()> {
     let stats = side.stop_events().context("host events never started")??;
     let dir = side.dir().to_path_buf();
-    side.finish()?;
     eprintln!(
         "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed -> {}",
         stats.events,
@@ -308,5 +321,23 @@ fn finish_host_events(mut side: HostSide) -> Result<()> {
         stats.missed,
         dir.display()
     );
+    if let Some(g) = guest {
+        let source = vcpu_source(!vcpus.is_empty(), stats.vcpu_names);
+        match side.vm_view(g, vcpus, source) {
+            Some(Ok(d)) => crate::summary::print_vm_view(&d),
+            Some(Err(e)) => eprintln!("ivtrace: warning: no VM view: {e:#}"),
+            None => {}
+        }
+    }
+    side.finish()?;
     Ok(())
+}
+
+/// How the VM view knows the vCPU threads.
+pub fn vcpu_source(qmp: bool, named: bool) -> &'static str {
+    match (qmp, named) {
+        (true, _) => "qmp query-cpus-fast",
+        (false, true) => "thread names (CPU n/...)",
+        (false, false) => "kvm_entry vcpu_id only (no CPU n/... thread names)",
+    }
 }

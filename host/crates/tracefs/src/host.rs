@@ -274,6 +274,11 @@ impl HostEvents {
         })
     }
 
+    /// The QEMU whose threads are traced.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
     fn set_filters(&self, inst: &Instance, tids: &[i32]) -> Result<()> {
         for f in &self.fmts {
             let rel = format!("events/{}/{}/filter", f.system, f.name);

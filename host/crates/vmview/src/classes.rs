@@ -156,7 +156,7 @@ pub fn hypercall_payload(h: &Hypercall, g: &GuestThread) -> Vec<u8> {
 }
 
 /// Field `i` of a record read back, as raw bytes.
-fn field<'a>(r: &'a Record, i: usize) -> Option<&'a [u8]> {
+fn field(r: &Record, i: usize) -> Option<&[u8]> {
     let (a, b) = (*r.offsets.get(i)? as usize, *r.offsets.get(i + 1)? as usize);
     r.payload.get(a..b)
 }

@@ -71,6 +71,10 @@ pub struct Derived {
     pub summary: Summary,
 }
 
+/// An interval's end event waiting to be written: (host ns, guest tid,
+/// payload).
+type PendingEnd = (u64, i32, Vec<u8>);
+
 /// `DIR/vm/` being written: one stream per vCPU, each interval's end
 /// event kept until an output at or after it comes (a hypercall lies
 /// inside the hypervisor interval that precedes it).
@@ -79,7 +83,7 @@ struct VmWriter {
     clock: ClockMapping,
     streams: HashMap<u32, usize>,
     /// Per vCPU: (host ns, guest tid, payload) of the pending end event.
-    pending_end: HashMap<u32, (u64, i32, Vec<u8>)>,
+    pending_end: HashMap<u32, PendingEnd>,
 }
 
 impl VmWriter {
@@ -162,7 +166,7 @@ impl VmWriter {
 
     /// Writes what is pending and the final metadata (with `env`).
     fn finish(mut self, g: &GuestTraces, env: Vec<(String, EnvValue)>) -> Result<PathBuf> {
-        let mut ends: Vec<(u32, (u64, i32, Vec<u8>))> = self.pending_end.drain().collect();
+        let mut ends: Vec<(u32, PendingEnd)> = self.pending_end.drain().collect();
         ends.sort_by_key(|e| e.0);
         for (vcpu, (at, t, p)) in ends {
             self.write(vcpu, at, classes::INTERVAL_END, t, &p)?;

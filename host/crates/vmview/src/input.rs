@@ -314,7 +314,7 @@ pub type Errors = Rc<RefCell<Vec<String>>>;
 pub struct GuestSwitches {
     file: PacketFile,
     path: String,
-    layouts: Rc<HashMap<u32, (bool, Layout, [Option<F>; 4])>>,
+    layouts: Rc<GuestLayouts>,
     clock: ClockMapping,
     /// The current packet's next event offset, content end, last timestamp.
     pos: usize,

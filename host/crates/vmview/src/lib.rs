@@ -13,6 +13,7 @@
 //!   context switches;
 //! - [`stats`]: the numbers `ivtrace report` prints;
 //! - [`classes`]: the VM view's events (`DIR/vm/`, on the guest's clock);
+//! - [`report`]: the VM view read back into the same statistics;
 //! - [`input`] reads the two traces back (CTF, with the layouts they were
 //!   written with) and [`derive`] runs it all at the end of a recording.
 //!
@@ -23,5 +24,6 @@ pub mod classes;
 pub mod derive;
 pub mod input;
 pub mod model;
+pub mod report;
 pub mod stats;
 pub mod timeline;

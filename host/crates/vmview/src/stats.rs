@@ -153,6 +153,13 @@ impl Aggregator {
         for (task, ns) in &i.ran {
             self.host_ran(task, *ns);
         }
+        if i.ran_other_ns > 0 {
+            let others = Task {
+                tid: crate::classes::OTHER_TASKS,
+                comm: crate::model::comm("(others)"),
+            };
+            self.host_ran(&others, i.ran_other_ns);
+        }
     }
 
     fn task(&mut self, t: &Task) -> &mut HostTaskTime {

@@ -389,6 +389,16 @@ fn guest_a_sees_its_own_vcpus_exits_and_hypercalls() {
 }
 
 #[test]
+fn the_vm_view_read_back_says_what_the_derivation_said() {
+    let (tmp, d) = recording();
+    let r = ivtrace_vmview::report::summarize(&tmp.path().join("a/vm")).unwrap();
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert_eq!(r.summary, d.summary);
+    // 9 intervals (each with its end), 2 vcpu_host_ran, 3 hypercalls.
+    assert_eq!(r.events, 9 * 2 + 2 + 3);
+}
+
+#[test]
 fn guest_b_sees_only_its_own_thread() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b");
