@@ -189,7 +189,17 @@
 	EV(STATEDUMP_BLOCK_DEVICE, lttng_statedump_block_device, ALWAYS, "") \
 		F(dev, U32, PLAIN, 0)					\
 		F(diskname, STRING, PLAIN, 0)				\
-	END(STATEDUMP_BLOCK_DEVICE)
+	END(STATEDUMP_BLOCK_DEVICE)					\
+	EV(VMSYNC_GH_GUEST, vmsync_gh_guest, ALWAYS,			\
+	   "before the vmsync hypercall (KVM only, docs/kvm.md)")	\
+		F(cnt, U32, PLAIN, 0)					\
+		F(vm_uid, U64, PLAIN, 0)				\
+	END(VMSYNC_GH_GUEST)						\
+	EV(VMSYNC_HG_GUEST, vmsync_hg_guest, ALWAYS,			\
+	   "after it, cnt + 1 (KVM only)")				\
+		F(cnt, U32, PLAIN, 0)					\
+		F(vm_uid, U64, PLAIN, 0)				\
+	END(VMSYNC_HG_GUEST)
 
 /* Internal helpers, don't use directly: the expansions below. */
 #define __IVT_KEV_NOTHING(...)

@@ -606,6 +606,14 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
             "lttng_statedump_block_device",
             &[("dev", U32, 0, 0), ("diskname", STR, 0, 0)],
         ),
+        (
+            "vmsync_gh_guest",
+            &[("cnt", U32, 0, 0), ("vm_uid", U64, 0, 0)],
+        ),
+        (
+            "vmsync_hg_guest",
+            &[("cnt", U32, 0, 0), ("vm_uid", U64, 0, 0)],
+        ),
     ]
 };
 
