@@ -358,6 +358,15 @@ fn print_vm_view(v: &VmReport, out: &mut impl Write) -> io::Result<()> {
             t.took_cpu
         )?;
     }
+    for c in s.vcpus.iter().filter(|c| c.untraced_count > 0) {
+        writeln!(
+            out,
+            "  vCPU {}: {} waits whose end the host kernel did not trace: at most {:.3} ms more preempted",
+            c.vcpu,
+            c.untraced_count,
+            ms(c.untraced_max_ns)
+        )?;
+    }
     for e in &s.exits {
         writeln!(
             out,

@@ -7,8 +7,10 @@
 //! needs no pairing) and `vcpu_interval_end` at its end, so that in a
 //! merged view the guest's events before and after it sit on either side.
 //! A preempted interval is followed by one `vcpu_host_ran` per host task
-//! that ran on the vCPU thread's CPU meanwhile. Every event's `_tid`
-//! context is the guest thread that was running on the vCPU.
+//! that ran on the vCPU thread's CPU meanwhile. `vcpu_runnable_untraced`
+//! marks a wait whose end the host kernel did not trace (its duration is
+//! an upper bound). Every event's `_tid` context is the guest thread that
+//! was running on the vCPU.
 
 use ivtrace_ctf::host::{Payload, STREAM_KERNEL};
 use ivtrace_ctf::host_read::Record;
@@ -22,6 +24,7 @@ pub const HYPERVISOR: u32 = 2;
 pub const HOST_RAN: u32 = 3;
 pub const INTERVAL_END: u32 = 4;
 pub const HYPERCALL: u32 = 5;
+pub const UNTRACED: u32 = 6;
 
 /// `host_tid` of the `vcpu_host_ran` that sums the tasks past the listed
 /// ones.
@@ -57,6 +60,7 @@ pub fn classes() -> Vec<EventClass> {
     let c = |id, name: &str, fields| EventClass::new(id, STREAM_KERNEL, name.into(), fields);
     vec![
         c(PREEMPTED, "vcpu_preempted", interval_fields()),
+        c(UNTRACED, "vcpu_runnable_untraced", interval_fields()),
         c(BLOCKED, "vcpu_blocked", interval_fields()),
         c(HYPERVISOR, "vcpu_hypervisor", interval_fields()),
         c(
@@ -100,6 +104,7 @@ pub fn class_of(state: State) -> u32 {
         State::Preempted => PREEMPTED,
         State::Blocked => BLOCKED,
         State::Hypervisor => HYPERVISOR,
+        State::Untraced => UNTRACED,
     }
 }
 
@@ -186,6 +191,7 @@ pub fn read_interval(r: &Record, vcpu: u32, start: u64) -> Option<(Interval, Gue
         PREEMPTED => State::Preempted,
         BLOCKED => State::Blocked,
         HYPERVISOR => State::Hypervisor,
+        UNTRACED => State::Untraced,
         _ => return None,
     };
     let reason = int(r, 5)?;

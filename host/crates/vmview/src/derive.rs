@@ -350,8 +350,15 @@ pub fn describe(d: &Derived) -> Vec<String> {
         .vcpus
         .iter()
         .map(|v| {
+            let untraced = match v.untraced_count {
+                0 => String::new(),
+                n => format!(
+                    " (+ at most {:.3} ms in {n} waits whose end the host kernel did not trace)",
+                    ms(v.untraced_max_ns)
+                ),
+            };
             format!(
-                "vCPU {} (host thread {:?}): preempted {:.3} ms in {} intervals (longest {:.3} ms), \
+                "vCPU {} (host thread {:?}): preempted {:.3} ms in {} intervals (longest {:.3} ms){untraced}, \
                  blocked {:.3} ms, in the hypervisor {:.3} ms ({} exits)",
                 v.vcpu,
                 v.host_tids,

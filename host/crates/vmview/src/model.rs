@@ -87,6 +87,11 @@ pub enum State {
     Blocked = 2,
     /// Its thread ran in the hypervisor (a KVM exit being handled).
     Hypervisor = 3,
+    /// Its thread was runnable, then ran again, but the host trace does
+    /// not show when it got its CPU back (a context switch the host kernel
+    /// did not trace): somewhere in this interval it stopped waiting. The
+    /// interval is an upper bound of unseen preempted time.
+    Untraced = 4,
 }
 
 impl State {
@@ -95,6 +100,7 @@ impl State {
             State::Preempted => "preempted",
             State::Blocked => "blocked",
             State::Hypervisor => "hypervisor",
+            State::Untraced => "untraced",
         }
     }
 
@@ -103,6 +109,7 @@ impl State {
             1 => Some(State::Preempted),
             2 => Some(State::Blocked),
             3 => Some(State::Hypervisor),
+            4 => Some(State::Untraced),
             _ => None,
         }
     }

@@ -25,6 +25,10 @@ pub struct VcpuStats {
     pub blocked_ns: u64,
     pub blocked_count: u64,
     pub hypervisor_ns: u64,
+    /// Waits whose end the host trace does not show: at most this much
+    /// more preempted time (see `State::Untraced`).
+    pub untraced_count: u64,
+    pub untraced_max_ns: u64,
     /// KVM exits (their first piece), and the time of all their pieces.
     pub exits: u64,
     pub exit_ns: u64,
@@ -130,6 +134,10 @@ impl Aggregator {
             State::Hypervisor => {
                 v.hypervisor_ns += d;
                 t.hypervisor_ns += d;
+            }
+            State::Untraced => {
+                v.untraced_count += 1;
+                v.untraced_max_ns += d;
             }
         }
         if let Some(e) = i.exit {

@@ -41,6 +41,13 @@ use crate::model::{
     RAN_MAX,
 };
 
+/// Who ran on a CPU when the trace does not show it (the host trace keeps
+/// only the context switches of the vCPU threads).
+pub const NOT_TRACED: Task = Task {
+    tid: -3,
+    comm: *b"(not traced)\0\0\0\0",
+};
+
 /// Outputs held back while a hypercall waits for its kvm_entry (so the
 /// aggregated event can take its place in time order) are at most this many;
 /// beyond, they are released as they are (counted).
@@ -61,6 +68,12 @@ pub struct Counters {
     pub events: u64,
     /// Transitions that do not fit the thread's state (events tracefs lost).
     pub inconsistent: u64,
+    /// A runnable thread switched out again without a traced switch-in:
+    /// the host kernel did not trace that context switch (seen on this
+    /// project's machines, whose kernel does not trace switches away from
+    /// the idle task on one CPU, nor from some of its own agent's
+    /// threads). Each becomes a `State::Untraced` interval.
+    pub untraced_switch_ins: u64,
     pub exits: u64,
     /// A kvm_exit followed by another kvm_exit, or by the end of the trace.
     pub exits_without_entry: u64,
@@ -244,7 +257,13 @@ impl Thread {
         match self.run {
             Run::OnCpu { cpu: on, since } => self.close_hypervisor(on, since, ts, false, out, c),
             Run::Unknown => {}
-            _ => c.inconsistent += 1,
+            Run::Runnable { since, .. } => {
+                // It ran again in between: its switch-in was not traced.
+                c.untraced_switch_ins += 1;
+                let i = self.interval(State::Untraced, since, ts, cpu);
+                self.emit(Output::Interval(i), out, c);
+            }
+            Run::Sleeping { .. } => c.inconsistent += 1,
         }
         self.run = if state == 0 {
             Run::Runnable {
@@ -493,7 +512,9 @@ pub struct Timeline {
     process_of: HashMap<i32, i32>,
     threads: HashMap<i32, Thread>,
     /// Per host CPU, the time of its last context switch.
-    last_switch: HashMap<u32, u64>,
+    /// Per host CPU, the time of the last context switch the trace shows
+    /// there and the task it switched in.
+    last_switch: HashMap<u32, (u64, i32)>,
     last_ts: u64,
     pub counters: Counters,
 }
@@ -594,17 +615,24 @@ impl Timeline {
         out: &mut Vec<Output>,
         c: &mut Counters,
     ) {
-        // Whoever ran on this CPU since its last switch ran while the vCPU
-        // threads queued here waited.
-        let last = self.last_switch.insert(ev.cpu, ev.ts);
+        // The vCPU threads queued on this CPU waited while the task now
+        // leaving it ran: since the last switch the trace shows here, if
+        // that switch brought this very task in. Otherwise switches in
+        // between were not traced (the host trace keeps only those of the
+        // vCPU threads), and who ran then is not known.
+        let last = self.last_switch.insert(ev.cpu, (ev.ts, next.tid));
+        let who = match last {
+            Some((_, tid)) if tid == prev.tid => prev,
+            _ => NOT_TRACED,
+        };
         for t in self.threads.values_mut() {
             if let Run::Runnable {
                 cpu, since, ran, ..
             } = &mut t.run
             {
                 if *cpu == ev.cpu {
-                    let from = last.map_or(*since, |l| l.max(*since));
-                    ran.add(prev, ev.ts.saturating_sub(from));
+                    let from = last.map_or(*since, |l| l.0.max(*since));
+                    ran.add(who, ev.ts.saturating_sub(from));
                 }
             }
         }

@@ -120,6 +120,25 @@ fn a_preemption_is_an_interval_with_who_took_the_cpu() {
     assert_eq!(c.inconsistent, 0);
 }
 
+/// The switches between the task that took the CPU and the one that gave
+/// it back are not in a vCPU-only host trace: that time is "not traced",
+/// not credited to whoever switched back last.
+#[test]
+fn who_ran_meanwhile_is_only_what_the_trace_shows() {
+    let (hog, rcu) = (task(HOG, "hog"), task(15, "rcu_preempt"));
+    let (out, _) = run(
+        Config::default(),
+        &[
+            switch(1_000, 1, vcpu0(), 0, hog),
+            // hog -> ... -> rcu_preempt: not traced
+            switch(9_000, 1, rcu, 1, vcpu0()),
+        ],
+    );
+    let i = intervals(&out);
+    assert_eq!(i[0].taken_by, Some(hog));
+    assert_eq!(i[0].ran, vec![(NOT_TRACED, 8_000)]);
+}
+
 #[test]
 fn a_sleep_is_blocked_until_the_wakeup_then_preempted_until_it_runs() {
     let (out, _) = run(
@@ -167,12 +186,46 @@ fn lost_events_are_counted_and_the_state_resynchronized() {
             switch(4_000, 0, task(1, "a"), 0, vcpu0()), // its wake-up was lost
         ],
     );
-    assert_eq!(c.inconsistent, 2);
+    assert_eq!((c.inconsistent, c.untraced_switch_ins), (2, 0));
     let i = intervals(&out);
     assert_eq!(
         (i[0].state, i[0].start, i[0].end),
         (State::Blocked, 3_000, 4_000)
     );
+}
+
+/// A kernel that does not trace some switches (away from the idle task):
+/// the thread is seen waiting, then leaving its CPU again. When it got the
+/// CPU back is unknown: the whole stretch is an "untraced" interval, an
+/// upper bound of the preempted time the trace cannot show.
+#[test]
+fn an_untraced_switch_in_bounds_the_unseen_wait() {
+    let idle = task(0, "swapper/1");
+    let (out, c) = run(
+        Config::default(),
+        &[
+            switch(1_000, 1, vcpu0(), 0, task(HOG, "agent")),
+            // agent -> vCPU 0 not traced
+            switch(5_000, 1, vcpu0(), 1, idle),
+            wakeup(6_000, 1, VCPU0, 1),
+            // idle -> vCPU 0 not traced
+            switch(9_000, 1, vcpu0(), 0, task(HOG, "agent")),
+        ],
+    );
+    let i: Vec<_> = intervals(&out)
+        .iter()
+        .map(|i| (i.state, i.start, i.end))
+        .collect();
+    assert_eq!(
+        i,
+        [
+            (State::Untraced, 1_000, 5_000),
+            (State::Blocked, 5_000, 6_000),
+            (State::Untraced, 6_000, 9_000),
+            (State::Preempted, 9_000, 9_000)
+        ]
+    );
+    assert_eq!((c.untraced_switch_ins, c.inconsistent), (2, 0));
 }
 
 fn kvm(ts: u64, cpu: u32, kind: HostKind) -> HostEvent {
