@@ -170,12 +170,16 @@ impl Aggregator {
         }
     }
 
+    /// A host task by thread id, under the latest name it was seen with
+    /// (a thread's name changes at exec and prctl).
     fn task(&mut self, t: &Task) -> &mut HostTaskTime {
-        self.tasks.entry(t.tid).or_insert_with(|| HostTaskTime {
-            tid: t.tid,
-            comm: comm_str(&t.comm),
-            ..Default::default()
-        })
+        let e = self.tasks.entry(t.tid).or_default();
+        e.tid = t.tid;
+        let name = comm_str(&t.comm);
+        if !name.is_empty() {
+            e.comm = name;
+        }
+        e
     }
 
     /// A host task's time on a waited-for CPU (`vcpu_host_ran`).

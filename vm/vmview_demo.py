@@ -52,7 +52,13 @@ rmmod ivtrace
 echo "VMVIEW: done"
 """
 
-HOG = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass\n"
+HOG_NAME = "vmview-hog"
+# A busy loop for argv[1] seconds of wall time, named HOG_NAME (prctl PR_SET_NAME) so the host
+# trace tells it from every other python3.
+HOG = ("import ctypes, sys, time\n"
+       f"ctypes.CDLL(None).prctl(15, b'{HOG_NAME}', 0, 0, 0)\n"
+       "end = time.monotonic() + float(sys.argv[1])\n"
+       "while time.monotonic() < end: pass\n")
 
 
 @dataclass
@@ -72,6 +78,7 @@ class Phase:
 @dataclass
 class Run:
     out: Path  # the guest's trace directory, OUTROOT/NAME
+    loadavg: float = 0.0  # the host's 1-minute load average when the phases began
     qemu_pid: int = 0
     vcpu_threads: dict = field(default_factory=dict)  # vcpu -> tid
     vcpu0_cpu: int = 1
@@ -207,6 +214,7 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
             r.vcpu_threads = vcpu_threads(r.qemu_pid)
             pin(r.qemu_pid, r.vcpu_threads, r.vcpu0_cpu, 0)
             time.sleep(1.0)  # the pinning settles
+            r.loadavg = os.getloadavg()[0]
             offset = realtime_offset_ns()
             for p in phases:
                 measure(r, p, offset)
