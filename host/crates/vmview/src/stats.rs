@@ -13,6 +13,13 @@ use crate::model::{comm_str, GuestThread, Hypercall, Interval, State, Task};
 
 /// How many guest threads and host tasks a summary lists.
 pub const TOP: usize = 10;
+/// Distinct guest threads and host tasks an aggregator keeps apart (the
+/// guest names its threads, and a hostile one could name millions); past
+/// that, their time goes to one "(others)" entry.
+pub const KEYS_MAX: usize = 1 << 16;
+/// Distinct hypercall numbers counted apart (the guest chooses them).
+pub const NRS_MAX: usize = 256;
+const OTHERS: i32 = crate::classes::OTHER_TASKS;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct VcpuStats {
@@ -111,14 +118,15 @@ impl Aggregator {
         }
         let d = i.duration();
         v.truncated += i.truncated as u64;
-        let t = self
-            .threads
-            .entry((g.tid, g.comm))
-            .or_insert_with(|| ThreadLoss {
-                tid: g.tid,
-                comm: comm_str(&g.comm),
-                ..Default::default()
-            });
+        let mut key = (g.tid, g.comm);
+        if self.threads.len() >= KEYS_MAX && !self.threads.contains_key(&key) {
+            key = (OTHERS, crate::model::comm("(others)"));
+        }
+        let t = self.threads.entry(key).or_insert_with(|| ThreadLoss {
+            tid: key.0,
+            comm: comm_str(&key.1),
+            ..Default::default()
+        });
         match i.state {
             State::Preempted => {
                 v.preempted_ns += d;
@@ -173,6 +181,13 @@ impl Aggregator {
     /// A host task by thread id, under the latest name it was seen with
     /// (a thread's name changes at exec and prctl).
     fn task(&mut self, t: &Task) -> &mut HostTaskTime {
+        let mut t = *t;
+        if self.tasks.len() >= KEYS_MAX && !self.tasks.contains_key(&t.tid) {
+            t = Task {
+                tid: OTHERS,
+                comm: crate::model::comm("(others)"),
+            };
+        }
         let e = self.tasks.entry(t.tid).or_default();
         e.tid = t.tid;
         let name = comm_str(&t.comm);
@@ -197,7 +212,11 @@ impl Aggregator {
             }
             None => s.incomplete += 1,
         }
-        *s.by_nr.entry(format!("{:#x}", h.nr)).or_default() += 1;
+        let mut nr = format!("{:#x}", h.nr);
+        if s.by_nr.len() >= NRS_MAX && !s.by_nr.contains_key(&nr) {
+            nr = "other".into();
+        }
+        *s.by_nr.entry(nr).or_default() += 1;
     }
 
     pub fn summary(&self) -> Summary {
@@ -270,4 +289,61 @@ pub fn exit_name(isa: u32, reason: u32) -> String {
         .iter()
         .find(|(r, _)| *r == reason & 0xffff || (isa == 2 && *r == reason))
         .map_or_else(|| format!("reason {reason}"), |(_, n)| n.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{comm, Hypercall, Interval, State};
+
+    fn preempted(vcpu: u32, ns: u64) -> Interval {
+        Interval {
+            vcpu,
+            state: State::Preempted,
+            start: 0,
+            end: ns,
+            host_tid: 7,
+            host_cpu: 1,
+            exit: None,
+            taken_by: None,
+            ran: Vec::new(),
+            ran_other_ns: 0,
+            truncated: false,
+        }
+    }
+
+    /// A guest that names millions of threads, or makes hypercalls with
+    /// millions of numbers, cannot make the summary grow without bound.
+    #[test]
+    fn guest_chosen_keys_are_capped() {
+        let mut a = Aggregator::default();
+        for tid in 0..(KEYS_MAX as i32 + 10) {
+            let g = GuestThread {
+                tid,
+                comm: comm("t"),
+            };
+            a.interval(&preempted(0, 1), &g);
+        }
+        assert_eq!(a.threads.len(), KEYS_MAX + 1);
+        assert_eq!(a.threads[&(OTHERS, comm("(others)"))].preempted_ns, 10);
+        for nr in 0..(NRS_MAX as u64 + 5) {
+            let h = Hypercall {
+                vcpu: 0,
+                host_tid: 7,
+                ts: 0,
+                exit_ts: 0,
+                nr,
+                args: [0; 4],
+                guest_rip: 0,
+                exit_ns: Some(1),
+                exit_cpu: 0,
+                entry_cpu: Some(0),
+            };
+            a.hypercall(&h);
+        }
+        let s = a.summary();
+        assert_eq!(s.hypercalls.by_nr.len(), NRS_MAX + 1);
+        assert_eq!(s.hypercalls.by_nr["other"], 5);
+        assert_eq!(s.vcpus[0].preempted_ns, KEYS_MAX as u64 + 10);
+    }
 }
