@@ -76,23 +76,25 @@ def phase(r, name):
     return next(p for p in r.phases if p.name == name)
 
 
-def check_against_schedstat(r, iv, p):
-    """The preempted time of vCPU 0 in phase `p` is schedstat's run-queue wait within 5 %;
-    and schedstat's wait lies between it and it plus the waits whose end the host kernel did
-    not trace (1 % slack: a wake-up is traced a little after the kernel starts counting)."""
+def check_against_schedstat(r, iv, p, floor_ns):
+    """The preempted time of vCPU 0 in phase `p` is schedstat's run-queue wait within 5 %
+    (or `floor_ns`, for a wait near zero); and schedstat's wait lies between it and it plus the
+    waits whose end the host kernel did not trace, give or take the same margin. (Each wake-up
+    is traced a little after the kernel starts counting: on this PVM host a remote wake-up's
+    IPI is a hypervisor exit, tens of us; docs/kvm.md "The VM view".)"""
     ours = vmview.preempted_ns(iv, 0, p.start_ns, p.end_ns)
     unseen = vmview.preempted_ns(iv, 0, p.start_ns, p.end_ns, "runnable_untraced")
     ref = p.schedstat_wait_ns
-    slack = max(0.01 * ref, 2e6)
-    assert abs(ours - ref) <= max(TOLERANCE * ref, 5e6), (p.name, ours, ref)
-    assert ours - slack <= ref <= ours + unseen + slack, (p.name, ours, unseen, ref)
+    margin = max(TOLERANCE * ref, floor_ns)
+    assert abs(ours - ref) <= margin, (p.name, ours, ref)
+    assert ours - margin <= ref <= ours + unseen + margin, (p.name, ours, unseen, ref)
     return ours
 
 
 def test_with_the_hog_preempted_time_matches_schedstat(scenario):
     r, iv = scenario
     p = phase(r, "hog")
-    ours = check_against_schedstat(r, iv, p)
+    ours = check_against_schedstat(r, iv, p, 5e6)
     assert p.hog_cpu_ns > 0.2 * HOG_S * 1e9, "the hog ran on vCPU 0's CPU"
     assert ours > 0.1 * HOG_S * 1e9, "vCPU 0 lost a share of its CPU to the hog"
 
@@ -100,7 +102,8 @@ def test_with_the_hog_preempted_time_matches_schedstat(scenario):
 def test_without_the_hog_preempted_time_matches_schedstat(scenario):
     r, iv = scenario
     p = phase(r, "quiet")
-    ours = check_against_schedstat(r, iv, p)
+    # Near zero, both: within 2 % of the phase's length of each other.
+    ours = check_against_schedstat(r, iv, p, 0.02 * QUIET_S * 1e9)
     if r.loadavg < 1.0:
         assert ours < 0.02 * QUIET_S * 1e9, f"near zero on a quiet host: {ours / 1e6:.1f} ms"
     else:
@@ -190,3 +193,42 @@ def test_the_report_names_who_lost_time_and_who_took_it(scenario):
     text = subprocess.run([str(vmview.IVTRACE), "report", str(r.out)], capture_output=True,
                           text=True, timeout=300).stdout
     assert "guest threads that lost the most time to the host" in text and vmview.SPIN in text
+
+
+QMP_SCRIPT = r"""
+cp "$(command -v ivtwl)" /tmp/vmspin
+taskset -c 0 /tmp/vmspin cpu 1000000000000 >/dev/null &
+spin=$!
+sleep 3
+kill $spin
+rmmod ivtrace
+echo "VMVIEW: done"
+"""
+
+
+def test_qmp_names_vcpu_threads_qemu_does_not_name(guest, tmp_path):
+    """Without `debug-threads=on` every QEMU thread is `qemu-system-x86`: `ivtrace record
+    --host-events --qmp PATH` takes the vCPU threads from QMP's query-cpus-fast instead, and
+    the VM view has both vCPUs."""
+    from e2e import guest as g
+
+    shm, qmp, out = g.shm_path("vmview-qmp"), tmp_path / "qmp.sock", tmp_path / "rec"
+    try:
+        with vmview.ivtvm.VM(QMP_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
+                             modules=["ivtrace"], add=guest.add("ivtrace.ko", "ivtwl"),
+                             extra_args=["-qmp", f"unix:{qmp},server=on,wait=off"]) as vm:
+            vmview.wait_file(qmp, 60)
+            p = subprocess.Popen([str(vmview.IVTRACE), "record", "--shm", str(shm), "-o",
+                                  str(out), "--host-events", "--qemu-pid", str(vm.proc.pid),
+                                  "--qmp", str(qmp)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True)
+            r = vm.wait(timeout=g.TIMEOUT)
+            err = p.communicate(timeout=120)[1]
+    finally:
+        shm.unlink(missing_ok=True)
+    assert r.exit_code == 0 and p.returncode == 0, err
+    assert "no `CPU n/...` thread names" in err, err
+    assert "vCPU threads: qmp query-cpus-fast" in err, err
+    assert (out / "vm" / "vm_vcpu0").is_file() and (out / "vm" / "vm_vcpu1").is_file(), err
+    env = (out / "vm" / "metadata").read_text()
+    assert 'ivtrace_vcpu_source = "qmp query-cpus-fast";' in env

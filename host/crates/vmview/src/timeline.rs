@@ -27,9 +27,14 @@
 //! says each thread's process) that are vCPU threads: named `CPU n/TCG` or
 //! `CPU n/KVM` (QEMU's `debug-threads=on`), given from outside (the
 //! caller's `vcpus` map, e.g. from QMP's `query-cpus-fast`), or seen
-//! running a vCPU (`kvm_entry`'s `vcpu_id`). Events lost by tracefs show
-//! up as transitions that do not fit the state; they are counted and the
-//! state is resynchronized, never guessed.
+//! running a vCPU (`kvm_entry`'s `vcpu_id`).
+//!
+//! Events lost by tracefs, or context switches the host kernel does not
+//! trace, show up as transitions that do not fit the state. A runnable
+//! thread seen leaving its CPU again ran in between: its wait ended at an
+//! unknown moment, so that stretch becomes an "untraced" interval, an upper
+//! bound of the unseen wait. Other misfits are counted and the state is
+//! resynchronized; nothing is guessed.
 
 use std::collections::HashMap;
 
@@ -66,7 +71,8 @@ pub struct Config {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Counters {
     pub events: u64,
-    /// Transitions that do not fit the thread's state (events tracefs lost).
+    /// Transitions that do not fit the thread's state (events tracefs lost
+    /// or the host kernel did not trace, e.g. a wake-up).
     pub inconsistent: u64,
     /// A runnable thread switched out again without a traced switch-in:
     /// the host kernel did not trace that context switch (seen on this
