@@ -17,9 +17,12 @@
 //! or `CPU n/KVM` (QEMU names them with `-name ...,debug-threads=on`);
 //! without names every thread of the process is traced, and the summary
 //! says so. The set is re-read every second (filters rewritten on change).
-//! Under this machine's PVM-backed /dev/kvm, and under TCG, kvm_* events
-//! never fire for the guest; they are enabled anyway (cheap) when the
-//! kernel has them.
+//! Their context switches, wake-ups and migrations are recorded (what the
+//! VM view needs to tell a preempted vCPU from a blocked one), and a
+//! `host_statedump` stream names every thread of the QEMU with its pid
+//! (new threads at the next re-read). Under this machine's PVM-backed
+//! /dev/kvm, and under TCG, kvm_* events never fire for the guest; they
+//! are enabled anyway (cheap) when the kernel has them.
 
 use std::collections::HashSet;
 use std::fs;
