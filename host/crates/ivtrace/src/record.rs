@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{abi, Reader, Region, RegionError};
-use ivtrace_tracefs::host::{process_mapping, HostEvents};
+use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
 use crate::summary;
@@ -195,23 +196,29 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
-    let recorded = record_region(region, args, &out, &stop, &host);
-    if let Some(h) = host_side {
-        let guest = recorded.as_ref().ok().map(|r| &r.1);
-        finish_host_events(h, guest, vcpus)?;
-    }
-    recorded.map(|r| r.0)
+    let host_side = host_side.map(|side| HostRun { side, vcpus });
+    let names = Names {
+        out: &out,
+        host: &host,
+    };
+    record_region(region, args, names, &stop, host_side)
 }
 
-/// Records the region; the events seen and what the VM view needs of the
-/// guest traces.
+/// Where a recording goes and what its traces call the guest.
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    out: &'a Path,
+    host: &'a str,
+}
+
 fn record_region(
     region: Region,
     args: &RecordArgs,
-    out: &Path,
+    names: Names,
     stop: &Stop,
-    host: &str,
-) -> Result<(u64, GuestOutput)> {
+    host_side: Option<HostRun>,
+) -> Result<u64> {
+    let Names { out, host } = names;
     let mut clock = ivtrace_time::estimator_for(region.header());
     let writer = session::ctf_writer_named(&region, out, &clock.initial(), host);
     let h = region.header();
@@ -235,16 +242,18 @@ fn record_region(
     if rec.reason == StopReason::Withdrawn {
         eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
     }
-    finish_trace(rec, args, out, host)
+    finish_trace(rec, args, names, host_side)
 }
 
-/// The recorded trace's env and metadata, the sidecar, the summary.
+/// The recorded trace's env and metadata, the host trace and VM view, the
+/// sidecar, the summary.
 fn finish_trace(
     rec: Recorded<ivtrace_ctf::CtfWriter>,
     args: &RecordArgs,
-    out: &Path,
-    host: &str,
-) -> Result<(u64, GuestOutput)> {
+    names: Names,
+    host_side: Option<HostRun>,
+) -> Result<u64> {
+    let Names { out, host } = names;
     let Recorded {
         reader,
         output: mut writer,
@@ -255,7 +264,11 @@ fn finish_trace(
     } = rec;
     let env = session::trace_env_named(reader.region(), out, &clock, host);
     Output::finish(&mut writer, &clock, env, reader.classes())?;
-    let sidecar = session::build_sidecar(
+    let guest = GuestOutput::of(&writer, reader.classes(), &clock);
+    let host_lost = host_side
+        .map(|h| finish_host_events(h, &guest))
+        .transpose()?;
+    let mut sidecar = session::build_sidecar(
         &reader,
         &writer,
         &args.shm,
@@ -264,10 +277,10 @@ fn finish_trace(
         elapsed,
         describe(reason),
     );
+    sidecar.host_lost = host_lost;
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out, args.json)?;
-    let guest = GuestOutput::of(&writer, reader.classes(), &clock);
-    Ok((session::events_seen(&sidecar), guest))
+    Ok(session::events_seen(&sidecar))
 }
 
 /// `--host-events`: the host events of the QEMU behind the region file
@@ -299,17 +312,23 @@ fn start_host_events(
     Ok(side)
 }
 
-/// Stops the host events, derives the VM view (when the guest traces were
-/// finished), closes the host trace, says what was recorded.
-fn finish_host_events(
-    mut side: HostSide,
-    guest: Option<&GuestOutput>,
+/// The host side of a recording and the vCPU threads QMP named (empty
+/// without --qmp).
+struct HostRun {
+    side: HostSide,
     vcpus: HashMap<i32, u32>,
-) -> Result<()> {
+}
+
+/// Stops the host events, derives the VM view from them and the finished
+/// guest traces, closes the host trace, says what was recorded; the host
+/// trace's losses.
+fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostLost> {
+    let HostRun { mut side, vcpus } = run;
     let stats = side.stop_events().context("host events never started")??;
     let dir = side.dir().to_path_buf();
     eprintln!(
-        "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed -> {}",
+        "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed ({} pages \
+         without a count) -> {}",
         stats.events,
         stats.qemu_pid,
         stats.threads.len(),
@@ -319,18 +338,25 @@ fn finish_host_events(
             "; no `CPU n/...` thread names: all threads (start QEMU with -name NAME,debug-threads=on)"
         },
         stats.missed,
+        stats.missed_uncounted_pages,
         dir.display()
     );
-    if let Some(g) = guest {
-        let source = vcpu_source(!vcpus.is_empty(), stats.vcpu_names);
-        match side.vm_view(g, vcpus, source) {
-            Some(Ok(d)) => crate::summary::print_vm_view(&d),
-            Some(Err(e)) => eprintln!("ivtrace: warning: no VM view: {e:#}"),
-            None => {}
-        }
+    let source = vcpu_source(!vcpus.is_empty(), stats.vcpu_names);
+    match side.vm_view(guest, vcpus, source) {
+        Some(Ok(d)) => crate::summary::print_vm_view(&d),
+        Some(Err(e)) => eprintln!("ivtrace: warning: no VM view: {e:#}"),
+        None => {}
     }
     side.finish()?;
-    Ok(())
+    Ok(host_lost(&stats))
+}
+
+/// The sidecar's account of what the host trace lost.
+pub fn host_lost(stats: &HostEventStats) -> HostLost {
+    HostLost {
+        missed: stats.missed,
+        missed_uncounted_pages: stats.missed_uncounted_pages,
+    }
 }
 
 /// How the VM view knows the vCPU threads.
