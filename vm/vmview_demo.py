@@ -52,6 +52,7 @@ rmmod ivtrace
 echo "VMVIEW: done"
 """
 
+TRACEFS = "/sys/kernel/tracing"
 HOG_NAME = "vmview-hog"
 # A busy loop for argv[1] seconds of wall time, named HOG_NAME (prctl PR_SET_NAME) so the host
 # trace tells it from every other python3.
@@ -193,12 +194,25 @@ def wait_file(path: Path, timeout: float) -> None:
         time.sleep(0.1)
 
 
+def mount_tracefs() -> None:
+    """serve --host-events reads the host's tracefs, which a fresh machine may not have
+    mounted: mount it where the kernel documents it, as trace-cmd does."""
+    if Path(TRACEFS, "trace_marker").exists():
+        return
+    try:
+        subprocess.run(["mount", "-t", "tracefs", "nodev", TRACEFS], check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise RuntimeError(f"tracefs is not mounted at {TRACEFS} and mounting it failed ({e}): "
+                           f"run as root, or `mount -t tracefs nodev {TRACEFS}`") from e
+
+
 def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
         timeout: float = 300) -> Run:
     """Boots the guest under serve, runs `phases` on the host, returns what was measured
     (the trace in outroot/NAME once the guest and serve are done)."""
     if (os.cpu_count() or 1) < 2:
         raise RuntimeError("the scenario pins vCPU 0 and the rest of QEMU to two host CPUs")
+    mount_tracefs()
     outroot.mkdir(parents=True, exist_ok=True)
     r = Run(out=outroot / NAME)
     srv = Server(outroot, outroot / "serve.log")

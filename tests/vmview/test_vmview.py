@@ -38,8 +38,6 @@ def scenario(guest, tmp_path_factory):
     pytest.importorskip("bt2", reason="python3-bt2 (babeltrace2's bindings) is not installed")
     if (os.cpu_count() or 1) < 2:
         pytest.skip("the scenario pins vCPU 0 and the rest of QEMU to two different host CPUs")
-    if not Path("/sys/kernel/tracing/trace_marker").exists():
-        subprocess.run(["mount", "-t", "tracefs", "nodev", "/sys/kernel/tracing"], check=True)
     out = tmp_path_factory.mktemp("vmview")
     phases = [vmview.Phase("quiet", QUIET_S, False), vmview.Phase("hog", HOG_S, True)]
     r = vmview.run(out, guest.add("ivtrace.ko", "ivtwl"), phases)
