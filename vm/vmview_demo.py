@@ -332,6 +332,15 @@ def demo(args) -> int:
         say(f"  {p.name:<7} {p.seconds:>4.1f} s   {ref / 1e6:>18.1f} ms   {ours / 1e6:>21.1f} ms"
             f"   {diff:>7}   {unseen / 1e6:8.1f} ms")
     say("  (untraced: waits whose end the host kernel did not trace, see docs/kvm.md)")
+    for p in [p for p in r.phases if p.hog]:
+        waits = [i for i in iv if i.vcpu == 0 and i.state == "preempted"
+                 and p.start_ns <= i.end_ns < p.end_ns]
+        by_hog = [i for i in waits if i.taken_by == HOG_NAME]
+        say(f"  {p.name}: {HOG_NAME} ran {p.hog_cpu_ns / 1e6:.1f} ms on host CPU {r.vcpu0_cpu} "
+            f"(its schedstat); it took the CPU from vCPU 0 in {len(by_hog)} of {len(waits)} "
+            f"waits, {sum(i.end_ns - i.start_ns for i in by_hog) / 1e6:.1f} ms of them")
+    if r.loadavg >= 1.0:
+        say(f"  (host load {r.loadavg:.2f}: other host tasks shared CPU {r.vcpu0_cpu} too)")
     lost = {}
     for i in iv:
         if i.vcpu == 0 and i.state == "preempted":

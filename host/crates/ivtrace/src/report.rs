@@ -14,7 +14,9 @@ use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
 use ivtrace_region::packet::{EventVisitor, PacketHeader};
 use ivtrace_region::reader::walk_own_packet;
 use ivtrace_region::{abi, EventClasses};
+use ivtrace_vmview::model::comm_str;
 use ivtrace_vmview::report::VmReport;
+use ivtrace_vmview::timeline::NOT_TRACED;
 
 use crate::cli::ReportArgs;
 use crate::summary::si;
@@ -409,20 +411,7 @@ fn print_vm_view(v: &VmReport, out: &mut impl Write) -> io::Result<()> {
             ms(t.hypervisor_ns)
         )?;
     }
-    writeln!(
-        out,
-        "  host tasks that ran on a CPU a vCPU thread waited for:"
-    )?;
-    for t in &s.host_tasks {
-        writeln!(
-            out,
-            "    {:<16} tid {:<7} {:>12.3} ms (took the CPU {} times)",
-            t.comm,
-            t.tid,
-            ms(t.ns),
-            t.took_cpu
-        )?;
-    }
+    print_host_tasks(s, out)?;
     for c in s.vcpus.iter().filter(|c| c.untraced_count > 0) {
         writeln!(
             out,
@@ -455,6 +444,33 @@ fn print_vm_view(v: &VmReport, out: &mut impl Write) -> io::Result<()> {
     }
     for e in &v.errors {
         writeln!(out, "  warning: {e}")?;
+    }
+    Ok(())
+}
+
+/// The host tasks that ran while a vCPU thread waited, most time first.
+fn print_host_tasks(s: &ivtrace_vmview::stats::Summary, out: &mut impl Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "  host tasks that ran on a CPU a vCPU thread waited for:"
+    )?;
+    for t in &s.host_tasks {
+        writeln!(
+            out,
+            "    {:<16} tid {:<7} {:>12.3} ms (took the CPU {} times)",
+            t.comm,
+            t.tid,
+            ms(t.ns),
+            t.took_cpu
+        )?;
+    }
+    if s.host_tasks.iter().any(|t| t.tid == NOT_TRACED.tid) {
+        writeln!(
+            out,
+            "    ({}: host tasks that handed the CPU among themselves meanwhile; the host \
+             trace keeps only the vCPU threads' switches)",
+            comm_str(&NOT_TRACED.comm)
+        )?;
     }
     Ok(())
 }
