@@ -186,11 +186,31 @@ def test_the_report_names_who_lost_time_and_who_took_it(scenario):
     assert v["errors"] == []
     s = v["summary"]
     assert s["guest_threads"][0]["comm"] == vmview.SPIN, s["guest_threads"][:3]
-    assert vmview.HOG_NAME in {t["comm"] for t in s["host_tasks"]}, s["host_tasks"]
+    tasks = s["host_tasks"]
+    if vmview.HOG_NAME not in {t["comm"] for t in tasks}:
+        # A busy host: the report keeps the ten tasks that took the most; then they all took
+        # at least what the VM view credits the hog with (its vcpu_host_ran events).
+        hog_ns = host_ran_ns(r.out, vmview.HOG_NAME)
+        print(f"\nthe hog ({hog_ns / 1e6:.1f} ms) is not among the report's ten host tasks")
+        assert hog_ns > 0, "the VM view credits the hog with nothing"
+        assert len(tasks) == 10 and min(t["ns"] for t in tasks) >= hog_ns, tasks
     assert s == vm_view_section(r)["summary"], "the report reads back what serve derived"
     text = subprocess.run([str(vmview.IVTRACE), "report", str(r.out)], capture_output=True,
                           text=True, timeout=300).stdout
     assert "guest threads that lost the most time to the host" in text and vmview.SPIN in text
+
+
+def host_ran_ns(trace, comm: str) -> int:
+    """The time the VM view says host task `comm` ran while a vCPU thread waited."""
+    import bt2
+
+    total = 0
+    for msg in bt2.TraceCollectionMessageIterator(str(trace / "vm")):
+        if type(msg) is bt2._EventMessageConst and msg.event.name == "vcpu_host_ran":
+            p = msg.event.payload_field
+            if str(p["host_comm"]) == comm:
+                total += int(p["duration_ns"])
+    return total
 
 
 QMP_SCRIPT = r"""
