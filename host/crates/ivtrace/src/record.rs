@@ -2,6 +2,7 @@
 //! closed or the user stops, flush what was committed, summarize. The
 //! recording itself is ivtrace-engine's loop, polling with a backoff.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +14,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use ivtrace_ctf::sidecar::HostLost;
-use ivtrace_engine::host::HostSide;
+use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::migration::{self, Handoff, Resumed};
 use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
@@ -212,6 +213,10 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     };
     raise_file_limit();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
+    let vcpus = match &args.qmp {
+        Some(path) => crate::qmp::vcpu_threads(path)?,
+        None => HashMap::new(),
+    };
     let host_side = match args.host_events {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
@@ -221,6 +226,7 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         Some((path, h)) => Some((*path, resume(&mut reader, h, path)?)),
         None => None,
     };
+    let host_side = host_side.map(|side| HostRun { side, vcpus });
     let names = Names {
         out: &out,
         host: &host,
@@ -287,7 +293,7 @@ fn record_region(
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
-    host_side: Option<HostSide>,
+    host_side: Option<HostRun>,
 ) -> Result<u64> {
     let Names { out, host, .. } = names;
     let region = reader.region();
@@ -331,13 +337,13 @@ fn forwarder(args: &RecordArgs, region: &Region, host: &str) -> Result<Option<Fo
     Forwarder::open(path, &hello).map(Some)
 }
 
-/// The recorded trace's env and metadata, the host trace, the sidecar,
-/// the summary, and the nested guests it forwarded or carried.
+/// The recorded trace's env and metadata, the host trace and VM view, the
+/// sidecar, the summary, and the nested guests it forwarded or carried.
 fn finish_trace(
     rec: Recorded<Nesting<ivtrace_ctf::CtfWriter>>,
     args: &RecordArgs,
     names: Names,
-    host_side: Option<HostSide>,
+    host_side: Option<HostRun>,
 ) -> Result<u64> {
     let Names { out, host, .. } = names;
     let Recorded {
@@ -352,7 +358,10 @@ fn finish_trace(
     Output::finish(&mut nesting, &clock, env, reader.classes())?;
     nesting.finish_nesting(&clock, host)?;
     let writer = nesting.inner;
-    let host_lost = host_side.map(finish_host_events).transpose()?;
+    let guest = GuestOutput::of(&writer, reader.classes(), &clock);
+    let host_lost = host_side
+        .map(|h| finish_host_events(h, &guest))
+        .transpose()?;
     let mut sidecar = session::build_sidecar(
         &reader,
         &writer,
@@ -425,12 +434,20 @@ fn start_host_events(
     Ok(side)
 }
 
-/// Stops the host events, closes the host trace, says what was recorded;
-/// the host trace's losses.
-fn finish_host_events(mut side: HostSide) -> Result<HostLost> {
+/// The host side of a recording and the vCPU threads QMP named (empty
+/// without --qmp).
+struct HostRun {
+    side: HostSide,
+    vcpus: HashMap<i32, u32>,
+}
+
+/// Stops the host events, derives the VM view from them and the finished
+/// guest traces, closes the host trace, says what was recorded; the host
+/// trace's losses.
+fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostLost> {
+    let HostRun { mut side, vcpus } = run;
     let stats = side.stop_events().context("host events never started")??;
     let dir = side.dir().to_path_buf();
-    side.finish()?;
     eprintln!(
         "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed ({} pages \
          without a count) -> {}",
@@ -446,6 +463,13 @@ fn finish_host_events(mut side: HostSide) -> Result<HostLost> {
         stats.missed_uncounted_pages,
         dir.display()
     );
+    let source = vcpu_source(!vcpus.is_empty(), stats.vcpu_names);
+    match side.vm_view(guest, vcpus, source) {
+        Some(Ok(d)) => crate::summary::print_vm_view(&d),
+        Some(Err(e)) => eprintln!("ivtrace: warning: no VM view: {e:#}"),
+        None => {}
+    }
+    side.finish()?;
     Ok(host_lost(&stats))
 }
 
@@ -454,5 +478,14 @@ pub fn host_lost(stats: &HostEventStats) -> HostLost {
     HostLost {
         missed: stats.missed,
         missed_uncounted_pages: stats.missed_uncounted_pages,
+    }
+}
+
+/// How the VM view knows the vCPU threads.
+pub fn vcpu_source(qmp: bool, named: bool) -> &'static str {
+    match (qmp, named) {
+        (true, _) => "qmp query-cpus-fast",
+        (false, true) => "thread names (CPU n/...)",
+        (false, false) => "kvm_entry vcpu_id only (no CPU n/... thread names)",
     }
 }
