@@ -142,6 +142,11 @@ def test_every_l2_event_reaches_l0_with_its_payload(nest):
     st = info["stats"]
     assert st["corrupt_packets"] == 0 and st["incomplete_messages"] == 0, st
     assert nest["forward"]["dropped"] == 0, nest["forward"]
+    # Both sidecars say it: L1 what it forwarded, L0 what it expanded.
+    fwd = nest["l1_sum"]["nested"]["forwarded"]
+    assert fwd["not_forwarded_packets"] == 0 and fwd["packets"] == st["packets"], fwd
+    (g,) = nest["l0_sum"]["nested"]["guests"]
+    assert g["stats"] == st and g["clock_error_ns"] == info["clock"]["error_ns"], g
 
 
 def test_l0_reads_the_whole_nest(nest):

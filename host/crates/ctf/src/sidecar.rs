@@ -158,6 +158,10 @@ pub struct Sidecar {
     /// resumed from and where it handed off (docs/migration.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<serde_json::Value>,
+    /// Nested tracing (docs/migration.md): what this recording forwarded
+    /// (`forwarded`) and the guests forwarded through it (`guests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<serde_json::Value>,
 }
 
 impl EventLayout {

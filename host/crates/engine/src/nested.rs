@@ -149,7 +149,7 @@ impl Forwarder {
 
     /// L2's final mapping, moved from the host time base to
     /// CLOCK_MONOTONIC (what `ivtrace-forward` brackets), then closes.
-    fn finish(&mut self, clock: &ClockMapping) {
+    fn finish(&mut self, clock: &ClockMapping) -> serde_json::Value {
         let base = ivtrace_time::timebase::base();
         let mut mono = clock.clone();
         mono.ref_realtime_ns = (clock.ref_realtime_ns as i128 - base.offset_ns as i128)
@@ -166,6 +166,11 @@ impl Forwarder {
             self.path.display(),
             self.lost_packets
         );
+        serde_json::json!({
+            "to": self.path.display().to_string(),
+            "packets": self.packets,
+            "not_forwarded_packets": self.lost_packets,
+        })
     }
 }
 
@@ -455,13 +460,14 @@ impl Expander {
 
     /// Writes every forwarded guest with its composed clock (`outer`: the
     /// final mapping of L1's writer clock to this host's time).
-    pub fn finish(&mut self, outer: &ClockMapping, via: &str) -> Result<()> {
+    pub fn finish(&mut self, outer: &ClockMapping, via: &str) -> Result<Vec<serde_json::Value>> {
         let unfinished: Vec<u32> = self.partial.drain().map(|(chan, _)| chan).collect();
         for chan in unfinished {
             self.incomplete(chan);
         }
+        let mut guests = Vec::with_capacity(self.guests.len());
         for g in self.guests.values_mut() {
-            g.finish(outer, self.best_sync, via)?;
+            guests.push(g.finish(outer, self.best_sync, via)?);
         }
         if self.refused_guests > 0 {
             eprintln!(
@@ -470,7 +476,7 @@ impl Expander {
                 self.refused_guests
             );
         }
-        Ok(())
+        Ok(guests)
     }
 }
 
@@ -609,7 +615,13 @@ impl NestedGuest {
         *d = (*d).max(h.events_discarded);
     }
 
-    fn finish(&mut self, outer: &ClockMapping, sync: Option<SyncBracket>, via: &str) -> Result<()> {
+    /// Writes the trace and `nested.json`; returns the sidecar's entry.
+    fn finish(
+        &mut self,
+        outer: &ClockMapping,
+        sync: Option<SyncBracket>,
+        via: &str,
+    ) -> Result<serde_json::Value> {
         let clock = match (&self.clock, sync) {
             (Some(inner), Some(sync)) => Some(compose(inner, outer, &sync)),
             _ => None,
@@ -653,7 +665,13 @@ impl NestedGuest {
             shown.error_ns,
             self.dir.display()
         );
-        Ok(())
+        Ok(serde_json::json!({
+            "dir": self.dir.display().to_string(),
+            "name": self.hello.name,
+            "clock_method": shown.method,
+            "clock_error_ns": shown.error_ns,
+            "stats": self.stats,
+        }))
     }
 }
 
@@ -702,15 +720,24 @@ impl<O: Output> Nesting<O> {
     }
 
     /// Ends the forwarding and writes the expanded guests; call after the
-    /// recording's own finish with the same final clock.
-    pub fn finish_nesting(&mut self, clock: &ClockMapping, via: &str) -> Result<()> {
-        if let Some(f) = self.forward.as_mut() {
-            f.finish(clock);
+    /// recording's own finish with the same final clock. Returns the
+    /// sidecar's `nested` section (None: nothing forwarded either way).
+    pub fn finish_nesting(
+        &mut self,
+        clock: &ClockMapping,
+        via: &str,
+    ) -> Result<Option<serde_json::Value>> {
+        let forwarded = self.forward.as_mut().map(|f| f.finish(clock));
+        let guests = match self.expand.as_mut() {
+            Some(x) => x.finish(clock, via)?,
+            None => Vec::new(),
+        };
+        if forwarded.is_none() && guests.is_empty() {
+            return Ok(None);
         }
-        match self.expand.as_mut() {
-            Some(x) => x.finish(clock, via),
-            None => Ok(()),
-        }
+        Ok(Some(
+            serde_json::json!({ "forwarded": forwarded, "guests": guests }),
+        ))
     }
 }
 

@@ -352,6 +352,7 @@ pub fn build_sidecar(
         host_lost: None,
         kernel_expansion: writer.kernel_expansion().cloned(),
         migration: None,
+        nested: None,
     }
 }
 

@@ -356,7 +356,7 @@ fn finish_trace(
     } = rec;
     let env = session::trace_env_named(reader.region(), out, &clock, host);
     Output::finish(&mut nesting, &clock, env, reader.classes())?;
-    nesting.finish_nesting(&clock, host)?;
+    let nested = nesting.finish_nesting(&clock, host)?;
     let writer = nesting.inner;
     let guest = GuestOutput::of(&writer, reader.classes(), &clock);
     let host_lost = host_side
@@ -372,6 +372,7 @@ fn finish_trace(
         describe(reason),
     );
     sidecar.host_lost = host_lost;
+    sidecar.nested = nested;
     record_migration(&mut sidecar, &reader, reason, names)?;
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out, args.json)?;
