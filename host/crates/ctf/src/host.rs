@@ -18,14 +18,15 @@
 //! files only ever receive whole packets: a process killed mid-run leaves
 //! a valid trace of everything written before.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ivtrace_region::abi::IVT_CTF_MAGIC;
 use ivtrace_region::classes::EventClass;
 
-use crate::trace::{create_err, write_atomically, write_err, CtfError};
+use crate::outdir::OutDir;
+use crate::trace::{create_err, write_err, CtfError};
 use crate::tsdl::{host_metadata, EnvValue};
 
 /// Bytes of packet header + context.
@@ -87,7 +88,7 @@ struct HStream {
 
 /// A host trace being written.
 pub struct HostTrace {
-    dir: PathBuf,
+    dir: OutDir,
     classes: Vec<EventClass>,
     streams: Vec<HStream>,
     metadata: String,
@@ -120,17 +121,21 @@ pub(crate) fn random_uuid() -> String {
 }
 
 impl HostTrace {
-    /// Creates `dir` (must not exist) and writes its metadata.
+    /// Creates `parent/name` (must not exist) and writes its metadata.
     pub fn create(
-        dir: &Path,
+        parent: &OutDir,
+        name: &str,
         desc: &HostTraceDesc,
         classes: Vec<EventClass>,
     ) -> Result<HostTrace, CtfError> {
-        fs::create_dir(dir).map_err(create_err(dir))?;
+        let dir = parent
+            .create_dir(name)
+            .map_err(create_err(parent.join(name).display()))?;
         let text = host_metadata(desc, &random_uuid(), &classes);
-        write_atomically(dir, "metadata", text.as_bytes())?;
+        dir.write_atomically("metadata", text.as_bytes())
+            .map_err(write_err(dir.join("metadata").display()))?;
         Ok(HostTrace {
-            dir: dir.to_path_buf(),
+            dir,
             classes,
             streams: Vec::new(),
             metadata: text,
@@ -138,7 +143,7 @@ impl HostTrace {
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
     pub fn metadata_text(&self) -> &str {
@@ -157,11 +162,10 @@ impl HostTrace {
         name: &str,
     ) -> Result<usize, CtfError> {
         let path = self.dir.join(name);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(create_err(&path))?;
+        let file = self
+            .dir
+            .create_file(name)
+            .map_err(create_err(path.display()))?;
         self.streams.push(HStream {
             class: stream_class,
             instance: self.streams.len() as u64,
@@ -239,7 +243,7 @@ impl HostTrace {
         p.extend_from_slice(&s.cpu.to_le_bytes());
         debug_assert_eq!(p.len(), PACKET_HDR);
         p.extend_from_slice(&s.content);
-        s.file.write_all(&p).map_err(write_err(&s.path))?;
+        s.file.write_all(&p).map_err(write_err(s.path.display()))?;
         s.content.clear();
         s.events_in_packet = 0;
         s.seq += 1;
@@ -262,7 +266,9 @@ impl HostTrace {
         let mut counts = Vec::new();
         for s in &self.streams {
             if s.seq == 0 {
-                let _ = fs::remove_file(&s.path);
+                if let Some(name) = s.path.file_name().and_then(|n| n.to_str()) {
+                    let _ = self.dir.remove_file(name);
+                }
             }
             counts.push(s.events);
         }
@@ -274,6 +280,7 @@ impl HostTrace {
 mod tests {
     use super::*;
     use ivtrace_region::classes::{Field, FieldType};
+    use std::fs;
 
     #[test]
     fn packets_and_metadata_are_consistent() {
@@ -305,8 +312,9 @@ mod tests {
             error_ns: 5,
             env: vec![("ivtrace_x".into(), EnvValue::Int(1))],
         };
+        let root = OutDir::root(tmp.path(), &Default::default()).unwrap();
         let dir = tmp.path().join("host");
-        let mut t = HostTrace::create(&dir, &desc, classes).unwrap();
+        let mut t = HostTrace::create(&root, "host", &desc, classes).unwrap();
         let a = t.add_stream(STREAM_IVTRACE, 0, "ivtrace_host").unwrap();
         let b = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
         let _unused = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();

@@ -5,6 +5,8 @@
 //! adds its own stream of what it observed.
 
 use std::path::{Path, PathBuf};
+
+use ivtrace_ctf::outdir::OutDir;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
@@ -28,7 +30,7 @@ impl HostSide {
     /// with `classes`, which must include those of the host events to be
     /// started (`HostEvents::prepare` adds them).
     pub fn create(
-        out: &Path,
+        out: &OutDir,
         guest: &str,
         env: Vec<(String, EnvValue)>,
         classes: Vec<EventClass>,
@@ -39,8 +41,23 @@ impl HostSide {
             error_ns: ivtrace_time::timebase::base().error_ns,
             env,
         };
-        let dir = out.join("host");
-        let trace = HostTrace::create(&dir, &desc, classes)?;
+        // "host", or "host-2"... when a resumed recording has one already.
+        let mut k = 1;
+        let (trace, dir) = loop {
+            let name = if k == 1 {
+                "host".to_string()
+            } else {
+                format!("host-{k}")
+            };
+            match HostTrace::create(out, &name, &desc, classes.clone()) {
+                Err(CtfError::Create { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists && k < 100 =>
+                {
+                    k += 1
+                }
+                r => break (r?, out.join(&name)),
+            }
+        };
         Ok(HostSide {
             trace: Arc::new(Mutex::new(trace)),
             events: None,

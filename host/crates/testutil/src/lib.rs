@@ -320,7 +320,9 @@ impl TestRegion {
         let ts = ts.max(w.last_ts);
         let compact = |w: &TestWriter| id <= 30 && ts - w.last_ts <= abi::IVT_EV_TS_MASK;
         let mut hlen = if w.open && compact(w) { 4 } else { 16 };
-        if !w.open || w.off + hlen + len > size {
+        // An event never ends on a packet's last byte: commit_pos ==
+        // (seq + 1) * S means "closed, end fields written" (writer.h).
+        if !w.open || w.off + hlen + len >= size {
             self.close(c);
             if !self.open(c, ts) {
                 self.count_drop(c, abi::chan::LOST_FULL);

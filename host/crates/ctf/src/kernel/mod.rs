@@ -58,9 +58,7 @@ mod tests;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::fs::OpenOptions;
 use std::io::{self, BufWriter, Write};
-use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -68,6 +66,8 @@ use serde::{Deserialize, Serialize};
 use ivtrace_region::abi::{self, put_u64};
 use ivtrace_region::classes::StreamClasses;
 
+use crate::outdir::OutDir;
+use crate::trace::{create_err, write_err, CtfError};
 use names::{sanitize_comm, swapper, Comm, Name, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Op, Out, Output, Plans};
 use wire::{align_event, event_header, le_u32, packet_content, read_uint, Offsets, PacketFile};
@@ -78,12 +78,49 @@ pub const STAGING_DIR: &str = ".kernel-wire";
 /// CTF readers do not pick the directory up).
 pub const WIRE_METADATA: &str = "metadata.wire";
 
-/// One kernel channel's staged wire file and its output file.
+/// One kernel channel's staged wire file (in the staging directory) and
+/// its output file (in `kernel/`), both named `kernel_chanN`.
 #[derive(Debug, Clone)]
 pub struct Staged {
     pub chan: u32,
-    pub wire: PathBuf,
-    pub out: PathBuf,
+    pub name: String,
+}
+
+impl Staged {
+    pub fn channel(chan: u32) -> Staged {
+        Staged {
+            chan,
+            name: crate::trace::stream_file_name(abi::IVT_STREAM_KERNEL, chan),
+        }
+    }
+}
+
+/// Expands the staged files of `staging` into a new `kernel/` directory
+/// of `root`; returns what the expansion did and that directory.
+pub fn expand_dir(
+    root: &OutDir,
+    staging: &OutDir,
+    wire: &StreamClasses,
+    files: &[Staged],
+) -> Result<(Expanded, OutDir), CtfError> {
+    let name = crate::trace::stream_dir(abi::IVT_STREAM_KERNEL);
+    let shown = root.join(name).display().to_string();
+    let out = root.create_dir(name).map_err(create_err(&shown))?;
+    let dirs = Dirs { staging, out: &out };
+    let expanded = expand(wire, &dirs, files).map_err(write_err(&shown))?;
+    Ok((expanded, out))
+}
+
+/// Where the staged files are read and the expanded ones written.
+pub struct Dirs<'a> {
+    pub staging: &'a OutDir,
+    pub out: &'a OutDir,
+}
+
+/// Read buffer per staged file in pass 1 (all are open at once): bounded
+/// in total whatever the number of kernel channels.
+fn read_buffer(files: usize) -> usize {
+    ((16usize << 20) / files.max(1)).clamp(8 << 10, 64 << 10)
 }
 
 /// What the expansion did (the sidecar's `kernel_expansion`).
@@ -129,13 +166,14 @@ pub struct Expanded {
 
 /// Expands the staged `files` (wire classes `wire`) into their output
 /// files, which must not exist yet.
-pub fn expand(wire: &StreamClasses, files: &[Staged]) -> io::Result<Expanded> {
-    expand_with(wire, files, Facts::default().names)
+pub fn expand(wire: &StreamClasses, dirs: &Dirs, files: &[Staged]) -> io::Result<Expanded> {
+    expand_with(wire, dirs, files, Facts::default().names)
 }
 
 /// [`expand`] with a given (empty) name table, e.g. a smaller cap in tests.
 pub fn expand_with(
     wire: &StreamClasses,
+    dirs: &Dirs,
     files: &[Staged],
     names: names::ThreadNamesBuilder,
 ) -> io::Result<Expanded> {
@@ -143,7 +181,7 @@ pub fn expand_with(
     let plans = plan::plan(wire);
     let mut facts = Facts::new(&plans);
     facts.names = names;
-    collect(&plans, files, &mut facts)?;
+    collect(&plans, dirs, files, &mut facts)?;
     let output = plan::output(wire, &plans, &facts);
     let mut stats = KernelExpansion {
         names_repeated: facts.names.repeated,
@@ -164,7 +202,7 @@ pub fn expand_with(
     };
     let mut out = Vec::new();
     for f in files {
-        x.file(f, &mut out)?;
+        x.file(dirs, f, &mut out)?;
     }
     stats.seconds = started.elapsed().as_secs_f64();
     stats.events_per_s = if stats.seconds > 0.0 {
@@ -193,9 +231,9 @@ struct Cursor {
 }
 
 impl Cursor {
-    fn open(f: &Staged) -> io::Result<Cursor> {
+    fn open(dir: &OutDir, f: &Staged, buffer: usize) -> io::Result<Cursor> {
         Ok(Cursor {
-            file: PacketFile::open(&f.wire)?,
+            file: PacketFile::new(dir.open_read(&f.name)?, buffer),
             chan: f.chan,
             content: 0,
             off: 0,
@@ -263,10 +301,11 @@ impl Cursor {
 }
 
 /// Pass 1: every channel's naming events, merged in time order.
-fn collect(plans: &Plans, files: &[Staged], facts: &mut Facts) -> io::Result<()> {
+fn collect(plans: &Plans, dirs: &Dirs, files: &[Staged], facts: &mut Facts) -> io::Result<()> {
+    let buffer = read_buffer(files.len());
     let mut cursors = files
         .iter()
-        .map(Cursor::open)
+        .map(|f| Cursor::open(dirs.staging, f, buffer))
         .collect::<io::Result<Vec<_>>>()?;
     let mut heap: BinaryHeap<Reverse<(NameFact, usize)>> = BinaryHeap::new();
     for (i, c) in cursors.iter_mut().enumerate() {
@@ -293,12 +332,9 @@ struct Expander<'a> {
 }
 
 impl Expander<'_> {
-    fn file(&mut self, f: &Staged, out: &mut Vec<u8>) -> io::Result<()> {
-        let mut input = PacketFile::open(&f.wire)?;
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&f.out)?;
+    fn file(&mut self, dirs: &Dirs, f: &Staged, out: &mut Vec<u8>) -> io::Result<()> {
+        let mut input = PacketFile::new(dirs.staging.open_read(&f.name)?, 64 << 10);
+        let file = dirs.out.create_file(&f.name)?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
         while input.next_packet()? {
             self.stats.bytes_in += input.buf.len() as u64;
@@ -429,8 +465,8 @@ fn put_header(out: &mut Vec<u8>, wire_hdr: &[u8], ts: u64, id: u32) {
     }
 }
 
-/// Removes the staging directory (best effort: a leftover hidden directory
-/// without `metadata` does not disturb CTF readers).
-pub fn remove_staging(dir: &std::path::Path) {
-    let _ = std::fs::remove_dir_all(dir);
+/// Removes the staging directory of `root` (best effort: a leftover hidden
+/// directory without `metadata` does not disturb CTF readers).
+pub fn remove_staging(root: &OutDir) {
+    let _ = root.remove_tree(STAGING_DIR);
 }
