@@ -51,13 +51,16 @@ class Server:
         self.cmd = [str(IVTRACE), "serve", "--socket", str(self.sock), "-o", str(self.out),
                     "--json", *map(str, extra)]
         with open(self.log, "wb") as se, open(self.stdout, "wb") as so:
-            self.proc = subprocess.Popen(self.cmd, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
+            self.proc = self._spawn(self.cmd, so, se)
         deadline = time.monotonic() + 10
         while not self.sock.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"serve did not start:\n{self.stderr()}")
             time.sleep(0.05)
         self.rc = None
+
+    def _spawn(self, cmd, so, se):
+        return subprocess.Popen(cmd, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
 
     @property
     def pid(self):

@@ -24,6 +24,10 @@ pub const STATE_RECORDING: &str = "recording";
 pub const STATE_FINALIZED: &str = "finalized";
 /// [`Sidecar::state`] of a trace `ivtrace recover` finished.
 pub const STATE_RECOVERED: &str = "recovered";
+/// [`Sidecar::state`] of a trace whose output failed (a full disk): it
+/// holds whole packets up to the failure and its kernel stream is still
+/// staged; `ivtrace record --resume` goes on, `ivtrace recover` finishes.
+pub const STATE_INCOMPLETE: &str = "incomplete";
 
 /// One payload field as the sidecar stores it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -370,6 +370,21 @@ impl CtfWriter {
         self.write_metadata(classes)
     }
 
+    /// The recording stopped on a failed write: closes the stream files
+    /// (each holds whole packets), gives the reserve back and rewrites the
+    /// metadata with the final clock; the kernel stream stays staged
+    /// (expanding it needs as much room again). Best effort past the
+    /// first error: the sidecar that follows must still say why.
+    pub fn finish_incomplete(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+        self.release_reserve();
+        let closed = self
+            .files
+            .close_all()
+            .map_err(write_err(self.root.path().display()));
+        let metadata = self.write_metadata(classes);
+        closed.and(metadata)
+    }
+
     /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
     fn expand_kernel(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         let slot = abi::IVT_STREAM_KERNEL as usize;

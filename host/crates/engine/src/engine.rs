@@ -93,6 +93,16 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
     /// The recording is over: the final clock and env, the metadata.
     fn finish(&mut self, clock: &ClockMapping, env: TraceEnv, classes: &EventClasses)
         -> Result<()>;
+
+    /// The recording stopped because the output failed: make what it holds
+    /// readable without writing more than needed (no kernel expansion:
+    /// `ivtrace recover` or `record --resume` do it once there is room).
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()>;
 }
 
 impl Output for CtfWriter {
@@ -109,6 +119,18 @@ impl Output for CtfWriter {
         self.set_clock(clock.clone());
         self.set_env(env);
         CtfWriter::finish(self, classes)?;
+        Ok(())
+    }
+
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()> {
+        self.set_clock(clock.clone());
+        self.set_env(env);
+        CtfWriter::finish_incomplete(self, classes)?;
         Ok(())
     }
 }
@@ -420,7 +442,8 @@ pub struct OutputError(anyhow::Error);
 
 impl std::fmt::Display for OutputError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:#}", self.0)
+        // The output's own message (CtfError names the file and the cause).
+        write!(f, "{}", self.0)
     }
 }
 

@@ -17,7 +17,8 @@ pub fn run(args: &RecoverArgs) -> Result<u64> {
         message: format!("{} is not an ivtrace recording: {e}", args.dir.display()),
         hint: "pass the directory that `ivtrace record -o` or `ivtrace serve` wrote".into(),
     })?;
-    if before.state != ivtrace_ctf::sidecar::STATE_RECORDING {
+    use ivtrace_ctf::sidecar::{STATE_INCOMPLETE, STATE_RECORDING};
+    if before.state != STATE_RECORDING && before.state != STATE_INCOMPLETE {
         eprintln!(
             "ivtrace: {} is already {} ({}); checking its files anyway",
             args.dir.display(),

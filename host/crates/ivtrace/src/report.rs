@@ -71,6 +71,11 @@ pub struct Report {
     /// The writer-clock -> host-time mapping the traces carry, with its bound.
     pub clock: ivtrace_ctf::ClockMapping,
     pub channels: Vec<ChannelReport>,
+    /// `finalized`, or `recording` / `incomplete` / `recovered`.
+    pub state: String,
+    pub stop_reason: String,
+    /// Guest counters clamped for CTF readers, and other notes.
+    pub notes: Vec<String>,
 }
 
 fn read_sidecar(dir: &Path) -> Result<Sidecar> {
@@ -207,6 +212,9 @@ pub fn build(dir: &Path) -> Result<Report> {
         event_types,
         channels,
         clock: sidecar.clock.clone(),
+        notes: crate::summary::notes(&sidecar),
+        state: sidecar.state.clone(),
+        stop_reason: sidecar.stop_reason.clone(),
     })
 }
 
@@ -254,7 +262,11 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         }
     )?;
     let l = &r.lost_by_reason;
-    writeln!(out, "lost events: {} in CTF (events_discarded); by reason: full={} too_big={} nested={} overwritten={} torn={} corrupt={}; no_channel={}", r.discarded, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt, r.lost_no_channel)?;
+    writeln!(out, "lost events: {} in CTF (events_discarded); by reason: full={} too_big={} nested={} overwritten={} torn={} corrupt={} over_limit={} unattributed={}; no_channel={}", r.discarded, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt, l.over_limit, l.unattributed, r.lost_no_channel)?;
+    writeln!(out, "stopped: {}", r.stop_reason)?;
+    for note in &r.notes {
+        writeln!(out, "note: {note}")?;
+    }
     writeln!(
         out,
         "\n  {:<8} {:>4} {:<32} {:>12}",

@@ -334,12 +334,17 @@ impl Reader {
         packets: u64,
         bytes: u64,
     ) {
+        let writer_now = self.region.protocol().writer_losses(c).total();
         let ch = &mut self.channels[c as usize];
         ch.next_seq = last.packet_seq_num.saturating_add(1).max(ch.next_seq);
         ch.complete_upto = ch.next_seq;
         let first = last.first_event_seq.saturating_add(last.event_count as u64);
         ch.expected_first_event = Some(first);
-        ch.stats.host_lost.earlier_run = last.events_discarded;
+        // The running loss count goes on from the last packet: what the
+        // writer's counters account for stays the writer's, any excess
+        // was the earlier recorder's own losses.
+        ch.writer_discarded = last.events_discarded.min(writer_now);
+        ch.stats.host_lost.earlier_run = last.events_discarded - ch.writer_discarded;
         ch.saw_first_packet = true;
         ch.emitted_any = true;
         ch.last_written = Some(LastWritten {

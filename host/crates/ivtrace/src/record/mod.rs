@@ -230,6 +230,13 @@ fn record_region(
     if rec.reason == StopReason::Withdrawn {
         eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
     }
+    if rec.reason == StopReason::Shrunk {
+        eprintln!(
+            "ivtrace: warning: {} shrank under the reader (another process truncated it): \
+             stopped; the trace holds what was read before",
+            args.shm.display()
+        );
+    }
     finish_trace(rec, args, out, host)
 }
 
@@ -251,22 +258,30 @@ fn finish_trace(
         ..
     } = rec;
     let env = session::trace_env_named(reader.region(), out.path(), &clock, host);
-    if let Err(e) = Output::finish(&mut writer, &clock, env, reader.classes()) {
+    let finished = match output_error {
+        Some(_) => Output::finish_incomplete(&mut writer, &clock, env, reader.classes()),
+        None => Output::finish(&mut writer, &clock, env, reader.classes()),
+    };
+    if let Err(e) = finished {
         output_error.get_or_insert(format!("finishing the trace failed: {e:#}"));
     }
     let why = match &output_error {
         Some(e) => format!("{}: {e}", describe(reason)),
         None => describe(reason).to_string(),
     };
-    let sidecar =
+    let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
+    if output_error.is_some() {
+        sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
+    }
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out.path(), args.json)?;
     if let Some(e) = output_error {
         anyhow::bail!(
-            "{e}\nthe trace in {} holds every packet written before (babeltrace2 reads it); the \
-             packets not written are still in the region: free space, then `ivtrace record \
-             --resume` with the same --shm and -o records them",
+            "{e}\nthe trace in {} holds every packet written before (babeltrace2 reads its \
+             user/ trace; a kernel stream stays staged in .kernel-wire/); the packets not \
+             written are still in the region: free space, then `ivtrace record --resume` with \
+             the same --shm and -o records them, or `ivtrace recover` finishes the trace as it is",
             out.path().display()
         );
     }

@@ -23,21 +23,22 @@ use anyhow::{bail, Context, Result};
 
 use ivtrace_ctf::kernel::STAGING_DIR;
 use ivtrace_ctf::recover::{channel_of, count_file, cut_stream_file, read_sidecar};
-use ivtrace_ctf::sidecar::STATE_RECORDING;
+use ivtrace_ctf::sidecar::{STATE_INCOMPLETE, STATE_RECORDING};
 use ivtrace_ctf::trace::{stream_dir, stream_file_name};
 use ivtrace_ctf::{CtfWriter, OutDir, OutputPolicy};
 use ivtrace_engine::{session, UserError};
 use ivtrace_region::meta::ScanMode;
 use ivtrace_region::{abi, EventClasses, Reader};
 
-/// Opens DIR, which must hold a recording that was not finalized.
+/// Opens DIR, which must hold a recording that was not finalized (its
+/// recorder died) or is incomplete (its output failed).
 pub fn open(dir: &Path, policy: &OutputPolicy) -> Result<OutDir> {
     let root = session::open_root(dir, policy)?;
     let sidecar = read_sidecar(&root).map_err(|e| UserError {
         message: format!("--resume: {e}"),
         hint: "--resume goes on with a recording in DIR; without one, drop --resume".into(),
     })?;
-    if sidecar.state != STATE_RECORDING {
+    if sidecar.state != STATE_RECORDING && sidecar.state != STATE_INCOMPLETE {
         return Err(UserError {
             message: format!(
                 "--resume: the recording in {} is {} ({}), not interrupted",

@@ -269,6 +269,16 @@ impl Output for Delivering {
         self.deliver()?;
         Output::finish(&mut self.writer, clock, env, classes)
     }
+
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()> {
+        self.pending.clear();
+        Output::finish_incomplete(&mut self.writer, clock, env, classes)
+    }
 }
 
 /// Kicks the guest's MSI-X vector 0 (control and sync).

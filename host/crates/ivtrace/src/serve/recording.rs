@@ -211,7 +211,11 @@ fn finish(
         output_error,
         ..
     } = &mut rec;
-    if let Err(e) = Output::finish(output, mapping, env, reader.classes()) {
+    let finished = match output_error {
+        Some(_) => Output::finish_incomplete(output, mapping, env, reader.classes()),
+        None => Output::finish(output, mapping, env, reader.classes()),
+    };
+    if let Err(e) = finished {
         // A full disk while finishing (the kernel expansion): the sidecar
         // still says so; `ivtrace recover` finishes the rest.
         let why = format!("finishing the trace failed: {e:#}");
@@ -220,7 +224,7 @@ fn finish(
     }
     observed.host_event_stats = stop_host_events(g, &mut host);
     observed.host_counts = host.finish()?;
-    let sidecar = session::build_sidecar(
+    let mut sidecar = session::build_sidecar(
         &rec.reader,
         &rec.output.writer,
         &g.shm.path,
@@ -229,6 +233,9 @@ fn finish(
         rec.elapsed,
         &stop_reason(&rec),
     );
+    if rec.output_error.is_some() {
+        sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
+    }
     let doc = sidecar_with_serve_sections(g, &sidecar, &rec, clock, observed)?;
     if let Ok(mut s) = g.status.lock() {
         s.clock_method = Some(rec.clock.method.clone());
