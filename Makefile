@@ -12,13 +12,14 @@
 #   make eval     the whole performance page from scratch: bench/run native, doorbell and
 #                 evaluation (ivtrace's states vs ftrace over net/SSH/9p/virtio-serial in a real
 #                 guest), then docs/performance.md and its plots (bench/report; ~45 min, TCG)
-#   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
+#   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600 per target); `make test`
+#                 runs each target for 10 s (test-fuzz)
 #   make lint-host  clippy (warnings as errors) and rustfmt --check on host/
 SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval \
+.PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval test-fuzz \
 	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
 	demo demo-loopback bench eval fuzz clean
 
@@ -44,7 +45,7 @@ guest:
 	vm/build --all
 
 # lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
-test: deps all tracecompass test-abi test-lib test-host test-py test-eval lint
+test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-fuzz lint
 
 test-abi:
 	$(MAKE) -C abi test
@@ -64,6 +65,11 @@ test-py: all
 test-eval: all
 	mkdir -p build/eval
 	bench/run evaluation --quick -o build/eval/quick.json
+
+# Every fuzz target of host/fuzz for a few seconds (cargo-fuzz on nightly; long runs:
+# `make fuzz`, docs/fuzzing.md).
+test-fuzz:
+	$(MAKE) -C host fuzz-smoke
 
 # ---- lint: every part runs, then the failed ones are named --------------------------------
 LINT_PARTS := lint-rust lint-kmod lint-sanitizers

@@ -36,6 +36,10 @@ pub struct Limits {
     pub buffer_total: usize,
     /// Bytes of stream files the recording may write (None: no limit).
     pub max_bytes: Option<u64>,
+    /// Disk space set aside at the start and given back when a write
+    /// fails, so the final metadata and sidecar fit on a full disk (0:
+    /// none, e.g. a drain of bytes in memory).
+    pub reserve_bytes: u64,
 }
 
 impl Default for Limits {
@@ -44,6 +48,7 @@ impl Default for Limits {
             open_files: 64,
             buffer_total: 16 << 20,
             max_bytes: None,
+            reserve_bytes: 1 << 20,
         }
     }
 }
@@ -305,7 +310,7 @@ mod tests {
         let limits = Limits {
             open_files: 4,
             buffer_total: 1 << 20,
-            max_bytes: None,
+            ..Limits::default()
         };
         let mut s = StreamFiles::new(limits, 4096);
         for c in 0..64u32 {

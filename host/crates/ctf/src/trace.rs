@@ -43,7 +43,6 @@ use ivtrace_time::ClockMapping;
 /// write fails, so that the final metadata and sidecar still fit on a
 /// full disk.
 const RESERVE_NAME: &str = ".ivtrace.reserve";
-const RESERVE_BYTES: i64 = 1 << 20;
 
 #[derive(Debug, Error)]
 pub enum CtfError {
@@ -158,7 +157,7 @@ impl CtfWriter {
         limits: Limits,
     ) -> CtfWriter {
         let (uuid, kernel_uuid, clock_uuid) = trace_uuid_strings(uuid);
-        let reserve = make_reserve(&root);
+        let reserve = make_reserve(&root, limits.reserve_bytes);
         CtfWriter {
             root,
             uuid,
@@ -464,12 +463,16 @@ pub fn write_json(dir: &OutDir, sidecar: &Sidecar) -> Result<(), CtfError> {
 
 /// Sets space aside for the end of the recording (best effort: a file
 /// system without fallocate just has no reserve).
-fn make_reserve(root: &OutDir) -> bool {
+fn make_reserve(root: &OutDir, bytes: u64) -> bool {
+    if bytes == 0 {
+        return false;
+    }
     let Ok(f) = root.create_file(RESERVE_NAME) else {
         return false;
     };
     use std::os::fd::AsRawFd;
-    if nix::fcntl::posix_fallocate(f.as_raw_fd(), 0, RESERVE_BYTES).is_err() {
+    let len = bytes.min(i64::MAX as u64) as i64;
+    if nix::fcntl::posix_fallocate(f.as_raw_fd(), 0, len).is_err() {
         let _ = root.remove_file(RESERVE_NAME);
         return false;
     }

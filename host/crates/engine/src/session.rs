@@ -394,7 +394,12 @@ pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
         clock: region.header().clock,
     };
     let clock = ivtrace_time::estimator::ClockEstimator::initial(&clock);
-    let mut writer = ctf_writer(&region, &root, &clock);
+    let limits = Limits {
+        reserve_bytes: 0,
+        ..Limits::default()
+    };
+    let host = default_host_name(&region);
+    let mut writer = ctf_writer_named(&region, &root, &clock, &host, limits, "record");
     let mut reader = Reader::new(region);
     reader.drain_available(&mut writer)?;
     writer.commit()?;

@@ -7,7 +7,9 @@
 use std::path::Path;
 
 use ivtrace_region::abi;
-use ivtrace_testutil::{packet_template, RegionBuilder, TestRegion};
+use ivtrace_testutil::{
+    kernel_fuzz_input, kernel_fuzz_region, packet_template, RegionBuilder, TestRegion,
+};
 
 fn trim(mut b: Vec<u8>) -> Vec<u8> {
     while b.last() == Some(&0) {
@@ -70,6 +72,125 @@ fn packets() -> Vec<Vec<u8>> {
     ]
 }
 
+/// Field bytes in the kernel fuzz input's form (testutil's
+/// `kernel_fuzz_region`).
+#[derive(Default)]
+struct Fields(Vec<u8>);
+
+impl Fields {
+    fn u(mut self, v: u64, width: usize) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes()[..width]);
+        self
+    }
+    fn comm(mut self, name: &str) -> Self {
+        let mut c = [0u8; 16];
+        c[..name.len().min(15)].copy_from_slice(&name.as_bytes()[..name.len().min(15)]);
+        self.0.extend_from_slice(&c);
+        self
+    }
+    fn text(mut self, s: &str) -> Self {
+        self.0.push(s.len() as u8);
+        self.0.extend_from_slice(s.as_bytes());
+        self
+    }
+}
+
+/// A guest's kernel stream in miniature: a state dump of threads and an
+/// interrupt, forks, an exec, a rename, switches and wakeups across CPUs,
+/// system calls, timers, allocations, a console line, an exit.
+fn kernel_events() -> Vec<(u8, u8, u8, Vec<u8>)> {
+    let f = Fields::default;
+    let dump = |tid: u64, name: &str| {
+        f().u(tid, 4)
+            .u(tid, 4)
+            .u(1, 4)
+            .comm(name)
+            .u(0, 4)
+            .u(0, 4)
+            .u(0, 4)
+            .u(1, 4)
+            .u(0, 4)
+            .0
+    };
+    let switch = |prev: u64, next: u64| f().u(prev, 4).u(20, 1).u(1, 2).u(next, 4).u(20, 1).0;
+    let mut ev = vec![
+        (0, 21, 1, f().u(0, 1).0),
+        (0, 23, 1, dump(1, "init")),
+        (0, 23, 1, dump(7, "sshd")),
+        (
+            0,
+            24,
+            1,
+            f().u(11, 4).text("eth0").text("virtio0-input.0").0,
+        ),
+        (0, 22, 1, f().u(0, 1).0),
+        (
+            1,
+            16,
+            3,
+            f().u(7, 4).u(7, 4).comm("sshd").u(42, 4).u(42, 4).0,
+        ),
+        (0, 0, 2, switch(0, 42)),
+        (0, 17, 5, f().text("/bin/ls").u(42, 4).u(42, 4).comm("ls").0),
+        (1, 1, 1, f().u(7, 4).u(20, 1).u(1, 2).0),
+        (
+            0,
+            12,
+            1,
+            f().u(1, 2)
+                .u(1, 8)
+                .u(0x1000, 8)
+                .u(5, 8)
+                .u(0, 8)
+                .u(0, 8)
+                .u(0, 8)
+                .0,
+        ),
+        (0, 13, 1, f().u(1, 2).u(5, 8).0),
+        (
+            0,
+            12,
+            1,
+            f().u(999, 2)
+                .u(0, 8)
+                .u(0, 8)
+                .u(0, 8)
+                .u(0, 8)
+                .u(0, 8)
+                .u(0, 8)
+                .0,
+        ),
+        (1, 2, 1, f().u(11, 4).0),
+        (1, 3, 1, f().u(11, 4).u(1, 4).0),
+        (
+            0,
+            6,
+            200,
+            f().u(0xffff_8880_0000_1000, 8)
+                .u(123456, 8)
+                .u(0xffff_ffff_8100_0000, 8)
+                .0,
+        ),
+        (
+            0,
+            8,
+            1,
+            f().u(0xffff_ffff_8120_0000, 8)
+                .u(0xffff_8880_0000_2000, 8)
+                .u(64, 4)
+                .u(64, 4)
+                .u(0xcc0, 4)
+                .0,
+        ),
+        (1, 20, 1, f().u(7, 4).comm("sshd: root").0),
+        (1, 14, 1, f().text("eth0: link up").0),
+        (0, 18, 1, f().u(42, 4).u(20, 1).0),
+        (0, 0, 1, switch(42, 0)),
+    ];
+    ev.extend((0..40u8).map(|i| (i % 2, 0, 3, switch(0, 7 + (i % 3) as u64))));
+    ev
+}
+
 fn main() {
     let root = std::env::args().nth(1).expect("usage: mkseeds CORPUS_DIR");
     let root = Path::new(&root);
@@ -88,4 +209,16 @@ fn main() {
     for (i, p) in packets().into_iter().enumerate() {
         std::fs::write(root.join("packet").join(format!("model-{i}")), p).expect("write seed");
     }
+    let kernel = kernel_fuzz_input(2, &kernel_events());
+    std::fs::create_dir_all(root.join("kernel")).expect("corpus/kernel");
+    std::fs::write(root.join("kernel").join("model-two-cpus"), &kernel).expect("write seed");
+    let one_cpu: Vec<_> = kernel_events()
+        .into_iter()
+        .map(|(_, id, dt, f)| (0, id, dt, f))
+        .collect();
+    let one = kernel_fuzz_input(1, &one_cpu);
+    std::fs::write(root.join("kernel").join("model-one-cpu"), one).expect("write seed");
+    // The same stream as a whole region, for the region target.
+    let region = trim(kernel_fuzz_region(&kernel));
+    std::fs::write(root.join("region").join("model-kernel"), region).expect("write seed");
 }

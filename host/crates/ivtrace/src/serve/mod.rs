@@ -351,6 +351,7 @@ fn serve_config(args: &ServeArgs, size: u64, outroot: ivtrace_ctf::OutDir) -> Se
             open_files: SERVE_OPEN_FILES,
             buffer_total: 8 << 20,
             max_bytes: args.max_size,
+            ..Default::default()
         },
         print: Mutex::new(()),
     }
