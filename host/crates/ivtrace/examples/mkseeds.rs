@@ -95,98 +95,72 @@ impl Fields {
     }
 }
 
-/// A guest's kernel stream in miniature: a state dump of threads and an
-/// interrupt, forks, an exec, a rename, switches and wakeups across CPUs,
-/// system calls, timers, allocations, a console line, an exit.
-fn kernel_events() -> Vec<(u8, u8, u8, Vec<u8>)> {
+impl Fields {
+    /// Integers of `width` bytes each.
+    fn us(mut self, values: &[u64], width: usize) -> Self {
+        for &v in values {
+            self = self.u(v, width);
+        }
+        self
+    }
+}
+
+type Event = (u8, u8, u8, Vec<u8>);
+
+fn switch(prev: u64, next: u64) -> Vec<u8> {
+    let f = Fields::default();
+    f.u(prev, 4).u(20, 1).u(1, 2).u(next, 4).u(20, 1).0
+}
+
+/// The state dump: two threads and an interrupt.
+fn statedump() -> Vec<Event> {
     let f = Fields::default;
     let dump = |tid: u64, name: &str| {
-        f().u(tid, 4)
-            .u(tid, 4)
-            .u(1, 4)
-            .comm(name)
-            .u(0, 4)
-            .u(0, 4)
-            .u(0, 4)
-            .u(1, 4)
-            .u(0, 4)
-            .0
+        let head = f().us(&[tid, tid, 1], 4).comm(name);
+        head.us(&[0, 0, 0, 1, 0], 4).0
     };
-    let switch = |prev: u64, next: u64| f().u(prev, 4).u(20, 1).u(1, 2).u(next, 4).u(20, 1).0;
-    let mut ev = vec![
+    let irq = f().u(11, 4).text("eth0").text("virtio0-input.0").0;
+    vec![
         (0, 21, 1, f().u(0, 1).0),
         (0, 23, 1, dump(1, "init")),
         (0, 23, 1, dump(7, "sshd")),
-        (
-            0,
-            24,
-            1,
-            f().u(11, 4).text("eth0").text("virtio0-input.0").0,
-        ),
+        (0, 24, 1, irq),
         (0, 22, 1, f().u(0, 1).0),
-        (
-            1,
-            16,
-            3,
-            f().u(7, 4).u(7, 4).comm("sshd").u(42, 4).u(42, 4).0,
-        ),
+    ]
+}
+
+/// A guest's kernel stream in miniature: the state dump, a fork, an
+/// exec, a rename, switches and wakeups across CPUs, system calls (one
+/// the table does not name), an interrupt, a timer, an allocation, a
+/// console line, an exit.
+fn kernel_events() -> Vec<Event> {
+    let f = Fields::default;
+    let fork = f().us(&[7, 7], 4).comm("sshd").us(&[42, 42], 4).0;
+    let exec = f().text("/bin/ls").us(&[42, 42], 4).comm("ls").0;
+    let write = f().u(1, 2).us(&[1, 0x1000, 5, 0, 0, 0], 8).0;
+    let unknown = f().u(999, 2).us(&[0; 6], 8).0;
+    let timer = f()
+        .us(&[0xffff_8880_0000_1000, 123456, 0xffff_ffff_8100_0000], 8)
+        .0;
+    let kmalloc = f().us(&[0xffff_ffff_8120_0000, 0xffff_8880_0000_2000], 8);
+    let mut ev = statedump();
+    ev.extend([
+        (1, 16, 3, fork),
         (0, 0, 2, switch(0, 42)),
-        (0, 17, 5, f().text("/bin/ls").u(42, 4).u(42, 4).comm("ls").0),
+        (0, 17, 5, exec),
         (1, 1, 1, f().u(7, 4).u(20, 1).u(1, 2).0),
-        (
-            0,
-            12,
-            1,
-            f().u(1, 2)
-                .u(1, 8)
-                .u(0x1000, 8)
-                .u(5, 8)
-                .u(0, 8)
-                .u(0, 8)
-                .u(0, 8)
-                .0,
-        ),
+        (0, 12, 1, write),
         (0, 13, 1, f().u(1, 2).u(5, 8).0),
-        (
-            0,
-            12,
-            1,
-            f().u(999, 2)
-                .u(0, 8)
-                .u(0, 8)
-                .u(0, 8)
-                .u(0, 8)
-                .u(0, 8)
-                .u(0, 8)
-                .0,
-        ),
+        (0, 12, 1, unknown),
         (1, 2, 1, f().u(11, 4).0),
-        (1, 3, 1, f().u(11, 4).u(1, 4).0),
-        (
-            0,
-            6,
-            200,
-            f().u(0xffff_8880_0000_1000, 8)
-                .u(123456, 8)
-                .u(0xffff_ffff_8100_0000, 8)
-                .0,
-        ),
-        (
-            0,
-            8,
-            1,
-            f().u(0xffff_ffff_8120_0000, 8)
-                .u(0xffff_8880_0000_2000, 8)
-                .u(64, 4)
-                .u(64, 4)
-                .u(0xcc0, 4)
-                .0,
-        ),
+        (1, 3, 1, f().us(&[11, 1], 4).0),
+        (0, 6, 200, timer),
+        (0, 8, 1, kmalloc.us(&[64, 64, 0xcc0], 4).0),
         (1, 20, 1, f().u(7, 4).comm("sshd: root").0),
         (1, 14, 1, f().text("eth0: link up").0),
         (0, 18, 1, f().u(42, 4).u(20, 1).0),
         (0, 0, 1, switch(42, 0)),
-    ];
+    ]);
     ev.extend((0..40u8).map(|i| (i % 2, 0, 3, switch(0, 7 + (i % 3) as u64))));
     ev
 }

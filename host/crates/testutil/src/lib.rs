@@ -631,7 +631,7 @@ pub fn kernel_fuzz_region(input: &[u8]) -> Vec<u8> {
         r.emit(cpu as u32 % cpus, ts, id, &payload);
     }
     for c in 0..cpus {
-        if (last as u32 + c) % 2 == 0 {
+        if (last as u32 + c).is_multiple_of(2) {
             r.close(c);
         }
     }
