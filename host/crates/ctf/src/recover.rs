@@ -32,7 +32,7 @@ use ivtrace_region::reader::walk_own_packet;
 use crate::kernel::{self, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::outdir::{EntryKind, OutDir};
 use crate::sidecar::{ChannelSummary, Sidecar, StreamLayout, SIDECAR_NAME, STATE_RECOVERED};
-use crate::trace::{create_err, stream_dir, write_err, write_json, CtfError};
+use crate::trace::{create_err, stream_dir, write_err, write_json, CtfError, NO_CHANNEL_FILE};
 use crate::tsdl::{self, TraceDesc};
 
 /// One whole packet of a stream file.
@@ -167,7 +167,10 @@ fn cut_dir(root: &OutDir, dir_name: &str, done: &mut Recovered) -> Result<(), Ct
     };
     let mut names = dir.entries().map_err(create_err(dir.path().display()))?;
     names.sort();
-    for name in names.iter().filter(|n| channel_of(n).is_some()) {
+    // The no-channel stream's packets are whole packets too (its losses
+    // are the sidecar's lost_no_channel).
+    let stream_file = |n: &&String| channel_of(n).is_some() || *n == NO_CHANNEL_FILE;
+    for name in names.iter().filter(stream_file) {
         let s = cut_stream_file(&dir, name, None).map_err(write_err(dir.join(name).display()))?;
         done.files
             .push((format!("{dir_name}/{name}"), s.packets.len() as u64, s.cut));
@@ -199,7 +202,7 @@ fn expand_staged(
         .collect();
     staged.sort_by_key(|s| s.chan);
     let wire = classes.stream(abi::IVT_STREAM_KERNEL);
-    let (expanded, out) = kernel::expand_dir(root, &staging, wire, &staged)?;
+    let (expanded, out) = kernel::expand_dir(root, &staging, wire, &staged, None)?;
     let env = before.env.clone().unwrap_or_default().to_env();
     let uuid = parse_uuid(&before.trace_uuid).unwrap_or_default();
     let (_, kernel_uuid, clock_uuid) = crate::trace::trace_uuid_strings(uuid);

@@ -30,6 +30,7 @@ use thiserror::Error;
 
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClasses, StreamClasses};
+use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::PacketSink;
 
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
@@ -89,6 +90,20 @@ pub fn stream_file_name(stream: u32, chan: u32) -> String {
     format!("{}_chan{chan}", stream_dir(stream))
 }
 
+/// The user trace's stream of events no channel could take (the reader's
+/// no-channel stream, index `nr_channels`; docs/abi.md "Lost events").
+pub const NO_CHANNEL_FILE: &str = "user_no_channel";
+
+/// Stream file of index `chan` of a region with `nr_channels` channels:
+/// a channel's, or the no-channel stream's.
+pub fn channel_file_name(stream: u32, chan: u32, nr_channels: u32) -> String {
+    if chan == nr_channels {
+        NO_CHANNEL_FILE.to_string()
+    } else {
+        stream_file_name(stream, chan)
+    }
+}
+
 pub(crate) fn create_err(path: impl std::fmt::Display) -> impl FnOnce(io::Error) -> CtfError {
     let path = path.to_string();
     move |source| CtfError::Create { path, source }
@@ -132,6 +147,10 @@ pub struct CtfWriter {
     kernel: Option<Expanded>,
     progress: Option<Progress>,
     reserve: bool,
+    /// The guest's thread name table, if the front end read one.
+    name_table: Option<NameTable>,
+    /// Channels of the region (index `nr_channels`: the no-channel stream).
+    nr_channels: u32,
 }
 
 /// The user trace's, the kernel trace's and the clock's uuids.
@@ -167,11 +186,14 @@ impl CtfWriter {
             env,
             dirs: [None, None],
             metadata_generation: [None, None],
-            stream_of: vec![None; nr_channels as usize],
-            files: StreamFiles::new(limits, nr_channels),
+            // One more than the channels: the no-channel stream.
+            stream_of: vec![None; nr_channels as usize + 1],
+            files: StreamFiles::new(limits, nr_channels + 1),
             kernel: None,
             progress: None,
             reserve,
+            name_table: None,
+            nr_channels,
         }
     }
 
@@ -329,7 +351,7 @@ impl CtfWriter {
         Some(format!(
             "{}/{}",
             stream_dir(stream),
-            stream_file_name(stream, chan)
+            channel_file_name(stream, chan, self.nr_channels)
         ))
     }
 
@@ -358,8 +380,16 @@ impl CtfWriter {
         }
     }
 
-    /// Commits and closes every stream file, expands the staged kernel
-    /// stream into `DIR/kernel/` and rewrites the metadata.
+    /// Gives the expansion the guest's thread name table
+    /// (`ivtrace_region::names::read_thread_names`), which names the threads
+    /// that no naming event in the trace names (a salvaged flight
+    /// recorder). Call before [`CtfWriter::finish`].
+    pub fn set_thread_name_table(&mut self, table: NameTable) {
+        self.name_table = Some(table);
+    }
+
+    /// Commits and closes every stream file, expands the staged kernel stream into
+    /// `DIR/kernel/` and rewrites the metadata.
     pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         self.files
             .close_all()
@@ -405,6 +435,7 @@ impl CtfWriter {
             &staging,
             classes.stream(abi::IVT_STREAM_KERNEL),
             &staged,
+            self.name_table.as_ref(),
         )?;
         self.dirs[slot] = Some(expanded.1);
         self.kernel = Some(expanded.0);
@@ -446,7 +477,7 @@ impl CtfWriter {
                 .clone()
                 .expect("adopted directory");
             self.files
-                .adopt(chan, &dir, &stream_file_name(stream, chan), len);
+                .adopt(chan, &dir, &channel_file_name(stream, chan, self.nr_channels), len);
             self.stream_of[chan as usize] = Some(stream);
         }
         Ok(())
@@ -504,7 +535,7 @@ impl PacketSink for CtfWriter {
             });
         }
         self.ensure_metadata(stream, classes)?;
-        let name = stream_file_name(stream, chan);
+        let name = channel_file_name(stream, chan, self.nr_channels);
         let path = || {
             self.root
                 .join(stream_dir(stream))

@@ -282,6 +282,19 @@ fn write_field(t: &mut String, name: &str, ty: FieldType, hex: bool) {
             t,
             "\t\tinteger {{ size = 8; align = 8; signed = false; encoding = UTF8; }} _{name}[{n}];"
         ),
+        FieldType::U32Array(n) => writeln!(t, "\t\t{} _{name}[{n}];", integer(32, false, base)),
+        // LTTng's spelling: the length is `_<name>_length` (TSDL `__<name>_length`).
+        FieldType::S32SeqU8 => writeln!(
+            t,
+            "\t\t{} __{name}_length;\n\t\t{} _{name}[ __{name}_length ];",
+            integer(8, false, 10),
+            integer(32, true, base)
+        ),
+        FieldType::TextSeqU64 => writeln!(
+            t,
+            "\t\t{} __{name}_length;\n\t\tinteger {{ size = 8; align = 8; signed = true; encoding = UTF8; }} _{name}[ __{name}_length ];",
+            integer(64, false, 10)
+        ),
         int => {
             let (bytes, signed) = int.integer().expect("integer type");
             writeln!(t, "\t\t{} _{name};", integer(bytes * 8, signed, base))

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use ivtrace_ctf::{ClockMapping, CtfWriter, TraceEnv};
+use ivtrace_region::names::{read_thread_names, NameTable};
 use ivtrace_region::reader::Pass;
 use ivtrace_region::{EventClasses, PacketSink, Reader};
 use ivtrace_time::pingpong::SyncPoint;
@@ -90,6 +91,12 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
         Ok(())
     }
 
+    /// The guest's thread name table, read once the drain is over: it
+    /// names the threads whose naming events the trace does not hold
+    /// (a flight recorder's rings wrapped past the state dump). Ignored
+    /// by default.
+    fn thread_names(&mut self, _table: NameTable) {}
+
     /// The recording is over: the final clock and env, the metadata.
     fn finish(&mut self, clock: &ClockMapping, env: TraceEnv, classes: &EventClasses)
         -> Result<()>;
@@ -108,6 +115,10 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
 impl Output for CtfWriter {
     fn rollback(&mut self) -> Result<()> {
         Ok(CtfWriter::rollback(self)?)
+    }
+
+    fn thread_names(&mut self, table: NameTable) {
+        self.set_thread_name_table(table);
     }
 
     fn finish(
@@ -417,6 +428,9 @@ impl<'a, O: Output> Engine<'a, O> {
         self.flush_final(reason)?;
         if self.output_error.is_some() {
             reason = StopReason::OutputFailed;
+        }
+        if let Some(table) = read_thread_names(self.reader.region()) {
+            self.output.thread_names(table);
         }
         let elapsed = self.started.elapsed();
         let clock = self

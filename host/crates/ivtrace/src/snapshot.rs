@@ -24,6 +24,10 @@ pub fn run(args: &SnapshotArgs) -> Result<u64> {
     let mut writer = session::ctf_writer_named(&region, &out, &clock, &host, limits, "snapshot");
     let mut reader = Reader::new(region);
     reader.snapshot(&mut writer)?;
+    // Names for the threads whose naming events the rings overwrote.
+    if let Some(table) = ivtrace_region::names::read_thread_names(reader.region()) {
+        writer.set_thread_name_table(table);
+    }
     writer.finish(reader.classes())?;
     let sidecar = session::build_sidecar(
         &reader,

@@ -27,6 +27,16 @@ pub enum FieldType {
     Bytes,
     /// `count` bytes of NUL-padded text.
     Chars(u16),
+    /// `count` little-endian u32 (CTF `integer[count]`). No `IVT_FT_*`: only
+    /// the host's expanded kernel trace writes it (LTTng's `pipe` `fildes[2]`).
+    U32Array(u16),
+    /// A u8 count, then that many little-endian s32 (CTF: `_<name>_length`
+    /// and a sequence). Output only (LTTng's `sched_process_fork` `vtids`).
+    S32SeqU8,
+    /// A u64 length, then that many bytes of text, no NUL (CTF:
+    /// `_<name>_length` and a UTF-8 sequence). Output only (LTTng's
+    /// `printk_console` `msg`).
+    TextSeqU64,
 }
 
 impl FieldType {
@@ -87,6 +97,9 @@ impl FieldType {
             FieldType::String => "string".into(),
             FieldType::Bytes => "bytes".into(),
             FieldType::Chars(n) => format!("chars[{n}]"),
+            FieldType::U32Array(n) => format!("u32[{n}]"),
+            FieldType::S32SeqU8 => "s32[u8]".into(),
+            FieldType::TextSeqU64 => "text[u64]".into(),
         }
     }
 
@@ -103,9 +116,14 @@ impl FieldType {
             ("s64", FieldType::S64),
             ("string", FieldType::String),
             ("bytes", FieldType::Bytes),
+            ("s32[u8]", FieldType::S32SeqU8),
+            ("text[u64]", FieldType::TextSeqU64),
         ];
         if let Some((_, t)) = simple.iter().find(|(n, _)| *n == name) {
             return Some(*t);
+        }
+        if let Some(n) = name.strip_prefix("u32[").and_then(|r| r.strip_suffix(']')) {
+            return n.parse().ok().filter(|&n| n > 0).map(FieldType::U32Array);
         }
         let n = name
             .strip_prefix("chars[")?
@@ -150,6 +168,9 @@ pub enum Op {
     String,
     /// Fixed-size text, UTF-8 checked.
     Chars(u32),
+    /// A little-endian count of `len_bytes` bytes, then count x `elem`
+    /// bytes (output-only sequences; their text is not UTF-8 checked).
+    Seq { len_bytes: u8, elem: u8 },
 }
 
 /// How the walker finds the end of a payload.
@@ -168,6 +189,15 @@ impl Payload {
                 FieldType::String => Op::String,
                 FieldType::Bytes => Op::Bytes,
                 FieldType::Chars(n) => Op::Chars(n as u32),
+                FieldType::U32Array(n) => Op::Skip(4 * n as u32),
+                FieldType::S32SeqU8 => Op::Seq {
+                    len_bytes: 1,
+                    elem: 4,
+                },
+                FieldType::TextSeqU64 => Op::Seq {
+                    len_bytes: 8,
+                    elem: 1,
+                },
                 t => Op::Skip(t.integer().expect("integer").0),
             };
             match (ops.last_mut(), op) {

@@ -8,7 +8,8 @@
 //! shared-memory protocol (drain positions, the sleep handshake, control
 //! commands, clock sync, statistics): the only code that reads or writes a
 //! control word, each access with its ordering. [`abi`] is the checked
-//! mirror of `abi/include/ivtrace/abi.h`.
+//! mirror of `abi/include/ivtrace/abi.h`. [`names`] reads the thread name table a
+//! kernel writer keeps in the metadata area (crash salvage).
 //!
 //! ```no_run
 //! use ivtrace_region::{region::{Access, Region}, reader::Reader};
@@ -20,6 +21,7 @@
 pub mod abi;
 pub mod classes;
 pub mod meta;
+pub mod names;
 pub mod packet;
 pub mod protocol;
 pub mod reader;

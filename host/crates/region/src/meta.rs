@@ -150,6 +150,9 @@ impl MetaParser {
 
     fn parse_record(&mut self, rec: &[u8], len: u32, classes: &mut EventClasses) {
         let kind = le_u16(rec, abi::meta::KIND);
+        if kind == crate::names::IVT_META_NAMES {
+            return; // the thread name table: crate::names reads it
+        }
         if kind != abi::IVT_META_EVENT {
             self.stats.unknown_kind += 1;
             return;
@@ -190,8 +193,9 @@ impl MetaParser {
                 name: fname,
                 ty,
                 hex: flags & abi::IVT_FF_HEX != 0,
-                // Only a u32 can be a thread id; the flag is ignored elsewhere.
-                tid_comm: flags & abi::IVT_FF_TID_COMM != 0 && ty == FieldType::U32,
+                // Only a u32 or s32 can be a thread id; the flag is ignored elsewhere.
+                tid_comm: flags & abi::IVT_FF_TID_COMM != 0
+                    && matches!(ty, FieldType::U32 | FieldType::S32),
             });
         }
         if renamed {

@@ -390,6 +390,14 @@ fn run_program(
                 *utf8_fixed += fix_text(&mut content[p..e], ascii);
                 e
             }
+            Op::Seq { len_bytes, elem } => {
+                let body = p.checked_add(len_bytes as usize).filter(|&e| e <= len)?;
+                let mut count = [0u8; 8];
+                count[..len_bytes as usize].copy_from_slice(&content[p..body]);
+                let n = usize::try_from(u64::from_le_bytes(count)).ok()?;
+                let size = n.checked_mul(elem as usize)?;
+                body.checked_add(size).filter(|&e| e <= len)?
+            }
         };
     }
     Some(Ok(p))

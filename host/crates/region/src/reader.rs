@@ -15,6 +15,8 @@
 
 use std::collections::BTreeMap;
 
+mod no_channel;
+
 use crate::abi;
 use crate::classes::EventClasses;
 use crate::meta::{MetaParser, ScanMode};
@@ -261,6 +263,10 @@ pub struct Reader {
     uncommitted: Vec<Option<ChannelState>>,
     /// Bytes handed to the sink since the last commit.
     since_commit: u64,
+    /// `lost_no_channel` as a stream of its own ([`no_channel`]).
+    no_channel: no_channel::NoChannelStream,
+    /// The no-channel stream at the last commit, if it wrote since.
+    no_channel_uncommitted: Option<no_channel::NoChannelStream>,
     scratch: Vec<u8>,
 }
 
@@ -280,6 +286,8 @@ impl Reader {
             uncommitted: vec![None; channels.len()],
             since_commit: 0,
             channels,
+            no_channel: Default::default(),
+            no_channel_uncommitted: None,
             scratch: vec![0u8; layout.subbuf_size as usize + 8],
         }
     }
@@ -299,6 +307,7 @@ impl Reader {
     /// loses nothing the next one cannot read (docs/hardening.md).
     pub fn commit_written(&mut self) {
         self.since_commit = 0;
+        self.no_channel_uncommitted = None;
         for c in 0..self.layout.nr_channels {
             let Some(before) = self.uncommitted[c as usize].take() else {
                 continue;
@@ -315,6 +324,9 @@ impl Reader {
     /// unreleased, and the statistics count only what was written.
     pub fn rollback_unwritten(&mut self) {
         self.since_commit = 0;
+        if let Some(before) = self.no_channel_uncommitted.take() {
+            self.no_channel = before;
+        }
         for (ch, saved) in self.channels.iter_mut().zip(self.uncommitted.iter_mut()) {
             if let Some(before) = saved.take() {
                 *ch = before;
@@ -410,6 +422,7 @@ impl Reader {
             pass.packets += p.packets;
             pass.bytes += p.bytes;
         }
+        self.account_no_channel(sink, false)?;
         Ok(pass)
     }
 
@@ -738,7 +751,78 @@ impl Reader {
             ch.writer_discarded = ch.writer_discarded.max(losses.total());
             self.emit_trailing_drops(c, sink)?;
         }
+        self.account_no_channel(sink, true)
+    }
+
+    /// Continues the no-channel stream after the last packet an earlier
+    /// run of this recording wrote (`ivtrace record --resume`).
+    pub fn resume_no_channel(&mut self, last: &PacketHeader) {
+        self.no_channel = no_channel::NoChannelStream::resumed(last);
+        self.no_channel_uncommitted = None;
+    }
+
+    /// The CTF stream index of the no-channel stream ([`no_channel`]): one
+    /// past the last channel. [`PacketSink::packet`] gets it as `chan`.
+    pub fn no_channel_stream(&self) -> u32 {
+        self.layout.nr_channels
+    }
+
+    /// Events no channel could take: what the no-channel stream carries
+    /// once it has a packet (after [`Reader::finish`], the count CTF
+    /// readers see), else the region's counter.
+    pub fn lost_no_channel(&self) -> u64 {
+        match self.no_channel.carried() {
+            0 => self.region.protocol().lost_no_channel(),
+            n => n,
+        }
+    }
+
+    /// Writes the no-channel stream's packets when `lost_no_channel` grew
+    /// (while recording at most one per 0.1 s of writer time; `last`: the
+    /// final accounting, always).
+    fn account_no_channel<S: PacketSink>(
+        &mut self,
+        sink: &mut S,
+        last: bool,
+    ) -> Result<(), S::Error> {
+        // Relaxed: a statistic the writers bump with relaxed fetch-adds.
+        let count = self.region.protocol().lost_no_channel();
+        if count <= self.no_channel.carried() {
+            return Ok(()); // the common case: one load per pass
+        }
+        let ts = self.latest_ts();
+        let rate_limit = (!last).then_some(self.region.header().clock.freq_hz / 10);
+        if !self.no_channel.due(count, ts, rate_limit) {
+            return Ok(());
+        }
+        let instance = self.no_channel_stream();
+        if self.no_channel_uncommitted.is_none() {
+            self.no_channel_uncommitted = Some(self.no_channel.clone());
+        }
+        for p in self.no_channel.packets(count, ts, instance) {
+            sink.packet(instance, abi::IVT_STREAM_USER, &p, &self.classes)?;
+        }
         Ok(())
+    }
+
+    /// The latest writer time the trace has reached: the newest event or
+    /// packet end of any channel, else the region's format time.
+    fn latest_ts(&self) -> u64 {
+        let seen = self
+            .channels
+            .iter()
+            .map(|ch| {
+                ch.stats
+                    .last_ts
+                    .max(ch.last_written.map_or(0, |l| l.ts_end))
+            })
+            .max()
+            .unwrap_or(0);
+        if seen > 0 {
+            seen
+        } else {
+            self.region.header().clock.ref_ticks
+        }
     }
 
     fn emit_trailing_drops<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<(), S::Error> {

@@ -205,6 +205,15 @@ impl TestRegion {
         put_u32(r, abi::meta::COMMIT, abi::IVT_META_COMMIT);
     }
 
+    /// Appends a committed metadata record of any kind (its bytes as given:
+    /// len, commit, kind and body), e.g. a thread name table.
+    pub fn append_meta(&mut self, rec: &[u8]) {
+        let at = (self.meta_off + self.meta_tail as u64) as usize;
+        self.bytes[at..at + rec.len()].copy_from_slice(rec);
+        self.meta_tail += rec.len() as u32;
+        put_u32(&mut self.bytes, abi::hdr::META_TAIL, self.meta_tail);
+    }
+
     /// The loadgen event: `loadgen:payload { thread u16, seq u64, data bytes }`.
     pub fn register_loadgen(&mut self, id: u32) {
         let fields = [
@@ -312,7 +321,9 @@ impl TestRegion {
     pub fn emit(&mut self, c: u32, ts: u64, id: u32, payload: &[u8]) -> bool {
         let size = self.spec.subbuf_size as u64;
         let len = payload.len() as u64;
-        if len + 16 + abi::PACKET_HDR_SIZE as u64 > size {
+        // An event never ends on a packet's last byte (writer.h: that
+        // commit position would mean "complete").
+        if len + 16 + abi::PACKET_HDR_SIZE as u64 >= size {
             self.count_drop(c, abi::chan::LOST_TOO_BIG);
             return false;
         }
@@ -419,37 +430,40 @@ pub fn region_with_packet(packet: &[u8], complete: bool) -> Vec<u8> {
     r.bytes
 }
 
-/// The guest kernel module's 25 events (guest/kmod/ivtk_events.c,
-/// docs/abi.md "Kernel stream"), ids 0..24 in this order.
+/// The guest kernel module's events, ids 0.. in this order: a model of
+/// their one definition, `IVT_KERNEL_EVENTS` in
+/// abi/include/ivtrace/kernel_events.h (docs/abi.md "Kernel stream"). A
+/// unit test of ivtrace-ctf (`kernel_events_match_the_abi_table`) compares
+/// it with abi/kernel_events.json, printed from that header.
 pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
     use abi::{
-        IVT_FF_HEX as H, IVT_FF_TID_COMM as C, IVT_FT_CHARS as CH, IVT_FT_S32 as S32,
-        IVT_FT_S64 as S64, IVT_FT_S8 as S8, IVT_FT_STRING as STR, IVT_FT_U16 as U16,
-        IVT_FT_U32 as U32, IVT_FT_U64 as U64, IVT_FT_U8 as U8,
+        IVT_FF_HEX as H, IVT_FF_TID_COMM as C, IVT_FT_BYTES as BY, IVT_FT_CHARS as CH,
+        IVT_FT_S32 as S32, IVT_FT_S64 as S64, IVT_FT_S8 as S8, IVT_FT_STRING as STR,
+        IVT_FT_U16 as U16, IVT_FT_U32 as U32, IVT_FT_U64 as U64, IVT_FT_U8 as U8,
     };
     &[
         (
             "sched_switch",
             &[
-                ("prev_tid", U32, 0, C),
+                ("prev_tid", S32, 0, C),
                 ("prev_prio", S8, 0, 0),
                 ("prev_state", U16, 0, 0),
-                ("next_tid", U32, 0, C),
+                ("next_tid", S32, 0, C),
                 ("next_prio", S8, 0, 0),
             ],
         ),
         (
             "sched_wakeup",
             &[
-                ("tid", U32, 0, C),
+                ("tid", S32, 0, C),
                 ("prio", S8, 0, 0),
                 ("target_cpu", U16, 0, 0),
             ],
         ),
-        ("irq_handler_entry", &[("irq", U32, 0, 0)]),
+        ("irq_handler_entry", &[("irq", S32, 0, 0)]),
         (
             "irq_handler_exit",
-            &[("irq", U32, 0, 0), ("ret", S32, 0, 0)],
+            &[("irq", S32, 0, 0), ("ret", S32, 0, 0)],
         ),
         ("irq_softirq_entry", &[("vec", U8, 0, 0)]),
         ("irq_softirq_exit", &[("vec", U8, 0, 0)]),
@@ -479,6 +493,7 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         (
             "kmem_mm_page_alloc",
             &[
+                ("page", U64, 0, H),
                 ("pfn", U64, 0, 0),
                 ("order", U32, 0, 0),
                 ("gfp_flags", U32, 0, 0),
@@ -487,26 +502,30 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         ),
         (
             "kmem_mm_page_free",
-            &[("pfn", U64, 0, 0), ("order", U32, 0, 0)],
+            &[
+                ("page", U64, 0, H),
+                ("pfn", U64, 0, 0),
+                ("order", U32, 0, 0),
+            ],
         ),
         (
             "syscall_entry",
+            &[("id", U16, 0, 0), ("args", BY, 0, 0), ("strings", BY, 0, 0)],
+        ),
+        (
+            "syscall_exit",
             &[
                 ("id", U16, 0, 0),
-                ("args0", U64, 0, H),
-                ("args1", U64, 0, H),
-                ("args2", U64, 0, H),
-                ("args3", U64, 0, H),
-                ("args4", U64, 0, H),
-                ("args5", U64, 0, H),
+                ("ret", S64, 0, 0),
+                ("args", BY, 0, 0),
+                ("data", BY, 0, 0),
             ],
         ),
-        ("syscall_exit", &[("id", U16, 0, 0), ("ret", S64, 0, 0)]),
         ("printk_console", &[("msg", STR, 0, 0)]),
         (
             "sched_wakeup_new",
             &[
-                ("tid", U32, 0, C),
+                ("tid", S32, 0, C),
                 ("prio", S8, 0, 0),
                 ("target_cpu", U16, 0, 0),
             ],
@@ -514,45 +533,53 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         (
             "sched_process_fork",
             &[
-                ("parent_tid", U32, 0, C),
-                ("parent_pid", U32, 0, 0),
+                ("parent_tid", S32, 0, C),
+                ("parent_pid", S32, 0, 0),
+                ("parent_ns_inum", U32, 0, 0),
                 ("child_comm", CH, 16, 0),
-                ("child_tid", U32, 0, 0),
-                ("child_pid", U32, 0, 0),
+                ("child_tid", S32, 0, 0),
+                ("vtids", BY, 0, 0),
+                ("child_pid", S32, 0, 0),
+                ("child_ns_inum", U32, 0, 0),
             ],
         ),
         (
             "sched_process_exec",
             &[
                 ("filename", STR, 0, 0),
-                ("tid", U32, 0, 0),
-                ("old_tid", U32, 0, 0),
+                ("tid", S32, 0, 0),
+                ("old_tid", S32, 0, 0),
                 ("comm", CH, 16, 0),
             ],
         ),
         (
             "sched_process_exit",
-            &[("tid", U32, 0, C), ("prio", S8, 0, 0)],
+            &[("tid", S32, 0, C), ("prio", S8, 0, 0)],
         ),
         (
             "sched_process_free",
-            &[("tid", U32, 0, C), ("prio", S8, 0, 0)],
+            &[("tid", S32, 0, C), ("prio", S8, 0, 0)],
         ),
-        ("task_rename", &[("tid", U32, 0, 0), ("newcomm", CH, 16, 0)]),
-        ("lttng_statedump_start", &[("unused", U8, 0, 0)]),
-        ("lttng_statedump_end", &[("unused", U8, 0, 0)]),
+        ("task_rename", &[("tid", S32, 0, 0), ("newcomm", CH, 16, 0)]),
+        ("lttng_statedump_start", &[]),
+        ("lttng_statedump_end", &[]),
         (
             "lttng_statedump_process_state",
             &[
-                ("tid", U32, 0, 0),
-                ("pid", U32, 0, 0),
-                ("ppid", U32, 0, 0),
+                ("tid", S32, 0, 0),
+                ("vtid", S32, 0, 0),
+                ("pid", S32, 0, 0),
+                ("vpid", S32, 0, 0),
+                ("ppid", S32, 0, 0),
+                ("vppid", S32, 0, 0),
                 ("name", CH, 16, 0),
                 ("type", S32, 0, 0),
                 ("mode", S32, 0, 0),
                 ("submode", S32, 0, 0),
                 ("status", S32, 0, 0),
-                ("cpu", S32, 0, 0),
+                ("ns_level", S32, 0, 0),
+                ("ns_inum", U32, 0, 0),
+                ("cpu", U32, 0, 0),
             ],
         ),
         (
@@ -563,8 +590,51 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
                 ("action", STR, 0, 0),
             ],
         ),
+        (
+            "ivtrace_doorbell",
+            &[("seq", U64, 0, 0), ("vector", U16, 0, 0)],
+        ),
+        (
+            "lttng_statedump_file_descriptor",
+            &[
+                ("pid", S32, 0, 0),
+                ("fd", S32, 0, 0),
+                ("flags", U32, 0, 0),
+                ("fmode", U32, 0, H),
+                ("filename", STR, 0, 0),
+            ],
+        ),
+        (
+            "lttng_statedump_block_device",
+            &[("dev", U32, 0, 0), ("diskname", STR, 0, 0)],
+        ),
+        ("x86_irq_vectors_local_timer_entry", VECTOR),
+        ("x86_irq_vectors_local_timer_exit", VECTOR),
+        ("x86_irq_vectors_reschedule_entry", VECTOR),
+        ("x86_irq_vectors_reschedule_exit", VECTOR),
+        ("x86_irq_vectors_call_function_single_entry", VECTOR),
+        ("x86_irq_vectors_call_function_single_exit", VECTOR),
+        ("x86_irq_vectors_call_function_entry", VECTOR),
+        ("x86_irq_vectors_call_function_exit", VECTOR),
+        ("x86_irq_vectors_irq_work_entry", VECTOR),
+        ("x86_irq_vectors_irq_work_exit", VECTOR),
+        ("x86_irq_vectors_ipi_entry", VECTOR),
+        ("x86_irq_vectors_ipi_exit", VECTOR),
+        ("x86_irq_vectors_spurious_apic_entry", VECTOR),
+        ("x86_irq_vectors_spurious_apic_exit", VECTOR),
+        ("x86_irq_vectors_error_apic_entry", VECTOR),
+        ("x86_irq_vectors_error_apic_exit", VECTOR),
+        ("x86_irq_vectors_threshold_apic_entry", VECTOR),
+        ("x86_irq_vectors_threshold_apic_exit", VECTOR),
+        ("x86_irq_vectors_deferred_error_apic_entry", VECTOR),
+        ("x86_irq_vectors_deferred_error_apic_exit", VECTOR),
+        ("x86_irq_vectors_thermal_apic_entry", VECTOR),
+        ("x86_irq_vectors_thermal_apic_exit", VECTOR),
     ]
 };
+
+/// The one field of every x86 interrupt vector event.
+const VECTOR: &[FlaggedFieldSpec<'static>] = &[("vector", abi::IVT_FT_S32, 0, 0)];
 
 /// lttng-modules' `sched_switch` payload fields, in order: what both the
 /// guest's expanded kernel trace and the host trace present.
@@ -579,7 +649,7 @@ pub const LTTNG_SCHED_SWITCH_FIELDS: [&str; 7] = [
 ];
 
 impl TestRegion {
-    /// Registers [`KERNEL_EVENTS`] on the kernel stream, ids 0..24.
+    /// Registers [`KERNEL_EVENTS`] on the kernel stream, ids 0.. in order.
     pub fn register_kernel_events(&mut self) {
         for (id, (name, fields)) in KERNEL_EVENTS.iter().enumerate() {
             self.register_flagged(abi::IVT_STREAM_KERNEL, id as u32, name, fields);
@@ -602,11 +672,12 @@ pub fn have_tool(tool: &str) -> bool {
 ///
 /// ```text
 /// byte 0        CPUs: 1 + b % 4 (kernel channels; one user channel follows)
-/// then events:  cpu (b % CPUs), id (b % 26: 0..24 the module's events,
-///               25 an id nobody registered), dt (ticks since the previous
-///               event, << (b >> 6) * 9), then the fields in class order:
-///               integers little-endian in their width, chars[N] N bytes,
-///               strings a length byte L (at most 63) and L bytes
+/// then events:  cpu (b % CPUs), id (b % (N + 1): 0..N-1 the module's N
+///               events of [`KERNEL_EVENTS`], N an id nobody registered),
+///               dt (ticks since the previous event, << (b >> 6) * 9), then
+///               the fields in class order: integers little-endian in their
+///               width, chars[N] N bytes, strings and byte fields a length
+///               byte L (at most 63) and L bytes
 /// ```
 ///
 /// A short input ends the last event with zeros. Channels are closed at
@@ -650,6 +721,13 @@ fn kernel_payload(fields: &[FlaggedFieldSpec], inp: &mut impl Iterator<Item = u8
             abi::IVT_FT_U32 | abi::IVT_FT_S32 => 4,
             abi::IVT_FT_U64 | abi::IVT_FT_S64 => 8,
             abi::IVT_FT_CHARS => count as usize,
+            abi::IVT_FT_BYTES => {
+                let len = inp.next().unwrap_or(0) as usize % 64;
+                let bytes: Vec<u8> = inp.by_ref().take(len).collect();
+                p.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                p.extend_from_slice(&bytes);
+                continue;
+            }
             _ => {
                 let len = inp.next().unwrap_or(0) as usize % 64;
                 p.extend(inp.by_ref().take(len).map(|b| b.max(1)));

@@ -1,5 +1,5 @@
 //! Guest TSC -> host time under KVM, from what KVM publishes in debugfs
-//! (reference/specs.md 4.1), composed with a fit of the host's own TSC
+//! (docs/kvm.md "Guest time under KVM"), composed with a fit of the host's own TSC
 //! against the host time base.
 //!
 //! KVM: `guest_tsc = ((host_tsc * ratio) >> frac_bits) + tsc_offset`

@@ -2,7 +2,7 @@
 //! do): `events/header_page` (the sub-buffer header) and
 //! `events/<system>/<event>/format` (id and field offsets). Field layouts
 //! differ across kernels (kvm_entry gained `immediate_exit` in 6.1.153,
-//! reference/specs.md 5), so nothing here is hard-coded.
+//! docs/kvm.md "Host tracepoints about a guest"), so nothing here is hard-coded.
 
 use anyhow::{bail, Context, Result};
 

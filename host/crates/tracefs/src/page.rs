@@ -78,6 +78,16 @@ fn missed(page: &[u8], hp: &HeaderPage, commit: u64) -> (Option<u64>, bool) {
     (count.or(Some(0)), false)
 }
 
+/// Events lost before `page` (read from its header alone, so a reader
+/// can count them before the page's events): (the stored count, a flag
+/// without one). A page too short for its header says nothing.
+pub fn missed_before(page: &[u8], hp: &HeaderPage) -> (Option<u64>, bool) {
+    match header(page, hp) {
+        Some((_, commit, _)) => missed(page, hp, commit),
+        None => (None, false),
+    }
+}
+
 /// What the event word at a position of the data turned out to be.
 enum Step<'a> {
     /// Padding or a time word (the timestamp is updated): go on at `next`.

@@ -150,7 +150,8 @@ pub struct Layout {
 fn fixed_size(ty: FieldType) -> Option<u32> {
     match ty {
         FieldType::Chars(n) => Some(n as u32),
-        FieldType::String | FieldType::Bytes => None,
+        FieldType::U32Array(n) => Some(4 * n as u32),
+        FieldType::String | FieldType::Bytes | FieldType::S32SeqU8 | FieldType::TextSeqU64 => None,
         int => int.integer().map(|(bytes, _)| bytes),
     }
 }
@@ -203,6 +204,14 @@ impl Layout {
                 FieldType::Bytes => {
                     let body = at.checked_add(4).filter(|&e| e <= payload.len())?;
                     body.checked_add(le_u32(payload, at) as usize)?
+                }
+                FieldType::S32SeqU8 => {
+                    let n = *payload.get(at)? as usize;
+                    at + 1 + 4 * n
+                }
+                FieldType::TextSeqU64 => {
+                    let body = at.checked_add(8).filter(|&e| e <= payload.len())?;
+                    body.checked_add(usize::try_from(le_u64(payload, at)).ok()?)?
                 }
                 t => at + fixed_size(t).expect("fixed") as usize,
             };

@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::OutDir;
 use ivtrace_engine::host::HostSide;
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{Reader, Region, RegionError};
-use ivtrace_tracefs::host::{process_mapping, HostEvents};
+use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
 use crate::summary;
@@ -189,20 +190,28 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
-    let seen = record_region(region, args, &out, &stop, &host);
-    if let Some(h) = host_side {
-        finish_host_events(h)?;
-    }
-    seen
+    let names = Names {
+        out: &out,
+        host: &host,
+    };
+    record_region(region, args, names, &stop, host_side)
+}
+
+/// Where a recording goes and what its traces call the guest.
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    out: &'a OutDir,
+    host: &'a str,
 }
 
 fn record_region(
     region: Region,
     args: &RecordArgs,
-    out: &OutDir,
+    names: Names,
     stop: &Stop,
-    host: &str,
+    host_side: Option<HostSide>,
 ) -> Result<u64> {
+    let Names { out, host } = names;
     let mut clock = ivtrace_time::estimator_for(region.header());
     let limits = Limits {
         max_bytes: args.max_size,
@@ -237,17 +246,19 @@ fn record_region(
             args.shm.display()
         );
     }
-    finish_trace(rec, args, out, host)
+    finish_trace(rec, args, names, host_side)
 }
 
-/// The recorded trace's env and metadata, the sidecar, the summary. A
-/// failed output (a full disk) is an error after the sidecar says so.
+/// The recorded trace's env and metadata, the host trace, the sidecar,
+/// the summary. A failed output (a full disk) is an error after the
+/// sidecar says so.
 fn finish_trace(
     rec: Recorded<ivtrace_ctf::CtfWriter>,
     args: &RecordArgs,
-    out: &OutDir,
-    host: &str,
+    names: Names,
+    host_side: Option<HostSide>,
 ) -> Result<u64> {
+    let Names { out, host } = names;
     let Recorded {
         reader,
         output: mut writer,
@@ -265,12 +276,22 @@ fn finish_trace(
     if let Err(e) = finished {
         output_error.get_or_insert(format!("finishing the trace failed: {e:#}"));
     }
+    // A host trace that cannot be finished (the same full disk) is an
+    // output error too: the sidecar still says why.
+    let host_lost = match host_side.map(finish_host_events).transpose() {
+        Ok(lost) => lost,
+        Err(e) => {
+            output_error.get_or_insert(format!("finishing the host trace failed: {e:#}"));
+            None
+        }
+    };
     let why = match &output_error {
         Some(e) => format!("{}: {e}", describe(reason)),
         None => describe(reason).to_string(),
     };
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
+    sidecar.host_lost = host_lost;
     if output_error.is_some() {
         sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
     }
@@ -317,13 +338,15 @@ fn start_host_events(
     Ok(side)
 }
 
-/// Stops the host events, closes the host trace, says what was recorded.
-fn finish_host_events(mut side: HostSide) -> Result<()> {
+/// Stops the host events, closes the host trace, says what was recorded;
+/// the host trace's losses.
+fn finish_host_events(mut side: HostSide) -> Result<HostLost> {
     let stats = side.stop_events().context("host events never started")??;
     let dir = side.dir().to_path_buf();
     side.finish()?;
     eprintln!(
-        "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed -> {}",
+        "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed ({} pages \
+         without a count) -> {}",
         stats.events,
         stats.qemu_pid,
         stats.threads.len(),
@@ -333,7 +356,16 @@ fn finish_host_events(mut side: HostSide) -> Result<()> {
             "; no `CPU n/...` thread names: all threads (start QEMU with -name NAME,debug-threads=on)"
         },
         stats.missed,
+        stats.missed_uncounted_pages,
         dir.display()
     );
-    Ok(())
+    Ok(host_lost(&stats))
+}
+
+/// The sidecar's account of what the host trace lost.
+pub fn host_lost(stats: &HostEventStats) -> HostLost {
+    HostLost {
+        missed: stats.missed,
+        missed_uncounted_pages: stats.missed_uncounted_pages,
+    }
 }

@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use ivtrace_ctf::kernel::STAGING_DIR;
 use ivtrace_ctf::recover::{channel_of, count_file, cut_stream_file, read_sidecar};
 use ivtrace_ctf::sidecar::{STATE_INCOMPLETE, STATE_RECORDING};
-use ivtrace_ctf::trace::{stream_dir, stream_file_name};
+use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
 use ivtrace_ctf::{CtfWriter, OutDir, OutputPolicy};
 use ivtrace_engine::{session, UserError};
 use ivtrace_region::meta::ScanMode;
@@ -101,6 +101,9 @@ pub fn continue_recording(out: &OutDir, reader: &mut Reader, writer: &mut CtfWri
             adopted.push((c, stream, len));
         }
     }
+    if let Some(len) = adopt_no_channel(out, reader)? {
+        adopted.push((reader.no_channel_stream(), abi::IVT_STREAM_USER, len));
+    }
     writer.adopt(&adopted, reader.classes())?;
     eprintln!(
         "ivtrace: resuming {}: {} stream files, {packets} packets kept, {cut} bytes cut \
@@ -109,6 +112,28 @@ pub fn continue_recording(out: &OutDir, reader: &mut Reader, writer: &mut CtfWri
         adopted.len()
     );
     Ok(())
+}
+
+/// The no-channel stream's file (`user/user_no_channel`), cut to whole
+/// packets; its count and sequence continue after its last packet.
+/// Returns its length, if it exists.
+fn adopt_no_channel(out: &OutDir, reader: &mut Reader) -> Result<Option<u64>> {
+    let Ok(dir) = out.open_dir(stream_dir(abi::IVT_STREAM_USER)) else {
+        return Ok(None);
+    };
+    if dir.kind(NO_CHANNEL_FILE)?.is_none() {
+        return Ok(None);
+    }
+    let scanned = cut_stream_file(&dir, NO_CHANNEL_FILE, None).with_context(|| {
+        format!(
+            "cannot cut {} back to whole packets",
+            dir.join(NO_CHANNEL_FILE).display()
+        )
+    })?;
+    if let Some(last) = scanned.packets.last() {
+        reader.resume_no_channel(&last.header);
+    }
+    Ok(Some(scanned.whole))
 }
 
 /// Cuts one stream file and starts its channel after it; returns the

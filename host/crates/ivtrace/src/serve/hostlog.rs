@@ -18,6 +18,7 @@ use ivtrace_ctf::host::{HostTrace, Payload, STREAM_IVTRACE};
 use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, TraceEnv};
 use ivtrace_engine::{Hooks, Output, StopReason, Woken};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
+use ivtrace_region::names::NameTable;
 use ivtrace_region::{abi, Command, EventClasses, PacketSink, Reader};
 use ivtrace_time::pingpong::SyncPoint;
 use ivtrace_time::timebase::host_now_ns;
@@ -258,6 +259,10 @@ impl Output for Delivering {
     /// Idle: the host trace's open packets reach their files too.
     fn idle(&mut self) -> Result<()> {
         Ok(self.host.lock().expect("not poisoned").flush()?)
+    }
+
+    fn thread_names(&mut self, table: NameTable) {
+        self.writer.set_thread_name_table(table);
     }
 
     fn finish(

@@ -233,6 +233,10 @@ fn finish(
         rec.elapsed,
         &stop_reason(&rec),
     );
+    sidecar.host_lost = observed
+        .host_event_stats
+        .as_ref()
+        .map(crate::record::host_lost);
     if rec.output_error.is_some() {
         sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
     }
