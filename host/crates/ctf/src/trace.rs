@@ -476,8 +476,12 @@ impl CtfWriter {
             let dir = self.dirs[stream.min(1) as usize]
                 .clone()
                 .expect("adopted directory");
-            self.files
-                .adopt(chan, &dir, &channel_file_name(stream, chan, self.nr_channels), len);
+            self.files.adopt(
+                chan,
+                &dir,
+                &channel_file_name(stream, chan, self.nr_channels),
+                len,
+            );
             self.stream_of[chan as usize] = Some(stream);
         }
         Ok(())

@@ -165,14 +165,18 @@ fn statedump() -> Vec<Event> {
 /// argument) and a number the table does not name, each with its exit.
 fn syscalls() -> Vec<Event> {
     let f = Fields::default;
-    let entry = |nr: u64, args: &[u64], strings: &[u8]| {
-        f().u(nr, 2).bytes(&u64s(args)).bytes(strings).0
-    };
+    let entry =
+        |nr: u64, args: &[u64], strings: &[u8]| f().u(nr, 2).bytes(&u64s(args)).bytes(strings).0;
     let exit = |nr: u64, ret: u64| f().u(nr, 2).u(ret, 8).bytes(&[]).bytes(&[]).0;
     vec![
         (0, id::SYSCALL_ENTRY, 1, entry(1, &[1, 0x1000, 5], b"")),
         (0, id::SYSCALL_EXIT, 1, exit(1, 5)),
-        (0, id::SYSCALL_ENTRY, 1, entry(257, &[100, 0x2000, 0, 0], b"/etc/passwd\0")),
+        (
+            0,
+            id::SYSCALL_ENTRY,
+            1,
+            entry(257, &[100, 0x2000, 0, 0], b"/etc/passwd\0"),
+        ),
         (0, id::SYSCALL_EXIT, 1, exit(257, 3)),
         (0, id::SYSCALL_ENTRY, 1, entry(999, &[0; 6], b"")),
         (0, id::SYSCALL_EXIT, 1, exit(999, u64::MAX)),
