@@ -140,7 +140,11 @@ class Soak:
     def connect(self) -> tuple[FakeClient, dict] | None:
         """A new client and its registry entry: the one whose region is the memfd this client
         was handed (same inode), whatever other workers connect meanwhile."""
-        c = FakeClient(self.sock)
+        try:
+            c = FakeClient(self.sock)
+        except OSError as e:
+            self.failures.append(f"a client could not connect: {e}")
+            return None
         ino = os.fstat(c.fds[0]).st_ino
         end = time.monotonic() + 10
         while time.monotonic() < end:

@@ -8,6 +8,8 @@ import resource
 import struct
 import time
 
+import pytest
+
 from hostile.helpers import (FakeClient, Server, fds_of, limits_of, loadgen, need_tools,
                              wait_for)
 
@@ -68,6 +70,8 @@ def test_idle_connections_never_starve_a_recording_guest(tmp_path):
         for _ in range(300):
             try:
                 idle.append(FakeClient(srv.sock))
+            except TimeoutError:
+                pytest.fail(f"serve stopped answering after {len(idle)} idle clients")
             except (ConnectionError, OSError, struct.error):
                 pass                          # closed by serve: refused
         lg = loadgen(g["shm"], "--events", 1_000_000, "--rate", 100_000, *GEOMETRY,

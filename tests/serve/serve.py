@@ -131,8 +131,10 @@ class Server:
 class FakeClient:
     """An ivshmem client that is not QEMU: reads the handshake (keeping the descriptors)."""
 
-    def __init__(self, path, read_handshake=True, vectors=2):
+    def __init__(self, path, read_handshake=True, vectors=2, timeout=30.0):
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # A server that stops answering fails the caller (TimeoutError) instead of hanging it.
+        self.s.settimeout(timeout)
         self.s.connect(str(path))
         self.msgs = []
         self.fds = []
