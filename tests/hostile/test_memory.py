@@ -65,3 +65,28 @@ def test_4096_channels_cost_a_bounded_number_of_descriptors_and_buffers(shm, tmp
     assert beyond_region_mib <= 256
     res = sidecar(out)["resources"]["stream_files"]
     assert res["max_open_files"] <= 64 and res["buffer_per_file"] * 64 <= 16 << 20
+
+
+def test_max_size_stops_writing_and_counts_every_later_event_as_lost(shm, tmp_path):
+    """--max-size bounds a recording's output (as LTTng's --tracefile-size without rotation):
+    the stream files stop at the limit but for the empty packets that announce the losses,
+    every event not written is counted (over_limit), and CTF readers see exactly those losses
+    as discarded events."""
+    need_tools()
+    import losses
+    from hostile.helpers import record
+    stats = loadgen(shm, "--events", 100_000, "--threads", 2, "--size", 24, "--subbufs", 128,
+                    "--subbuf-size", 65536, "--channels", 2)
+    out = tmp_path / "t"
+    p = record("--shm", shm, "-o", out, "--max-size", "1M")
+    assert p.returncode == 0, p.stderr
+    d = sidecar(out)
+    written = sum(f.stat().st_size for f in (out / "user").glob("user_chan*"))
+    # Past the limit only the packets that announce the losses: header only (88 bytes), at
+    # most two per channel (babeltrace2 needs a first packet that announces none).
+    assert 0 < written <= (1 << 20) + 2 * 2 * 88, written
+    over = sum(c["lost"]["over_limit"] for c in d["channels"])
+    recorded = sum(c["events"] for c in d["channels"])
+    print(f"\n--max-size 1M: {written} bytes, {recorded} events recorded, {over} over the limit")
+    assert over > 0 and recorded + over + stats["dropped"] == stats["attempted"], stats
+    losses.assert_every_loss_is_in_the_ctf(out, want=("over_limit",))
