@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 SCHEMA = "ivtrace-bench/2"
 PRESETS = ("native", "guest", "evaluation", "doorbell", "soak")
+# Presets that run on the host alone (their record has no guest).
+HOST_PRESETS = ("native", "soak")
 
 # Per-run temporary directories, named after a pid or a random suffix: never useful in a
 # committed document, so they are written as placeholders.
