@@ -133,10 +133,24 @@ impl HostTrace {
         desc: &HostTraceDesc,
         classes: Vec<EventClass>,
     ) -> Result<HostTrace, CtfError> {
+        let text = host_metadata(desc, &random_uuid(), &classes);
+        HostTrace::create_with_metadata(parent, name, text, classes)
+    }
+
+    /// Creates `parent/name` (must not exist) with `text` as its metadata:
+    /// another trace in this packet layout on another clock (the VM view's,
+    /// `ivtrace-vmview`). `text` must declare `classes` and the stream
+    /// classes [`STREAM_KERNEL`] (with a `_tid` context) and
+    /// [`STREAM_IVTRACE`].
+    pub fn create_with_metadata(
+        parent: &OutDir,
+        name: &str,
+        text: String,
+        classes: Vec<EventClass>,
+    ) -> Result<HostTrace, CtfError> {
         let dir = parent
             .create_dir(name)
             .map_err(create_err(parent.join(name).display()))?;
-        let text = host_metadata(desc, &random_uuid(), &classes);
         dir.write_atomically("metadata", text.as_bytes())
             .map_err(write_err(dir.join("metadata").display()))?;
         Ok(HostTrace {
@@ -151,12 +165,22 @@ impl HostTrace {
         self.dir.path()
     }
 
+    /// The trace directory's descriptor (to rewrite its metadata later).
+    pub fn out_dir(&self) -> &OutDir {
+        &self.dir
+    }
+
     pub fn metadata_text(&self) -> &str {
         &self.metadata
     }
 
     pub fn class(&self, id: u32) -> Option<&EventClass> {
         self.classes.iter().find(|c| c.id == id)
+    }
+
+    /// Every event class the metadata declares.
+    pub fn classes(&self) -> &[EventClass] {
+        &self.classes
     }
 
     /// Adds a stream file `name` (host-chosen, e.g. `host_cpu3`).
