@@ -42,10 +42,10 @@ pub fn part_uuid(uuid: [u8; 16], part: u32) -> [u8; 16] {
 }
 
 /// Writes `DIR/handoff.json` atomically (the destination polls for it).
-pub fn write_handoff(dir: &Path, handoff: &Handoff) -> Result<()> {
+pub fn write_handoff(dir: &ivtrace_ctf::OutDir, handoff: &Handoff) -> Result<()> {
     let mut text = serde_json::to_vec_pretty(handoff)?;
     text.push(b'\n');
-    ivtrace_ctf::trace::write_atomically(dir, HANDOFF_NAME, &text)
+    dir.write_atomically(HANDOFF_NAME, &text)
         .with_context(|| format!("cannot write {}", dir.join(HANDOFF_NAME).display()))
 }
 
@@ -135,7 +135,8 @@ mod tests {
             channels: vec![Default::default()],
             lost_no_channel: 5,
         };
-        write_handoff(dir.path(), &h).unwrap();
+        let out = ivtrace_ctf::OutDir::root(dir.path(), &Default::default()).unwrap();
+        write_handoff(&out, &h).unwrap();
         assert_eq!(read_handoff(dir.path()).unwrap(), h);
         fs::write(dir.path().join(HANDOFF_NAME), b"{}").unwrap();
         assert!(read_handoff(dir.path()).is_err());

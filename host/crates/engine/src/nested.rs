@@ -28,8 +28,9 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::tsdl::{EnvValue, TraceEnv};
-use ivtrace_ctf::CtfWriter;
+use ivtrace_ctf::{CtfWriter, OutDir};
 use ivtrace_region::classes::{EventClass, EventClasses, Field, FieldType};
 use ivtrace_region::packet::EventVisitor;
 use ivtrace_region::reader::walk_own_packet;
@@ -280,7 +281,7 @@ pub struct SyncBracket {
 /// One forwarded guest as L0 writes it.
 struct NestedGuest {
     hello: Hello,
-    dir: PathBuf,
+    dir: OutDir,
     writer: CtfWriter,
     classes: EventClasses,
     clock: Option<ClockMapping>,
@@ -299,7 +300,7 @@ struct Partial {
 /// L0's half: finds the forward classes in L1's user stream, reassembles,
 /// writes each forwarded guest under `DIR/nested/`.
 pub struct Expander {
-    root: PathBuf,
+    root: OutDir,
     ids_for: Option<u64>,
     forward_id: Option<u32>,
     sync_id: Option<u32>,
@@ -313,9 +314,9 @@ pub struct Expander {
 }
 
 impl Expander {
-    pub fn new(root: &Path) -> Expander {
+    pub fn new(root: &OutDir) -> Expander {
         Expander {
-            root: root.to_path_buf(),
+            root: root.clone(),
             ids_for: None,
             forward_id: None,
             sync_id: None,
@@ -325,6 +326,13 @@ impl Expander {
             guests: BTreeMap::new(),
             refused_guests: 0,
         }
+    }
+
+    /// Whether L1's user packets carry forwarded data (its classes name
+    /// the forward events).
+    fn wants(&mut self, classes: &EventClasses) -> bool {
+        self.find_ids(classes);
+        self.forward_id.is_some() || self.sync_id.is_some()
     }
 
     fn find_ids(&mut self, classes: &EventClasses) {
@@ -533,14 +541,20 @@ pub fn compose(inner: &ClockMapping, outer: &ClockMapping, sync: &SyncBracket) -
 }
 
 impl NestedGuest {
-    fn create(root: &Path, hello: Hello, index: usize) -> Result<NestedGuest> {
+    fn create(root: &OutDir, hello: Hello, index: usize) -> Result<NestedGuest> {
         let mut name = sanitize_host_name(&hello.name);
         if name.is_empty() {
             name = format!("guest{index}");
         }
-        let dir = root.join(NESTED_DIR).join(format!("{name}-{index}"));
-        std::fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let nested = match index {
+            0 => root.create_dir(NESTED_DIR),
+            _ => root.open_dir(NESTED_DIR),
+        }
+        .with_context(|| format!("cannot create {}", root.join(NESTED_DIR).display()))?;
+        let leaf = format!("{name}-{index}");
+        let dir = nested
+            .create_dir(&leaf)
+            .with_context(|| format!("cannot create {}", nested.join(&leaf).display()))?;
         let nr = hello.nr_channels.clamp(1, abi::IVT_CHANNELS_MAX);
         let placeholder = ClockMapping {
             freq_hz: 1_000_000_000,
@@ -551,7 +565,19 @@ impl NestedGuest {
             coarse: true,
             samples: 0,
         };
-        let writer = CtfWriter::new(&dir, hello.uuid, placeholder, env(&name, "", None), nr);
+        // No reserve: the outer recording's own covers a full disk.
+        let limits = Limits {
+            reserve_bytes: 0,
+            ..Limits::default()
+        };
+        let writer = CtfWriter::new(
+            dir.clone(),
+            hello.uuid,
+            placeholder,
+            env(&name, "", None),
+            nr,
+            limits,
+        );
         Ok(NestedGuest {
             hello: Hello {
                 name,
@@ -590,22 +616,23 @@ impl NestedGuest {
         }
         let chan = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
         let stream = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
-        let bytes = &msg[8..];
-        let mut copy = bytes.to_vec();
-        let ok = chan < self.hello.nr_channels
-            && stream <= abi::IVT_STREAM_USER
-            && matches!(walk_own_packet(&mut copy, &self.classes, &mut ()),
-                        Ok((h, _)) if h.stream_id == stream && h.stream_instance_id == chan as u64);
-        if !ok {
+        let mut copy = msg[8..].to_vec();
+        let walked = match walk_own_packet(&mut copy, &self.classes, &mut ()) {
+            Ok((h, s)) if h.stream_id == stream && h.stream_instance_id == chan as u64 => {
+                Some((h, s))
+            }
+            _ => None,
+        };
+        let known = chan < self.hello.nr_channels && stream <= abi::IVT_STREAM_USER;
+        let Some((h, s)) = walked.filter(|_| known) else {
             self.stats.corrupt_packets += 1;
             return;
-        }
-        let (h, s) = walk_own_packet(&mut copy, &self.classes, &mut ()).expect("walked above");
-        if self
+        };
+        let written = self
             .writer
             .packet(chan, stream, &copy, &self.classes)
-            .is_err()
-        {
+            .and_then(|()| self.writer.commit());
+        if written.is_err() {
             self.stats.corrupt_packets += 1;
             return;
         }
@@ -649,9 +676,9 @@ impl NestedGuest {
             "sync": sync,
             "stats": self.stats,
         });
-        let path = self.dir.join(NESTED_SIDECAR);
-        std::fs::write(&path, serde_json::to_vec_pretty(&summary)?)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        self.dir
+            .write_atomically(NESTED_SIDECAR, &serde_json::to_vec_pretty(&summary)?)
+            .with_context(|| format!("cannot write {}", self.dir.join(NESTED_SIDECAR).display()))?;
         eprintln!(
             "ivtrace: nested guest {} (via {via}): {} events in {} packets, {} corrupt packets, \
              {} incomplete messages, its own discarded {}; clock {} ±{} ns -> {}",
@@ -663,10 +690,10 @@ impl NestedGuest {
             self.stats.guest_discarded,
             shown.method,
             shown.error_ns,
-            self.dir.display()
+            self.dir.path().display()
         );
         Ok(serde_json::json!({
-            "dir": self.dir.display().to_string(),
+            "dir": self.dir.path().display().to_string(),
             "name": self.hello.name,
             "clock_method": shown.method,
             "clock_error_ns": shown.error_ns,
@@ -703,11 +730,20 @@ fn env(name: &str, via: &str, clock: Option<&ClockMapping>) -> TraceEnv {
 // ---------------------------------------------------------------- the wrapper
 
 /// An output with nested tracing around it: forwards what it writes (L1)
-/// and expands what it reads (L0). Both are optional.
+/// and expands what it reads (L0). Both are optional. Packets are
+/// forwarded and expanded only once the inner output has committed them:
+/// a rolled-back packet (a failed write) is handed over again by the
+/// reader, and must not reach the nest twice.
 pub struct Nesting<O> {
     pub inner: O,
     forward: Option<Forwarder>,
     expand: Option<Expander>,
+    /// (channel, stream, bytes) handed over since the last commit; at most
+    /// the reader's commit interval plus a packet.
+    pending: Vec<(u32, u32, Vec<u8>)>,
+    /// The latest event classes (classes are only ever added).
+    classes: EventClasses,
+    classes_generation: Option<u64>,
 }
 
 impl<O: Output> Nesting<O> {
@@ -716,6 +752,9 @@ impl<O: Output> Nesting<O> {
             inner,
             forward,
             expand,
+            pending: Vec::new(),
+            classes: EventClasses::default(),
+            classes_generation: None,
         }
     }
 
@@ -739,10 +778,42 @@ impl<O: Output> Nesting<O> {
             serde_json::json!({ "forwarded": forwarded, "guests": guests }),
         ))
     }
+
+    fn wants(&mut self, stream: u32, classes: &EventClasses) -> bool {
+        let expands = stream == abi::IVT_STREAM_USER
+            && self.expand.as_mut().is_some_and(|x| x.wants(classes));
+        self.forward.is_some() || expands
+    }
+
+    /// The committed packets go on to the forwarder and the expander.
+    fn pass_on(&mut self) {
+        for (chan, stream, bytes) in self.pending.drain(..) {
+            if let Some(f) = self.forward.as_mut() {
+                f.packet(chan, stream, &bytes, &self.classes);
+            }
+            if let Some(x) = self
+                .expand
+                .as_mut()
+                .filter(|_| stream == abi::IVT_STREAM_USER)
+            {
+                x.packet(chan, &bytes, &self.classes);
+            }
+        }
+    }
 }
 
 impl<O: Output> PacketSink for Nesting<O> {
     type Error = O::Error;
+
+    fn accepts(&mut self, chan: u32, len: usize) -> bool {
+        self.inner.accepts(chan, len)
+    }
+
+    fn commit(&mut self) -> Result<(), O::Error> {
+        self.inner.commit()?;
+        self.pass_on();
+        Ok(())
+    }
 
     fn packet(
         &mut self,
@@ -752,21 +823,23 @@ impl<O: Output> PacketSink for Nesting<O> {
         classes: &EventClasses,
     ) -> Result<(), O::Error> {
         self.inner.packet(chan, stream, bytes, classes)?;
-        if let Some(f) = self.forward.as_mut() {
-            f.packet(chan, stream, bytes, classes);
+        if self.classes_generation != Some(classes.generation()) {
+            self.classes = classes.clone();
+            self.classes_generation = Some(classes.generation());
         }
-        if let Some(x) = self
-            .expand
-            .as_mut()
-            .filter(|_| stream == abi::IVT_STREAM_USER)
-        {
-            x.packet(chan, bytes, classes);
+        if self.wants(stream, classes) {
+            self.pending.push((chan, stream, bytes.to_vec()));
         }
         Ok(())
     }
 }
 
 impl<O: Output> Output for Nesting<O> {
+    fn rollback(&mut self) -> Result<()> {
+        self.pending.clear();
+        self.inner.rollback()
+    }
+
     fn idle(&mut self) -> Result<()> {
         if let Some(out) = self.forward.as_mut().and_then(|f| f.out.as_mut()) {
             let _ = out.flush();
@@ -786,6 +859,16 @@ impl<O: Output> Output for Nesting<O> {
     ) -> Result<()> {
         self.inner.finish(clock, env, classes)
     }
+
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()> {
+        self.pending.clear();
+        self.inner.finish_incomplete(clock, env, classes)
+    }
 }
 
 #[cfg(test)]
@@ -802,6 +885,10 @@ mod tests {
             coarse: false,
             samples: 8,
         }
+    }
+
+    fn out_dir(dir: &tempfile::TempDir) -> OutDir {
+        OutDir::root(dir.path(), &Default::default()).unwrap()
     }
 
     /// The frames `write_message` puts on the pipe, as ivtrace-forward
@@ -845,14 +932,14 @@ mod tests {
     #[test]
     fn a_guest_is_introduced_once_under_a_sanitized_name() {
         let dir = tempfile::tempdir().unwrap();
-        let mut x = Expander::new(dir.path());
+        let mut x = Expander::new(&out_dir(&dir));
         hello(&mut x, 3, 4);
         hello(&mut x, 3, 4);
         assert_eq!(x.guests.len(), 1);
         assert_eq!(x.refused_guests, 1);
         let g = &x.guests[&3];
         assert!(
-            g.dir.starts_with(dir.path().join(NESTED_DIR)),
+            g.dir.path().starts_with(dir.path().join(NESTED_DIR)),
             "{:?}",
             g.dir
         );
@@ -862,7 +949,7 @@ mod tests {
     #[test]
     fn a_missing_chunk_drops_its_message_and_is_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let mut x = Expander::new(dir.path());
+        let mut x = Expander::new(&out_dir(&dir));
         hello(&mut x, 0, 4);
         let wire = vec![ClassWire {
             stream: abi::IVT_STREAM_USER,
@@ -931,7 +1018,7 @@ mod tests {
     #[test]
     fn packets_of_unknown_channels_or_garbage_are_corrupt() {
         let dir = tempfile::tempdir().unwrap();
-        let mut x = Expander::new(dir.path());
+        let mut x = Expander::new(&out_dir(&dir));
         hello(&mut x, 0, 2);
         let mut body = Vec::new();
         body.extend_from_slice(&5u32.to_le_bytes());
@@ -968,7 +1055,7 @@ mod tests {
     #[test]
     fn the_tightest_sync_bracket_wins_and_a_lone_phase_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
-        let mut x = Expander::new(dir.path());
+        let mut x = Expander::new(&out_dir(&dir));
         x.sync(0, 10, 100, 0);
         x.sync(0, 0, 200, 1);
         x.sync(1, 20, 300, 1);

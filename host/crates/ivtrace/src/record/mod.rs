@@ -14,6 +14,8 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use ivtrace_ctf::sidecar::HostLost;
+use ivtrace_ctf::streams::Limits;
+use ivtrace_ctf::OutDir;
 use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::migration::{self, Handoff, Resumed};
 use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
@@ -24,6 +26,8 @@ use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
 use crate::summary;
+
+pub mod resume;
 
 /// Idle polling backs off from MIN to MAX sleep.
 const IDLE_SLEEP_MIN: Duration = Duration::from_micros(20);
@@ -43,6 +47,8 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Disconnected => "peer disconnected",
         StopReason::Misbehaved => "peer misbehaved",
         StopReason::Handoff => "handed off (the guest migrated; the next host continues)",
+        StopReason::Shrunk => "region shrank under the reader (truncated by another process)",
+        StopReason::OutputFailed => "output failed (the trace holds every whole packet before it)",
     }
 }
 
@@ -139,17 +145,6 @@ fn progress_bar() -> Option<ProgressBar> {
     Some(pb)
 }
 
-/// Raises the open-files limit: one stream file per channel, up to 4096.
-fn raise_file_limit() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        let want = hard.min(abi::IVT_CHANNELS_MAX as u64 + 64);
-        if soft < want {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, want, hard);
-        }
-    }
-}
-
 /// What `record` adds to the engine's loop: its stop requests, the
 /// loopback owner's liveness, a progress line on a terminal.
 struct RecordHooks<'a> {
@@ -182,7 +177,12 @@ impl Hooks for RecordHooks<'_> {
 
 /// Runs `ivtrace record`. Returns the events seen (recorded + lost).
 pub fn run(args: &RecordArgs) -> Result<u64> {
-    let out = session::prepare_output(&args.output, args.force)?;
+    crate::serve::admission::raise_nofile_limit();
+    let policy = args.access.policy()?;
+    let out = match args.resume {
+        true => resume::open(&args.output, &policy)?,
+        false => session::prepare_output(&args.output, args.force, &policy)?,
+    };
     let signal = install_stop_flag()?;
     let handoff = install_handoff_flag()?;
     let stop = Stop {
@@ -211,7 +211,6 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         );
         return Ok(0);
     };
-    raise_file_limit();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
     let vcpus = match &args.qmp {
         Some(path) => crate::qmp::vcpu_threads(path)?,
@@ -223,7 +222,7 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     };
     let mut reader = Reader::new(region);
     let resumed = match &resume_from {
-        Some((path, h)) => Some((*path, resume(&mut reader, h, path)?)),
+        Some((path, h)) => Some((*path, resume_handoff(&mut reader, h, path)?)),
         None => None,
     };
     let host_side = host_side.map(|side| HostRun { side, vcpus });
@@ -241,7 +240,7 @@ fn wait_for_handoff(path: &Path, stop: &Stop) -> Result<Option<Handoff>> {
     migration::wait_for_handoff(path, &mut || stop.requested().is_none())
 }
 
-fn resume(reader: &mut Reader, h: &Handoff, path: &Path) -> Result<Resumed> {
+fn resume_handoff(reader: &mut Reader, h: &Handoff, path: &Path) -> Result<Resumed> {
     let r = reader
         .resume(h)
         .with_context(|| format!("cannot resume from {}", path.display()))?;
@@ -259,7 +258,7 @@ fn resume(reader: &mut Reader, h: &Handoff, path: &Path) -> Result<Resumed> {
 /// of a migrated guest's trace it is.
 #[derive(Clone, Copy)]
 struct Names<'a> {
-    out: &'a Path,
+    out: &'a OutDir,
     host: &'a str,
     resumed: Option<(&'a Path, Resumed)>,
 }
@@ -289,7 +288,7 @@ fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
 }
 
 fn record_region(
-    reader: Reader,
+    mut reader: Reader,
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
@@ -298,17 +297,22 @@ fn record_region(
     let Names { out, host, .. } = names;
     let region = reader.region();
     let mut clock = clock_for(region, args);
-    let writer =
-        session::ctf_writer_part(region, out, &clock.initial_mapping(), host, names.part());
-    let writer = Nesting::new(
-        writer,
-        forwarder(args, region, host)?,
-        Some(Expander::new(out)),
-    );
+    let limits = Limits {
+        max_bytes: args.max_size,
+        ..Limits::default()
+    };
+    let (initial, part) = (clock.initial_mapping(), names.part());
+    let writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
+    let forward = forwarder(args, region, host)?;
+    let mut writer = Nesting::new(writer, forward, Some(Expander::new(out)));
     let h = region.header();
+    let owner = h.is_loopback().then_some(h.owner_pid);
+    if args.resume {
+        resume::continue_recording(out, &mut reader, &mut writer.inner)?;
+    }
     let mut hooks = RecordHooks {
         stop,
-        owner: h.is_loopback().then_some(h.owner_pid),
+        owner,
         progress: progress_bar(),
     };
     let mut wait = Backoff::new(IDLE_SLEEP_MIN, IDLE_SLEEP_MAX);
@@ -319,6 +323,13 @@ fn record_region(
     }
     if rec.reason == StopReason::Withdrawn {
         eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
+    }
+    if rec.reason == StopReason::Shrunk {
+        eprintln!(
+            "ivtrace: warning: {} shrank under the reader (another process truncated it): \
+             stopped; the trace holds what was read before",
+            args.shm.display()
+        );
     }
     finish_trace(rec, args, names, host_side)
 }
@@ -339,6 +350,7 @@ fn forwarder(args: &RecordArgs, region: &Region, host: &str) -> Result<Option<Fo
 
 /// The recorded trace's env and metadata, the host trace and VM view, the
 /// sidecar, the summary, and the nested guests it forwarded or carried.
+/// A failed output (a full disk) is an error after the sidecar says so.
 fn finish_trace(
     rec: Recorded<Nesting<ivtrace_ctf::CtfWriter>>,
     args: &RecordArgs,
@@ -352,30 +364,58 @@ fn finish_trace(
         clock,
         elapsed,
         reason,
+        mut output_error,
         ..
     } = rec;
-    let env = session::trace_env_named(reader.region(), out, &clock, host);
-    Output::finish(&mut nesting, &clock, env, reader.classes())?;
-    let nested = nesting.finish_nesting(&clock, host)?;
+    let env = session::trace_env_named(reader.region(), out.path(), &clock, host);
+    let finished = match output_error {
+        Some(_) => Output::finish_incomplete(&mut nesting, &clock, env, reader.classes()),
+        None => Output::finish(&mut nesting, &clock, env, reader.classes()),
+    };
+    if let Err(e) = finished {
+        output_error.get_or_insert(format!("finishing the trace failed: {e:#}"));
+    }
+    let nested = match nesting.finish_nesting(&clock, host) {
+        Ok(nested) => nested,
+        Err(e) => {
+            output_error.get_or_insert(format!("finishing the nested guests failed: {e:#}"));
+            None
+        }
+    };
     let writer = nesting.inner;
+    // A host trace that cannot be finished (the same full disk) is an
+    // output error too: the sidecar still says why.
     let guest = GuestOutput::of(&writer, reader.classes(), &clock);
-    let host_lost = host_side
-        .map(|h| finish_host_events(h, &guest))
-        .transpose()?;
-    let mut sidecar = session::build_sidecar(
-        &reader,
-        &writer,
-        &args.shm,
-        "record",
-        &clock,
-        elapsed,
-        describe(reason),
-    );
+    let host_lost = match host_side.map(|h| finish_host_events(h, &guest)).transpose() {
+        Ok(lost) => lost,
+        Err(e) => {
+            output_error.get_or_insert(format!("finishing the host trace failed: {e:#}"));
+            None
+        }
+    };
+    let why = match &output_error {
+        Some(e) => format!("{}: {e}", describe(reason)),
+        None => describe(reason).to_string(),
+    };
+    let mut sidecar =
+        session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
     sidecar.host_lost = host_lost;
     sidecar.nested = nested;
     record_migration(&mut sidecar, &reader, reason, names)?;
+    if output_error.is_some() {
+        sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
+    }
     writer.write_sidecar(&sidecar)?;
-    summary::print(&sidecar, out, args.json)?;
+    summary::print(&sidecar, out.path(), args.json)?;
+    if let Some(e) = output_error {
+        anyhow::bail!(
+            "{e}\nthe trace in {} holds every packet written before (babeltrace2 reads its \
+             user/ trace; a kernel stream stays staged in .kernel-wire/); the packets not \
+             written are still in the region: free space, then `ivtrace record --resume` with \
+             the same --shm and -o records them, or `ivtrace recover` finishes the trace as it is",
+            out.path().display()
+        );
+    }
     Ok(session::events_seen(&sidecar))
 }
 
@@ -412,7 +452,7 @@ fn record_migration(
 fn start_host_events(
     qemu_pid: Option<i32>,
     shm: &Path,
-    out: &Path,
+    out: &OutDir,
     name: &str,
 ) -> Result<HostSide> {
     let pid = match qemu_pid {
