@@ -1,8 +1,10 @@
 # ivtrace - top-level build. `make` leaves the tools in bin/.
-#   make          build bin/ivtrace and bin/ivtrace-loadgen (and libivtrace)
+#   make          build bin/ivtrace, bin/ivtrace-loadgen, bin/ivtrace-forward (and libivtrace)
 #   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
 #                 the static guest tools and the workloads (vm/build --all)
 #   make test     install what is missing, build, run every test, then `make lint`
+#   make test-nested  the whole nest: L0 records L1, a TCG guest running QEMU for L2 and
+#                 forwarding L2's trace (tests/nested/full_nest.py; 5-20+ min, so not in `make test`)
 #   make lint     clippy -D warnings and rustfmt --check on host/, checkpatch on guest/kmod,
 #                 the C tests of abi/ and guest/lib built with ASan+UBSan and with TSan
 #   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
@@ -32,7 +34,7 @@ PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
 	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback demo-vmview bench eval soak fuzz clean deb test-deb gen-docs
+	demo demo-loopback demo-vmview bench eval soak fuzz clean deb test-deb gen-docs test-nested
 
 all: host lib
 
@@ -45,7 +47,7 @@ host:
 
 lib:
 	$(MAKE) -C guest/lib
-	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen bin/ivtrace-loadgen
+	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen guest/lib/build/ivtrace-forward bin/
 
 # Trace Compass as a reader in the tests: bullseye's eclipse-tracecompass jars through apt,
 # on bookworm's Eclipse libraries (scripts/install-tracecompass; cached, quick when present).
@@ -58,6 +60,12 @@ guest:
 # lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
 test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
 	test-deb lint
+
+# L2 is TCG inside TCG: minutes of boot on a 2-core machine, beyond make test's budget.
+# tests/nested/test_forward.py (in make test) checks the forwarding path at one level.
+test-nested: all
+	$(MAKE) -C guest/lib build/ivtrace-forward-static
+	$(PYTHON) -m pytest -q -s tests/nested/full_nest.py
 
 test-abi:
 	$(MAKE) -C abi test

@@ -27,6 +27,7 @@ pub mod connect;
 pub mod ctlsock;
 pub mod guest;
 pub mod hostlog;
+pub mod migration;
 pub mod proto;
 pub mod recording;
 

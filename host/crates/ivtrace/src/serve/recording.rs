@@ -16,6 +16,7 @@ use ivtrace_ctf::host::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::migration::{self, Resumed};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Engine, Output, Recorded, StopReason};
 use ivtrace_region::{abi, Reader, Region};
@@ -24,6 +25,7 @@ use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
 use crate::serve::guest::{describe, Guest, GuestWaiter};
 use crate::serve::hostlog::{kick, serve_classes, Delivering, ServeHooks};
+use crate::serve::migration::Resume;
 use crate::serve::proto::{GUEST_ID, HOST_ID};
 use crate::summary;
 
@@ -50,8 +52,11 @@ pub fn claim_dir(root: &OutDir, name: &str) -> Result<OutDir> {
 
 /// What a finished recording adds to the sidecar besides the engine's
 /// results.
-struct Observed {
+struct Observed<'a> {
     out: PathBuf,
+    /// Which part of a migrated guest's trace this is (0: the first).
+    part: u32,
+    resumed: Option<(&'a Path, Resumed)>,
     dir: OutDir,
     doorbell: bool,
     /// Doorbells received, late ones included.
@@ -62,16 +67,38 @@ struct Observed {
     vm_view: Option<ivtrace_vmview::derive::Derived>,
 }
 
-/// Records one formatted region until something ends it.
-pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<StopReason> {
+/// Records one formatted region until something ends it; `resume`: the
+/// guest arrived by migration and this part continues that handoff.
+pub fn record(
+    g: &Guest,
+    waiter: &mut GuestWaiter,
+    region: Region,
+    resume: Option<&Resume>,
+) -> Result<StopReason> {
     let dir = claim_dir(&g.cfg.outroot, &g.name)?;
     let out = dir.path().to_path_buf();
     announce(g, &region, &out);
+    let mut reader = Reader::new(region);
+    let resumed = match resume {
+        Some((path, h)) => {
+            let r = reader
+                .resume(h)
+                .with_context(|| format!("cannot resume from {}", path.display()))?;
+            g.log(&format!(
+                "part {} of the trace: {} packets the previous part already holds skipped",
+                r.part, r.already_recorded
+            ));
+            Some((path.as_path(), r))
+        }
+        None => None,
+    };
+    let part = resumed.map_or(0, |(_, r)| r.part);
+    let region = reader.region();
     let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
     let kick_fd = g.interrupts.first();
     let mut clock = GuestClock::start(
-        &region,
+        region,
         g.peer.pid,
         kick_fd.is_some(),
         g.cfg.sync_interval,
@@ -79,13 +106,14 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
     );
     g.log(&clock.describe());
     let (host, stream) = host_side(g, &dir)?;
-    let writer = session::ctf_writer_named(
-        &region,
+    let writer = session::ctf_writer_part(
+        region,
         &dir,
         &clock.initial_mapping(),
         &g.name,
         g.cfg.limits,
         "serve",
+        part,
     );
     let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
     let notify_before = waiter.stats();
@@ -98,13 +126,17 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
         stream,
         received: 0,
         safety_timeout: g.cfg.safety_timeout,
+        out: &out,
+        handoff: false,
     };
-    let rec = Engine::new(Reader::new(region), output, &mut clock, waiter, &mut hooks).run()?;
+    let rec = Engine::new(reader, output, &mut clock, waiter, &mut hooks).run()?;
     let received = hooks.received + waiter.late_doorbells();
     drop(hooks);
     let mut observed = Observed {
         out,
         dir,
+        part,
+        resumed,
         doorbell,
         received,
         notify: notify_since(waiter.stats(), notify_before, &rec, received),
@@ -113,6 +145,31 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
         vm_view: None,
     };
     finish(g, rec, &clock, host, &mut observed)
+}
+
+/// A migrated guest's part: the handoff it leaves when it handed off, its
+/// trace UUID and the sidecar's `migration` section.
+fn migration_sidecar(
+    sidecar: &mut Sidecar,
+    rec: &Recorded<Delivering>,
+    observed: &Observed,
+) -> Result<()> {
+    let handed_off = rec.reason == StopReason::Handoff;
+    if handed_off {
+        migration::write_handoff(&observed.dir, &rec.reader.handoff(observed.part))?;
+    }
+    if observed.part == 0 && !handed_off {
+        return Ok(());
+    }
+    let uuid = migration::part_uuid(rec.reader.region().header().uuid, observed.part);
+    sidecar.trace_uuid = ivtrace_region::region::format_uuid(&uuid);
+    let file = observed.out.join(migration::HANDOFF_NAME);
+    sidecar.migration = Some(migration::migration_section(
+        observed.part,
+        observed.resumed.as_ref().map(|(p, r)| (*p, r)),
+        handed_off.then_some(file.as_path()),
+    ));
+    Ok(())
 }
 
 fn announce(g: &Guest, region: &Region, out: &Path) {
@@ -241,6 +298,7 @@ fn finish(
         .host_event_stats
         .as_ref()
         .map(crate::record::host_lost);
+    migration_sidecar(&mut sidecar, &rec, observed)?;
     if rec.output_error.is_some() {
         sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
     }
