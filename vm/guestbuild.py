@@ -689,7 +689,8 @@ class Part:
     files: dict[str, str] = field(default_factory=dict)  # name -> path in the repository
 
 
-EV_WORKLOADS = ("ev-int", "ev-syscall", "ev-tar", "ev-gzip", "ev-forkexec", "ev-nop", "ev-helper")
+EV_WORKLOADS = ("ev-int", "ev-syscall", "ev-tar", "ev-gzip", "ev-forkexec", "ev-nop", "ev-helper",
+                "gb-work")
 
 PARTS = (
     Part("ivtrace.ko and its test module, against the guest kernel",

@@ -107,8 +107,16 @@ def per_event_ns(guest_src: str | None):
     if not guest_src:
         return None
     g = results.load(ROOT / guest_src)
-    row = g["data"].get("summary", {}).get("syscall", {})
     out = {"source": guest_src, "accel": g["accelerator"]["name"]}
+    table = g["data"].get("summary", {}).get("table")
+    if table is not None:  # the four-tracer guest preset: flight recorders, getppid loop
+        row = table.get("getppid", {})
+        for t, c in (("ivtrace", "ivt-flight"), ("ftrace", "ft-ring")):
+            x = (row.get(c) or {}).get("added_wall_per_event")
+            if x:
+                out[t] = x["median"]
+        return out if "ivtrace" in out else None
+    row = g["data"].get("summary", {}).get("syscall", {})
     for t in ("ivtrace", "ftrace"):
         x = row.get(t)
         if x and x.get("added_ns") and x.get("events_per_op"):

@@ -108,6 +108,9 @@ def headline(e: dict) -> str:
                 f"{h['lttng_ust_p50_group_ns']} ns ({h['lttng_ust_over_ivtrace']}x); batch "
                 f"{h['ivtrace_batch_ns']} ns; drain: small events "
                 f"{h['drain_small_M_events_per_s']} M/s, 1 KiB events {large or '–'}")
+    if e["preset"] == "guest" and "perf_ns_per_event" in h:
+        return ("ns per event in the traced task (getppid): " + ", ".join(
+            f"{t} {h.get(f'{t}_ns_per_event')}" for t in ("ivtrace", "lttng", "ftrace", "perf")))
     if e["preset"] == "guest":
         return (f"per event: ivtrace {h.get('ivtrace_ns_per_event')} ns, ftrace "
                 f"{h.get('ftrace_ns_per_event')} ns; syscall added cost ivtrace/ftrace "
