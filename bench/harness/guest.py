@@ -29,7 +29,7 @@ from pathlib import Path
 import ivtvm
 
 from . import BenchError, guest_native, guests, tracecount
-from .evaluation import ConsoleTail, pin_qemu, quiet_conditions, thread_sched
+from .evaluation import ConsoleTail, pin_qemu, thread_sched
 from .guest_stats import print_summary, summarize
 from .hostload import busy_pct, cpu_times, loadavg, steal_pct, top_procs
 from .results import ROOT
@@ -67,7 +67,9 @@ def add_arguments(ap):
     ap.add_argument("--rate-buf-kb", type=int, default=1024,
                     help="per-CPU buffer in the rate phase, KiB (default 1024)")
     ap.add_argument("--rate-configs", default=",".join(RATE_CONFIGS))
-    ap.add_argument("--max-load", type=float, default=1.5)
+    ap.add_argument("--max-load", type=float, default=0.5,
+                    help="a quiet machine: 1-minute load average at most this, and no other "
+                         "QEMU running (default 0.5)")
     ap.add_argument("--load-wait", type=float,
                     help="wait up to this many s for load <= --max-load (default 1800; quick 0)")
     ap.add_argument("--no-pin", action="store_true", help="do not pin QEMU and host helpers")
@@ -433,6 +435,27 @@ def other_qemus() -> list[str]:
     return [ln[:160] for ln in p.stdout.splitlines()]
 
 
+def wait_for_quiet(a) -> dict:
+    """Wait (up to --load-wait s) for a quiet machine: load average <= --max-load and no
+    other QEMU (other developers' guests); what was seen goes into the results."""
+    t0 = time.monotonic()
+    first = (loadavg(), other_qemus())
+    while time.monotonic() - t0 < a.load_wait and (loadavg()[0] > a.max_load or other_qemus()):
+        say(f"waiting for a quiet machine: load {loadavg()[0]:.2f} (> {a.max_load}?), "
+            f"{len(other_qemus())} other QEMU(s); {a.load_wait - (time.monotonic() - t0):.0f} "
+            f"s left")
+        time.sleep(30)
+    la, qs = loadavg(), other_qemus()
+    quiet = la[0] <= a.max_load and not qs
+    if not quiet:
+        say(f"WARNING: not a quiet machine (load {la[0]:.2f}, {len(qs)} other QEMU(s)); "
+            "measuring anyway, and the results say so")
+    return {"max_load": a.max_load, "waited_s": round(time.monotonic() - t0, 1),
+            "loadavg_first_seen": first[0], "loadavg_at_start": la, "quiet": quiet,
+            "other_qemus_first_seen": first[1], "other_qemus_at_start": qs,
+            "top_at_start": top_procs()}
+
+
 def host_calibration(guest) -> dict:
     cmd = (["taskset", "-c", "0"] if (os.cpu_count() or 1) >= 2 else []) + \
         [str(guest.files["ev-helper"]), "tcgcost"]
@@ -440,7 +463,51 @@ def host_calibration(guest) -> dict:
     return {k[:-3]: float(v) for k, v in re.findall(r"(\w+_ns)=(-?[\d.]+)", p.stdout)}
 
 
-def run(a, rec) -> list[str]:
+def native_tracers(a, guest, work: Path) -> dict:
+    say("natively first: the getppid loop under ftrace and perf on this host's kernel")
+    try:
+        return guest_native.calibrate(guest.files["gb-work"], work,
+                                      ops=200000 if a.quick else 1000000,
+                                      rounds=1 if a.quick else 5)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+        return {"error": str(e)}
+
+
+def params(a, fo) -> dict:
+    return {"reps": a.reps, "configs": a.configs, "workloads": a.workloads,
+            "ops": {"getppid": a.getppid, "pingpong": a.pingpong, "forkexec": a.forkexec},
+            "buf_kb": a.buf_kb, "rates": a.rates, "rate_secs": a.rate_secs,
+            "rate_buf_kb": a.rate_buf_kb, "rate_configs": a.rate_configs,
+            "smp": a.smp, "mem": a.mem, "shm_size": shm_size(a),
+            "pinning": None if a.no_pin else {"vcpu_cpu": 0, "other_cpu": 1,
+                                              "applied": fo.pinned}}
+
+
+def record(rec: dict, a, guest, boot_out: tuple, parsed: dict, before: dict) -> None:
+    """Everything the run measured and how, into the results' data."""
+    r, fo, host, command, cpu0, cpu1 = boot_out
+    rec["data"].update({
+        "guest_command": command, "guest_script": "bench/guest/guestbench.sh",
+        "qemu_command": r.cmd, "host_commands": host.commands,
+        "commands": parsed["commands"], "workload_commands": parsed["workload_commands"],
+        "params": params(a, fo), "tracers": guest.tracers.info,
+        "guest_info": parsed["guest_info"],
+        "boot": {"duration_s": round(r.duration, 1), "boot_time_s": r.boot_time,
+                 "kernel_problems": r.kernel_problems},
+        "conditions": {**before["conditions"], "loadavg_after": loadavg(),
+                       "top_after": top_procs(), "other_qemus_at_end": other_qemus(),
+                       "host_cpu_busy_pct": busy_pct(cpu0, cpu1),
+                       "host_cpu_steal_pct": steal_pct(cpu0, cpu1)},
+        "calibration": {"what": "ns per operation, best of 3 rounds, net of an empty loop "
+                                "(ev-helper tcgcost)",
+                        "host_native": before["host_cal"], "guest": parsed["calibration_guest"],
+                        "tracers_native": before["native"]},
+        "runs": parsed["runs"], "rates": parsed["rates"],
+    })
+
+
+def prepare(a, rec):
+    """The build, the accelerator, pinning, a quiet machine, the native figures."""
     settle_arguments(a)
     say("building (host tools, the guest, LTTng and perf for the guest kernel)")
     guest = guests.build(a, rec, host_tools=True, tracers=True)
@@ -450,60 +517,30 @@ def run(a, rec) -> list[str]:
         os.sched_setaffinity(0, {1})  # the console reader and helpers off the vCPU's CPU
     else:
         a.no_pin = True
-    conditions = quiet_conditions(a)
-    conditions["other_qemus_at_start"] = other_qemus()
-    host_cal = host_calibration(guest)
     work = Path(a.work_dir) / f"ivtrace-guest-{os.getpid()}"
-    say("natively first: the getppid loop under ftrace and perf on this host's kernel")
-    try:
-        native = guest_native.calibrate(guest.files["gb-work"], work,
-                                        ops=200000 if a.quick else 1000000,
-                                        rounds=1 if a.quick else 5)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
-        native = {"error": str(e)}
-    shm = Path(f"/dev/shm/ivt-guestbench-{os.getpid()}")
-    shutil.rmtree(PROOF, ignore_errors=True)
-    command = guest_command(a)
+    before = {"conditions": wait_for_quiet(a), "host_cal": host_calibration(guest)}
+    before["native"] = native_tracers(a, guest, work)
     say(f"{accel[0]} ({accel[1]}); guest {guest.kernel_version}, {a.smp} vCPU, {a.mem}; "
         f"{a.reps} rep(s) x {len(a.configs)} configurations x {len(a.workloads)} workloads; "
         f"rates {a.rates or 'none'}; work dir {work}")
+    return guest, work, before
+
+
+def run(a, rec) -> list[str]:
+    guest, work, before = prepare(a, rec)
+    shm = Path(f"/dev/shm/ivt-guestbench-{os.getpid()}")
+    shutil.rmtree(PROOF, ignore_errors=True)
+    command = guest_command(a)
     cpu0 = cpu_times()
     r, fo, host, vm = boot(a, guest, work, shm, command)
     cpu1 = cpu_times()
-    text = vm.console_text
-    check_finished(r, fo, text)
-    parsed = parse_console(text, host.samples)
+    check_finished(r, fo, vm.console_text)
+    parsed = parse_console(vm.console_text, host.samples)
     say("counting every trace on the host (babeltrace2, perf script, ftrace pages)")
     count_all(a, work, parsed)
-    data = rec["data"]
-    data.update({
-        "guest_command": command, "guest_script": "bench/guest/guestbench.sh",
-        "qemu_command": r.cmd, "host_commands": host.commands,
-        "commands": parsed["commands"], "workload_commands": parsed["workload_commands"],
-        "params": {"reps": a.reps, "configs": a.configs, "workloads": a.workloads,
-                   "ops": {"getppid": a.getppid, "pingpong": a.pingpong,
-                           "forkexec": a.forkexec},
-                   "buf_kb": a.buf_kb, "rates": a.rates, "rate_secs": a.rate_secs,
-                   "rate_buf_kb": a.rate_buf_kb, "rate_configs": a.rate_configs,
-                   "smp": a.smp, "mem": a.mem, "shm_size": shm_size(a),
-                   "pinning": None if a.no_pin else {"vcpu_cpu": 0, "other_cpu": 1,
-                                                     "applied": fo.pinned}},
-        "tracers": guest.tracers.info,
-        "guest_info": parsed["guest_info"],
-        "boot": {"duration_s": round(r.duration, 1), "boot_time_s": r.boot_time,
-                 "kernel_problems": r.kernel_problems},
-        "conditions": {**conditions, "loadavg_after": loadavg(), "top_after": top_procs(),
-                       "other_qemus_at_end": other_qemus(),
-                       "host_cpu_busy_pct": busy_pct(cpu0, cpu1),
-                       "host_cpu_steal_pct": steal_pct(cpu0, cpu1)},
-        "calibration": {"what": "ns per operation, best of 3 rounds, net of an empty loop "
-                                "(ev-helper tcgcost)",
-                        "host_native": host_cal, "guest": parsed["calibration_guest"],
-                        "tracers_native": native},
-        "runs": parsed["runs"], "rates": parsed["rates"],
-    })
-    data["summary"] = summarize(data)
-    print_summary(data)
+    record(rec, a, guest, (r, fo, host, command, cpu0, cpu1), parsed, before)
+    rec["data"]["summary"] = summarize(rec["data"])
+    print_summary(rec["data"])
     if not a.keep_work:
         shutil.rmtree(work, ignore_errors=True)
-    return data["summary"]["incomplete"]
+    return rec["data"]["summary"]["incomplete"]

@@ -98,7 +98,10 @@ def header(rec: dict, g: dict, out: list) -> None:
         out.append(f"**This run was not made on a quiet machine** (load average "
                    f"{cond['loadavg_at_start'][0]:.2f} at the start against the "
                    f"{cond['max_load']} asked for, after waiting {cond['waited_s']:.0f} s; "
-                   f"{len(cond.get('other_qemus_at_start', []))} other QEMU process(es)). "
+                   f"{len(cond.get('other_qemus_at_start', []))} other QEMU process(es); the "
+                   f"host's CPUs were busy "
+                   f"{', '.join(f'{v:.0f} %' for v in cond['host_cpu_busy_pct'])} during the "
+                   f"run, the guest's included). "
                    f"Other jobs slow the guest down at random moments; they cannot make a "
                    f"tracer cheaper, and every configuration ran in every repetition, so the "
                    f"medians and the per-repetition ratios below still compare the tracers, "
@@ -156,16 +159,19 @@ def method(p: dict, out: list) -> None:
         f"clock per operation: on one vCPU a consumer in the guest (lttng-consumerd, `cat`, "
         f"perf) runs in it. **CPU** is the workload's processes' CPU time per operation "
         f"(getrusage: the probes and the writes into the buffer in the traced task's "
-        f"context, no consumer). Added = traced minus untraced of the same repetition; "
+        f"context, no consumer). Both are adjusted for host contention: under TCG the guest "
+        f"cannot tell when the host keeps its vCPU thread waiting for a CPU (its clock runs "
+        f"on), so the host samples the thread's schedstat around each run and both are "
+        f"scaled by 1 - the share of the run it waited (**vCPU waited**; the raw figures are "
+        f"in the results file, and the ratio table gives the raw CPU ratio too). "
+        f"Added = traced minus untraced of the same repetition; "
         f"median over the repetitions (min – max). **Consumer**: the consumer's CPU time as a "
         f"share of the run (ivtrace: `ivtrace record` on the host; the others: their guest "
         f"processes). **Events/op**: what the tracer recorded per operation, counted on the "
         f"host in its trace, the consumer's own traced system calls included (a consumer in "
         f"the guest is traced too). **B/event**: bytes per event in the buffer (ivtrace, "
         f"ftrace: the events' own bytes with their headers) or in the files (LTTng: packets; "
-        f"perf: perf.data; perf trace: its text). **vCPU waited**: the share of the run the "
-        f"host kept the guest's vCPU thread waiting for its CPU (other jobs on this machine; "
-        f"the guest's clock runs on meanwhile).\n")
+        f"perf: perf.data; perf trace: its text).\n")
 
 
 def workload_table(w: str, rows: dict, p: dict, out: list) -> None:
@@ -195,20 +201,21 @@ def ratio_table(s: dict, out: list) -> None:
                "per repetition: median (min – max). **CPU**: in the traced task (the probes "
                "and the writes); **wall**: everything the guest spent, its consumer included. "
                "Below 1: ivtrace costs the guest less.\n")
-    out.append("| workload | ivtrace.ko | against | CPU | wall |")
-    out.append("|---|---|---|---:|---:|")
+    out.append("| workload | ivtrace.ko | against | CPU | wall | CPU, not adjusted |")
+    out.append("|---|---|---|---:|---:|---:|")
     for w, by in s["ratios"].items():
         for ivt, others in by.items():
             for o, v in others.items():
-                out.append(f"| {w} | {ivt} | {LABELS[o]} | {ratio_cell(v.get('cpu'))} | "
-                           f"{ratio_cell(v.get('wall'))} |")
+                out.append(f"| {w} | {SHORT[ivt]} | {SHORT[o]} | {ratio_cell(v.get('cpu'))} | "
+                           f"{ratio_cell(v.get('wall'))} | {ratio_cell(v.get('cpu_raw'), False)} |")
     out.append("")
 
 
-def ratio_cell(v) -> str:
+def ratio_cell(v, bold: bool = True) -> str:
     if not v:
         return "–"
-    return f"**{v['median']:.2f}** ({v['min']:.2f} – {v['max']:.2f})"
+    m = f"**{v['median']:.2f}**" if bold else f"{v['median']:.2f}"
+    return f"{m} ({v['min']:.2f} – {v['max']:.2f})"
 
 
 def agreement_table(s: dict, p: dict, out: list) -> None:
