@@ -64,6 +64,7 @@ def section(rec: dict, src: str, out: list) -> None:
         if w in s["table"]:
             workload_table(w, s["table"][w], g["params"], out)
     ratio_table(s, out)
+    reading(s, out)
     agreement_table(s, g["params"], out)
     rates_table(s, g["params"], out)
     proof(s, out)
@@ -209,6 +210,45 @@ def ratio_table(s: dict, out: list) -> None:
                 out.append(f"| {w} | {SHORT[ivt]} | {SHORT[o]} | {ratio_cell(v.get('cpu'))} | "
                            f"{ratio_cell(v.get('wall'))} | {ratio_cell(v.get('cpu_raw'), False)} |")
     out.append("")
+
+
+def reading(s: dict, out: list) -> None:
+    """What the tables say, every number from them."""
+    row = s["table"].get("getppid", {})
+    per = {c: (row.get(c) or {}).get("added_cpu_per_event") for c in
+           ("ivt-flight", "lttng-snapshot", "ft-ring", "perf-record")}
+    if not all(per.values()):
+        return
+    order = sorted(per, key=lambda c: per[c]["median"])
+    seed_order = ["perf-record", "ivt-flight", "ft-ring", "lttng-snapshot"]
+    t = ("Read: per event in the traced task, " + ", ".join(
+        f"{SHORT[c]} {per[c]['median']:.0f} ns" for c in order) + " (getppid loop, median). "
+         + ("The seed's order was perf, hypertracing, ftrace, LTTng; here it is "
+            + ", ".join(SHORT[c] for c in order) + ". " if order != seed_order else
+            "The order is the seed's. "))
+    cons = [(c, row[c]["consumer_pct"]["median"]) for c in
+            ("lttng-discard", "ft-pipe", "perf-record", "perf-trace")
+            if row.get(c) and row[c].get("consumer_pct")]
+    st = row.get("ivt-stream")
+    if cons and st:
+        t += ("Streaming to a file, the consumers in the guest took " + ", ".join(
+            f"{v:.0f} % ({SHORT[c]})" for c, v in cons) + " of the vCPU during the getppid "
+            f"runs, which is why their wall cost exceeds their CPU cost; ivtrace's consumer "
+            f"ran on the host ({st['consumer_pct']['median']:.0f} % of a host CPU) and its "
+            f"added wall time per call stayed at {st['added_wall']['median']:.0f} ns. ")
+    rates = s.get("rates") or {}
+    if rates:
+        t += "Paced, with a small buffer: " + "; ".join(
+            rate_words(SHORT[c], x) for c, x in rates.items()) + ".\n"
+    out.append(t if t.endswith("\n") else t + "\n")
+
+
+def rate_words(name: str, x: dict) -> str:
+    ok, drop = x.get("sustained_events_per_s"), x.get("first_drop_events_per_s")
+    if not drop:
+        return f"{name} lost nothing up to {ok:,} events/s, the fastest the guest ran under it"
+    return (f"{name} lost events from {drop:,} events/s on"
+            + (f" (though none at {ok:,}/s)" if ok and ok > drop else ""))
 
 
 def ratio_cell(v, bold: bool = True) -> str:
