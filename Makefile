@@ -9,9 +9,10 @@
 #   make demo     install what is missing, build, record a real guest (vm/demo), summary
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
 #   make bench    the native benchmarks (bench/run native), then docs/performance.md
-#   make eval     the whole performance page from scratch: bench/run native, doorbell and
+#   make eval     the whole performance page from scratch: bench/run native, doorbell,
 #                 evaluation (ivtrace's states vs ftrace over net/SSH/9p/virtio-serial in a real
-#                 guest), then docs/performance.md and its plots (bench/report; ~45 min, TCG)
+#                 guest) and guest (ivtrace.ko vs LTTng, ftrace and perf in one guest), then
+#                 docs/performance.md and its plots (bench/report; ~80 min, TCG)
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -117,6 +118,7 @@ eval: deps all
 	bench/run native
 	bench/run doorbell
 	bench/run evaluation
+	bench/run guest
 	bench/report
 
 fuzz:

@@ -166,8 +166,8 @@ def part_header(out: list, e) -> None:
     m, acc, guest = rec["machine"], rec["accelerator"], rec["guest"]
     out.append(f"From `{e.src}` (run of {rec['date']}, {rec['duration_s'] / 60:.0f} min, "
                f"one boot{', **quick smoke run: 1 repetition, short workloads; not for quoting**' if e.quick else ''}). "
-               f"Reproduce: `{rec['command']}` (or `make eval`, which also reruns the native "
-               f"and doorbell benchmarks), as root.\n")
+               f"Reproduce: `{rec['command']}` (or `make eval`, which also reruns the native, "
+               f"doorbell and guest benchmarks), as root.\n")
     hyper = "hypervisor" in m["cpu"].get("flags_of_interest", [])
     out.append("| | |\n|---|---|")
     out.append(f"| accelerator | **{acc['name']}**: {acc['reason']} |")

@@ -45,8 +45,9 @@ def intro(out: list, nat: dict | None) -> None:
                "shared machine, never pass/fail tests; every claim below is a ratio measured "
                "side by side in the same run.\n")
     out.append("`make eval` reruns everything on this page (the native benchmarks, the doorbell "
-               "benchmark, the evaluation matrix in a real guest) and regenerates it and its "
-               "plots from scratch.\n")
+               "benchmark, the evaluation matrix in a real guest, ivtrace.ko against LTTng, "
+               "ftrace and perf in a real guest) and regenerates it and its plots from "
+               "scratch.\n")
     if nat:
         out.append(f"Reproduce the native sections: `{nat['command']}` at the top of the "
                    f"repository, as root, then `bench/report`. The per-event tables alone "
