@@ -8,19 +8,29 @@
 #   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
 #   make demo     install what is missing, build, record a real guest (vm/demo), summary
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
+#   make demo-vmview  the guest seen from the host: a host CPU hog pinned to a vCPU's CPU, and
+#                 the guest threads that lost time to it (vm/demo-vmview, ~1 min, root)
 #   make bench    the native benchmarks (bench/run native), then docs/performance.md
 #   make eval     the whole performance page from scratch: bench/run native, doorbell,
 #                 evaluation (ivtrace's states vs ftrace over net/SSH/9p/virtio-serial in a real
 #                 guest) and guest (ivtrace.ko vs LTTng, ftrace and perf in one guest), then
 #                 docs/performance.md and its plots (bench/report; ~80 min, TCG)
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
+#   make lint-host  clippy (warnings as errors) and rustfmt --check on host/
+#   make gen-docs man pages and bash/zsh/fish completions from the CLI definition, in
+#                 build/gen-docs/ (host's gen-docs example; the packages run it too)
+#   make deb      the Debian packages (ivtrace, ivtrace-dkms, libivtrace0, libivtrace-dev) in
+#                 build/deb/, then lintian (scripts/build-deb; docs/install.md)
+#   make test-deb the packages installed on this machine (apt-get install ./build/deb/*.deb):
+#                 contents, the service as its unit runs it, DKMS for the guest kernel,
+#                 pkg-config, then a real libvirtd domain traced through the packaged serve
 SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval \
-	tracecompass lint lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback bench eval fuzz clean
+	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
+	demo demo-loopback demo-vmview bench eval fuzz clean deb test-deb gen-docs
 
 all: host lib
 
@@ -44,7 +54,7 @@ guest:
 	vm/build --all
 
 # lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
-test: deps all tracecompass test-abi test-lib test-host test-py test-eval lint
+test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-deb lint
 
 test-abi:
 	$(MAKE) -C abi test
@@ -55,8 +65,21 @@ test-lib:
 test-host:
 	$(CARGO) test --release --locked --manifest-path host/Cargo.toml
 
+# tests/deb and tests/libvirt need the packages: test-deb runs them.
 test-py: all
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q tests --ignore=tests/deb --ignore=tests/libvirt
+
+deb:
+	scripts/build-deb
+
+gen-docs:
+	$(CARGO) run --release --locked --manifest-path host/Cargo.toml -p ivtrace \
+		--example gen-docs -- build/gen-docs
+
+# Installs the packages on this machine (as an administrator would) and checks them;
+# then the libvirt test, whose serve is the installed one run as its unit runs it.
+test-deb: deb guest
+	$(PYTHON) -m pytest -q tests/deb tests/libvirt
 
 # The evaluation's quick mode: every tracing state and transport once, short workloads
 # (~2-3 min); fails only when something could not be measured, never on a timing. Its
@@ -74,16 +97,10 @@ lint:
 	done; \
 	if [ -n "$$failed" ]; then echo "lint: FAILED:$$failed" >&2; exit 1; fi; echo "lint: ok"
 
-# host/'s own lint target (lint-host, here or in host/Makefile) when it has one; else clippy
-# with warnings as errors and rustfmt --check directly.
+# clippy with warnings as errors (no function over 80 lines of code) and rustfmt --check on
+# host/ (tests, examples and the fuzz crate included): host/Makefile's lint-host.
 lint-rust:
-	@if $(MAKE) -s -n lint-host >/dev/null 2>&1; then $(MAKE) --no-print-directory lint-host; \
-	elif $(MAKE) -s -C host -n lint-host >/dev/null 2>&1; then $(MAKE) -C host lint-host; \
-	else set -e; \
-		$(CARGO) clippy --release --locked --all-targets --manifest-path host/Cargo.toml \
-			-- -D warnings; \
-		$(CARGO) fmt --all --check --manifest-path host/Cargo.toml; \
-	fi
+	$(MAKE) -C host lint-host
 
 lint-kmod:
 	$(MAKE) -C guest/kmod checkpatch
@@ -110,6 +127,9 @@ demo:
 demo-loopback: deps all
 	scripts/demo.sh
 
+demo-vmview:
+	vm/demo-vmview
+
 bench: deps all
 	$(MAKE) -C bench
 
@@ -128,3 +148,5 @@ clean:
 	rm -rf bin build
 	$(MAKE) -C guest/lib clean
 	$(CARGO) clean --manifest-path host/Cargo.toml
+
+lint-host: lint-rust

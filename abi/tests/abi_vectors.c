@@ -28,7 +28,7 @@ int main(void)
 	SIZE(ivt_region_hdr); SIZE(ivt_layout); SIZE(ivt_clock);
 	SIZE(ivt_sync); SIZE(ivt_control); SIZE(ivt_channel);
 	SIZE(ivt_packet_hdr); SIZE(ivt_event_ext); SIZE(ivt_meta_rec);
-	SIZE(ivt_meta_field);
+	SIZE(ivt_meta_field); SIZE(ivt_name_entry); SIZE(ivt_names_rec);
 
 	OFF(ivt_region_hdr, magic); OFF(ivt_region_hdr, abi_major);
 	OFF(ivt_region_hdr, abi_minor); OFF(ivt_region_hdr, hdr_size);
@@ -83,6 +83,11 @@ int main(void)
 	OFF(ivt_meta_rec, name); OFF(ivt_meta_rec, fields);
 	OFF(ivt_meta_field, name); OFF(ivt_meta_field, type);
 	OFF(ivt_meta_field, flags); OFF(ivt_meta_field, count);
+	OFF(ivt_name_entry, tid); OFF(ivt_name_entry, seq); OFF(ivt_name_entry, ts);
+	OFF(ivt_name_entry, comm);
+	OFF(ivt_names_rec, len); OFF(ivt_names_rec, commit); OFF(ivt_names_rec, kind);
+	OFF(ivt_names_rec, nr_entries); OFF(ivt_names_rec, updates);
+	OFF(ivt_names_rec, skipped); OFF(ivt_names_rec, entries);
 
 	CONST(IVT_MAGIC); CONST(IVT_ABI_MAJOR); CONST(IVT_ABI_MINOR);
 	CONST(IVT_PAGE_SIZE); CONST(IVT_REGION_MIN); CONST(IVT_SUBBUF_MIN);
@@ -97,11 +102,14 @@ int main(void)
 	CONST(IVT_CLOCK_TSC);
 	CONST(IVT_CMD_NONE); CONST(IVT_CMD_FLUSH); CONST(IVT_CMD_ENABLE);
 	CONST(IVT_CMD_DISABLE); CONST(IVT_CMD_SET_MODE); CONST(IVT_CMD_SYNC); CONST(IVT_CMD_STATEDUMP);
+	CONST(IVT_HC_BASE); CONST(IVT_HC_VMSYNC); CONST(IVT_HC_EVENT_FIRST);
+	CONST(IVT_HC_EVENT_LAST);
 	CONST(IVT_CTF_MAGIC); CONST(IVT_EVENT_COUNT_UNKNOWN);
 	CONST(IVT_EV_ID_BITS); CONST(IVT_EV_ID_EXTENDED); CONST(IVT_EV_COMPACT_MAX_ID);
 	CONST(IVT_EV_TS_BITS); CONST(IVT_EV_ALIGN); CONST(IVT_EV_COMPACT_SIZE);
 	CONST(IVT_EV_EXT_SIZE);
-	CONST(IVT_META_COMMIT); CONST(IVT_META_EVENT); CONST(IVT_NAME_MAX);
+	CONST(IVT_META_COMMIT); CONST(IVT_META_EVENT); CONST(IVT_META_NAMES);
+	CONST(IVT_NAME_DEAD); CONST(IVT_NAME_MAX);
 	CONST(IVT_FIELD_NAME_MAX); CONST(IVT_FIELDS_MAX);
 	CONST(IVT_FT_U8); CONST(IVT_FT_U16); CONST(IVT_FT_U32); CONST(IVT_FT_U64);
 	CONST(IVT_FT_S8); CONST(IVT_FT_S16); CONST(IVT_FT_S32); CONST(IVT_FT_S64);

@@ -12,9 +12,10 @@
  * ivtk_region.c (layout, format, metadata records, channel retirement),
  * ivtk_events.c (the kernel event table), ivtk_cpu.c (per-CPU writers,
  * flush timers, CPU hotplug), ivtk_probes.c (tracepoint probes, groups),
- * ivtk_statedump.c, ivtk_console.c, ivtk_ctl.c (host control, clock sync,
- * MSI-X, doorbell), ivtk_cdev.c (/dev/ivtrace), ivtk_kapi.c (API for
- * other modules, include/ivtrace_kapi.h).
+ * ivtk_syscalls.c (system call probes), ivtk_names.c (thread name table
+ * for crash salvage), ivtk_statedump.c, ivtk_console.c,
+ * ivtk_ctl.c (host control, clock sync, MSI-X, doorbell), ivtk_cdev.c
+ * (/dev/ivtrace), ivtk_kapi.c (API for other modules, include/ivtrace_kapi.h).
  */
 #ifndef IVTK_H
 #define IVTK_H
@@ -27,12 +28,15 @@
 #include <linux/cpuhotplug.h>
 #include <linux/miscdevice.h>
 #include <linux/pci.h>
+#include <linux/pid_namespace.h>
 #include <linux/compiler.h>
 #include <asm/msr.h>
 
 #include "wrapper/compat.h"
 #include <ivtrace/abi.h>
 #include <ivtrace/writer.h>
+#include <ivtrace/payload.h>
+#include <ivtrace/kernel_events.h>
 #include <ivtrace_kapi.h>
 
 #ifndef CONFIG_X86
@@ -45,40 +49,13 @@
 #define IVSHMEM_REG_IVPOSITION	8
 #define IVSHMEM_REG_DOORBELL	12
 
-#define IVTK_META_SIZE		(128u << 10)	/* metadata area bytes */
+#define IVTK_META_SIZE		(256u << 10)	/* metadata area bytes */
+#define IVTK_NAMES_NR		4096u		/* thread name table entries (128 KiB) */
 #define IVTK_STR_MAX		256u		/* file names, irq names */
 #define IVTK_CONSOLE_MAX	2048u		/* one console line */
 
-/* The kernel stream's events, in registration order (docs/abi.md). */
-enum ivtk_event_id {
-	IVTK_EV_SCHED_SWITCH,
-	IVTK_EV_SCHED_WAKEUP,
-	IVTK_EV_IRQ_HANDLER_ENTRY,
-	IVTK_EV_IRQ_HANDLER_EXIT,
-	IVTK_EV_SOFTIRQ_ENTRY,
-	IVTK_EV_SOFTIRQ_EXIT,
-	IVTK_EV_HRTIMER_EXPIRE_ENTRY,
-	IVTK_EV_HRTIMER_EXPIRE_EXIT,
-	IVTK_EV_KMALLOC,
-	IVTK_EV_KFREE,
-	IVTK_EV_MM_PAGE_ALLOC,
-	IVTK_EV_MM_PAGE_FREE,
-	IVTK_EV_SYSCALL_ENTRY,
-	IVTK_EV_SYSCALL_EXIT,
-	IVTK_EV_PRINTK_CONSOLE,
-	IVTK_EV_SCHED_WAKEUP_NEW,
-	IVTK_EV_SCHED_PROCESS_FORK,
-	IVTK_EV_SCHED_PROCESS_EXEC,
-	IVTK_EV_SCHED_PROCESS_EXIT,
-	IVTK_EV_SCHED_PROCESS_FREE,
-	IVTK_EV_TASK_RENAME,
-	IVTK_EV_STATEDUMP_START,
-	IVTK_EV_STATEDUMP_END,
-	IVTK_EV_STATEDUMP_PROCESS_STATE,
-	IVTK_EV_STATEDUMP_INTERRUPT,
-	IVTK_EV_DOORBELL,
-	IVTK_NR_EVENTS
-};
+/* The kernel stream's events: IVT_KEV_* of ivtrace/kernel_events.h. */
+#define IVTK_NR_EVENTS		IVT_KEV_COUNT
 
 #define IVTK_GROUPS_ALL		((1u << IVTRACE_NR_GROUPS) - 1)
 
@@ -87,7 +64,6 @@ struct ivtk_event_desc {
 	u32 group;			/* IVTRACE_GROUP_* */
 	const struct ivtrace_field *fields;
 	unsigned int nr_fields;
-	u32 wire_size;			/* payload bytes; 0 when variable */
 };
 
 /*
@@ -193,54 +169,24 @@ static __always_inline u8 *ivtk_reserve(struct ivt_writer **wp, u32 id,
 	return p;
 }
 
-static __always_inline void ivtk_commit(struct ivt_writer *w)
+/*
+ * Commit the event reserved last, whose payload the probe wrote up to
+ * @end. A probe that wrote another layout than its event's one definition
+ * (ivtrace/kernel_events.h, from which the reservation's size comes) warns
+ * once: every guest test fails on a WARNING in dmesg.
+ */
+static __always_inline void ivtk_commit(struct ivt_writer *w, const u8 *end)
 {
+	WARN_ON_ONCE(end != w->pkt + w->cur_end);
 	ivt_writer_commit(w);
 	ivtk_leave(w);
 }
 
-/* Payload encoding: byte-packed little-endian (docs/abi.md "Events"). */
-static __always_inline u8 *ivtk_put_u8(u8 *p, u8 v)
-{
-	*p = v;
-	return p + 1;
-}
-
-static __always_inline u8 *ivtk_put_u16(u8 *p, u16 v)
-{
-	put_unaligned_le16(v, p);
-	return p + 2;
-}
-
-static __always_inline u8 *ivtk_put_u32(u8 *p, u32 v)
-{
-	put_unaligned_le32(v, p);
-	return p + 4;
-}
-
-static __always_inline u8 *ivtk_put_u64(u8 *p, u64 v)
-{
-	put_unaligned_le64(v, p);
-	return p + 8;
-}
-
-/* IVT_FT_CHARS of exactly @n bytes (e.g. a task's comm[16]). */
-static __always_inline u8 *ivtk_put_chars(u8 *p, const char *s, size_t n)
-{
-	memcpy(p, s, n);
-	return p + n;
-}
-
-/* IVT_FT_STRING: @n bytes of text (no NUL among them) and a NUL. */
-static __always_inline u8 *ivtk_put_str(u8 *p, const char *s, size_t n)
-{
-	memcpy(p, s, n);
-	p[n] = 0;
-	return p + n + 1;
-}
+/* Payloads are written with ivt_put_*() (ivtrace/payload.h). */
 
 /* Write an event whose payload is one u8 (softirq vector, state dump
- * start and end), interrupts off as every event (see the top). */
+ * start and end), interrupts off as every event (see the top).
+ */
 static __always_inline void ivtk_emit_u8(u32 id, u8 v)
 {
 	struct ivt_writer *w;
@@ -248,12 +194,22 @@ static __always_inline void ivtk_emit_u8(u32 id, u8 v)
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, id, 1);
+	p = ivtk_reserve(&w, id, sizeof(v));
 	if (p) {
-		ivtk_put_u8(p, v);
-		ivtk_commit(w);
+		p = ivt_put_u8(p, v);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
+}
+
+/* The inode number of @t's pid namespace (LTTng's ns_inum), 0 if it has
+ * none (a task being torn down). Callers hold RCU or a reference to @t.
+ */
+static inline u32 ivtk_pid_ns_inum(struct task_struct *t)
+{
+	struct pid_namespace *ns = task_active_pid_ns(t);
+
+	return ns ? ns->ns.inum : 0;
 }
 
 /* Length of @s for an IVT_FT_STRING field, capped at @max. */
@@ -292,9 +248,22 @@ int ivtk_parse_groups(const char *s, u32 *mask);
 int ivtk_groups_enable(u32 mask);
 void ivtk_groups_disable(u32 mask);
 
+/* ---- ivtk_syscalls.c: the sys_enter / sys_exit probes ------------------ */
+
+struct pt_regs;
+void ivtk_sys_enter(void *data, struct pt_regs *regs, long id);
+void ivtk_sys_exit(void *data, struct pt_regs *regs, long ret);
+
+/* ---- ivtk_names.c: the thread name table ------------------------------ */
+
+int ivtk_names_start(struct ivtk_dev *d);
+void ivtk_names_stop(void);
+void ivtk_name_set(u32 tid, const char *comm);
+void ivtk_name_dead(u32 tid);
+
 /* ---- ivtk_statedump.c, ivtk_console.c --------------------------------- */
 
-void ivtk_statedump(void);
+void ivtk_statedump(struct ivtk_dev *d);
 void ivtk_console_register(struct ivtk_dev *d);
 void ivtk_console_unregister(struct ivtk_dev *d);
 
@@ -308,6 +277,12 @@ void ivtk_ctl_stop(struct ivtk_dev *d);
 
 int ivtk_cdev_register(struct ivtk_dev *d);
 void ivtk_cdev_unregister(struct ivtk_dev *d);
+
+/* ---- ivtk_hypercall.c: hypercall channel and vmsync (KVM only) -------- */
+
+void ivtk_hypercall_init(void);
+void ivtk_vmsync_start(struct ivtk_dev *d);
+void ivtk_vmsync_stop(void);
 
 /* ---- ivtk_kapi.c ------------------------------------------------------ */
 

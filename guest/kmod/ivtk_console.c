@@ -9,7 +9,7 @@
  *
  * CON_ENABLED must be preset: with console= on the command line,
  * register_console() silently skips a console whose name no console=
- * option matches unless it is already enabled (specs.md 3.3).
+ * option matches unless it is already enabled (docs/guest-kernel.md "Capturing printk").
  *
  * write() runs under console_lock with interrupts off (and, at panic,
  * on the panicking CPU with the others stopped); it must not sleep or
@@ -44,9 +44,11 @@ void ivtk_write_printk(const char *s, size_t n)
 	n = min_t(size_t, n, IVTK_CONSOLE_MAX);
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_PRINTK_CONSOLE, n + 1);
+	p = ivtk_reserve(&w, IVT_KEV_PRINTK_CONSOLE,
+			 IVT_KEV_PRINTK_CONSOLE_SIZE + n);
 	if (p) {
-		ivtk_put_str(p, s, n);
+		u8 *end = ivt_put_string(p, s, n);
+
 		/* A NUL inside would end the string early and leave the
 		 * rest unparsable: the host would drop the whole packet.
 		 */
@@ -54,7 +56,7 @@ void ivtk_write_printk(const char *s, size_t n)
 			for (i = 0; i < n; i++)
 				if (!p[i])
 					p[i] = ' ';
-		ivtk_commit(w);
+		ivtk_commit(w, end);
 	}
 	local_irq_restore(flags);
 }

@@ -27,7 +27,7 @@ static struct ivt_region_hdr *ivtk_hdr(struct ivtk_dev *d)
  * (ivt_writer_close() saw host_sleeping). Called from ivtk_leave() on
  * @w's CPU, interrupts off, inside @w's write section with no reservation
  * open. The peer id and vector are the host's own words; a wrong value
- * only makes QEMU ignore the write (specs.md 1.3).
+ * only makes QEMU ignore the write (docs/ivshmem.md "Registers").
  *
  * Right before the MMIO write it records ivtrace_doorbell (seq = this
  * ring's number in the region's doorbells counter), so the host can check
@@ -49,10 +49,11 @@ void ivtk_ring_host(struct ivt_writer *w)
 	peer = READ_ONCE(hdr->host_peer_id);
 	vec = READ_ONCE(hdr->host_vector);
 	seq = ivtk_fetch_add64(&hdr->doorbells, 1) + 1;
-	p = ivt_writer_reserve(w, rdtsc(), IVTK_EV_DOORBELL, 10);
+	p = ivt_writer_reserve(w, rdtsc(), IVT_KEV_DOORBELL,
+			       IVT_KEV_DOORBELL_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, seq);
-		ivtk_put_u16(p, vec);
+		p = ivt_put_u64(p, seq);
+		ivt_put_u16(p, vec);
 		ivt_writer_commit(w);
 	}
 	w->wake_host = 0;
@@ -111,7 +112,7 @@ static int ivtk_ctl_exec(struct ivtk_dev *d, u32 cmd, u64 arg)
 		ivtk_sync_answer(d);
 		return 0;
 	case IVT_CMD_STATEDUMP:
-		ivtk_statedump();
+		ivtk_statedump(d);
 		return 0;
 	default:
 		return -EINVAL;
@@ -174,7 +175,7 @@ void ivtk_ctl_init(struct ivtk_dev *d)
 	d->poll_jiffies = msecs_to_jiffies(d->flush_ms ?: 100);
 }
 
-/* MSI-X for the doorbell device (no INTx there: specs.md 1.2). */
+/* MSI-X for the doorbell device (no INTx there: docs/ivshmem.md "MSI-X"). */
 static int ivtk_irq_setup(struct ivtk_dev *d)
 {
 	struct pci_dev *pdev = d->pdev;

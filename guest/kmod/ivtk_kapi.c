@@ -72,7 +72,8 @@ bool ivtk_fields_valid(const struct ivtrace_field *f, unsigned int nr)
 			return false;
 		if (f[i].flags & ~(IVT_FF_HEX | IVT_FF_TID_COMM))
 			return false;
-		if ((f[i].flags & IVT_FF_TID_COMM) && f[i].type != IVT_FT_U32)
+		if ((f[i].flags & IVT_FF_TID_COMM) &&
+		    f[i].type != IVT_FT_U32 && f[i].type != IVT_FT_S32)
 			return false;
 		if (f[i].type == IVT_FT_CHARS ?
 		    !f[i].count || f[i].count > 4096 : f[i].count)
@@ -249,7 +250,7 @@ int ivtrace_write(u32 id, const void *buf, u32 size)
 	p = ivtk_reserve(&w, id, size);
 	if (p) {
 		memcpy(p, buf, size);
-		ivtk_commit(w);
+		ivtk_commit(w, p + size);
 		ret = 0;
 	}
 	local_irq_restore(flags);

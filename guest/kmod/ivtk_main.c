@@ -80,6 +80,7 @@ static const char *ivtk_mode_name(u32 m)
 static void ivtk_stop(struct ivtk_dev *d)
 {
 	lockdep_assert_held(&ivtk_mutex);
+	ivtk_vmsync_stop();
 	ivtk_console_unregister(d);
 	ivtk_groups_disable(IVTK_GROUPS_ALL);
 	/* No probe runs any more once this returns. */
@@ -90,6 +91,7 @@ static void ivtk_stop(struct ivtk_dev *d)
 	 */
 	WRITE_ONCE(ivtk_live, false);
 	synchronize_rcu();
+	ivtk_names_stop();
 	/* Stop the flush timers, close every online CPU's packet. */
 	ivtk_cpus_stop(d);
 	ivtk_region_close(d);
@@ -117,8 +119,9 @@ static int ivtk_start(struct ivtk_dev *d)
 	/* Threads and interrupts that exist now; fork/exec/rename and
 	 * sched_process_free keep the host's view current from here.
 	 */
-	ivtk_statedump();
+	ivtk_statedump(d);
 	ivtk_console_register(d);
+	ivtk_vmsync_start(d);
 	return 0;
 err:
 	ivtk_stop(d);
@@ -183,7 +186,7 @@ static int ivtk_map(struct ivtk_dev *d)
 	}
 	/* Write-back, never write-combining: WC stores are weakly ordered
 	 * and the release stores of the writer protocol would not order
-	 * them (specs.md 3.5).
+	 * them (docs/guest-kernel.md "Memory ordering").
 	 */
 	d->shm = devm_memremap(&pdev->dev, start, len, MEMREMAP_WB);
 	if (IS_ERR(d->shm)) {
@@ -336,41 +339,19 @@ static int __init ivtk_check_params(void)
 	return 0;
 }
 
-/* The wire sizes in ivtk_events[] must match their fields (docs/abi.md). */
+/* The event table is built from its one definition; what is left to check
+ * is that its names and types are ones the host accepts.
+ */
 static int __init ivtk_check_events(void)
 {
-	unsigned int i, j;
+	unsigned int i;
 
 	for (i = 0; i < IVTK_NR_EVENTS; i++) {
 		const struct ivtk_event_desc *e = &ivtk_events[i];
-		u32 sz = 0;
 
-		for (j = 0; j < e->nr_fields; j++) {
-			switch (e->fields[j].type) {
-			case IVT_FT_U8: case IVT_FT_S8:
-				sz += 1;
-				break;
-			case IVT_FT_U16: case IVT_FT_S16:
-				sz += 2;
-				break;
-			case IVT_FT_U32: case IVT_FT_S32:
-				sz += 4;
-				break;
-			case IVT_FT_U64: case IVT_FT_S64:
-				sz += 8;
-				break;
-			case IVT_FT_CHARS:
-				sz += e->fields[j].count;
-				break;
-			default:
-				sz = 0;
-				goto next;
-			}
-		}
-next:
-		if (sz != e->wire_size || !ivtk_fields_valid(e->fields, e->nr_fields)) {
-			pr_err("ivtrace: event %u (%s): table says %u payload bytes, fields say %u\n",
-			       i, e->name, e->wire_size, sz);
+		if (!ivtk_fields_valid(e->fields, e->nr_fields)) {
+			pr_err("ivtrace: event %u (%s) has an invalid field\n",
+			       i, e->name);
 			return -EINVAL;
 		}
 	}
@@ -392,6 +373,7 @@ static int __init ivtk_init(void)
 		pr_err("ivtrace: no tracepoint found (CONFIG_TRACEPOINTS?)\n");
 		return ret;
 	}
+	ivtk_hypercall_init();
 	return pci_register_driver(&ivtk_driver);
 }
 

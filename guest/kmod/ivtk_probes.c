@@ -6,8 +6,9 @@
  * lttng-modules way; no EXPORT_TRACEPOINT_SYMBOL needed) and attached with
  * tracepoint_probe_register(), which cannot check a probe's prototype:
  * every probe below is declared from the TP_PROTO of Linux 6.1's
- * include/trace/events/{sched,task,irq,timer,kmem,syscalls}.h, with the
- * version-dependent ones in wrapper/compat.h.
+ * include/trace/events/{sched,task,irq,timer,kmem,syscalls}.h and
+ * arch/x86/include/asm/trace/irq_vectors.h, with the version-dependent
+ * ones in wrapper/compat.h.
  *
  * Probes run with preemption disabled and may nest in interrupts (the
  * printk one even in NMIs); each one writes with interrupts off
@@ -26,7 +27,6 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/tracepoint.h>
-#include <asm/syscall.h>
 
 #include "ivtk.h"
 
@@ -46,17 +46,18 @@ static __always_inline s8 ivtk_prio(const struct task_struct *t)
 }
 
 /*
- * prev_state of sched_switch: 0 for a preempted task (Trace Compass reads
- * 0 as "wait for CPU"; Linux's own formatter says TASK_REPORT_MAX), else
- * the __task_state_index() bit, as __trace_sched_switch_state() does.
+ * prev_state of sched_switch as lttng-modules (2.10 on) and Linux's own
+ * __trace_sched_switch_state() write it: TASK_REPORT_MAX for a preempted
+ * task, else the __task_state_index() bit (0: it was running).
  */
 static __always_inline u16 ivtk_prev_state(bool preempt, unsigned int state,
 					   const struct task_struct *p)
 {
 	unsigned int idx;
 
+	BUILD_BUG_ON(TASK_REPORT_MAX > U16_MAX);
 	if (preempt)
-		return 0;
+		return TASK_REPORT_MAX;
 	idx = __task_state_index(state, p->exit_state);
 	return idx ? 1u << (idx - 1) : 0;
 }
@@ -73,14 +74,15 @@ static void ivtk_sched_switch(void *data, bool preempt,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SCHED_SWITCH, 12);
+	p = ivtk_reserve(&w, IVT_KEV_SCHED_SWITCH,
+			 IVT_KEV_SCHED_SWITCH_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, prev->pid);
-		p = ivtk_put_u8(p, ivtk_prio(prev));
-		p = ivtk_put_u16(p, ivtk_prev_state(preempt, prev_state, prev));
-		p = ivtk_put_u32(p, next->pid);
-		ivtk_put_u8(p, ivtk_prio(next));
-		ivtk_commit(w);
+		p = ivt_put_u32(p, prev->pid);
+		p = ivt_put_u8(p, ivtk_prio(prev));
+		p = ivt_put_u16(p, ivtk_prev_state(preempt, prev_state, prev));
+		p = ivt_put_u32(p, next->pid);
+		p = ivt_put_u8(p, ivtk_prio(next));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -91,45 +93,74 @@ static __always_inline void ivtk_wakeup(u32 id, struct task_struct *t)
 	unsigned long flags;
 	u8 *p;
 
+	/* sched_wakeup and sched_wakeup_new have the same fields. */
+	BUILD_BUG_ON(IVT_KEV_SCHED_WAKEUP_SIZE != IVT_KEV_SCHED_WAKEUP_NEW_SIZE);
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, id, 7);
+	p = ivtk_reserve(&w, id, IVT_KEV_SCHED_WAKEUP_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, t->pid);
-		p = ivtk_put_u8(p, ivtk_prio(t));
-		ivtk_put_u16(p, task_cpu(t));
-		ivtk_commit(w);
+		p = ivt_put_u32(p, t->pid);
+		p = ivt_put_u8(p, ivtk_prio(t));
+		p = ivt_put_u16(p, task_cpu(t));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
 
 static void ivtk_sched_wakeup(void *data, struct task_struct *t)
 {
-	ivtk_wakeup(IVTK_EV_SCHED_WAKEUP, t);
+	ivtk_wakeup(IVT_KEV_SCHED_WAKEUP, t);
 }
 
 static void ivtk_sched_wakeup_new(void *data, struct task_struct *t)
 {
-	ivtk_wakeup(IVTK_EV_SCHED_WAKEUP_NEW, t);
+	ivtk_wakeup(IVT_KEV_SCHED_WAKEUP_NEW, t);
+}
+
+/* Pid namespace levels whose tid sched_process_fork lists (LTTng's cap). */
+#define IVTK_PID_NS_LEVELS	32u
+
+/*
+ * @t's thread id in each pid namespace from the initial one down to its
+ * own (LTTng's vtids). Returns how many.
+ */
+static u32 ivtk_vtids(struct task_struct *t, u32 *vtids)
+{
+	struct pid *pid = task_pid(t);
+	u32 i, n;
+
+	if (!pid)
+		return 0;
+	n = min_t(u32, pid->level + 1, IVTK_PID_NS_LEVELS);
+	for (i = 0; i < n; i++)
+		vtids[i] = pid->numbers[i].nr;
+	return n;
 }
 
 static void ivtk_sched_process_fork(void *data, struct task_struct *parent,
 				    struct task_struct *child)
 {
+	u32 vtids[IVTK_PID_NS_LEVELS];
+	u32 nv = ivtk_vtids(child, vtids);
 	struct ivt_writer *w;
 	unsigned long flags;
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SCHED_PROCESS_FORK, 32);
+	p = ivtk_reserve(&w, IVT_KEV_SCHED_PROCESS_FORK,
+			 IVT_KEV_SCHED_PROCESS_FORK_SIZE + 4 * nv);
 	if (p) {
-		p = ivtk_put_u32(p, parent->pid);
-		p = ivtk_put_u32(p, parent->tgid);
-		p = ivtk_put_chars(p, child->comm, TASK_COMM_LEN);
-		p = ivtk_put_u32(p, child->pid);
-		ivtk_put_u32(p, child->tgid);
-		ivtk_commit(w);
+		p = ivt_put_u32(p, parent->pid);
+		p = ivt_put_u32(p, parent->tgid);
+		p = ivt_put_u32(p, ivtk_pid_ns_inum(parent));
+		p = ivt_put_chars(p, child->comm, TASK_COMM_LEN);
+		p = ivt_put_u32(p, child->pid);
+		p = ivt_put_bytes(p, vtids, 4 * nv);
+		p = ivt_put_u32(p, child->tgid);
+		p = ivt_put_u32(p, ivtk_pid_ns_inum(child));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
+	ivtk_name_set(child->pid, child->comm);
 }
 
 static void ivtk_sched_process_exec(void *data, struct task_struct *t,
@@ -141,15 +172,17 @@ static void ivtk_sched_process_exec(void *data, struct task_struct *t,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SCHED_PROCESS_EXEC, n + 1 + 24);
+	p = ivtk_reserve(&w, IVT_KEV_SCHED_PROCESS_EXEC,
+			 IVT_KEV_SCHED_PROCESS_EXEC_SIZE + n);
 	if (p) {
-		p = ivtk_put_str(p, bprm->filename, n);
-		p = ivtk_put_u32(p, t->pid);
-		p = ivtk_put_u32(p, old_pid);
-		ivtk_put_chars(p, t->comm, TASK_COMM_LEN);
-		ivtk_commit(w);
+		p = ivt_put_string(p, bprm->filename, n);
+		p = ivt_put_u32(p, t->pid);
+		p = ivt_put_u32(p, old_pid);
+		p = ivt_put_chars(p, t->comm, TASK_COMM_LEN);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
+	ivtk_name_set(t->pid, t->comm);
 }
 
 static __always_inline void ivtk_process(u32 id, struct task_struct *t)
@@ -158,24 +191,28 @@ static __always_inline void ivtk_process(u32 id, struct task_struct *t)
 	unsigned long flags;
 	u8 *p;
 
+	/* sched_process_exit and _free have the same fields. */
+	BUILD_BUG_ON(IVT_KEV_SCHED_PROCESS_EXIT_SIZE !=
+		     IVT_KEV_SCHED_PROCESS_FREE_SIZE);
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, id, 5);
+	p = ivtk_reserve(&w, id, IVT_KEV_SCHED_PROCESS_EXIT_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, t->pid);
-		ivtk_put_u8(p, ivtk_prio(t));
-		ivtk_commit(w);
+		p = ivt_put_u32(p, t->pid);
+		p = ivt_put_u8(p, ivtk_prio(t));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
 
 static void ivtk_sched_process_exit(void *data, struct task_struct *t)
 {
-	ivtk_process(IVTK_EV_SCHED_PROCESS_EXIT, t);
+	ivtk_process(IVT_KEV_SCHED_PROCESS_EXIT, t);
 }
 
 static void ivtk_sched_process_free(void *data, struct task_struct *t)
 {
-	ivtk_process(IVTK_EV_SCHED_PROCESS_FREE, t);
+	ivtk_process(IVT_KEV_SCHED_PROCESS_FREE, t);
+	ivtk_name_dead(t->pid);
 }
 
 static void ivtk_task_rename(void *data, struct task_struct *t,
@@ -186,16 +223,18 @@ static void ivtk_task_rename(void *data, struct task_struct *t,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_TASK_RENAME, 20);
+	p = ivtk_reserve(&w, IVT_KEV_TASK_RENAME,
+			 IVT_KEV_TASK_RENAME_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, t->pid);
+		p = ivt_put_u32(p, t->pid);
 		/* The new name as __set_task_comm() will store it: at most
 		 * 15 bytes and NUL padding.
 		 */
 		strscpy_pad((char *)p, comm, TASK_COMM_LEN);
-		ivtk_commit(w);
+		ivtk_commit(w, p + TASK_COMM_LEN);
 	}
 	local_irq_restore(flags);
+	ivtk_name_set(t->pid, comm);
 }
 
 /* ---- irq -------------------------------------------------------------- */
@@ -208,10 +247,11 @@ static void ivtk_irq_handler_entry(void *data, int irq,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_IRQ_HANDLER_ENTRY, 4);
+	p = ivtk_reserve(&w, IVT_KEV_IRQ_HANDLER_ENTRY,
+			 IVT_KEV_IRQ_HANDLER_ENTRY_SIZE);
 	if (p) {
-		ivtk_put_u32(p, irq);
-		ivtk_commit(w);
+		p = ivt_put_u32(p, irq);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -224,23 +264,44 @@ static void ivtk_irq_handler_exit(void *data, int irq,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_IRQ_HANDLER_EXIT, 8);
+	p = ivtk_reserve(&w, IVT_KEV_IRQ_HANDLER_EXIT,
+			 IVT_KEV_IRQ_HANDLER_EXIT_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, irq);
-		ivtk_put_u32(p, ret);
-		ivtk_commit(w);
+		p = ivt_put_u32(p, irq);
+		p = ivt_put_u32(p, ret);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
 
 static void ivtk_softirq_entry(void *data, unsigned int vec)
 {
-	ivtk_emit_u8(IVTK_EV_SOFTIRQ_ENTRY, vec);
+	ivtk_emit_u8(IVT_KEV_SOFTIRQ_ENTRY, vec);
 }
 
 static void ivtk_softirq_exit(void *data, unsigned int vec)
 {
-	ivtk_emit_u8(IVTK_EV_SOFTIRQ_EXIT, vec);
+	ivtk_emit_u8(IVT_KEV_SOFTIRQ_EXIT, vec);
+}
+
+/*
+ * Every x86 interrupt vector's entry and exit (irq_vectors:*_entry/_exit):
+ * @data is the event id, given at registration (ivtk_probes[]).
+ */
+static void ivtk_irq_vector(void *data, int vector)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, (u32)(uintptr_t)data,
+			 IVT_KEV_LOCAL_TIMER_ENTRY_SIZE);
+	if (p) {
+		p = ivt_put_u32(p, vector);
+		ivtk_commit(w, p);
+	}
+	local_irq_restore(flags);
 }
 
 /* ---- timer ------------------------------------------------------------ */
@@ -253,12 +314,13 @@ static void ivtk_hrtimer_expire_entry(void *data, struct hrtimer *t,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_HRTIMER_EXPIRE_ENTRY, 24);
+	p = ivtk_reserve(&w, IVT_KEV_HRTIMER_EXPIRE_ENTRY,
+			 IVT_KEV_HRTIMER_EXPIRE_ENTRY_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, (unsigned long)t);
-		p = ivtk_put_u64(p, *now);
-		ivtk_put_u64(p, (unsigned long)t->function);
-		ivtk_commit(w);
+		p = ivt_put_u64(p, (unsigned long)t);
+		p = ivt_put_u64(p, *now);
+		p = ivt_put_u64(p, (unsigned long)t->function);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -270,10 +332,11 @@ static void ivtk_hrtimer_expire_exit(void *data, struct hrtimer *t)
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_HRTIMER_EXPIRE_EXIT, 8);
+	p = ivtk_reserve(&w, IVT_KEV_HRTIMER_EXPIRE_EXIT,
+			 IVT_KEV_HRTIMER_EXPIRE_EXIT_SIZE);
 	if (p) {
-		ivtk_put_u64(p, (unsigned long)t);
-		ivtk_commit(w);
+		p = ivt_put_u64(p, (unsigned long)t);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -287,14 +350,15 @@ static IVTK_KMALLOC_PROTO(ivtk_kmalloc)
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_KMALLOC, 28);
+	p = ivtk_reserve(&w, IVT_KEV_KMALLOC,
+			 IVT_KEV_KMALLOC_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, call_site);
-		p = ivtk_put_u64(p, (unsigned long)ptr);
-		p = ivtk_put_u32(p, bytes_req);
-		p = ivtk_put_u32(p, bytes_alloc);
-		ivtk_put_u32(p, (__force u32)gfp_flags);
-		ivtk_commit(w);
+		p = ivt_put_u64(p, call_site);
+		p = ivt_put_u64(p, (unsigned long)ptr);
+		p = ivt_put_u32(p, bytes_req);
+		p = ivt_put_u32(p, bytes_alloc);
+		p = ivt_put_u32(p, (__force u32)gfp_flags);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -306,11 +370,12 @@ static void ivtk_kfree(void *data, unsigned long call_site, const void *ptr)
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_KFREE, 16);
+	p = ivtk_reserve(&w, IVT_KEV_KFREE,
+			 IVT_KEV_KFREE_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, call_site);
-		ivtk_put_u64(p, (unsigned long)ptr);
-		ivtk_commit(w);
+		p = ivt_put_u64(p, call_site);
+		p = ivt_put_u64(p, (unsigned long)ptr);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -324,14 +389,16 @@ static void ivtk_mm_page_alloc(void *data, struct page *page,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_MM_PAGE_ALLOC, 20);
+	p = ivtk_reserve(&w, IVT_KEV_MM_PAGE_ALLOC,
+			 IVT_KEV_MM_PAGE_ALLOC_SIZE);
 	if (p) {
+		p = ivt_put_u64(p, (unsigned long)page);
 		/* A failed allocation has no page: pfn -1, as ftrace says. */
-		p = ivtk_put_u64(p, page ? page_to_pfn(page) : -1UL);
-		p = ivtk_put_u32(p, order);
-		p = ivtk_put_u32(p, (__force u32)gfp_flags);
-		ivtk_put_u32(p, migratetype);
-		ivtk_commit(w);
+		p = ivt_put_u64(p, page ? page_to_pfn(page) : -1UL);
+		p = ivt_put_u32(p, order);
+		p = ivt_put_u32(p, (__force u32)gfp_flags);
+		p = ivt_put_u32(p, migratetype);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -344,64 +411,13 @@ static void ivtk_mm_page_free(void *data, struct page *page,
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_MM_PAGE_FREE, 12);
+	p = ivtk_reserve(&w, IVT_KEV_MM_PAGE_FREE,
+			 IVT_KEV_MM_PAGE_FREE_SIZE);
 	if (p) {
-		p = ivtk_put_u64(p, page_to_pfn(page));
-		ivtk_put_u32(p, order);
-		ivtk_commit(w);
-	}
-	local_irq_restore(flags);
-}
-
-/* ---- syscall ---------------------------------------------------------- */
-
-/*
- * The host names syscalls from the x86-64 table; a 32-bit (ia32 or x32
- * compat) syscall number means something else there, so those are not
- * recorded.
- */
-static __always_inline bool ivtk_native_syscall(void)
-{
-	return !in_compat_syscall();
-}
-
-static void ivtk_sys_enter(void *data, struct pt_regs *regs, long id)
-{
-	unsigned long args[6];
-	struct ivt_writer *w;
-	unsigned long flags;
-	unsigned int i;
-	u8 *p;
-
-	if (!ivtk_native_syscall())
-		return;
-	syscall_get_arguments(current, regs, args);
-	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SYSCALL_ENTRY, 50);
-	if (p) {
-		p = ivtk_put_u16(p, id);
-		for (i = 0; i < ARRAY_SIZE(args); i++)
-			p = ivtk_put_u64(p, args[i]);
-		ivtk_commit(w);
-	}
-	local_irq_restore(flags);
-}
-
-static void ivtk_sys_exit(void *data, struct pt_regs *regs, long ret)
-{
-	long id = syscall_get_nr(current, regs);
-	struct ivt_writer *w;
-	unsigned long flags;
-	u8 *p;
-
-	if (!ivtk_native_syscall() || id < 0)
-		return;
-	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_SYSCALL_EXIT, 10);
-	if (p) {
-		p = ivtk_put_u16(p, id);
-		ivtk_put_u64(p, ret);
-		ivtk_commit(w);
+		p = ivt_put_u64(p, (unsigned long)page);
+		p = ivt_put_u64(p, page_to_pfn(page));
+		p = ivt_put_u32(p, order);
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
 }
@@ -418,8 +434,10 @@ static void ivtk_printk_console(void *data, const char *text, size_t len)
 struct ivtk_probe {
 	const char *tp_name;
 	void *func;
+	void *data;			/* the probe's first argument */
 	u32 group;
 	const bool *only_if;		/* attach only when *only_if, if set */
+	bool optional;			/* absent in some configurations */
 	struct tracepoint *tp;		/* found at init, NULL if absent */
 	bool registered;		/* under ivtk_mutex */
 };
@@ -429,6 +447,14 @@ struct ivtk_probe {
 #define PROBE_IF(_tp, _func, _group, _cond) \
 	{ .tp_name = #_tp, .func = _func, .group = IVTRACE_GROUP_##_group, \
 	  .only_if = _cond }
+/*
+ * An x86 vector's entry or exit tracepoint, writing its own event. Linux
+ * declares the MCE, thermal and SMP ones only in some configurations.
+ */
+#define VECTOR_PROBE(_tp, _id) \
+	{ .tp_name = #_tp, .func = ivtk_irq_vector, \
+	  .data = (void *)(uintptr_t)IVT_KEV_##_id, \
+	  .group = IVTRACE_GROUP_IRQ, .optional = true }
 
 static struct ivtk_probe ivtk_probes[] = {
 	PROBE(sched_switch, ivtk_sched_switch, SCHED),
@@ -443,6 +469,28 @@ static struct ivtk_probe ivtk_probes[] = {
 	PROBE(irq_handler_exit, ivtk_irq_handler_exit, IRQ),
 	PROBE(softirq_entry, ivtk_softirq_entry, IRQ),
 	PROBE(softirq_exit, ivtk_softirq_exit, IRQ),
+	VECTOR_PROBE(local_timer_entry, LOCAL_TIMER_ENTRY),
+	VECTOR_PROBE(local_timer_exit, LOCAL_TIMER_EXIT),
+	VECTOR_PROBE(reschedule_entry, RESCHEDULE_ENTRY),
+	VECTOR_PROBE(reschedule_exit, RESCHEDULE_EXIT),
+	VECTOR_PROBE(call_function_single_entry, CALL_FUNCTION_SINGLE_ENTRY),
+	VECTOR_PROBE(call_function_single_exit, CALL_FUNCTION_SINGLE_EXIT),
+	VECTOR_PROBE(call_function_entry, CALL_FUNCTION_ENTRY),
+	VECTOR_PROBE(call_function_exit, CALL_FUNCTION_EXIT),
+	VECTOR_PROBE(irq_work_entry, IRQ_WORK_ENTRY),
+	VECTOR_PROBE(irq_work_exit, IRQ_WORK_EXIT),
+	VECTOR_PROBE(x86_platform_ipi_entry, IPI_ENTRY),
+	VECTOR_PROBE(x86_platform_ipi_exit, IPI_EXIT),
+	VECTOR_PROBE(spurious_apic_entry, SPURIOUS_APIC_ENTRY),
+	VECTOR_PROBE(spurious_apic_exit, SPURIOUS_APIC_EXIT),
+	VECTOR_PROBE(error_apic_entry, ERROR_APIC_ENTRY),
+	VECTOR_PROBE(error_apic_exit, ERROR_APIC_EXIT),
+	VECTOR_PROBE(threshold_apic_entry, THRESHOLD_APIC_ENTRY),
+	VECTOR_PROBE(threshold_apic_exit, THRESHOLD_APIC_EXIT),
+	VECTOR_PROBE(deferred_error_apic_entry, DEFERRED_ERROR_APIC_ENTRY),
+	VECTOR_PROBE(deferred_error_apic_exit, DEFERRED_ERROR_APIC_EXIT),
+	VECTOR_PROBE(thermal_apic_entry, THERMAL_APIC_ENTRY),
+	VECTOR_PROBE(thermal_apic_exit, THERMAL_APIC_EXIT),
 	PROBE(hrtimer_expire_entry, ivtk_hrtimer_expire_entry, TIMER),
 	PROBE(hrtimer_expire_exit, ivtk_hrtimer_expire_exit, TIMER),
 	PROBE(kmalloc, ivtk_kmalloc, KMEM),
@@ -472,7 +520,8 @@ int ivtk_probes_init(void)
 	for (i = 0; i < ARRAY_SIZE(ivtk_probes); i++) {
 		if (ivtk_probes[i].tp)
 			found++;
-		else if (ivtk_probes[i].only_if && !*ivtk_probes[i].only_if)
+		else if ((ivtk_probes[i].only_if && !*ivtk_probes[i].only_if) ||
+			 ivtk_probes[i].optional)
 			continue;
 		else
 			pr_warn("ivtrace: tracepoint %s not found; its events (group %s) will be missing\n",
@@ -526,7 +575,7 @@ static void ivtk_group_detach(u32 group)
 
 		if (p->group != group || !p->registered)
 			continue;
-		ret = tracepoint_probe_unregister(p->tp, p->func, NULL);
+		ret = tracepoint_probe_unregister(p->tp, p->func, p->data);
 		WARN_ON_ONCE(ret);
 		p->registered = false;
 	}
@@ -543,7 +592,7 @@ static int ivtk_group_attach(u32 group)
 		if (p->group != group || p->registered || !p->tp ||
 		    (p->only_if && !*p->only_if))
 			continue;
-		ret = tracepoint_probe_register(p->tp, p->func, NULL);
+		ret = tracepoint_probe_register(p->tp, p->func, p->data);
 		if (ret) {
 			pr_err("ivtrace: tracepoint_probe_register(%s) failed: %d\n",
 			       p->tp_name, ret);

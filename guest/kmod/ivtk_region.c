@@ -209,6 +209,7 @@ int ivtk_region_setup(struct ivtk_dev *d)
 		return ret;
 	}
 	ivtk_kapi_publish_all(d);	/* a full area only costs those records */
+	ivtk_names_start(d);		/* a full area only costs crash names */
 	return 0;
 }
 

@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * ivtk_statedump.c - describe the threads and interrupts that exist, so
- * the host can name the thread ids of sched_switch (which carries no
- * names) and the irq numbers of irq_handler_entry. Emitted at load and on
- * IVT_CMD_STATEDUMP, with LTTng's event names and enum values
- * (lttng-modules src/lttng-statedump-impl.c).
+ * ivtk_statedump.c - describe the threads, open files, block devices and
+ * interrupts that exist, so that the host can name the thread ids of
+ * sched_switch (which carries no names) and the irq numbers of
+ * irq_handler_entry, and analyses can name files opened before tracing.
+ * Emitted at load and on IVT_CMD_STATEDUMP, with the event names, fields
+ * and enum values of lttng-modules 2.10's state dump.
  */
+#include <linux/device.h>
+#include <linux/fdtable.h>
+#include <linux/file.h>
+#include <linux/fs.h>
 #include <linux/interrupt.h>
 #include <linux/irq.h>
 #include <linux/irqdesc.h>
@@ -46,28 +51,44 @@ static s32 ivtk_thread_status(struct task_struct *t)
 	return LTTNG_UNNAMED;
 }
 
+/*
+ * One lttng_statedump_process_state per thread, seen from its own pid
+ * namespace (vtid, vpid, vppid: its ids there; ns_level, ns_inum: that
+ * namespace). LTTng writes one event per namespace level; a guest whose
+ * threads all live in the initial namespace gets the same events. Under
+ * RCU (the thread list and the parent pointer).
+ */
 static void ivtk_dump_thread(struct task_struct *t)
 {
+	struct task_struct *parent = rcu_dereference(t->real_parent);
+	struct pid_namespace *ns = task_active_pid_ns(t);
 	struct ivt_writer *w;
 	unsigned long flags;
 	u8 *p;
 
 	local_irq_save(flags);
-	p = ivtk_reserve(&w, IVTK_EV_STATEDUMP_PROCESS_STATE, 48);
+	p = ivtk_reserve(&w, IVT_KEV_STATEDUMP_PROCESS_STATE,
+			 IVT_KEV_STATEDUMP_PROCESS_STATE_SIZE);
 	if (p) {
-		p = ivtk_put_u32(p, t->pid);
-		p = ivtk_put_u32(p, t->tgid);
-		p = ivtk_put_u32(p, rcu_dereference(t->real_parent)->tgid);
-		p = ivtk_put_chars(p, t->comm, TASK_COMM_LEN);
-		p = ivtk_put_u32(p, t->flags & PF_KTHREAD ?
+		p = ivt_put_u32(p, t->pid);
+		p = ivt_put_u32(p, ns ? task_pid_nr_ns(t, ns) : 0);
+		p = ivt_put_u32(p, t->tgid);
+		p = ivt_put_u32(p, ns ? task_tgid_nr_ns(t, ns) : 0);
+		p = ivt_put_u32(p, parent->tgid);
+		p = ivt_put_u32(p, ns ? task_tgid_nr_ns(parent, ns) : 0);
+		p = ivt_put_chars(p, t->comm, TASK_COMM_LEN);
+		p = ivt_put_u32(p, t->flags & PF_KTHREAD ?
 				 LTTNG_KERNEL_THREAD : LTTNG_USER_THREAD);
-		p = ivtk_put_u32(p, LTTNG_MODE_UNKNOWN);
-		p = ivtk_put_u32(p, LTTNG_SUBMODE_UNKNOWN);
-		p = ivtk_put_u32(p, ivtk_thread_status(t));
-		ivtk_put_u32(p, task_cpu(t));
-		ivtk_commit(w);
+		p = ivt_put_u32(p, LTTNG_MODE_UNKNOWN);
+		p = ivt_put_u32(p, LTTNG_SUBMODE_UNKNOWN);
+		p = ivt_put_u32(p, ivtk_thread_status(t));
+		p = ivt_put_u32(p, ns ? ns->level : 0);
+		p = ivt_put_u32(p, ns ? ns->ns.inum : 0);
+		p = ivt_put_u32(p, task_cpu(t));
+		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
+	ivtk_name_set(t->pid, t->comm);
 }
 
 static void ivtk_dump_threads(void)
@@ -78,6 +99,128 @@ static void ivtk_dump_threads(void)
 	for_each_process_thread(g, t)
 		ivtk_dump_thread(t);
 	rcu_read_unlock();
+}
+
+/* An event without payload (the state dump's start and end). */
+static void ivtk_emit_empty(u32 id)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, id, 0);
+	if (p)
+		ivtk_commit(w, p);
+	local_irq_restore(flags);
+}
+
+/* What iterate_fd() passes to ivtk_dump_fd(). */
+struct ivtk_fd_ctx {
+	char *page;			/* d_path() buffer, PAGE_SIZE */
+	pid_t pid;
+};
+
+/* One lttng_statedump_file_descriptor. Called by iterate_fd() with the
+ * file table's lock held: nothing here sleeps (d_path() does not).
+ */
+static int ivtk_dump_fd(const void *arg, struct file *file, unsigned int fd)
+{
+	const struct ivtk_fd_ctx *ctx = arg;
+	const char *path = d_path(&file->f_path, ctx->page, PAGE_SIZE);
+	struct ivt_writer *w;
+	unsigned long flags;
+	size_t n;
+	u8 *p;
+
+	if (IS_ERR(path))
+		path = "";
+	n = ivtk_strlen(path, IVTK_STR_MAX - 1);
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVT_KEV_STATEDUMP_FILE_DESCRIPTOR,
+			 IVT_KEV_STATEDUMP_FILE_DESCRIPTOR_SIZE + n);
+	if (p) {
+		p = ivt_put_u32(p, ctx->pid);
+		p = ivt_put_u32(p, fd);
+		p = ivt_put_u32(p, file->f_flags);
+		p = ivt_put_u32(p, (__force u32)file->f_mode);
+		p = ivt_put_string(p, path, n);
+		ivtk_commit(w, p);
+	}
+	local_irq_restore(flags);
+	return 0;
+}
+
+/*
+ * The open files of every process (threads share their leader's table).
+ * task_lock() keeps ->files from being released under us (exit_files()
+ * takes it); iterate_fd() holds the table's lock while it calls us.
+ */
+static void ivtk_dump_files(void)
+{
+	struct ivtk_fd_ctx ctx;
+	struct task_struct *t;
+
+	ctx.page = (char *)__get_free_page(GFP_KERNEL);
+	if (!ctx.page) {
+		pr_warn("ivtrace: state dump: no memory for file names; files not dumped\n");
+		return;
+	}
+	rcu_read_lock();
+	for_each_process(t) {
+		task_lock(t);
+		if (t->files) {
+			ctx.pid = t->tgid;
+			iterate_fd(t->files, 0, ivtk_dump_fd, &ctx);
+		}
+		task_unlock(t);
+	}
+	rcu_read_unlock();
+	free_page((unsigned long)ctx.page);
+}
+
+/* One lttng_statedump_block_device for a disk or partition. */
+static void ivtk_dump_block_device(struct device *dev)
+{
+	const char *name = dev_name(dev);
+	size_t n = ivtk_strlen(name, IVTK_STR_MAX - 1);
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, IVT_KEV_STATEDUMP_BLOCK_DEVICE,
+			 IVT_KEV_STATEDUMP_BLOCK_DEVICE_SIZE + n);
+	if (p) {
+		p = ivt_put_u32(p, dev->devt);	/* the kernel dev_t, as LTTng */
+		p = ivt_put_string(p, name, n);
+		ivtk_commit(w, p);
+	}
+	local_irq_restore(flags);
+}
+
+/*
+ * Block devices (disks and partitions: class "block"). Linux does not
+ * export its block class, but every registered device is on the devices
+ * kset, which our own PCI device belongs to: walk that list under its
+ * lock (nothing here sleeps).
+ */
+static void ivtk_dump_block_devices(struct ivtk_dev *d)
+{
+	struct kset *devices = d->pdev->dev.kobj.kset;
+	struct kobject *k;
+
+	if (!devices)
+		return;
+	spin_lock(&devices->list_lock);
+	list_for_each_entry(k, &devices->list, entry) {
+		struct device *dev = kobj_to_dev(k);
+
+		if (dev->class && dev->class->name &&
+		    !strcmp(dev->class->name, "block") && dev->devt)
+			ivtk_dump_block_device(dev);
+	}
+	spin_unlock(&devices->list_lock);
 }
 
 /* One lttng_statedump_interrupt per action. Called with desc->lock held
@@ -91,12 +234,13 @@ static void ivtk_dump_action(unsigned int irq, const char *chip,
 	struct ivt_writer *w;
 	u8 *p;
 
-	p = ivtk_reserve(&w, IVTK_EV_STATEDUMP_INTERRUPT, 4 + nc + 1 + na + 1);
+	p = ivtk_reserve(&w, IVT_KEV_STATEDUMP_INTERRUPT,
+			 IVT_KEV_STATEDUMP_INTERRUPT_SIZE + nc + na);
 	if (p) {
-		p = ivtk_put_u32(p, irq);
-		p = ivtk_put_str(p, chip, nc);
-		ivtk_put_str(p, action, na);
-		ivtk_commit(w);
+		p = ivt_put_u32(p, irq);
+		p = ivt_put_string(p, chip, nc);
+		p = ivt_put_string(p, action, na);
+		ivtk_commit(w, p);
 	}
 }
 
@@ -135,11 +279,13 @@ static void ivtk_dump_irqs(void)
 	}
 }
 
-/* Process context; events land on whichever CPUs it runs on. */
-void ivtk_statedump(void)
+/* Process context, @d bound; events land on whichever CPUs it runs on. */
+void ivtk_statedump(struct ivtk_dev *d)
 {
-	ivtk_emit_u8(IVTK_EV_STATEDUMP_START, 0);
+	ivtk_emit_empty(IVT_KEV_STATEDUMP_START);
 	ivtk_dump_threads();
+	ivtk_dump_files();
+	ivtk_dump_block_devices(d);
 	ivtk_dump_irqs();
-	ivtk_emit_u8(IVTK_EV_STATEDUMP_END, 0);
+	ivtk_emit_empty(IVT_KEV_STATEDUMP_END);
 }

@@ -16,6 +16,7 @@ import mmap
 import os
 import signal
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +147,81 @@ def test_sigkill_snapshot_contiguous_from_zero(killed):
     per_packet = (64 * 1024 - 88 - 1) // 80    # the fewest events a full packet holds
     assert len(seqs) >= killed["packets_before"] * per_packet, (len(seqs), killed)
     assert g.by_name(events, "sched_switch"), "no kernel events salvaged"
+
+
+# --------------------------------------------------------------------------- names after a crash
+
+NAMES_SUBBUFS = 4        # 4 x 4 KiB per CPU: the demo wraps these rings many times
+DEMO_SH = Path(__file__).resolve().parents[2] / "vm" / "guest" / "workload" / "demo.sh"
+WRAPPED_SCRIPT = r"""
+/workload/demo.sh 4
+echo "E2E: demo rc=$?"
+stty -F /dev/console -echo 2>/dev/null
+sleep 0.2
+echo c > /proc/sysrq-trigger
+sleep 10
+echo "E2E: survived the panic"
+"""
+# (tid field, name field) pairs of the expanded kernel trace that name a thread.
+TID_COMM = [("prev_tid", "prev_comm"), ("next_tid", "next_comm"), ("tid", "comm"),
+            ("parent_tid", "parent_comm"), ("child_tid", "child_comm")]
+
+
+def packet_seqs(path):
+    """packet_seq_num of every packet of a CTF stream file (struct ivt_packet_hdr)."""
+    seqs, data, off = [], path.read_bytes(), 0
+    while off + 88 <= len(data):
+        size_bits, seq = struct.unpack_from("<QQ", data, off + 40)
+        seqs.append(seq)
+        off += size_bits // 8
+    return seqs
+
+
+@pytest.fixture(scope="module")
+def wrapped(tmp_path_factory, e2e_add):
+    """A flight recorder whose rings wrapped many times, then a kernel panic, then salvage."""
+    tmp = tmp_path_factory.mktemp("guest-names")
+    shm = g.shm_path("names")
+    add = list(e2e_add) + [f"{DEMO_SH}:/workload/"]
+    opts = (f"mode=overwrite subbuf_size=4096 nr_subbufs={NAMES_SUBBUFS} "
+            "events=sched,irq,timer,kmem,syscall,printk")
+    try:
+        r = g.ivtvm.boot(WRAPPED_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
+                         modules=["ivtrace"], modopts={"ivtrace": opts}, add=add,
+                         log=str(tmp / "console.log"), timeout=g.TIMEOUT)
+        assert r.qemu_returncode is not None and not r.timed_out, r.summary()
+        summary = g.snapshot(shm, tmp / "snap")
+    finally:
+        shm.unlink(missing_ok=True)
+    print(r.summary())
+    return {"boot": r, "summary": summary, "out": tmp / "snap"}
+
+
+def test_wrapped_rings_then_panic(wrapped):
+    r = wrapped["boot"]
+    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.summary() + r.tail(30)
+    assert g.marks(r.console_text, "E2E: demo rc=") == ["0"], r.tail(30)
+    chans = sorted((wrapped["out"] / "kernel").glob("kernel_chan*"))
+    assert chans
+    for c in chans:
+        seqs = packet_seqs(c)
+        # packets 0 .. max were written, the newest NAMES_SUBBUFS kept: wrapped >= 3 times
+        assert seqs and max(seqs) + 1 >= (3 + 1) * NAMES_SUBBUFS, (c.name, seqs)
+        assert min(seqs) > 0, f"{c.name}: its first packet survived, the ring never wrapped"
+
+
+def test_salvaged_trace_names_its_threads(wrapped):
+    events, _ = g.read(wrapped["out"])
+    assert not g.by_name(events, "lttng_statedump_start"), "the state dump was not overwritten?"
+    names = {}
+    for e in events:
+        for tid, comm in TID_COMM:
+            if e.payload and tid in e.payload and comm in e.payload and e.payload[tid] > 0:
+                names.setdefault(e.payload[tid], set()).add(e.payload[comm])
+    named = [t for t, ns in names.items() if any(ns)]
+    share = len(named) / len(names)
+    print(f"{len(named)} of {len(names)} threads named ({share:.1%})")
+    assert len(names) >= 10 and share >= 0.95, {t: ns for t, ns in names.items() if not any(ns)}
+    x = wrapped["summary"]["kernel_expansion"]
+    # the rings alone could not name them all: the guest's name table did
+    assert x["name_table_entries"] > 0 and x["comm_from_table"] > 0, x

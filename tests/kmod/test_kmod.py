@@ -5,7 +5,9 @@ The guest (vm/ivtvm.py, ivshmem-plain backed by a /dev/shm file) runs GUEST_SCRI
      through the region (ivshmem-plain: the module polls them); /dev/ivtrace and the console
      exist; ivtrace_test.ko writes 100 events (+10 blobs) through the kernel API;
   2. rmmod/insmod ivtrace.ko twice;
-  3. the last load in overwrite mode with every group, 100 test events again, a crit-level
+  3. the last load in overwrite mode with every group and vmsync every 10 ms, 100 test events
+     again, 5 hypercalls through the kernel API (KVM only: under TCG the module must refuse
+     them and keep vmsync off, never execute vmcall, which raises #UD there), a crit-level
      line into the kernel log, a dmesg check (BUG/WARNING/Oops) done in the guest;
   4. a kernel panic (sysrq c), so the host salvages a region whose writer died.
 The host then checks the region header and the published event descriptions against
@@ -16,6 +18,7 @@ Run: /usr/bin/python3 -m pytest tests/kmod (the guest is built by the session fi
 `guest`, tests/conftest.py; `make host` for the snapshot checks).
 """
 import mmap
+import json
 import os
 import re
 import struct
@@ -36,59 +39,23 @@ SMP = 2
 TEST_MAGIC = 0x1F7ACE5D  # guest/kmod/tests/ivtrace_test.c
 IVT_MAGIC = 0x3145434152545649
 
-# docs/abi.md "Kernel stream": id -> (name, group, [(field, type, flags, count)]).
-# Types: 1 u8 2 u16 3 u32 4 u64 5 s8 6 s16 7 s32 8 s64 9 string 10 bytes 11 chars.
-U8, U16, U32, U64, S8, S16, S32, S64, STR, BYTES, CHARS = range(1, 12)
-HEX, TID = 1, 2
-SCHED, IRQ, TIMER, KMEM, SYSCALL, PRINTK, ALWAYS = 0, 1, 2, 3, 4, 5, 0xFFFFFFFF
+# The kernel stream's events as their one definition says (abi/include/ivtrace/kernel_events.h,
+# printed as abi/kernel_events.json): id -> (name, group, [(field, type, flags, count)]).
+TYPES = {"u8": 1, "u16": 2, "u32": 3, "u64": 4, "s8": 5, "s16": 6, "s32": 7, "s64": 8,
+         "string": 9, "bytes": 10, "chars": 11}
+FLAGS = {"": 0, "hex": 1, "tid_comm": 2}
+GROUPS = {"sched": 0, "irq": 1, "timer": 2, "kmem": 3, "syscall": 4, "printk": 5,
+          "always": 0xFFFFFFFF}
 
 
-def f(name, t, flags=0, count=0):
-    return (name, t, flags, count)
+def load_kernel_events():
+    table = json.loads((REPO / "abi" / "kernel_events.json").read_text())
+    return [(e["name"], GROUPS[e["group"]],
+             [(f["name"], TYPES[f["type"]], FLAGS[f["flag"]], f["count"]) for f in e["fields"]])
+            for e in table]
 
 
-KERNEL_EVENTS = [
-    ("sched_switch", SCHED, [f("prev_tid", U32, TID), f("prev_prio", S8), f("prev_state", U16),
-                             f("next_tid", U32, TID), f("next_prio", S8)]),
-    ("sched_wakeup", SCHED, [f("tid", U32, TID), f("prio", S8), f("target_cpu", U16)]),
-    ("irq_handler_entry", IRQ, [f("irq", U32)]),
-    ("irq_handler_exit", IRQ, [f("irq", U32), f("ret", S32)]),
-    ("irq_softirq_entry", IRQ, [f("vec", U8)]),
-    ("irq_softirq_exit", IRQ, [f("vec", U8)]),
-    ("timer_hrtimer_expire_entry", TIMER, [f("hrtimer", U64, HEX), f("now", S64),
-                                           f("function", U64, HEX)]),
-    ("timer_hrtimer_expire_exit", TIMER, [f("hrtimer", U64, HEX)]),
-    ("kmem_kmalloc", KMEM, [f("call_site", U64, HEX), f("ptr", U64, HEX), f("bytes_req", U32),
-                            f("bytes_alloc", U32), f("gfp_flags", U32)]),
-    ("kmem_kfree", KMEM, [f("call_site", U64, HEX), f("ptr", U64, HEX)]),
-    ("kmem_mm_page_alloc", KMEM, [f("pfn", U64), f("order", U32), f("gfp_flags", U32),
-                                  f("migratetype", S32)]),
-    ("kmem_mm_page_free", KMEM, [f("pfn", U64), f("order", U32)]),
-    ("syscall_entry", SYSCALL, [f("id", U16)] + [f(f"args{i}", U64, HEX) for i in range(6)]),
-    ("syscall_exit", SYSCALL, [f("id", U16), f("ret", S64)]),
-    ("printk_console", PRINTK, [f("msg", STR)]),
-    ("sched_wakeup_new", SCHED, [f("tid", U32, TID), f("prio", S8), f("target_cpu", U16)]),
-    ("sched_process_fork", SCHED, [f("parent_tid", U32, TID), f("parent_pid", U32),
-                                   f("child_comm", CHARS, 0, 16), f("child_tid", U32),
-                                   f("child_pid", U32)]),
-    ("sched_process_exec", SCHED, [f("filename", STR), f("tid", U32), f("old_tid", U32),
-                                   f("comm", CHARS, 0, 16)]),
-    ("sched_process_exit", SCHED, [f("tid", U32, TID), f("prio", S8)]),
-    ("sched_process_free", SCHED, [f("tid", U32, TID), f("prio", S8)]),
-    ("task_rename", SCHED, [f("tid", U32), f("newcomm", CHARS, 0, 16)]),
-    ("lttng_statedump_start", ALWAYS, [f("unused", U8)]),
-    ("lttng_statedump_end", ALWAYS, [f("unused", U8)]),
-    ("lttng_statedump_process_state", ALWAYS, [f("tid", U32), f("pid", U32), f("ppid", U32),
-                                               f("name", CHARS, 0, 16), f("type", S32),
-                                               f("mode", S32), f("submode", S32),
-                                               f("status", S32), f("cpu", S32)]),
-    ("lttng_statedump_interrupt", ALWAYS, [f("irq", U32), f("name", STR), f("action", STR)]),
-    ("ivtrace_doorbell", ALWAYS, [f("seq", U64), f("vector", U16)]),
-]
-# docs/abi.md's "wire bytes incl. header" column (None: has a string).
-WIRE_BYTES = [16, 12, 8, 12, 8, 8, 28, 12, 32, 20, 24, 16, 56, 16, None, 12, 36, None, 12, 12,
-              24, 8, 8, 52, None, 16]
-FIXED = {U8: 1, U16: 2, U32: 4, U64: 8, S8: 1, S16: 2, S32: 4, S64: 8}
+KERNEL_EVENTS = load_kernel_events()
 
 GUEST_SCRIPT = r"""
 M=/lib/modules/$(uname -r)/extra
@@ -107,10 +74,13 @@ for i in 1 2; do
     ok insmod $M/ivtrace.ko
 done
 ok rmmod ivtrace
-ok insmod $M/ivtrace.ko mode=overwrite events=all
+ok insmod $M/ivtrace.ko mode=overwrite events=all vmsync_ms=10
 ok insmod $M/ivtrace_test.ko
 echo 100 > /proc/ivtrace-test
 echo "KMOD: test2 $(cat /proc/ivtrace-test)"
+echo hc 5 > /proc/ivtrace-test
+sleep 0.2
+echo "KMOD: hc $(cat /proc/ivtrace-test)"
 echo "<2>ivtrace-kmod-test: before the crash" > /dev/kmsg
 sleep 0.2
 echo "KMOD: dmesg-problems $(dmesg | grep -c -E 'BUG|WARNING|Oops|Call Trace|refcount_t')"
@@ -213,6 +183,25 @@ def test_kernel_api_counts(booted):
     assert (m2[1], m2[2], m2[3]) == ("110", "0", "0"), t2
 
 
+def test_hypercalls_only_under_kvm(booted):
+    """The hypercall channel and vmsync follow kvm_para_available(): under TCG the API says
+    -ENODEV (19), the module says why, and no vmcall runs (it would raise #UD: the dmesg
+    check above counts Oops lines); under KVM the 5 calls are made."""
+    r, _, _ = booted
+    hc = marks(r, "hc")
+    assert hc, r.tail(60)
+    m = re.search(r"hypercalls (\d+) hypercall_ret (-?\d+)", hc[0])
+    assert m, hc
+    lines = r.console_text
+    if r.accel == "kvm":
+        assert (m[1], m[2]) == ("5", "0"), hc
+        assert "hypercall channel on (KVM)" in lines and "vmsync every 10 ms" in lines
+    else:
+        assert (m[1], m[2]) == ("0", "-19"), hc
+        assert "hypercall channel off: not a KVM guest" in lines, r.tail(80)
+        assert "vmsync off: not a KVM guest" in lines, r.tail(80)
+
+
 def region(shm):
     with open(shm, "rb") as fh:
         return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -244,6 +233,9 @@ def meta_records(m):
         ln, commit, kind, nf, eid, stream, group = struct.unpack_from("<IIHHIII", m, meta_off + off)
         if commit != 0x434F4D54 or ln < 88 or ln % 8:
             break
+        if kind != 1:  # not an event description (the thread name table)
+            off += ln
+            continue
         name = m[meta_off + off + 24:meta_off + off + 88].split(b"\0")[0].decode()
         fields = []
         for i in range(nf):
@@ -257,17 +249,51 @@ def meta_records(m):
 
 
 def test_kernel_event_table(booted):
-    """The published descriptions are docs/abi.md's table, ids 0..25 then the test's."""
+    """The descriptions the loaded module publishes are its one definition's table, in order,
+    then the test module's events."""
     _, shm, _ = booted
     recs = meta_records(region(shm))
     for eid, (name, group, fields) in enumerate(KERNEL_EVENTS):
         assert recs.get((0, eid)) == (name, group, fields), (eid, recs.get((0, eid)))
-        wire = 4 + sum(FIXED.get(t, c) for _, t, _, c in fields)
-        if WIRE_BYTES[eid] is not None:
-            assert (wire + 3) & ~3 == WIRE_BYTES[eid], (name, wire)
     assert recs[(0, 0)][0] == "sched_switch"
     names = {v[0]: k for k, v in recs.items()}
-    assert names["ivtrace_test_event"] == (0, 26) and names["ivtrace_test_blob"] == (0, 27)
+    first = len(KERNEL_EVENTS)
+    assert names["ivtrace_test_event"] == (0, first)
+    assert names["ivtrace_test_blob"] == (0, first + 1)
+
+
+def name_table(m):
+    """(header, {tid: (dead, comm)}) of the thread name table record (struct ivt_names_rec,
+    kind 2) in the metadata area, entries whose seqcount is even only."""
+    meta_off, meta_size = struct.unpack_from("<Q", m, 72)[0], struct.unpack_from("<I", m, 88)[0]
+    off = 0
+    while off + 88 <= meta_size:
+        ln, commit, kind = struct.unpack_from("<IIH", m, meta_off + off)
+        if commit != 0x434F4D54 or ln < 88 or ln % 8:
+            break
+        if kind == 2:
+            base = meta_off + off
+            nr, updates, skipped = struct.unpack_from("<IQQ", m, base + 12)
+            entries = {}
+            for i in range(nr):
+                tid, seq, _ts = struct.unpack_from("<IIQ", m, base + 64 + 32 * i)
+                comm = m[base + 64 + 32 * i + 16:base + 64 + 32 * i + 32].split(b"\0")[0]
+                if tid and seq % 2 == 0:
+                    entries[tid & 0x7FFFFFFF] = (bool(tid >> 31), comm.decode(errors="replace"))
+            return {"nr": nr, "updates": updates, "skipped": skipped, "len": ln}, entries
+        off += ln
+    return None, {}
+
+
+def test_thread_name_table(booted):
+    """The module keeps a thread name table outside the rings (docs/abi.md "Thread name
+    table"): the state dump put every thread there, with its name."""
+    _, shm, _ = booted
+    head, names = name_table(region(shm))
+    assert head and head["nr"] == 4096 and head["len"] == 64 + 32 * 4096, head
+    assert head["updates"] >= len(names) > 10 and head["skipped"] == 0, head
+    assert names.get(1) == (False, "init"), names.get(1)
+    assert names.get(2) == (False, "kthreadd"), names.get(2)
 
 
 @pytest.fixture(scope="module")
@@ -306,6 +332,19 @@ def test_snapshot_events(snapshot):
     assert any(t == 0 and c.startswith("swapper/") for t, c in comms), sorted(comms)[:10]
     dump = [e.payload for e in snapshot if e.name == "lttng_statedump_process_state"]
     assert any(d["tid"] == 1 and d["name"] == "init" for d in dump), dump[:3]
+
+
+def test_vmsync_events_only_under_kvm(booted, snapshot):
+    """vmsync_gh_guest/vmsync_hg_guest (around the vmsync hypercall, every 10 ms in the last
+    load) exist under KVM only, in pairs cnt, cnt + 1."""
+    r, _, _ = booted
+    gh = [e.payload for e in snapshot if e.name == "vmsync_gh_guest"]
+    hg = [e.payload for e in snapshot if e.name == "vmsync_hg_guest"]
+    if r.accel != "kvm":
+        assert gh == [] and hg == [], (gh[:3], hg[:3])
+        return
+    assert gh and len(hg) == len(gh)
+    assert all(b["cnt"] == a["cnt"] + 1 and b["vm_uid"] == a["vm_uid"] for a, b in zip(gh, hg))
 
 
 def test_snapshot_test_payloads(snapshot):

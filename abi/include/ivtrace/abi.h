@@ -45,7 +45,7 @@
  * formatter: a reader that sees it sees a fully formatted region. */
 #define IVT_MAGIC		0x3145434152545649ULL
 #define IVT_ABI_MAJOR		1	/* incompatible layout changes */
-#define IVT_ABI_MINOR		0	/* compatible additions */
+#define IVT_ABI_MINOR		1	/* compatible additions (1: the thread name table) */
 
 #define IVT_PAGE_SIZE		4096u
 #define IVT_CACHELINE		64u
@@ -144,6 +144,21 @@ struct ivt_sync {
 #define IVT_CMD_SET_MODE	4u	/* arg: IVT_MODE_* for every channel */
 #define IVT_CMD_SYNC		5u	/* answer the sync mailbox */
 #define IVT_CMD_STATEDUMP	6u	/* re-emit thread names and irq names */
+
+/*
+ * Hypercall numbers (KVM guests only; docs/kvm.md "The hypercall channel").
+ * A guest issues `vmcall`/`vmmcall` with RAX = nr and RBX, RCX, RDX, RSI =
+ * four arguments. KVM traces every hypercall as kvm:kvm_hypercall before it
+ * looks at the number, then answers an unknown one with -KVM_ENOSYS: these
+ * numbers are ours, far above KVM's own (1-12), so the call has no effect
+ * in the hypervisor and exists only to be seen by the host. The host
+ * aggregates kvm_exit + kvm_hypercall + kvm_entry into one event. Under TCG
+ * `vmcall` raises #UD: a guest issues these only when kvm_para_available().
+ */
+#define IVT_HC_BASE		0x49560000u	/* 'I' 'V' << 16 */
+#define IVT_HC_VMSYNC		(IVT_HC_BASE + 0u)	/* a0 = cnt, a1 = vm_uid (vmsync) */
+#define IVT_HC_EVENT_FIRST	(IVT_HC_BASE + 0x100u)	/* guest events: nr in FIRST..LAST */
+#define IVT_HC_EVENT_LAST	(IVT_HC_BASE + 0xffffu)
 
 struct ivt_control {
 	uint64_t cmd_seq;		/* host writes (release) */
@@ -345,7 +360,7 @@ struct ivt_event_ext {
 
 /* Field flags. */
 #define IVT_FF_HEX		(1u << 0)	/* display integers in base 16 */
-#define IVT_FF_TID_COMM		(1u << 1)	/* u32 thread id: the host adds the
+#define IVT_FF_TID_COMM		(1u << 1)	/* u32/s32 thread id: the host adds the
 						 * thread's name as a char[16] field
 						 * before it (prev_tid -> prev_comm) */
 
@@ -367,6 +382,47 @@ struct ivt_meta_rec {
 	uint32_t group;			/* event group (kernel probes: enable mask bit) */
 	char     name[IVT_NAME_MAX];
 	struct ivt_meta_field fields[];	/* nr_fields entries */
+};
+
+/* ------------------------------------------------------------------ */
+/* Thread name table                                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A record of kind IVT_META_NAMES in the metadata area: the kernel module
+ * appends one when it formats the region and keeps its entries current
+ * (fork, exec, rename, the state dump), so that a host salvaging a crashed
+ * flight recorder can name threads whose naming events the rings have
+ * overwritten (docs/abi.md "Thread name table"). It starts like every
+ * record (len, commit, kind), so a reader that does not know it skips it.
+ *
+ * An entry changes only inside its seqcount: a writer takes it with a
+ * compare-and-swap of `seq` from even to odd (a full barrier), writes tid,
+ * ts and comm, and store-releases `seq` + 1 (even again). A writer that
+ * finds `seq` odd gives its update up and counts it in `skipped`. The host
+ * load-acquires `seq`, copies the entry, issues an acquire fence and
+ * re-reads `seq`: an odd or changed value means a torn copy, not used.
+ */
+#define IVT_META_NAMES		2u
+#define IVT_NAME_DEAD		(1u << 31)	/* tid flag: the thread was freed */
+
+struct ivt_name_entry {
+	uint32_t tid;			/* 0: free; IVT_NAME_DEAD | tid once freed */
+	uint32_t seq;			/* seqcount, see above */
+	uint64_t ts;			/* writer clock when the name was set */
+	char     comm[16];		/* NUL-padded thread name */
+};
+
+struct ivt_names_rec {
+	uint32_t len;			/* bytes of the record, multiple of 8 */
+	uint32_t commit;		/* IVT_META_COMMIT once the header is written (release) */
+	uint16_t kind;			/* IVT_META_NAMES */
+	uint16_t reserved0;
+	uint32_t nr_entries;		/* entries that follow the header */
+	uint64_t updates;		/* names written (atomic add; statistics) */
+	uint64_t skipped;		/* updates given up (entry busy, or no slot) */
+	uint8_t  pad[32];
+	struct ivt_name_entry entries[];
 };
 
 /* ------------------------------------------------------------------ */
@@ -479,6 +535,19 @@ IVT_ASSERT_OFF(ivt_meta_rec, stream, 16);
 IVT_ASSERT_OFF(ivt_meta_rec, group, 20);
 IVT_ASSERT_OFF(ivt_meta_rec, name, 24);
 IVT_ASSERT_OFF(ivt_meta_rec, fields, 88);
+IVT_ASSERT_SIZE(ivt_name_entry, 32);
+IVT_ASSERT_OFF(ivt_name_entry, tid, 0);
+IVT_ASSERT_OFF(ivt_name_entry, seq, 4);
+IVT_ASSERT_OFF(ivt_name_entry, ts, 8);
+IVT_ASSERT_OFF(ivt_name_entry, comm, 16);
+IVT_ASSERT_SIZE(ivt_names_rec, 64);
+IVT_ASSERT_OFF(ivt_names_rec, len, 0);
+IVT_ASSERT_OFF(ivt_names_rec, commit, 4);
+IVT_ASSERT_OFF(ivt_names_rec, kind, 8);
+IVT_ASSERT_OFF(ivt_names_rec, nr_entries, 12);
+IVT_ASSERT_OFF(ivt_names_rec, updates, 16);
+IVT_ASSERT_OFF(ivt_names_rec, skipped, 24);
+IVT_ASSERT_OFF(ivt_names_rec, entries, 64);
 
 /* ------------------------------------------------------------------ */
 /* Small pure helpers shared by every side                             */

@@ -21,7 +21,7 @@
  *
  * Payloads are the event's fields in declaration order, byte-packed,
  * little-endian; IVT_FT_STRING is NUL-terminated, IVT_FT_BYTES is a u32
- * length followed by the bytes (see ivt_put_* below).
+ * length followed by the bytes (ivt_put_*() of ivtrace/payload.h).
  *
  * Signal handlers may write events: one that interrupts an event of the
  * same thread is dropped and counted (lost_nested). A thread's first
@@ -38,6 +38,7 @@
 #include <string.h>
 #include <errno.h>
 #include <ivtrace/abi.h>
+#include <ivtrace/payload.h>	/* ivt_put_*(): payload encoders */
 #include <ivtrace/writer.h>
 
 #ifdef __cplusplus
@@ -223,29 +224,6 @@ static inline int ivt_write(const struct ivt_event *ev, const void *payload,
 	ivt_writer_commit(&t->w);
 	ivt_writer_exit(&t->w);
 	return 0;
-}
-
-/* ---- payload encoding helpers (byte-packed, little-endian) ---------- */
-
-static inline uint8_t *ivt_put_u8(uint8_t *p, uint8_t v)   { *p = v; return p + 1; }
-static inline uint8_t *ivt_put_u16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); return p + 2; }
-static inline uint8_t *ivt_put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); return p + 4; }
-static inline uint8_t *ivt_put_u64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); return p + 8; }
-
-/* IVT_FT_BYTES: u32 length, then the bytes. Size: 4 + n. */
-static inline uint8_t *ivt_put_bytes(uint8_t *p, const void *b, uint32_t n)
-{
-	p = ivt_put_u32(p, n);
-	memcpy(p, b, n);
-	return p + n;
-}
-
-/* IVT_FT_STRING: the bytes and a NUL. Size: strlen(s) + 1. */
-static inline uint8_t *ivt_put_string(uint8_t *p, const char *s, uint32_t n)
-{
-	memcpy(p, s, n);
-	p[n] = 0;
-	return p + n + 1;
 }
 
 #ifdef __cplusplus

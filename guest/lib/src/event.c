@@ -78,7 +78,8 @@ static int ivt__field_ok(const struct ivt_field *f)
 		return 0;
 	if ((f->flags & IVT_FF_HEX) && !ivt__is_integer(f->type))
 		return 0;
-	if ((f->flags & IVT_FF_TID_COMM) && f->type != IVT_FT_U32)
+	if ((f->flags & IVT_FF_TID_COMM) && f->type != IVT_FT_U32 &&
+	    f->type != IVT_FT_S32)
 		return 0;
 	return 1;
 }

@@ -1,20 +1,26 @@
-//! ivtrace-ctf: writes what ivtrace-ring validated as CTF 1.8 traces.
+//! ivtrace-ctf: writes what ivtrace-region validated as CTF 1.8 traces.
 //!
-//! [`trace::CtfWriter`] is a [`ivtrace_ring::PacketSink`]: it lays out
+//! [`trace::CtfWriter`] is a [`ivtrace_region::PacketSink`]: it lays out
 //! `DIR/user/` and `DIR/kernel/` (one CTF trace per stream class, one
 //! stream file per channel), keeps each trace's TSDL [`tsdl`] metadata in
 //! step with the event classes, and writes the JSON [`sidecar`]. The
-//! [`clock`] mapping becomes the CTF clock block. The kernel stream is
-//! staged in its wire form and expanded to LTTng's layout at the end
-//! ([`kernel`]).
+//! clock mapping (ivtrace-time's [`ClockMapping`]) becomes the CTF clock
+//! block. The kernel stream is staged in its wire form and expanded to
+//! LTTng's layout at the end ([`kernel`]). [`host::HostTrace`] writes
+//! `DIR/host/`, the host's own events on the host time base, and
+//! [`host_read`] reads such traces back; [`vm`] is the metadata of the VM
+//! view (`DIR/vm/`, the same packets on the guest's clock); every trace's
+//! metadata comes from [`tsdl`].
 
-pub mod clock;
+pub mod host;
+pub mod host_read;
 pub mod kernel;
 pub mod sidecar;
 pub mod trace;
 pub mod tsdl;
+pub mod vm;
 
-pub use clock::ClockMapping;
+pub use ivtrace_time::ClockMapping;
 pub use sidecar::Sidecar;
 pub use trace::{CtfError, CtfWriter};
 pub use tsdl::{EnvValue, TraceEnv};

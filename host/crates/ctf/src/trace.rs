@@ -20,14 +20,15 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::classes::{EventClasses, StreamClasses};
-use ivtrace_ring::reader::PacketSink;
+use ivtrace_region::abi;
+use ivtrace_region::classes::{EventClasses, StreamClasses};
+use ivtrace_region::names::NameTable;
+use ivtrace_region::reader::PacketSink;
 
-use crate::clock::ClockMapping;
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::sidecar::{Sidecar, SIDECAR_NAME};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
+use ivtrace_time::ClockMapping;
 
 /// Buffer per stream file; packets larger than this bypass it.
 const STREAM_BUFFER: usize = 1 << 20;
@@ -56,6 +57,20 @@ pub fn stream_file_name(stream: u32, chan: u32) -> String {
     format!("{}_chan{chan}", stream_dir(stream))
 }
 
+/// The user trace's stream of events no channel could take (the reader's
+/// no-channel stream, index `nr_channels`; docs/abi.md "Lost events").
+pub const NO_CHANNEL_FILE: &str = "user_no_channel";
+
+/// Stream file of index `chan` of a region with `nr_channels` channels:
+/// a channel's, or the no-channel stream's.
+fn channel_file_name(stream: u32, chan: u32, nr_channels: u32) -> String {
+    if chan == nr_channels {
+        NO_CHANNEL_FILE.to_string()
+    } else {
+        stream_file_name(stream, chan)
+    }
+}
+
 struct StreamFile {
     /// Where the file ends up, relative to the root.
     rel: String,
@@ -81,16 +96,18 @@ pub struct CtfWriter {
     files: Vec<Option<StreamFile>>,
     /// The kernel stream once expanded (then `DIR/kernel/` exists).
     kernel: Option<Expanded>,
+    /// The guest's thread name table, if the front end read one.
+    name_table: Option<NameTable>,
 }
 
-fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
+pub(crate) fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
     move |source| CtfError::Create {
         path: path.display().to_string(),
         source,
     }
 }
 
-fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
+pub(crate) fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
     move |source| CtfError::Write {
         path: path.display().to_string(),
         source,
@@ -133,14 +150,16 @@ impl CtfWriter {
         kernel_uuid[14] ^= 0xb4;
         CtfWriter {
             root: root.to_path_buf(),
-            uuid: ivtrace_ring::region::format_uuid(&uuid),
-            kernel_uuid: ivtrace_ring::region::format_uuid(&kernel_uuid),
-            clock_uuid: ivtrace_ring::region::format_uuid(&clock_uuid),
+            uuid: ivtrace_region::region::format_uuid(&uuid),
+            kernel_uuid: ivtrace_region::region::format_uuid(&kernel_uuid),
+            clock_uuid: ivtrace_region::region::format_uuid(&clock_uuid),
             clock,
             env,
             metadata_generation: [None, None],
-            files: (0..nr_channels).map(|_| None).collect(),
+            // One more than the channels: the no-channel stream.
+            files: (0..=nr_channels).map(|_| None).collect(),
             kernel: None,
+            name_table: None,
         }
     }
 
@@ -173,6 +192,18 @@ impl CtfWriter {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The UUID of the guest traces' clock: another trace on the guest's
+    /// time base (the VM view) names the same clock with it, so readers
+    /// (Trace Compass: one machine per clock UUID) put them together.
+    pub fn clock_uuid(&self) -> &str {
+        &self.clock_uuid
+    }
+
+    /// The `hostname` the guest traces carry.
+    pub fn host_name(&self) -> &str {
+        &self.env.hostname
     }
 
     /// Replaces the clock mapping (final estimate); rewrite the metadata
@@ -241,7 +272,8 @@ impl CtfWriter {
 
     fn stream_file(&mut self, chan: u32, stream: u32) -> Result<(), CtfError> {
         if self.files[chan as usize].is_none() {
-            let name = stream_file_name(stream, chan);
+            let nr_channels = self.files.len() as u32 - 1;
+            let name = channel_file_name(stream, chan, nr_channels);
             let rel = format!("{}/{name}", stream_dir(stream));
             let path = self.write_dir(stream).join(&name);
             let f = OpenOptions::new()
@@ -279,6 +311,14 @@ impl CtfWriter {
         Ok(())
     }
 
+    /// Gives the expansion the guest's thread name table
+    /// (`ivtrace_region::names::read_thread_names`), which names the threads
+    /// that no naming event in the trace names (a salvaged flight
+    /// recorder). Call before [`CtfWriter::finish`].
+    pub fn set_thread_name_table(&mut self, table: NameTable) {
+        self.name_table = Some(table);
+    }
+
     /// Flushes every stream file, expands the staged kernel stream into
     /// `DIR/kernel/` and rewrites the metadata.
     pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
@@ -313,8 +353,9 @@ impl CtfWriter {
                 })
             })
             .collect();
-        let expanded = kernel::expand(classes.stream(abi::IVT_STREAM_KERNEL), &staged)
-            .map_err(write_err(&out_dir))?;
+        let wire = classes.stream(abi::IVT_STREAM_KERNEL);
+        let expanded =
+            kernel::expand(wire, &staged, self.name_table.as_ref()).map_err(write_err(&out_dir))?;
         self.kernel = Some(expanded);
         for f in self.files.iter_mut().flatten() {
             if f.stream == abi::IVT_STREAM_KERNEL {

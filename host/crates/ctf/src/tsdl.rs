@@ -1,17 +1,20 @@
-//! TSDL text for one stream class: the CTF 1.8 `metadata` file.
+//! TSDL text: the CTF 1.8 `metadata` file of every trace ivtrace writes
+//! (a guest stream class's, [`metadata`]; the host trace's,
+//! [`host_metadata`]).
 //!
 //! The packet header and context declare exactly `struct ivt_packet_hdr`;
 //! the event header is the compact/extended form of abi.h (a 5-bit id
 //! aligned on 32 bits, a 27-bit timestamp, or u32 id + u64 timestamp
 //! aligned on 32 bits); payload integers are byte-packed (`align = 8`).
-//! Only sanitized names (ivtrace-ring's `sanitize`) and host-chosen
+//! Only sanitized names (ivtrace-region's `sanitize`) and host-chosen
 //! strings reach this text; env strings are escaped besides.
 
 use std::fmt::Write;
 
-use ivtrace_ring::classes::{EventClass, FieldType, StreamClasses};
+use ivtrace_region::classes::{EventClass, FieldType, StreamClasses};
+use ivtrace_time::ClockMapping;
 
-use crate::clock::ClockMapping;
+use crate::host::{HostTraceDesc, STREAM_IVTRACE, STREAM_KERNEL};
 
 /// Name of the clock class in every trace.
 pub const CLOCK_NAME: &str = "ivt_clock";
@@ -82,7 +85,7 @@ fn env_key(s: &str) -> String {
 
 /// The `domain` env value of a stream class, as LTTng names them.
 pub fn domain(stream: u32) -> &'static str {
-    if stream == ivtrace_ring::abi::IVT_STREAM_KERNEL {
+    if stream == ivtrace_region::abi::IVT_STREAM_KERNEL {
         "kernel"
     } else {
         "ust"
@@ -135,7 +138,7 @@ fn write_env(t: &mut String, env: &TraceEnv, stream: u32) {
     t.push_str("env {\n");
     let _ = writeln!(t, "\thostname = \"{}\";", escape(&env.hostname));
     let _ = writeln!(t, "\tdomain = \"{}\";", domain(stream));
-    if stream == ivtrace_ring::abi::IVT_STREAM_KERNEL {
+    if stream == ivtrace_region::abi::IVT_STREAM_KERNEL {
         let (name, major, minor, patch) = KERNEL_TRACER;
         let _ = write!(
             t,
@@ -172,7 +175,7 @@ pub fn write_env_entries(t: &mut String, entries: &[(String, EnvValue)]) {
 }
 
 /// Why the clock offset has the form it has (a TSDL comment).
-fn offset_comment(c: &ClockMapping) -> &'static str {
+pub(crate) fn offset_comment(c: &ClockMapping) -> &'static str {
     if c.offset_fits_cycles() {
         "the whole offset from the epoch is in cycles, for Trace Compass < 6.3 ignores offset_s"
     } else {
@@ -279,6 +282,19 @@ fn write_field(t: &mut String, name: &str, ty: FieldType, hex: bool) {
             t,
             "\t\tinteger {{ size = 8; align = 8; signed = false; encoding = UTF8; }} _{name}[{n}];"
         ),
+        FieldType::U32Array(n) => writeln!(t, "\t\t{} _{name}[{n}];", integer(32, false, base)),
+        // LTTng's spelling: the length is `_<name>_length` (TSDL `__<name>_length`).
+        FieldType::S32SeqU8 => writeln!(
+            t,
+            "\t\t{} __{name}_length;\n\t\t{} _{name}[ __{name}_length ];",
+            integer(8, false, 10),
+            integer(32, true, base)
+        ),
+        FieldType::TextSeqU64 => writeln!(
+            t,
+            "\t\t{} __{name}_length;\n\t\tinteger {{ size = 8; align = 8; signed = true; encoding = UTF8; }} _{name}[ __{name}_length ];",
+            integer(64, false, 10)
+        ),
         int => {
             let (bytes, signed) = int.integer().expect("integer type");
             writeln!(t, "\t\t{} _{name};", integer(bytes * 8, signed, base))
@@ -286,10 +302,136 @@ fn write_field(t: &mut String, name: &str, ty: FieldType, hex: bool) {
     };
 }
 
+/// TSDL for the host trace (`DIR/host/`, [`crate::host`]): its own
+/// byte-aligned integer aliases, a nanosecond clock on the host time base,
+/// the host kernel and ivtrace stream classes, then `classes`.
+pub fn host_metadata(desc: &HostTraceDesc, uuid: &str, classes: &[EventClass]) -> String {
+    let mut t = String::from("/* CTF 1.8 */\n\n");
+    t.push_str(HOST_PRELUDE);
+    let _ = write!(
+        t,
+        "trace {{\n\tmajor = 1;\n\tminor = 8;\n\tuuid = \"{uuid}\";\n\tbyte_order = le;\n\
+         \tpacket.header := struct {{\n\t\th_u32 magic;\n\t\th_u32 stream_id;\n\
+         \t\th_u64 stream_instance_id;\n\t}};\n}};\n\n"
+    );
+    write_host_env(&mut t, desc);
+    write_host_clock(&mut t, desc);
+    for (id, ctx) in [
+        (
+            STREAM_KERNEL,
+            "\tevent.context := struct {\n\t\tinteger { size = 32; align = 8; signed = true; } _tid;\n\t};\n",
+        ),
+        (STREAM_IVTRACE, ""),
+    ] {
+        write_host_stream(&mut t, id, ctx);
+    }
+    for c in classes {
+        write_event(&mut t, c);
+    }
+    t
+}
+
+/// Every host integer is byte-aligned: host packets need no padding.
+pub(crate) const HOST_PRELUDE: &str = "\
+typealias integer { size = 8; align = 8; signed = false; } := h_u8;
+typealias integer { size = 32; align = 8; signed = false; } := h_u32;
+typealias integer { size = 64; align = 8; signed = false; } := h_u64;
+
+";
+
+/// LTTng-kernel-style env (Trace Compass keys on domain/tracer_name).
+fn write_host_env(t: &mut String, desc: &HostTraceDesc) {
+    t.push_str("env {\n");
+    let _ = writeln!(t, "\thostname = \"{}\";", escape(desc.hostname));
+    let (tracer, major, minor, _) = KERNEL_TRACER;
+    let _ = write!(
+        t,
+        "\tdomain = \"kernel\";\n\ttracer_name = \"{tracer}\";\n\
+         \ttracer_major = {major};\n\ttracer_minor = {minor};\n"
+    );
+    let _ = writeln!(t, "\ttrace_name = \"{}\";", escape(desc.trace_name));
+    let _ = writeln!(
+        t,
+        "\ttrace_creation_datetime = \"{}\";",
+        creation_datetime(std::time::SystemTime::now())
+    );
+    t.push_str("\tivtrace_host_trace = 1;\n");
+    write_env_entries(t, &desc.env);
+    t.push_str("};\n\n");
+}
+
+/// Nanoseconds on the host time base: no offset, absolute.
+fn write_host_clock(t: &mut String, desc: &HostTraceDesc) {
+    let _ = write!(
+        t,
+        "clock {{\n\tname = \"ivt_host\";\n\tuuid = \"{}\";\n\
+         \tdescription = \"host CLOCK_MONOTONIC on the CLOCK_REALTIME base (ivtrace host time)\";\n\
+         \tfreq = 1000000000;\n\tprecision = {};\n\toffset_s = 0;\n\toffset = 0;\n\tabsolute = TRUE;\n}};\n\n",
+        crate::host::random_uuid(),
+        desc.error_ns.max(1)
+    );
+    t.push_str(
+        "typealias integer { size = 64; align = 8; signed = false; map = clock.ivt_host.value; } := h_clock_t;\n\n",
+    );
+}
+
+/// A host stream class: the packet context of [`crate::host`]'s packets,
+/// a u32 id + u64 timestamp event header, and `ctx` (an event context).
+pub(crate) fn write_host_stream(t: &mut String, id: u32, ctx: &str) {
+    let _ = write!(
+        t,
+        "stream {{\n\tid = {id};\n\tpacket.context := struct {{\n\
+         \t\th_clock_t timestamp_begin;\n\t\th_clock_t timestamp_end;\n\
+         \t\th_u64 content_size;\n\t\th_u64 packet_size;\n\t\th_u64 packet_seq_num;\n\
+         \t\th_u64 events_discarded;\n\t\th_u32 cpu_id;\n\t}};\n\
+         \tevent.header := struct {{\n\t\th_u32 id;\n\t\th_clock_t timestamp;\n\t}};\n{ctx}}};\n\n"
+    );
+}
+
+/// LTTng-style `YYYYMMDDTHHMMSS+0000` for a time since the epoch (the
+/// `trace_creation_datetime` of every trace).
+pub fn creation_datetime(t: std::time::SystemTime) -> String {
+    let secs = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}+0000",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Gregorian date of a day number since 1970-01-01 (H. Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + (m <= 2) as i64, m, d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ivtrace_ring::classes::Field;
+    use ivtrace_region::classes::Field;
+
+    #[test]
+    fn datetime_is_lttng_style() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let t = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(creation_datetime(t), "20231114T221320+0000");
+        assert_eq!(
+            creation_datetime(UNIX_EPOCH + Duration::from_secs(951_782_400)),
+            "20000229T000000+0000"
+        );
+    }
 
     #[test]
     fn escape_keeps_tsdl_strings_closed() {

@@ -3,8 +3,8 @@
 //!
 //!     cargo run --example mkregion -- /dev/shm/x EVENTS [overwrite] [subbufs] [subbuf_size] [channels]
 
-use ivtrace_ring::abi;
-use ivtrace_ring::testutil::{RegionBuilder, TestRegion};
+use ivtrace_region::abi;
+use ivtrace_testutil::{RegionBuilder, TestRegion};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::testutil::{packet_template, RegionBuilder, TestRegion};
+use ivtrace_region::abi;
+use ivtrace_testutil::{packet_template, RegionBuilder, TestRegion};
 
 fn trim(mut b: Vec<u8>) -> Vec<u8> {
     while b.last() == Some(&0) {

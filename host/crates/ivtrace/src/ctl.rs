@@ -5,16 +5,16 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use ivtrace_ring::{Access, Region};
+use ivtrace_region::{Access, Command, Region};
 
-use crate::control::{self, Command};
-use crate::session::UserError;
+use crate::control::{self, parse_command};
+use ivtrace_engine::UserError;
 
 /// `ivtrace ctl --help`, after the options.
 pub const CTL_HELP: &str = "\
@@ -134,16 +134,11 @@ fn via_socket(path: &PathBuf, req: Value) -> Result<Value> {
     serde_json::from_str(&line).context("the server's reply is not JSON")
 }
 
-fn direct(shm: &PathBuf, cmd: Command, words: &[String]) -> Result<Value> {
+fn direct(shm: &Path, cmd: Command, words: &[String]) -> Result<Value> {
     let region = Region::open(shm, Access::ReadWrite)
         .with_context(|| format!("cannot use region {}", shm.display()))?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(shm)
-        .with_context(|| format!("cannot open {}", shm.display()))?;
-    let timeout = control::ack_timeout(&region, false);
-    let a = control::send(&region, &file, cmd, &|| {}, timeout)?;
+    let host = region.protocol();
+    let a = host.send_command(cmd, &|| {}, host.ack_timeout(false))?;
     Ok(json!({
         "ok": a.status == 0,
         "guest": shm.display().to_string(),
@@ -166,7 +161,7 @@ pub fn run(args: &CtlArgs) -> Result<u64> {
         if matches!(verb, "list" | "status") {
             bail!("`{verb}` needs a server (--socket); with --shm, send a command");
         }
-        let cmd = Command::parse(words)?;
+        let cmd = parse_command(words)?;
         return print_reply(&direct(shm, cmd, words)?, args.json);
     }
     let path = args
@@ -182,7 +177,7 @@ pub fn run(args: &CtlArgs) -> Result<u64> {
         "list" => json!({"op": "list"}),
         "status" => json!({"op": "status", "guest": args.guest}),
         _ => {
-            Command::parse(words)?; // say what is wrong before asking
+            parse_command(words)?; // say what is wrong before asking
             json!({"op": "control", "guest": args.guest, "command": words})
         }
     };

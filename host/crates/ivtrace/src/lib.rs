@@ -1,26 +1,18 @@
-//! The `ivtrace` command: glue between ivtrace-ring (reading regions) and
-//! ivtrace-ctf (writing traces). `main.rs` only parses arguments and maps
-//! outcomes to exit codes; the subcommands live in [`record`], [`report`]
-//! and [`snapshot`]; [`session`] holds what they share and
-//! [`session::drain_bytes_to_dir`], the whole pipeline on a byte buffer,
-//! which the fuzzer and the property tests drive.
+//! The `ivtrace` command on top of the recording engine (ivtrace-engine):
+//! `main.rs` only parses arguments and maps outcomes to exit codes; the
+//! subcommands live in [`record`], [`snapshot`], [`report`], [`serve`]
+//! (the ivshmem server and daemon) and [`ctl`]; [`control`] parses the
+//! control commands people type, [`summary`] prints a recording's summary.
 
 pub mod cli;
-pub mod clock;
 pub mod control;
 pub mod ctl;
-pub mod hostevents;
-pub mod hosttrace;
-pub mod kvmclock;
-pub mod notify;
+pub mod qmp;
 pub mod record;
 pub mod report;
 pub mod serve;
-pub mod session;
 pub mod snapshot;
 pub mod summary;
-pub mod sync;
-pub mod timebase;
 
 /// Exit status: success, events were recorded or reported.
 pub const EXIT_OK: i32 = 0;
@@ -31,8 +23,8 @@ pub const EXIT_ERROR: i32 = 2;
 
 /// A hint for the errors users can do something about.
 pub fn hint_for(err: &anyhow::Error) -> Option<String> {
-    use ivtrace_ring::RegionError as E;
-    if let Some(u) = err.downcast_ref::<session::UserError>() {
+    use ivtrace_region::RegionError as E;
+    if let Some(u) = err.downcast_ref::<ivtrace_engine::UserError>() {
         return Some(u.hint.clone());
     }
     let region = err.chain().find_map(|e| e.downcast_ref::<E>())?;

@@ -1,6 +1,8 @@
 //! `ivtrace record`: wait for a region, drain it into CTF until it is
-//! closed or the user stops, flush what was committed, summarize.
+//! closed or the user stops, flush what was committed, summarize. The
+//! recording itself is ivtrace-engine's loop, polling with a backoff.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,40 +13,32 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use ivtrace_ring::{abi, Access, Reader, Region, RegionError};
+use ivtrace_ctf::sidecar::HostLost;
+use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
+use ivtrace_region::{abi, Reader, Region, RegionError};
+use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
-use crate::clock;
-use crate::session;
 use crate::summary;
 
 /// Idle polling backs off from MIN to MAX sleep.
 const IDLE_SLEEP_MIN: Duration = Duration::from_micros(20);
 const IDLE_SLEEP_MAX: Duration = Duration::from_millis(5);
-/// How often slow checks (owner liveness, progress) run.
-const SLOW_CHECK: Duration = Duration::from_millis(100);
 /// Region polling while waiting for it to appear.
 const WAIT_POLL: Duration = Duration::from_millis(50);
 
-/// Why a recording ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
-    Signal,
-    Duration,
-    Closed,
-    OwnerGone,
-    Withdrawn,
-}
-
-impl StopReason {
-    pub fn describe(self) -> &'static str {
-        match self {
-            StopReason::Signal => "interrupted",
-            StopReason::Duration => "duration reached",
-            StopReason::Closed => "region closed by its owner",
-            StopReason::OwnerGone => "region owner exited without closing",
-            StopReason::Withdrawn => "region withdrawn for reformatting",
-        }
+/// How `ivtrace record` words why it stopped (the sidecar's
+/// `stop_reason`).
+pub fn describe(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Interrupted => "interrupted",
+        StopReason::DurationReached => "duration reached",
+        StopReason::Closed => "region closed by its owner",
+        StopReason::OwnerGone => "region owner exited without closing",
+        StopReason::Withdrawn => "region withdrawn for reformatting",
+        StopReason::Disconnected => "peer disconnected",
+        StopReason::Misbehaved => "peer misbehaved",
     }
 }
 
@@ -60,59 +54,56 @@ fn install_stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
-/// Errors that mean "not yet": the file may still be created or formatted.
-fn is_transient(e: &RegionError) -> bool {
-    matches!(
-        e,
-        RegionError::Missing { .. }
-            | RegionError::TooSmall { .. }
-            | RegionError::NotFormatted
-            | RegionError::SizeMismatch { .. }
-    )
+/// Stop requests: a signal, or the end of `--duration`.
+struct Stop<'a> {
+    signal: &'a AtomicBool,
+    deadline: Option<Instant>,
 }
 
-/// A formatted header whose size disagrees with the file may be a region
-/// being re-created (truncated, then reformatted); past this it is an error.
-const SIZE_MISMATCH_GRACE: Duration = Duration::from_secs(2);
-
-/// Opens the region, waiting (and saying so) while it does not exist or
-/// is not formatted. None if stopped while waiting.
-fn wait_for_region(
-    shm: &Path,
-    stop: &AtomicBool,
-    deadline: Option<Instant>,
-) -> Result<Option<Region>> {
-    let mut last_said = String::new();
-    let mut mismatch_since: Option<Instant> = None;
-    loop {
-        match Region::open(shm, Access::ReadWrite) {
-            Ok(r) => return Ok(Some(r)),
-            Err(e @ RegionError::SizeMismatch { .. })
-                if mismatch_since.get_or_insert_with(Instant::now).elapsed()
-                    >= SIZE_MISMATCH_GRACE =>
-            {
-                return Err(e).with_context(|| format!("cannot use region {}", shm.display()))
-            }
-            Err(e) if is_transient(&e) => {
-                let msg = match e {
-                    RegionError::Missing { .. } => {
-                        format!("waiting for {} to appear (start the writer)", shm.display())
-                    }
-                    _ => format!("waiting for a writer to format {} ({e})", shm.display()),
-                };
-                if msg != last_said {
-                    eprintln!("ivtrace: {msg}");
-                    last_said = msg;
-                }
-            }
-            Err(e) => {
-                return Err(e).with_context(|| format!("cannot use region {}", shm.display()))
-            }
+impl Stop<'_> {
+    fn requested(&self) -> Option<StopReason> {
+        if self.signal.load(Ordering::Relaxed) {
+            return Some(StopReason::Interrupted);
         }
-        if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(StopReason::DurationReached);
+        }
+        None
+    }
+}
+
+/// Waiting for the region, saying why (once per reason).
+struct Waiting<'a> {
+    shm: &'a Path,
+    stop: &'a Stop<'a>,
+    last_said: String,
+}
+
+impl RegionWait for Waiting<'_> {
+    fn not_yet(&mut self, err: RegionError, transient: bool) -> Result<()> {
+        let shm = self.shm.display();
+        if !transient {
+            return Err(err).with_context(|| format!("cannot use region {shm}"));
+        }
+        let msg = match err {
+            RegionError::Missing { .. } => {
+                format!("waiting for {shm} to appear (start the writer)")
+            }
+            _ => format!("waiting for a writer to format {shm} ({err})"),
+        };
+        if msg != self.last_said {
+            eprintln!("ivtrace: {msg}");
+            self.last_said = msg;
+        }
+        Ok(())
+    }
+
+    fn pause(&mut self) -> bool {
+        if self.stop.requested().is_some() {
+            return false;
         }
         sleep(WAIT_POLL);
+        true
     }
 }
 
@@ -143,101 +134,52 @@ fn raise_file_limit() {
     }
 }
 
-struct Loop<'a> {
-    reader: Reader,
-    writer: ivtrace_ctf::CtfWriter,
-    stop: &'a AtomicBool,
-    deadline: Option<Instant>,
+/// What `record` adds to the engine's loop: its stop requests, the
+/// loopback owner's liveness, a progress line on a terminal.
+struct RecordHooks<'a> {
+    stop: &'a Stop<'a>,
+    /// The loopback region's owner process (None: not loopback).
+    owner: Option<u32>,
     progress: Option<ProgressBar>,
-    events_hint: u64,
-    bytes: u64,
 }
 
-impl Loop<'_> {
-    /// Drains until a stop condition; returns why.
-    fn run(&mut self) -> Result<StopReason> {
-        let region_owner = self.reader.region().header().owner_pid;
-        let loopback = self.reader.region().header().is_loopback();
-        let mut idle = IDLE_SLEEP_MIN;
-        let mut last_slow = Instant::now();
-        let mut ending: Option<StopReason> = None;
-        let mut heartbeat = 0u64;
-        loop {
-            let pass = self.reader.drain_available(&mut self.writer)?;
-            self.bytes += pass.bytes;
-            heartbeat += 1;
-            // Relaxed: a liveness counter; writers only compare values.
-            self.reader
-                .region()
-                .store_relaxed_u64(abi::hdr::HOST_HEARTBEAT as u64, heartbeat);
-            if let Some(reason) = ending {
-                return Ok(reason);
-            }
-            if self.stop.load(Ordering::Relaxed) {
-                return Ok(StopReason::Signal);
-            }
-            if self.deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(StopReason::Duration);
-            }
-            // Pairs with the store-release of state in ivt_region_close()
-            // (guest/lib): every packet committed before it is visible to
-            // the next drain pass, which is the last.
-            if self
-                .reader
-                .region()
-                .load_acquire_u32(abi::hdr::STATE as u64)
-                == abi::IVT_STATE_CLOSED
-            {
-                ending = Some(StopReason::Closed);
-                continue;
-            }
-            if last_slow.elapsed() >= SLOW_CHECK {
-                last_slow = Instant::now();
-                if !self.reader.region().still_formatted() {
-                    eprintln!(
-                        "ivtrace: warning: the region was withdrawn (reformatting); stopping"
-                    );
-                    return Ok(StopReason::Withdrawn);
-                }
-                if loopback && !owner_alive(region_owner) {
-                    eprintln!("ivtrace: warning: region owner pid {region_owner} is gone without closing the region; draining what it committed");
-                    ending = Some(StopReason::OwnerGone);
-                    continue;
-                }
-                self.show_progress();
-            }
-            if pass.packets == 0 {
-                sleep(idle);
-                idle = (idle * 2).min(IDLE_SLEEP_MAX);
-            } else {
-                idle = IDLE_SLEEP_MIN;
-            }
-        }
+impl Hooks for RecordHooks<'_> {
+    fn stop_requested(&mut self) -> Option<StopReason> {
+        self.stop.requested()
     }
 
-    fn show_progress(&mut self) {
+    fn slow_check(&mut self, reader: &Reader, bytes: u64) -> Option<StopReason> {
+        if let Some(pid) = self.owner.filter(|&pid| !owner_alive(pid)) {
+            eprintln!("ivtrace: warning: region owner pid {pid} is gone without closing the region; draining what it committed");
+            return Some(StopReason::OwnerGone);
+        }
         if let Some(pb) = &self.progress {
-            let events: u64 = (0..self.reader.nr_channels())
-                .map(|c| self.reader.channel_stats(c).events)
+            let events: u64 = (0..reader.nr_channels())
+                .map(|c| reader.channel_stats(c).events)
                 .sum();
-            self.events_hint = events;
-            pb.set_message(format!(
-                "{events} events, {:.1} MB",
-                self.bytes as f64 / 1e6
-            ));
+            pb.set_message(format!("{events} events, {:.1} MB", bytes as f64 / 1e6));
             pb.tick();
         }
+        None
     }
 }
 
 /// Runs `ivtrace record`. Returns the events seen (recorded + lost).
 pub fn run(args: &RecordArgs) -> Result<u64> {
     let out = session::prepare_output(&args.output, args.force)?;
-    let stop = install_stop_flag()?;
-    let deadline = args
-        .duration
-        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
-    let Some(region) = wait_for_region(&args.shm, &stop, deadline)? else {
+    let signal = install_stop_flag()?;
+    let stop = Stop {
+        signal: &signal,
+        deadline: args
+            .duration
+            .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0))),
+    };
+    let mut waiting = Waiting {
+        shm: &args.shm,
+        stop: &stop,
+        last_said: String::new(),
+    };
+    let Some(region) = ivtrace_engine::wait_for_region(&args.shm, None, &mut waiting)? else {
         eprintln!(
             "ivtrace: stopped before {} became a valid region; nothing recorded",
             args.shm.display()
@@ -246,70 +188,182 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     };
     raise_file_limit();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
-    let host_events = match args.host_events {
-        true => Some(crate::hostevents::RecordHost::start(
-            args.qemu_pid,
-            &args.shm,
-            &out,
-            &host,
-        )?),
+    let vcpus = match &args.qmp {
+        Some(path) => crate::qmp::vcpu_threads(path)?,
+        None => HashMap::new(),
+    };
+    let host_side = match args.host_events {
+        true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
-    let seen = record_region(region, &args.shm, &out, &stop, deadline, args.json, &host);
-    if let Some(h) = host_events {
-        h.finish()?;
-    }
-    seen
+    let host_side = host_side.map(|side| HostRun { side, vcpus });
+    let names = Names {
+        out: &out,
+        host: &host,
+    };
+    record_region(region, args, names, &stop, host_side)
+}
+
+/// Where a recording goes and what its traces call the guest.
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    out: &'a Path,
+    host: &'a str,
 }
 
 fn record_region(
     region: Region,
-    shm: &Path,
-    out: &Path,
-    stop: &AtomicBool,
-    deadline: Option<Instant>,
-    json: bool,
-    host: &str,
+    args: &RecordArgs,
+    names: Names,
+    stop: &Stop,
+    host_side: Option<HostRun>,
 ) -> Result<u64> {
-    let mut estimator = clock::estimator_for(region.header());
-    let initial = estimator.initial();
-    let started = Instant::now();
-    let writer = session::ctf_writer_named(&region, out, &initial, host);
-    let mut lp = Loop {
-        reader: Reader::new(region),
-        writer,
+    let Names { out, host } = names;
+    let mut clock = ivtrace_time::estimator_for(region.header());
+    let writer = session::ctf_writer_named(&region, out, &clock.initial(), host);
+    let h = region.header();
+    let mut hooks = RecordHooks {
         stop,
-        deadline,
+        owner: h.is_loopback().then_some(h.owner_pid),
         progress: progress_bar(),
-        events_hint: 0,
-        bytes: 0,
     };
-    let reason = lp.run()?;
-    if let Some(pb) = &lp.progress {
+    let mut wait = Backoff::new(IDLE_SLEEP_MIN, IDLE_SLEEP_MAX);
+    let engine = Engine::new(
+        Reader::new(region),
+        writer,
+        &mut clock,
+        &mut wait,
+        &mut hooks,
+    );
+    let rec = engine.run()?;
+    if let Some(pb) = &hooks.progress {
         pb.finish_and_clear();
     }
-    let Loop {
-        mut reader,
-        mut writer,
+    if rec.reason == StopReason::Withdrawn {
+        eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
+    }
+    finish_trace(rec, args, names, host_side)
+}
+
+/// The recorded trace's env and metadata, the host trace and VM view, the
+/// sidecar, the summary.
+fn finish_trace(
+    rec: Recorded<ivtrace_ctf::CtfWriter>,
+    args: &RecordArgs,
+    names: Names,
+    host_side: Option<HostRun>,
+) -> Result<u64> {
+    let Names { out, host } = names;
+    let Recorded {
+        reader,
+        output: mut writer,
+        clock,
+        elapsed,
+        reason,
         ..
-    } = lp;
-    reader.flush_partial(&mut writer)?;
-    reader.finish(&mut writer)?;
-    let elapsed = started.elapsed();
-    let clock = estimator.finish();
-    writer.set_clock(clock.clone());
-    writer.set_env(session::trace_env_named(reader.region(), out, &clock, host));
-    writer.finish(reader.classes())?;
-    let sidecar = session::build_sidecar(
+    } = rec;
+    let env = session::trace_env_named(reader.region(), out, &clock, host);
+    Output::finish(&mut writer, &clock, env, reader.classes())?;
+    let guest = GuestOutput::of(&writer, reader.classes(), &clock);
+    let host_lost = host_side
+        .map(|h| finish_host_events(h, &guest))
+        .transpose()?;
+    let mut sidecar = session::build_sidecar(
         &reader,
         &writer,
-        shm,
+        &args.shm,
         "record",
         &clock,
         elapsed,
-        reason.describe(),
+        describe(reason),
     );
+    sidecar.host_lost = host_lost;
     writer.write_sidecar(&sidecar)?;
-    summary::print(&sidecar, out, json)?;
+    summary::print(&sidecar, out, args.json)?;
     Ok(session::events_seen(&sidecar))
+}
+
+/// `--host-events`: the host events of the QEMU behind the region file
+/// (`--qemu-pid`, or the process that maps it) into `DIR/host/`, for as
+/// long as the recording runs.
+fn start_host_events(
+    qemu_pid: Option<i32>,
+    shm: &Path,
+    out: &Path,
+    name: &str,
+) -> Result<HostSide> {
+    let pid = match qemu_pid {
+        Some(p) => p,
+        None => process_mapping(shm).with_context(|| {
+            format!(
+                "no process maps {}: pass --qemu-pid (the QEMU whose vCPU threads to trace)",
+                shm.display()
+            )
+        })?,
+    };
+    let mut classes = Vec::new();
+    let events = HostEvents::prepare(Some(pid), &mut classes)?;
+    let env = vec![(
+        "ivtrace_qemu_pid".into(),
+        ivtrace_ctf::EnvValue::Int(pid as i64),
+    )];
+    let mut side = HostSide::create(out, name, env, classes)?;
+    side.start_events(events)?;
+    Ok(side)
+}
+
+/// The host side of a recording and the vCPU threads QMP named (empty
+/// without --qmp).
+struct HostRun {
+    side: HostSide,
+    vcpus: HashMap<i32, u32>,
+}
+
+/// Stops the host events, derives the VM view from them and the finished
+/// guest traces, closes the host trace, says what was recorded; the host
+/// trace's losses.
+fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostLost> {
+    let HostRun { mut side, vcpus } = run;
+    let stats = side.stop_events().context("host events never started")??;
+    let dir = side.dir().to_path_buf();
+    eprintln!(
+        "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed ({} pages \
+         without a count) -> {}",
+        stats.events,
+        stats.qemu_pid,
+        stats.threads.len(),
+        if stats.vcpu_names {
+            ", vCPU threads by name"
+        } else {
+            "; no `CPU n/...` thread names: all threads (start QEMU with -name NAME,debug-threads=on)"
+        },
+        stats.missed,
+        stats.missed_uncounted_pages,
+        dir.display()
+    );
+    let source = vcpu_source(!vcpus.is_empty(), stats.vcpu_names);
+    match side.vm_view(guest, vcpus, source) {
+        Some(Ok(d)) => crate::summary::print_vm_view(&d),
+        Some(Err(e)) => eprintln!("ivtrace: warning: no VM view: {e:#}"),
+        None => {}
+    }
+    side.finish()?;
+    Ok(host_lost(&stats))
+}
+
+/// The sidecar's account of what the host trace lost.
+pub fn host_lost(stats: &HostEventStats) -> HostLost {
+    HostLost {
+        missed: stats.missed,
+        missed_uncounted_pages: stats.missed_uncounted_pages,
+    }
+}
+
+/// How the VM view knows the vCPU threads.
+pub fn vcpu_source(qmp: bool, named: bool) -> &'static str {
+    match (qmp, named) {
+        (true, _) => "qmp query-cpus-fast",
+        (false, true) => "thread names (CPU n/...)",
+        (false, false) => "kvm_entry vcpu_id only (no CPU n/... thread names)",
+    }
 }

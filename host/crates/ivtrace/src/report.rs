@@ -9,15 +9,18 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use ivtrace_ctf::sidecar::{Lost, Sidecar, SIDECAR_NAME};
-use ivtrace_ctf::trace::{stream_dir, stream_file_name};
-use ivtrace_ring::packet::{EventVisitor, PacketHeader};
-use ivtrace_ring::reader::walk_own_packet;
-use ivtrace_ring::{abi, EventClasses};
+use ivtrace_ctf::sidecar::{HostLost, Lost, Sidecar, SIDECAR_NAME};
+use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
+use ivtrace_region::packet::{EventVisitor, PacketHeader};
+use ivtrace_region::reader::walk_own_packet;
+use ivtrace_region::{abi, EventClasses};
+use ivtrace_vmview::model::comm_str;
+use ivtrace_vmview::report::VmReport;
+use ivtrace_vmview::timeline::NOT_TRACED;
 
 use crate::cli::ReportArgs;
-use crate::session::UserError;
 use crate::summary::si;
+use ivtrace_engine::UserError;
 
 /// Per-event-id counts of one stream class.
 struct Counts(Vec<u64>);
@@ -58,9 +61,20 @@ pub struct EventTypeReport {
 pub struct Report {
     pub trace_uuid: String,
     pub events: u64,
+    /// Every loss the traces announce to a CTF reader (the streams' last
+    /// `events_discarded`: channels, the no-channel stream, the host trace).
     pub discarded: u64,
+    /// Every loss recorded, by reason (`lost_by_reason`, `lost_no_channel`,
+    /// `host_lost.missed`): equal to `discarded` unless a count was clamped.
+    pub lost_total: u64,
     pub lost_by_reason: Lost,
     pub lost_no_channel: u64,
+    /// What the host trace lost, if the recording had host events.
+    pub host_lost: Option<HostLost>,
+    /// What the no-channel stream and the host trace announce (also in
+    /// `discarded`).
+    pub discarded_no_channel: u64,
+    pub discarded_host: u64,
     pub first_realtime_ns: Option<i128>,
     pub last_realtime_ns: Option<i128>,
     pub span_s: f64,
@@ -71,6 +85,10 @@ pub struct Report {
     /// The writer-clock -> host-time mapping the traces carry, with its bound.
     pub clock: ivtrace_ctf::ClockMapping,
     pub channels: Vec<ChannelReport>,
+    /// The VM view (`DIR/vm/`, recorded with host events): vCPUs preempted,
+    /// blocked, in the hypervisor; guest threads that lost time; host tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_view: Option<VmReport>,
 }
 
 fn read_sidecar(dir: &Path) -> Result<Sidecar> {
@@ -103,14 +121,29 @@ fn next_packet(f: &mut impl Read, buf: &mut Vec<u8>) -> Result<bool> {
     Ok(true)
 }
 
+/// A stream file of the guest's traces: `rel` (from trusted names only)
+/// under `dir`, reported as channel `chan`.
+struct StreamFile {
+    rel: String,
+    chan: u32,
+}
+
+impl StreamFile {
+    fn channel(stream: u32, chan: u32) -> StreamFile {
+        StreamFile {
+            rel: format!("{}/{}", stream_dir(stream), stream_file_name(stream, chan)),
+            chan,
+        }
+    }
+}
+
 fn walk_channel(
     dir: &Path,
-    stream: u32,
-    chan: u32,
+    file: StreamFile,
     classes: &EventClasses,
     counts: &mut Counts,
 ) -> Result<ChannelReport> {
-    let rel = format!("{}/{}", stream_dir(stream), stream_file_name(stream, chan));
+    let StreamFile { rel, chan } = file;
     let path = dir.join(&rel);
     let mut f = BufReader::with_capacity(
         1 << 20,
@@ -165,13 +198,8 @@ pub fn build(dir: &Path) -> Result<Report> {
             continue;
         }
         let stream = c.stream_class.min(1);
-        let mut r = walk_channel(
-            dir,
-            stream,
-            c.channel,
-            &classes,
-            &mut counts[stream as usize],
-        )?;
+        let file = StreamFile::channel(stream, c.channel);
+        let mut r = walk_channel(dir, file, &classes, &mut counts[stream as usize])?;
         let span = match (r.first_ts, r.last_ts) {
             (Some(a), Some(b)) => sidecar.clock.ticks_to_ns(b.saturating_sub(a)) / 1e9,
             _ => 0.0,
@@ -190,14 +218,26 @@ pub fn build(dir: &Path) -> Result<Report> {
     let events: u64 = channels.iter().map(|c| c.events).sum();
     let event_bytes: u64 = channels.iter().map(|c| c.event_bytes).sum();
     let header_bytes: u64 = channels.iter().map(|c| c.header_bytes).sum();
+    let extra = other_losses(dir, &sidecar, &classes)?;
+    let discarded = channels
+        .iter()
+        .fold(0u64, |a, c| a.saturating_add(c.discarded))
+        .saturating_add(extra.no_channel)
+        .saturating_add(extra.host);
+    let host_missed = sidecar.host_lost.as_ref().map_or(0, |h| h.missed);
     Ok(Report {
         trace_uuid: sidecar.trace_uuid.clone(),
         events,
-        discarded: channels
-            .iter()
-            .fold(0u64, |a, c| a.saturating_add(c.discarded)),
+        discarded,
+        lost_total: lost
+            .total()
+            .saturating_add(sidecar.lost_no_channel)
+            .saturating_add(host_missed),
         lost_by_reason: lost,
         lost_no_channel: sidecar.lost_no_channel,
+        host_lost: sidecar.host_lost.clone(),
+        discarded_no_channel: extra.no_channel,
+        discarded_host: extra.host,
         first_realtime_ns: first.map(|t| sidecar.clock.realtime_ns(t)),
         last_realtime_ns: last.map(|t| sidecar.clock.realtime_ns(t)),
         span_s,
@@ -207,7 +247,50 @@ pub fn build(dir: &Path) -> Result<Report> {
         event_types,
         channels,
         clock: sidecar.clock.clone(),
+        vm_view: vm_view(dir)?,
     })
+}
+
+/// `DIR/vm/` read back, if the recording has one.
+fn vm_view(dir: &Path) -> Result<Option<VmReport>> {
+    let vm = dir.join("vm");
+    if !vm.join("metadata").is_file() {
+        return Ok(None);
+    }
+    Ok(Some(ivtrace_vmview::report::summarize(&vm)?))
+}
+
+/// Losses announced by streams that are no channel's.
+struct OtherLosses {
+    no_channel: u64,
+    host: u64,
+}
+
+/// The no-channel stream's count (`user/user_no_channel`, if the sidecar
+/// says it was written) and the host trace's (`DIR/host/`, if present).
+fn other_losses(dir: &Path, sidecar: &Sidecar, classes: &EventClasses) -> Result<OtherLosses> {
+    let no_channel = match sidecar.no_channel_stream {
+        Some(_) => {
+            let file = StreamFile {
+                rel: format!("{}/{NO_CHANNEL_FILE}", stream_dir(abi::IVT_STREAM_USER)),
+                chan: sidecar
+                    .region
+                    .get("nr_channels")
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0) as u32,
+            };
+            let mut none = Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]);
+            walk_channel(dir, file, classes, &mut none)?.discarded
+        }
+        None => 0,
+    };
+    let host_dir = dir.join("host");
+    let host = match host_dir.is_dir() {
+        true => ivtrace_ctf::host::trace_discarded(&host_dir)
+            .with_context(|| format!("cannot read the host trace {}", host_dir.display()))?,
+        false => 0,
+    };
+    Ok(OtherLosses { no_channel, host })
 }
 
 fn event_types(classes: &EventClasses, counts: &[Counts; 2]) -> Vec<EventTypeReport> {
@@ -253,8 +336,7 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
             ""
         }
     )?;
-    let l = &r.lost_by_reason;
-    writeln!(out, "lost events: {} in CTF (events_discarded); by reason: full={} too_big={} nested={} overwritten={} torn={} corrupt={}; no_channel={}", r.discarded, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt, r.lost_no_channel)?;
+    print_losses(r, out)?;
     writeln!(
         out,
         "\n  {:<8} {:>4} {:<32} {:>12}",
@@ -290,6 +372,144 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
     Ok(())
 }
 
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The VM view's part of the table: per vCPU, the guest threads that lost
+/// the most, the host tasks that ran meanwhile, exits, hypercalls.
+fn print_vm_view(v: &VmReport, out: &mut impl Write) -> io::Result<()> {
+    let s = &v.summary;
+    writeln!(out, "\nVM view ({}): {} events", v.dir, v.events)?;
+    writeln!(
+        out,
+        "  {:<6} {:>14} {:>8} {:>12} {:>12} {:>14} {:>7}",
+        "vCPU", "preempted ms", "count", "longest ms", "blocked ms", "hypervisor ms", "exits"
+    )?;
+    for c in &s.vcpus {
+        writeln!(
+            out,
+            "  {:<6} {:>14.3} {:>8} {:>12.3} {:>12.3} {:>14.3} {:>7}",
+            c.vcpu,
+            ms(c.preempted_ns),
+            c.preempted_count,
+            ms(c.preempted_longest_ns),
+            ms(c.blocked_ns),
+            ms(c.hypervisor_ns),
+            c.exits
+        )?;
+    }
+    writeln!(out, "  guest threads that lost the most time to the host:")?;
+    for t in &s.guest_threads {
+        writeln!(
+            out,
+            "    {:<16} tid {:<7} {:>12.3} ms preempted ({} times), {:.3} ms in the hypervisor",
+            t.comm,
+            t.tid,
+            ms(t.preempted_ns),
+            t.preempted_count,
+            ms(t.hypervisor_ns)
+        )?;
+    }
+    print_host_tasks(s, out)?;
+    for c in s.vcpus.iter().filter(|c| c.untraced_count > 0) {
+        writeln!(
+            out,
+            "  vCPU {}: {} waits whose end the host kernel did not trace: at most {:.3} ms more preempted",
+            c.vcpu,
+            c.untraced_count,
+            ms(c.untraced_max_ns)
+        )?;
+    }
+    for e in &s.exits {
+        writeln!(
+            out,
+            "  exit {:<20} {:>9} exits {:>12.3} ms total {:>9.3} us mean",
+            e.name,
+            e.count,
+            ms(e.total_ns),
+            e.mean_ns as f64 / 1e3
+        )?;
+    }
+    let h = &s.hypercalls;
+    if h.count > 0 {
+        writeln!(
+            out,
+            "  hypercalls: {} ({} without entry), exit overhead {:.3} us mean, {:.3} us max",
+            h.count,
+            h.incomplete,
+            (h.exit_overhead_total_ns as f64 / 1e3) / (h.count - h.incomplete).max(1) as f64,
+            h.exit_overhead_max_ns as f64 / 1e3
+        )?;
+    }
+    for e in &v.errors {
+        writeln!(out, "  warning: {e}")?;
+    }
+    Ok(())
+}
+
+/// The host tasks that ran while a vCPU thread waited, most time first.
+fn print_host_tasks(s: &ivtrace_vmview::stats::Summary, out: &mut impl Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "  host tasks that ran on a CPU a vCPU thread waited for:"
+    )?;
+    for t in &s.host_tasks {
+        writeln!(
+            out,
+            "    {:<16} tid {:<7} {:>12.3} ms (took the CPU {} times)",
+            t.comm,
+            t.tid,
+            ms(t.ns),
+            t.took_cpu
+        )?;
+    }
+    if s.host_tasks.iter().any(|t| t.tid == NOT_TRACED.tid) {
+        writeln!(
+            out,
+            "    ({}: host tasks that handed the CPU among themselves meanwhile; the host \
+             trace keeps only the vCPU threads' switches)",
+            comm_str(&NOT_TRACED.comm)
+        )?;
+    }
+    Ok(())
+}
+
+/// The loss line: what CTF readers are told, by reason; a warning when
+/// the two differ (a count past what CTF readers accept was clamped).
+fn print_losses(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    let l = &r.lost_by_reason;
+    let host = r.host_lost.as_ref().map_or(String::new(), |h| {
+        format!(
+            "; host trace: missed={} (+{} pages without a count)",
+            h.missed, h.missed_uncounted_pages
+        )
+    });
+    writeln!(
+        out,
+        "lost events: {} in CTF (events_discarded), {} recorded; by reason: full={} too_big={} \
+         nested={} overwritten={} torn={} corrupt={}; no_channel={}{host}",
+        r.discarded,
+        r.lost_total,
+        l.full,
+        l.too_big,
+        l.nested,
+        l.overwritten,
+        l.torn,
+        l.corrupt,
+        r.lost_no_channel
+    )?;
+    if r.discarded != r.lost_total {
+        eprintln!(
+            "ivtrace: warning: the traces announce {} discarded events but {} losses were \
+             recorded (see the sidecar's warnings: a count past what CTF readers accept is \
+             clamped)",
+            r.discarded, r.lost_total
+        );
+    }
+    Ok(())
+}
+
 /// Runs `ivtrace report`. Returns the events found plus those the trace
 /// says were lost (0: an empty trace).
 pub fn run(args: &ReportArgs) -> Result<u64> {
@@ -301,6 +521,9 @@ pub fn run(args: &ReportArgs) -> Result<u64> {
         writeln!(out)?;
     } else {
         print_table(&r, &mut out)?;
+        if let Some(v) = &r.vm_view {
+            print_vm_view(v, &mut out)?;
+        }
     }
     Ok(r.events.saturating_add(r.discarded))
 }

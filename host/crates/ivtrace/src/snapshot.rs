@@ -4,10 +4,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 
-use ivtrace_ring::{Access, Reader, Region};
+use ivtrace_region::{Access, Reader, Region};
 
 use crate::cli::SnapshotArgs;
-use crate::{clock, session, summary};
+use ivtrace_engine::session;
+
+use crate::summary;
 
 /// Runs `ivtrace snapshot`. Returns the events seen (salvaged + lost).
 pub fn run(args: &SnapshotArgs) -> Result<u64> {
@@ -15,12 +17,16 @@ pub fn run(args: &SnapshotArgs) -> Result<u64> {
         .with_context(|| format!("cannot use region {}", args.shm.display()))?;
     let out = session::prepare_output(&args.output, args.force)?;
     let started = Instant::now();
-    let mut estimator = clock::estimator_for(region.header());
+    let mut estimator = ivtrace_time::estimator_for(region.header());
     let clock = estimator.finish();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
     let mut writer = session::ctf_writer_named(&region, &out, &clock, &host);
     let mut reader = Reader::new(region);
     reader.snapshot(&mut writer)?;
+    // Names for the threads whose naming events the rings overwrote.
+    if let Some(table) = ivtrace_region::names::read_thread_names(reader.region()) {
+        writer.set_thread_name_table(table);
+    }
     writer.finish(reader.classes())?;
     let sidecar = session::build_sidecar(
         &reader,

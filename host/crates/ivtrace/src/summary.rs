@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use ivtrace_ctf::kernel::KernelExpansion;
 use ivtrace_ctf::sidecar::{ChannelSummary, Lost, Sidecar};
 
 fn per_event(bytes: u64, events: u64) -> f64 {
@@ -86,6 +87,33 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
         return Ok(());
     }
     let t = totals(&s.channels);
+    print_table(&mut out, s, &t, out_dir)?;
+    print_losses(&mut out, s, &t)?;
+    if let Some(k) = &s.kernel_expansion {
+        print_expansion(&mut out, k)?;
+    }
+    let c = &s.clock;
+    writeln!(
+        out,
+        "clock: {} freq {} Hz, error <= {} ns{}",
+        c.method,
+        c.freq_hz,
+        c.error_ns,
+        if c.coarse { " (coarse)" } else { "" }
+    )?;
+    for w in &s.warnings {
+        eprintln!("ivtrace: warning: {w}");
+    }
+    Ok(())
+}
+
+/// The headline, then one row per channel and the totals.
+fn print_table(
+    out: &mut impl Write,
+    s: &Sidecar,
+    t: &ChannelSummary,
+    out_dir: &Path,
+) -> io::Result<()> {
     let secs = s.elapsed_s;
     writeln!(
         out,
@@ -110,9 +138,14 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
             .as_deref()
             .and_then(|f| f.rsplit('/').next())
             .map_or_else(|| format!("chan{}", c.channel), str::to_string);
-        row(&mut out, &name, c, secs)?;
+        row(out, &name, c, secs)?;
     }
-    row(&mut out, "total", &t, secs)?;
+    row(out, "total", t, secs)
+}
+
+/// Losses by reason (per channel when several lost), skipped and partial
+/// packets, and what a snapshot found already overwritten.
+fn print_losses(out: &mut impl Write, s: &Sidecar, t: &ChannelSummary) -> io::Result<()> {
     writeln!(
         out,
         "lost events: {}",
@@ -140,38 +173,63 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
             t.older_overwritten
         )?;
     }
-    if let Some(k) = &s.kernel_expansion {
-        writeln!(
-            out,
-            "kernel stream expanded to LTTng's layout: {} events in {:.3} s ({}events/s), \
-             {} threads named ({} name fields empty), {} irqs named, {} syscall classes",
-            k.events,
-            k.seconds,
-            si(k.events_per_s),
-            k.threads,
-            k.comm_unknown,
-            k.irqs_named,
-            k.syscall_classes
-        )?;
-        if k.names_dropped > 0 || k.packets_skipped > 0 {
-            eprintln!(
-                "ivtrace: warning: kernel expansion: {} thread-name changes past the table's \
-                 limit ignored, {} staged packets skipped",
-                k.names_dropped, k.packets_skipped
-            );
-        }
-    }
-    let c = &s.clock;
+    Ok(())
+}
+
+/// What the kernel stream's expansion did (a warning if it had to drop).
+fn print_expansion(out: &mut impl Write, k: &KernelExpansion) -> io::Result<()> {
     writeln!(
         out,
-        "clock: {} freq {} Hz, error <= {} ns{}",
-        c.method,
-        c.freq_hz,
-        c.error_ns,
-        if c.coarse { " (coarse)" } else { "" }
+        "kernel stream expanded to LTTng's layout: {} events in {:.3} s ({}events/s), \
+         {} threads named ({} name fields empty), {} irqs named, {} syscall classes",
+        k.events,
+        k.seconds,
+        si(k.events_per_s),
+        k.threads,
+        k.comm_unknown,
+        k.irqs_named,
+        k.syscall_classes
     )?;
-    for w in &s.warnings {
-        eprintln!("ivtrace: warning: {w}");
+    if k.names_dropped > 0 || k.packets_skipped > 0 {
+        eprintln!(
+            "ivtrace: warning: kernel expansion: {} thread-name changes past the table's \
+             limit ignored, {} staged packets skipped (their {} events are counted as \
+             corrupt and announced as discarded)",
+            k.names_dropped, k.packets_skipped, k.events_lost
+        );
     }
     Ok(())
+}
+
+/// What the VM view found (stderr, after the host events' line).
+pub fn print_vm_view(d: &ivtrace_vmview::derive::Derived) {
+    let Some(dir) = &d.dir else {
+        eprintln!(
+            "ivtrace: vm view: nothing derived ({} host events read, vCPU threads: {})",
+            d.host_records, d.vcpu_source
+        );
+        return;
+    };
+    eprintln!(
+        "ivtrace: vm view: {} intervals, {} hypercalls, {} vmsync events (vCPU threads: {}) -> {}",
+        d.intervals,
+        d.hypercalls,
+        d.vmsync,
+        d.vcpu_source,
+        dir.display()
+    );
+    for line in ivtrace_vmview::derive::describe(d) {
+        eprintln!("ivtrace:   {line}");
+    }
+    let c = &d.counters;
+    if c.inconsistent + c.exits_without_entry + c.entries_without_exit > 0 {
+        eprintln!(
+            "ivtrace:   host events that did not add up (lost by tracefs?): {} transitions, \
+             {} exits without entry, {} entries without exit",
+            c.inconsistent, c.exits_without_entry, c.entries_without_exit
+        );
+    }
+    for e in &d.read_errors {
+        eprintln!("ivtrace: warning: vm view: {e}");
+    }
 }

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::testutil::{region_with_packet, RegionBuilder, TestRegion};
-use ivtrace_ring::{Access, Region};
+use ivtrace_region::abi;
+use ivtrace_region::{Access, Region};
+use ivtrace_testutil::{region_with_packet, RegionBuilder, TestRegion};
 
 /// A small valid region with events of every field type on two channels.
 fn valid_region(events: u64, overwrite: bool) -> Vec<u8> {
@@ -90,6 +90,7 @@ fn assert_only_expected_files(root: &Path, out: &Path) {
                 for f in std::fs::read_dir(e.path()).unwrap() {
                     let f = f.unwrap().file_name().into_string().unwrap();
                     let ok = f == "metadata"
+                        || (name == "user" && f == ivtrace_ctf::trace::NO_CHANNEL_FILE)
                         || f.strip_prefix(&format!("{name}_chan"))
                             .is_some_and(|n| n.parse::<u32>().is_ok());
                     assert!(ok, "unexpected file {name}/{f}");
@@ -104,10 +105,10 @@ fn drain_into_tempdir(bytes: &[u8]) {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     std::fs::create_dir(&out).unwrap();
-    match ivtrace::session::drain_bytes_to_dir(bytes, &out) {
+    match ivtrace_engine::session::drain_bytes_to_dir(bytes, &out) {
         Ok(_) => assert!(out.join("ivtrace.json").is_file()),
         Err(e) => {
-            let typed = e.downcast_ref::<ivtrace_ring::RegionError>().is_some()
+            let typed = e.downcast_ref::<ivtrace_region::RegionError>().is_some()
                 || e.downcast_ref::<ivtrace_ctf::CtfError>().is_some();
             assert!(typed, "untyped error: {e:#}");
         }
@@ -143,13 +144,13 @@ proptest! {
         }
         let bytes = region_with_packet(&packet, complete);
         let region = Region::from_bytes(&bytes, Access::ReadWrite).unwrap();
-        let mut reader = ivtrace_ring::Reader::new(region);
+        let mut reader = ivtrace_region::Reader::new(region);
         struct Check;
-        impl ivtrace_ring::PacketSink for Check {
+        impl ivtrace_region::PacketSink for Check {
             type Error = ();
-            fn packet(&mut self, _c: u32, _s: u32, b: &[u8], classes: &ivtrace_ring::EventClasses) -> Result<(), ()> {
+            fn packet(&mut self, _c: u32, _s: u32, b: &[u8], classes: &ivtrace_region::EventClasses) -> Result<(), ()> {
                 let mut copy = b.to_vec();
-                ivtrace_ring::reader::walk_own_packet(&mut copy, classes, &mut ()).map(|_| ()).map_err(|e| panic!("emitted packet does not re-walk: {e}"))
+                ivtrace_region::reader::walk_own_packet(&mut copy, classes, &mut ()).map(|_| ()).map_err(|e| panic!("emitted packet does not re-walk: {e}"))
             }
         }
         reader.drain_available(&mut Check).unwrap();
@@ -162,7 +163,7 @@ proptest! {
 
     #[test]
     fn random_bytes_as_a_region_are_refused_or_drained(data in prop::collection::vec(any::<u8>(), 0..2048)) {
-        let image = ivtrace_ring::testutil::region_image(&data);
+        let image = ivtrace_testutil::region_image(&data);
         drain_into_tempdir(&image);
     }
 }
@@ -171,7 +172,7 @@ proptest! {
 fn template_packets_pass_unmutated() {
     let bytes = valid_region(100, false);
     let tmp = tempfile::tempdir().unwrap();
-    let events = ivtrace::session::drain_bytes_to_dir(&bytes, tmp.path()).unwrap();
+    let events = ivtrace_engine::session::drain_bytes_to_dir(&bytes, tmp.path()).unwrap();
     assert!(
         events > 0,
         "the unmutated region drains (so mutations test something)"
@@ -195,7 +196,7 @@ fn huge_guest_drop_counters_saturate() {
     }
     let tmp = tempfile::tempdir().unwrap();
     assert_eq!(
-        ivtrace::session::drain_bytes_to_dir(&r.bytes, tmp.path()).unwrap(),
+        ivtrace_engine::session::drain_bytes_to_dir(&r.bytes, tmp.path()).unwrap(),
         1
     );
     let side: serde_json::Value =

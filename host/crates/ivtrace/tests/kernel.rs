@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{ivtrace_shm, report_json, run};
-use ivtrace_ring::testutil::{have_tool, RegionBuilder, TestRegion};
+use ivtrace_testutil::{have_tool, RegionBuilder, TestRegion};
 
 fn u32s(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -19,9 +19,9 @@ fn u32s(v: &[u32]) -> Vec<u8> {
 fn kernel_region() -> TestRegion {
     let mut r = RegionBuilder::new(3, 4, 4096).kernel(2).build_region();
     r.register_kernel_events();
-    let mut fork = u32s(&[1, 1]);
+    let mut fork = u32s(&[1, 1, 0xEFFF_FFFC]);
     fork.extend_from_slice(b"e2e-kid\0\0\0\0\0\0\0\0\0");
-    fork.extend_from_slice(&u32s(&[42, 42]));
+    fork.extend_from_slice(&u32s(&[42, 4, 42, 42, 0xEFFF_FFFC])); // child_tid, vtids [42], ...
     r.emit(1, 100, 16, &fork);
     let switch = |prev: u32, next: u32| {
         let mut p = prev.to_le_bytes().to_vec();
@@ -33,13 +33,17 @@ fn kernel_region() -> TestRegion {
     r.emit(0, 200, 0, &switch(0, 42));
     r.emit(0, 300, 0, &switch(42, 0));
     for i in 0..5u64 {
-        let mut entry = 1u16.to_le_bytes().to_vec(); // write
-        for a in [1u64, 0x1000, 5, 0, 0, 0] {
+        // write(1, 0x1000, 5): its three arguments, no user string
+        let mut entry = 1u16.to_le_bytes().to_vec();
+        entry.extend_from_slice(&24u32.to_le_bytes());
+        for a in [1u64, 0x1000, 5] {
             entry.extend_from_slice(&a.to_le_bytes());
         }
+        entry.extend_from_slice(&0u32.to_le_bytes());
         r.emit(0, 400 + 10 * i, 12, &entry);
         let mut exit = 1u16.to_le_bytes().to_vec();
         exit.extend_from_slice(&5i64.to_le_bytes());
+        exit.extend_from_slice(&[0; 8]); // no out-arguments, no data
         r.emit(0, 405 + 10 * i, 13, &exit);
     }
     r.close(0);
@@ -132,7 +136,57 @@ fn name_option_sets_the_hostname_and_babeltrace2_shows_the_names() {
 mod hostile {
     use proptest::prelude::*;
 
-    use ivtrace_ring::testutil::RegionBuilder;
+    use ivtrace_testutil::RegionBuilder;
+
+    /// syscall_entry: any number, 0..6 arguments, any string bytes.
+    fn syscall_entry(
+        text: impl Strategy<Value = Vec<u8>>,
+    ) -> impl Strategy<Value = (u32, Vec<u8>)> {
+        let nr = prop_oneof![0u16..460, any::<u16>()];
+        (nr, 0usize..7, any::<[u8; 48]>(), text).prop_map(|(n, k, a, st)| {
+            let mut p = n.to_le_bytes().to_vec();
+            p.extend_from_slice(&(8 * k as u32).to_le_bytes());
+            p.extend_from_slice(&a[..8 * k]);
+            p.extend_from_slice(&(st.len() as u32).to_le_bytes());
+            p.extend_from_slice(&st);
+            (12, p)
+        })
+    }
+
+    /// syscall_exit: any number, 0..6 out-arguments, 0 or 8 data bytes.
+    fn syscall_exit() -> impl Strategy<Value = (u32, Vec<u8>)> {
+        let nr = prop_oneof![0u16..460, any::<u16>()];
+        (nr, any::<i64>(), 0usize..7, any::<bool>()).prop_map(|(n, r, k, data)| {
+            let mut p = n.to_le_bytes().to_vec();
+            p.extend_from_slice(&r.to_le_bytes());
+            p.extend_from_slice(&(8 * k as u32).to_le_bytes());
+            p.extend(std::iter::repeat_n(7u8, 8 * k));
+            let d = if data { 8 } else { 0 };
+            p.extend_from_slice(&(d as u32).to_le_bytes());
+            p.extend(std::iter::repeat_n(3u8, d));
+            (13, p)
+        })
+    }
+
+    /// sched_process_fork: any tids, name and pid namespace, a vtids field
+    /// of any byte count (whole s32 values or not).
+    fn fork(
+        tid: impl Strategy<Value = u32> + Clone,
+        name: impl Strategy<Value = Vec<u8>>,
+    ) -> impl Strategy<Value = (u32, Vec<u8>)> {
+        (tid.clone(), tid, name, any::<u32>(), 0usize..12).prop_map(|(a, b, n, ns, v)| {
+            let mut p = a.to_le_bytes().to_vec();
+            p.extend_from_slice(&a.to_le_bytes());
+            p.extend_from_slice(&ns.to_le_bytes());
+            p.extend_from_slice(&n);
+            p.extend_from_slice(&b.to_le_bytes());
+            p.extend_from_slice(&(v as u32).to_le_bytes());
+            p.extend(std::iter::repeat_n(9u8, v));
+            p.extend_from_slice(&b.to_le_bytes());
+            p.extend_from_slice(&ns.to_le_bytes());
+            (16, p)
+        })
+    }
 
     /// One kernel event with hostile content: any tid, any name bytes,
     /// any syscall number or irq (valid framing: the writer model frames it).
@@ -158,24 +212,9 @@ mod hostile {
                     (1, p)
                 }),
                 any::<u32>().prop_map(|irq| (2, irq.to_le_bytes().to_vec())),
-                (prop_oneof![0u16..460, any::<u16>()], any::<[u8; 48]>()).prop_map(|(n, a)| {
-                    let mut p = n.to_le_bytes().to_vec();
-                    p.extend_from_slice(&a);
-                    (12, p)
-                }),
-                (prop_oneof![0u16..460, any::<u16>()], any::<i64>()).prop_map(|(n, r)| {
-                    let mut p = n.to_le_bytes().to_vec();
-                    p.extend_from_slice(&r.to_le_bytes());
-                    (13, p)
-                }),
-                (tid.clone(), tid.clone(), name.clone()).prop_map(|(a, b, n)| {
-                    let mut p = a.to_le_bytes().to_vec();
-                    p.extend_from_slice(&a.to_le_bytes());
-                    p.extend_from_slice(&n);
-                    p.extend_from_slice(&b.to_le_bytes());
-                    p.extend_from_slice(&b.to_le_bytes());
-                    (16, p)
-                }),
+                syscall_entry(text.clone()),
+                syscall_exit(),
+                fork(tid.clone(), name.clone()),
                 (tid.clone(), text.clone(), name.clone()).prop_map(|(t, f, n)| {
                     let mut p = f;
                     p.push(0);
@@ -190,12 +229,12 @@ mod hostile {
                     (20, p)
                 }),
                 (tid, name).prop_map(|(t, n)| {
-                    let mut p = [t, t, 1]
+                    let mut p = [t, t, t, t, 1, 1]
                         .iter()
                         .flat_map(|v| v.to_le_bytes())
                         .collect::<Vec<_>>();
                     p.extend_from_slice(&n);
-                    p.extend_from_slice(&[0u8; 20]);
+                    p.extend_from_slice(&[0u8; 28]);
                     (23, p)
                 }),
                 (any::<u32>(), text.clone(), text).prop_map(|(irq, a, b)| {
@@ -228,7 +267,7 @@ mod hostile {
             }
             r.close_region();
             let dir = tempfile::tempdir().unwrap();
-            let n = ivtrace::session::drain_bytes_to_dir(&r.bytes, dir.path()).unwrap();
+            let n = ivtrace_engine::session::drain_bytes_to_dir(&r.bytes, dir.path()).unwrap();
             prop_assert_eq!(n, emitted);
             let rep = ivtrace::report::build(dir.path()).unwrap();
             prop_assert_eq!(rep.events, emitted);

@@ -48,6 +48,7 @@
 //! before it expands, `.kernel-wire/` keeps the wire packets and their
 //! metadata as `metadata.wire` (rename it to `metadata` to read them).
 
+pub mod lttng;
 pub mod names;
 pub mod plan;
 pub mod syscalls;
@@ -57,7 +58,7 @@ pub mod wire;
 mod tests;
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::fs::OpenOptions;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -65,12 +66,16 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use ivtrace_ring::abi::{self, put_u64};
-use ivtrace_ring::classes::StreamClasses;
+use ivtrace_region::abi::{self, put_u64};
+use ivtrace_region::classes::StreamClasses;
+use ivtrace_region::packet::PacketHeader;
 
-use names::{sanitize_comm, swapper, Comm, Name, ThreadNames, COMM_LEN};
+use lttng::SyscallWire;
+
+use ivtrace_region::names::NameTable;
+use names::{sanitize_comm, swapper, Comm, Name, TableNames, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Op, Out, Output, Plans};
-use wire::{align_event, event_header, le_u32, packet_content, read_uint, Offsets, PacketFile};
+use wire::{align_event, event_header, le_u32, packet_content, Offsets, PacketFile};
 
 /// Hidden directory (inside the output) holding the staged wire packets.
 pub const STAGING_DIR: &str = ".kernel-wire";
@@ -91,8 +96,14 @@ pub struct Staged {
 pub struct KernelExpansion {
     pub events: u64,
     pub packets: u64,
-    /// Staged packets that could not be walked (not written).
+    /// Staged packets that could not be walked: each is written empty,
+    /// its events counted as lost (the packets after it carry them in
+    /// `events_discarded`), per channel in `lost_by_channel`.
     pub packets_skipped: u64,
+    #[serde(default)]
+    pub events_lost: u64,
+    #[serde(default)]
+    pub lost_by_channel: BTreeMap<u32, u64>,
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// Threads with at least one name, and the name changes kept.
@@ -107,6 +118,12 @@ pub struct KernelExpansion {
     pub comm_fields: u64,
     pub comm_later: u64,
     pub comm_unknown: u64,
+    /// Thread-name fields no naming event gave, taken from the guest's
+    /// thread name table (crash salvage), and that table's names.
+    #[serde(default)]
+    pub comm_from_table: u64,
+    #[serde(default)]
+    pub name_table_entries: u64,
     /// Interrupts named by the state dump; irq names written empty.
     pub irqs_named: u64,
     pub irq_names_unknown: u64,
@@ -128,16 +145,22 @@ pub struct Expanded {
 }
 
 /// Expands the staged `files` (wire classes `wire`) into their output
-/// files, which must not exist yet.
-pub fn expand(wire: &StreamClasses, files: &[Staged]) -> io::Result<Expanded> {
-    expand_with(wire, files, Facts::default().names)
+/// files, which must not exist yet. `table`: the guest's thread name table,
+/// for threads that no naming event in the trace names.
+pub fn expand(
+    wire: &StreamClasses,
+    files: &[Staged],
+    table: Option<&NameTable>,
+) -> io::Result<Expanded> {
+    expand_with(wire, files, Facts::default().names, table)
 }
 
-/// [`expand`] with a given (empty) name table, e.g. a smaller cap in tests.
+/// [`expand`] with a given (empty) name timeline, e.g. a smaller cap in tests.
 pub fn expand_with(
     wire: &StreamClasses,
     files: &[Staged],
     names: names::ThreadNamesBuilder,
+    table: Option<&NameTable>,
 ) -> io::Result<Expanded> {
     let started = Instant::now();
     let plans = plan::plan(wire);
@@ -155,9 +178,12 @@ pub fn expand_with(
     let names = facts.names.build();
     stats.threads = names.threads() as u64;
     stats.name_changes = names.entries() as u64;
+    let table = table.map(TableNames::new).unwrap_or_default();
+    stats.name_table_entries = table.len() as u64;
     let mut x = Expander {
         plans: &plans,
         names: &names,
+        table: &table,
         irqs: &facts.irqs,
         output: &output,
         stats: &mut stats,
@@ -250,10 +276,12 @@ impl Cursor {
                         .add(le_u32(field(irq), 0), &text[..text.len().saturating_sub(1)]);
                 }
                 Some(Naming::Syscall { exit }) => {
-                    let nr = read_uint(plan.layout.types()[0], field(0));
+                    let w = SyscallWire::parse(exit, payload, offs);
+                    let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
                     let counts = &mut facts.syscalls[exit as usize];
-                    if let Some(n) = nr.and_then(|nr| counts.get_mut(nr as usize)) {
-                        *n += 1;
+                    match named.and_then(|_| counts.get_mut(w.nr as usize)) {
+                        Some(n) => *n += 1,
+                        None => facts.syscalls_unknown[exit as usize] += 1,
                     }
                 }
                 None => {}
@@ -283,10 +311,20 @@ fn collect(plans: &Plans, files: &[Staged], facts: &mut Facts) -> io::Result<()>
     Ok(())
 }
 
+/// One wire event of the packet being rewritten.
+struct Event<'p> {
+    ts: u64,
+    wire_hdr: &'p [u8],
+    payload: &'p [u8],
+    /// Field offsets in `payload`, its end last.
+    offs: &'p [u32],
+}
+
 /// Pass 2: rewrites packets.
 struct Expander<'a> {
     plans: &'a Plans,
     names: &'a ThreadNames,
+    table: &'a TableNames,
     irqs: &'a names::IrqNames,
     output: &'a Output,
     stats: &'a mut KernelExpansion,
@@ -300,19 +338,53 @@ impl Expander<'_> {
             .create_new(true)
             .open(&f.out)?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
+        // Events of this channel's skipped packets so far: every later
+        // packet's running events_discarded includes them.
+        let mut lost = 0u64;
         while input.next_packet()? {
             self.stats.bytes_in += input.buf.len() as u64;
             match self.packet(&input.buf, out) {
                 Some(events) => {
                     self.stats.events += events;
                     self.stats.packets += 1;
-                    self.stats.bytes_out += out.len() as u64;
-                    w.write_all(out)?;
                 }
-                None => self.stats.packets_skipped += 1,
+                None => {
+                    self.stats.packets_skipped += 1;
+                    lost = lost.saturating_add(self.skipped(f.chan, &input.buf, out));
+                }
             }
+            add_discarded(out, lost);
+            self.stats.bytes_out += out.len() as u64;
+            w.write_all(out)?;
         }
         w.flush()
+    }
+
+    /// A staged packet that does not walk (the drain validated it, so a
+    /// host bug or a damaged file): its events are lost and counted, and an
+    /// empty packet with its header takes its place in `out`, so the
+    /// stream's sequence has no gap and the loss reaches CTF readers.
+    /// Returns the events lost.
+    fn skipped(&mut self, chan: u32, pkt: &[u8], out: &mut Vec<u8>) -> u64 {
+        let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
+        let events = match h.event_count {
+            abi::IVT_EVENT_COUNT_UNKNOWN => 0,
+            n => n as u64,
+        };
+        let empty = PacketHeader {
+            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            event_count: 0,
+            timestamp_end: h.timestamp_begin,
+            ..h
+        };
+        out.clear();
+        out.resize(abi::PACKET_HDR_SIZE, 0);
+        empty.write(out);
+        self.stats.events_lost = self.stats.events_lost.saturating_add(events);
+        let n = self.stats.lost_by_channel.entry(chan).or_default();
+        *n = n.saturating_add(events);
+        events
     }
 
     #[inline]
@@ -327,10 +399,16 @@ impl Expander<'_> {
                 self.stats.comm_later += 1;
                 *c
             }
-            Name::Unknown => {
-                self.stats.comm_unknown += 1;
-                [0; COMM_LEN]
-            }
+            Name::Unknown => match self.table.get(tid) {
+                Some(c) => {
+                    self.stats.comm_from_table += 1;
+                    *c
+                }
+                None => {
+                    self.stats.comm_unknown += 1;
+                    [0; COMM_LEN]
+                }
+            },
         }
     }
 
@@ -351,55 +429,20 @@ impl Expander<'_> {
             let p0 = off + eh.len;
             let offs = plan.layout.offsets(&content[p0..], &mut scratch)?;
             let payload = &content[p0..p0 + *offs.last()? as usize];
-            let wire_hdr = &content[off..p0];
             out.resize(align_event(out.len()), 0);
+            let event = Event {
+                ts: eh.ts,
+                wire_hdr: &content[off..p0],
+                payload,
+                offs,
+            };
             match &plan.out {
                 Out::Verbatim => {
-                    out.extend_from_slice(wire_hdr);
+                    out.extend_from_slice(event.wire_hdr);
                     out.extend_from_slice(payload);
                 }
-                Out::Expand(ops) => {
-                    out.extend_from_slice(wire_hdr);
-                    let mut copied = 0usize;
-                    for op in ops.iter() {
-                        match *op {
-                            Op::Comm(i) => {
-                                let at = offs[i as usize] as usize;
-                                out.extend_from_slice(&payload[copied..at]);
-                                copied = at;
-                                let comm = self.comm(le_u32(payload, at), eh.ts, &idle);
-                                out.extend_from_slice(&comm);
-                            }
-                            Op::IrqName(i) => {
-                                let (at, end) =
-                                    (offs[i as usize] as usize, offs[i as usize + 1] as usize);
-                                out.extend_from_slice(&payload[copied..end]);
-                                copied = end;
-                                let name = self.irqs.get(le_u32(payload, at));
-                                self.stats.irq_names_unknown += name.is_empty() as u64;
-                                out.extend_from_slice(name);
-                                out.push(0);
-                            }
-                        }
-                    }
-                    out.extend_from_slice(&payload[copied..]);
-                }
-                Out::Syscall { exit } => {
-                    let first = &payload[..offs[1] as usize];
-                    let nr = read_uint(plan.layout.types()[0], first)?;
-                    match self.output.syscall_id(*exit, nr) {
-                        Some(id) => {
-                            self.stats.syscalls_named += 1;
-                            put_header(out, wire_hdr, eh.ts, id);
-                            out.extend_from_slice(&payload[offs[1] as usize..]);
-                        }
-                        None => {
-                            self.stats.syscalls_unknown += 1;
-                            out.extend_from_slice(wire_hdr);
-                            out.extend_from_slice(payload);
-                        }
-                    }
-                }
+                Out::Expand(ops) => self.expand_event(plan, ops, &event, &idle, out),
+                Out::Syscall { exit } => self.syscall_event(*exit, &event, out),
             }
             events += 1;
             last_ts = eh.ts;
@@ -412,6 +455,89 @@ impl Expander<'_> {
         put_u64(out, abi::pkt::PACKET_SIZE, padded as u64 * 8);
         Some(events)
     }
+
+    /// Writes one event with its plan's insertions, widenings and reshapes.
+    fn expand_event(
+        &mut self,
+        plan: &plan::ClassPlan,
+        ops: &[Op],
+        e: &Event,
+        idle: &Comm,
+        out: &mut Vec<u8>,
+    ) {
+        let (payload, offs) = (e.payload, e.offs);
+        let field = |i: u8| (offs[i as usize] as usize, offs[i as usize + 1] as usize);
+        out.extend_from_slice(e.wire_hdr);
+        let mut copied = 0usize;
+        for op in ops {
+            match *op {
+                Op::Comm(i) => {
+                    let (at, _) = field(i);
+                    out.extend_from_slice(&payload[copied..at]);
+                    copied = at;
+                    let comm = self.comm(le_u32(payload, at), e.ts, idle);
+                    out.extend_from_slice(&comm);
+                }
+                Op::Widen(i, to) => {
+                    let (at, end) = field(i);
+                    out.extend_from_slice(&payload[copied..at]);
+                    copied = end;
+                    let from = plan.layout.types()[i as usize];
+                    lttng::put_int(out, to, lttng::read_int(from, &payload[at..end]));
+                }
+                Op::Reshape(i, r) => {
+                    let (at, end) = field(i);
+                    out.extend_from_slice(&payload[copied..at]);
+                    copied = end;
+                    lttng::write_reshaped(out, r, &payload[at..end]);
+                }
+                Op::IrqName(i) => {
+                    let (at, end) = field(i);
+                    out.extend_from_slice(&payload[copied..end]);
+                    copied = end;
+                    let name = self.irqs.get(le_u32(payload, at));
+                    self.stats.irq_names_unknown += name.is_empty() as u64;
+                    out.extend_from_slice(name);
+                    out.push(0);
+                }
+            }
+        }
+        out.extend_from_slice(&payload[copied..]);
+    }
+
+    /// Writes a wire syscall event as LTTng's `syscall_{entry,exit}_<name>`,
+    /// or as it is (`_unknown`) when the table cannot name it.
+    fn syscall_event(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>) {
+        let w = SyscallWire::parse(exit, e.payload, e.offs);
+        let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
+        let id = named.and_then(|_| self.output.syscall_id(exit, w.nr));
+        match named.zip(id) {
+            Some((s, id)) => {
+                self.stats.syscalls_named += 1;
+                put_header(out, e.wire_hdr, e.ts, id);
+                lttng::write_syscall(out, exit, s, &w);
+            }
+            None => {
+                self.stats.syscalls_unknown += 1;
+                out.extend_from_slice(e.wire_hdr);
+                out.extend_from_slice(e.payload);
+            }
+        }
+    }
+}
+
+/// Adds `lost` (events of skipped packets before this one) to the running
+/// `events_discarded` of the packet in `out`, within what CTF readers
+/// accept (babeltrace2 takes 2^64-1 for "unknown").
+fn add_discarded(out: &mut [u8], lost: u64) {
+    if lost == 0 {
+        return;
+    }
+    let at = abi::pkt::EVENTS_DISCARDED;
+    let v = wire::le_u64(out, at)
+        .saturating_add(lost)
+        .min(i64::MAX as u64);
+    put_u64(out, at, v);
 }
 
 /// Writes the header of an event whose class id changes to `id`: the

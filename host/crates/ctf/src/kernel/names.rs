@@ -202,6 +202,41 @@ impl ThreadNames {
     }
 }
 
+/// Names from the guest's thread name table (ivtrace-ring's `names`), for
+/// threads that no naming event in the trace names: a flight recorder's
+/// rings keep only the newest packets, so the state dump and the forks of
+/// long-lived threads are the first to go. Sanitized like every name;
+/// bounded by the table, which the metadata area bounds.
+#[derive(Debug, Default)]
+pub struct TableNames {
+    names: HashMap<u32, Comm>,
+}
+
+impl TableNames {
+    pub fn new(table: &ivtrace_region::names::NameTable) -> TableNames {
+        let names = table
+            .entries
+            .iter()
+            .map(|e| (e.tid, sanitize_comm(&e.comm)))
+            .filter(|(_, c)| c[0] != 0)
+            .collect();
+        TableNames { names }
+    }
+
+    #[inline]
+    pub fn get(&self, tid: u32) -> Option<&Comm> {
+        self.names.get(&tid)
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
 /// Interrupt names from `lttng_statedump_interrupt`: each irq's distinct
 /// action names, joined by "," in the order first seen (a shared line has
 /// several handlers; the wire does not say which one ran).

@@ -14,15 +14,17 @@
 //! | `task_rename` (tid, newcomm) | thread name | as is |
 //! | `lttng_statedump_interrupt` (irq, action) | irq name | as is |
 //! | `irq_handler_entry` (irq) | | `name` string after `irq` |
-//! | `syscall_entry` / `syscall_exit` (id, ...) | which ids occur | `syscall_{entry,exit}_<name>` without `id`, or `_unknown` with it |
+//! | `syscall_entry` (id, args, strings) / `syscall_exit` (id, ret, args, data) | which ids occur | `syscall_{entry,exit}_<name>` with LTTng's fields, or `_unknown` as on the wire |
 //! | anything with `[c]` fields | | `<x>_comm` `char[16]` before each `<x>_tid` |
+//! | fields LTTng declares wider ([`lttng::widened`]) | | re-encoded in LTTng's type |
 
 use std::collections::HashSet;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::classes::{EventClass, Field, FieldType, StreamClasses};
-use ivtrace_ring::sanitize;
+use ivtrace_region::abi;
+use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
+use ivtrace_region::sanitize;
 
+use super::lttng;
 use super::names::{IrqNames, ThreadNamesBuilder, COMM_LEN};
 use super::syscalls;
 use super::wire::Layout;
@@ -39,7 +41,7 @@ pub enum Naming {
     Thread { tid: u8, comm: u8 },
     /// Interrupt `fields[irq]` has a handler called `fields[action]`.
     IrqAction { irq: u8, action: u8 },
-    /// A system call entry or exit; `fields[0]` is its number.
+    /// A system call entry or exit ([`lttng::SyscallWire`]).
     Syscall { exit: bool },
 }
 
@@ -50,6 +52,10 @@ pub enum Op {
     Comm(u8),
     /// The interrupt name of the irq in field `i`, after field `i`.
     IrqName(u8),
+    /// Field `i` (an integer) re-encoded as the wider type LTTng declares.
+    Widen(u8, FieldType),
+    /// Field `i` reshaped into LTTng's form, or dropped.
+    Reshape(u8, lttng::Reshape),
 }
 
 /// What pass 2 writes for an event of this class.
@@ -59,7 +65,7 @@ pub enum Out {
     Verbatim,
     /// The wire event with insertions (same id).
     Expand(Box<[Op]>),
-    /// A system call: renamed by its number.
+    /// A system call: renamed by its number, fields as LTTng's.
     Syscall { exit: bool },
 }
 
@@ -97,8 +103,9 @@ fn field(c: &EventClass, name: &str, ok: fn(FieldType) -> bool) -> Option<u8> {
         .map(|i| i as u8)
 }
 
-fn is_u32(t: FieldType) -> bool {
-    t == FieldType::U32
+/// A thread id: s32 as LTTng declares it, or u32 (older modules).
+fn is_tid(t: FieldType) -> bool {
+    matches!(t, FieldType::U32 | FieldType::S32)
 }
 
 fn is_chars(t: FieldType) -> bool {
@@ -112,7 +119,7 @@ fn is_string(t: FieldType) -> bool {
 fn naming_of(c: &EventClass) -> Option<Naming> {
     let thread = |tid: &str, comm: &str| {
         Some(Naming::Thread {
-            tid: field(c, tid, is_u32)?,
+            tid: field(c, tid, is_tid)?,
             comm: field(c, comm, is_chars)?,
         })
     };
@@ -122,17 +129,24 @@ fn naming_of(c: &EventClass) -> Option<Naming> {
         "sched_process_exec" => thread("tid", "comm"),
         "task_rename" => thread("tid", "newcomm"),
         "lttng_statedump_interrupt" => Some(Naming::IrqAction {
-            irq: field(c, "irq", is_u32)?,
+            irq: field(c, "irq", is_tid)?,
             action: field(c, "action", is_string)?,
         }),
         "syscall_entry" | "syscall_exit" => {
-            let first = c.fields.first()?;
-            // u16, as the module writes it: every number has a counter.
-            let id_ok = first.name == "id" && first.ty == FieldType::U16;
-            let plain = c.fields.iter().all(|f| !f.tid_comm);
-            (id_ok && plain).then_some(Naming::Syscall {
-                exit: c.name == "syscall_exit",
-            })
+            use FieldType::{Bytes, S64, U16};
+            let exit = c.name == "syscall_exit";
+            // The id is a u16, as the module writes it: every number has a counter.
+            let want: &[(&str, FieldType)] = if exit {
+                &[("id", U16), ("ret", S64), ("args", Bytes), ("data", Bytes)]
+            } else {
+                &[("id", U16), ("args", Bytes), ("strings", Bytes)]
+            };
+            let same = c.fields.len() == want.len()
+                && c.fields
+                    .iter()
+                    .zip(want)
+                    .all(|(f, &(n, t))| f.name == n && f.ty == t && !f.tid_comm);
+            same.then_some(Naming::Syscall { exit })
         }
         _ => None,
     }
@@ -144,11 +158,19 @@ fn out_of(c: &EventClass, naming: Option<Naming>) -> Out {
     }
     let mut ops = Vec::new();
     let irq = (c.name == "irq_handler_entry")
-        .then(|| field(c, "irq", is_u32))
+        .then(|| field(c, "irq", is_tid))
         .flatten();
     for (i, f) in c.fields.iter().enumerate() {
-        if f.tid_comm && f.ty == FieldType::U32 {
+        if f.tid_comm && is_tid(f.ty) {
             ops.push(Op::Comm(i as u8));
+        }
+        if let Some(to) = lttng::widened(&c.name, &f.name) {
+            if f.ty.integer().is_some() && f.ty != to {
+                ops.push(Op::Widen(i as u8, to));
+            }
+        }
+        if let Some(r) = lttng::reshaped(&c.name, &f.name, f.ty) {
+            ops.push(Op::Reshape(i as u8, r));
         }
         if irq == Some(i as u8) {
             ops.push(Op::IrqName(i as u8));
@@ -189,6 +211,9 @@ pub struct Facts {
     pub irqs: IrqNames,
     /// Events per syscall number: [entry, exit] (empty without syscall classes).
     pub syscalls: [Vec<u64>; 2],
+    /// Syscall events the table cannot name, or whose wire does not match
+    /// their number's row: [entry, exit].
+    pub syscalls_unknown: [u64; 2],
 }
 
 impl Facts {
@@ -259,7 +284,19 @@ fn expanded_fields(c: &EventClass, ops: &[Op]) -> Vec<Field> {
             let (name, _) = sanitize::dedupe(comm_field_name(&f.name), &mut taken);
             out.push(Field::new(name, FieldType::Chars(COMM_LEN as u16), false));
         }
-        out.push(plain(f));
+        let mut field = Some(plain(f));
+        for op in ops {
+            match *op {
+                Op::Widen(j, to) if j as usize == i => {
+                    field.as_mut().expect("not dropped").ty = to;
+                }
+                Op::Reshape(j, r) if j as usize == i => {
+                    field = lttng::reshaped_type(r).map(|ty| Field { ty, ..plain(f) });
+                }
+                _ => {}
+            }
+        }
+        out.extend(field);
         if ops.contains(&Op::IrqName(i as u8)) {
             let (name, _) = sanitize::dedupe("name".into(), &mut taken);
             out.push(Field::new(name, FieldType::String, false));
@@ -276,11 +313,12 @@ fn insert(classes: &mut StreamClasses, id: u32, name: String, fields: Vec<Field>
 
 /// Builds the output classes once pass 1 knows which syscalls occur.
 ///
-/// Each syscall number that occurs and has a name gets its own class
-/// (entry and exit apart), the most frequent first, on the ids no wire
-/// class uses: ids up to 30 first (4-byte event headers), then upwards.
-/// Numbers without a name, or past the 4096 ids a stream class has, use
-/// the wire class renamed `syscall_{entry,exit}_unknown` (with `id`).
+/// Each syscall number that occurs and has a row in the table gets its own
+/// class (entry and exit apart) with LTTng's fields, the most frequent
+/// first, on the ids no wire class uses: ids up to 30 first (4-byte event
+/// headers), then upwards. Numbers without a row, events whose wire does
+/// not match their row, and numbers past the 4096 ids a stream class has
+/// use the wire class renamed `syscall_{entry,exit}_unknown`.
 pub fn output(wire: &StreamClasses, plans: &Plans, facts: &Facts) -> Output {
     let mut used = vec![false; abi::IVT_EVENT_IDS_MAX as usize];
     for c in wire.iter() {
@@ -289,15 +327,11 @@ pub fn output(wire: &StreamClasses, plans: &Plans, facts: &Facts) -> Output {
     let mut free = (0..abi::IVT_EVENT_IDS_MAX).filter(|&id| !used[id as usize]);
     // (count, exit, nr) of every named syscall that occurs, most frequent first.
     let mut wanted: Vec<(u64, bool, u32)> = Vec::new();
-    let mut unknown = [0u64; 2];
+    let mut unknown = facts.syscalls_unknown;
     for exit in [false, true] {
         for (nr, &n) in facts.syscalls[exit as usize].iter().enumerate() {
-            if n == 0 {
-                continue;
-            }
-            match syscalls::name(nr as u32) {
-                Some(_) => wanted.push((n, exit, nr as u32)),
-                None => unknown[exit as usize] += n,
+            if n > 0 {
+                wanted.push((n, exit, nr as u32));
             }
         }
     }
@@ -345,17 +379,14 @@ pub fn output(wire: &StreamClasses, plans: &Plans, facts: &Facts) -> Output {
     }
     generated.sort_unstable();
     for &(id, exit, nr) in &generated {
-        let Some(wire_id) = plans.syscall_class[exit as usize] else {
-            continue;
-        };
-        let wire_class = wire.get(wire_id).expect("planned from it");
-        let name = format!(
-            "syscall_{}_{}",
-            if exit { "exit" } else { "entry" },
-            syscalls::name(nr).expect("named")
+        let s = syscalls::get(nr as u64).expect("counted only with a row");
+        let name = format!("syscall_{}_{}", if exit { "exit" } else { "entry" }, s.name);
+        insert(
+            &mut classes,
+            id,
+            name,
+            lttng::fields(if exit { s.exit } else { s.entry }),
         );
-        let fields = wire_class.fields[1..].iter().map(plain).collect();
-        insert(&mut classes, id, name, fields);
     }
     Output {
         classes,

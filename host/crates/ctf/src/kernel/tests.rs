@@ -5,18 +5,18 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::classes::{EventClasses, FieldType, StreamClasses};
-use ivtrace_ring::region::{Access, Region};
-use ivtrace_ring::testutil::{have_tool, RegionBuilder, TestRegion, LTTNG_SCHED_SWITCH_FIELDS};
-use ivtrace_ring::{PacketSink, Reader};
+use ivtrace_region::abi;
+use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
+use ivtrace_region::region::{Access, Region};
+use ivtrace_region::{PacketSink, Reader};
+use ivtrace_testutil::{have_tool, RegionBuilder, TestRegion, LTTNG_SCHED_SWITCH_FIELDS};
 
 use super::names::ThreadNamesBuilder;
 use super::wire::{align_event, event_header, packet_content, Layout, Offsets, PacketFile};
 use super::{expand_with, Staged};
-use crate::clock::ClockMapping;
 use crate::tsdl::TraceEnv;
 use crate::CtfWriter;
+use ivtrace_time::ClockMapping;
 
 // Kernel event ids (docs/abi.md, "Kernel stream").
 const SWITCH: u32 = 0;
@@ -29,6 +29,8 @@ const EXEC: u32 = 17;
 const RENAME: u32 = 20;
 const DUMP_PROCESS: u32 = 23;
 const DUMP_IRQ: u32 = 24;
+/// The first id after the module's own events (the kernel API's first).
+const FREE: u32 = ivtrace_testutil::KERNEL_EVENTS.len() as u32;
 
 fn comm16(name: &[u8]) -> [u8; 16] {
     let mut c = [0u8; 16];
@@ -53,12 +55,18 @@ fn wakeup(tid: u32, cpu: u16) -> Vec<u8> {
     p
 }
 
+/// The initial pid namespace's inode number (Linux's PROC_PID_INIT_INO).
+const INIT_PID_NS: u32 = 0xEFFF_FFFC;
+
 fn fork(parent: u32, child: u32, name: &[u8]) -> Vec<u8> {
     let mut p = parent.to_le_bytes().to_vec();
     p.extend_from_slice(&parent.to_le_bytes());
+    p.extend_from_slice(&INIT_PID_NS.to_le_bytes());
     p.extend_from_slice(&comm16(name));
     p.extend_from_slice(&child.to_le_bytes());
+    bytes_field(&mut p, &child.to_le_bytes()); // vtids: one level
     p.extend_from_slice(&child.to_le_bytes());
+    p.extend_from_slice(&INIT_PID_NS.to_le_bytes());
     p
 }
 
@@ -79,11 +87,11 @@ fn rename(tid: u32, name: &[u8]) -> Vec<u8> {
 
 fn dump_process(tid: u32, name: &[u8]) -> Vec<u8> {
     let mut p = Vec::new();
-    for v in [tid, tid, 1] {
+    for v in [tid, tid, tid, tid, 1, 1] {
         p.extend_from_slice(&v.to_le_bytes());
     }
     p.extend_from_slice(&comm16(name));
-    for v in [0i32, 0, 0, 5, 0] {
+    for v in [0u32, 0, 0, 5, 0, INIT_PID_NS, 0] {
         p.extend_from_slice(&v.to_le_bytes());
     }
     p
@@ -98,18 +106,59 @@ fn dump_irq(irq: u32, chip: &str, action: &[u8]) -> Vec<u8> {
     p
 }
 
-fn sys_entry(nr: u16, a0: u64) -> Vec<u8> {
+/// A wire BYTES field: u32 length, then the bytes.
+fn bytes_field(p: &mut Vec<u8>, b: &[u8]) {
+    p.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    p.extend_from_slice(b);
+}
+
+/// A syscall_entry as the module writes it: `args` (as many as the call
+/// has), then its user strings, each with its NUL.
+fn sys_entry_with(nr: u16, args: &[u64], strings: &[&str]) -> Vec<u8> {
     let mut p = nr.to_le_bytes().to_vec();
-    for a in [a0, 1, 2, 3, 4, 5] {
-        p.extend_from_slice(&a.to_le_bytes());
+    let a: Vec<u8> = args.iter().flat_map(|a| a.to_le_bytes()).collect();
+    bytes_field(&mut p, &a);
+    let mut st = Vec::new();
+    for s in strings {
+        st.extend_from_slice(s.as_bytes());
+        st.push(0);
     }
+    bytes_field(&mut p, &st);
     p
 }
 
-fn sys_exit(nr: u16, ret: i64) -> Vec<u8> {
+/// A syscall_entry whose arguments are `a0, 1, 2, ...` (the table's count;
+/// six for numbers it does not know), its user strings `"s<arg>"`.
+fn sys_entry(nr: u16, a0: u64) -> Vec<u8> {
+    let row = super::syscalls::get(nr as u64);
+    let n = row.map_or(6, |s| s.nargs as u64);
+    let args: Vec<u64> = (0..n).map(|i| if i == 0 { a0 } else { i }).collect();
+    let mask = row.map_or(0, |s| s.str_mask);
+    let strings: Vec<String> = (0..n)
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|i| format!("s{i}"))
+        .collect();
+    let strings: Vec<&str> = strings.iter().map(String::as_str).collect();
+    sys_entry_with(nr, &args, &strings)
+}
+
+fn sys_exit_with(nr: u16, ret: i64, out_args: &[u64], data: &[u8]) -> Vec<u8> {
     let mut p = nr.to_le_bytes().to_vec();
     p.extend_from_slice(&ret.to_le_bytes());
+    let a: Vec<u8> = out_args.iter().flat_map(|a| a.to_le_bytes()).collect();
+    bytes_field(&mut p, &a);
+    bytes_field(&mut p, data);
     p
+}
+
+/// A syscall_exit with the table's out-arguments (each 0x1000 + its index).
+fn sys_exit(nr: u16, ret: i64) -> Vec<u8> {
+    let mask = super::syscalls::get(nr as u64).map_or(0, |s| s.out_mask);
+    let out: Vec<u64> = (0..6)
+        .filter(|i| mask & (1 << i) != 0)
+        .map(|i| 0x1000 + i)
+        .collect();
+    sys_exit_with(nr, ret, &out, &[])
 }
 
 /// A region with `cpus` kernel channels and the module's events.
@@ -183,6 +232,17 @@ fn decode_file(path: &Path, chan: u32, classes: &StreamClasses, out: &mut Vec<Ev
                         Val::Text(std::str::from_utf8(&b[..end]).expect("UTF-8").into())
                     }
                     FieldType::Bytes => Val::Int(b.len() as i128),
+                    FieldType::U32Array(n) => {
+                        raw.insert(fd.name.clone(), b.to_vec());
+                        Val::Int(n as i128)
+                    }
+                    FieldType::S32SeqU8 => {
+                        raw.insert(fd.name.clone(), b[1..].to_vec());
+                        Val::Int(b[0] as i128)
+                    }
+                    FieldType::TextSeqU64 => {
+                        Val::Text(std::str::from_utf8(&b[8..]).expect("UTF-8").into())
+                    }
                     t => {
                         let (bytes, signed) = t.integer().unwrap();
                         let mut raw = [0u8; 8];
@@ -253,6 +313,9 @@ fn record(r: &TestRegion) -> Out {
     reader.drain_available(&mut writer).unwrap();
     reader.flush_partial(&mut writer).unwrap();
     reader.finish(&mut writer).unwrap();
+    if let Some(t) = ivtrace_region::names::read_thread_names(reader.region()) {
+        writer.set_thread_name_table(t);
+    }
     writer.finish(reader.classes()).unwrap();
     assert!(
         !dir.path().join(super::STAGING_DIR).exists(),
@@ -359,11 +422,28 @@ fn switch_fields_are_in_lttng_order() {
             "parent_comm",
             "parent_tid",
             "parent_pid",
+            "parent_ns_inum",
             "child_comm",
             "child_tid",
-            "child_pid"
+            "vtids",
+            "child_pid",
+            "child_ns_inum"
         ]
     );
+    // Types as LTTng 2.10 declares them, the wire's narrower ones widened.
+    let ty = |id, name: &str| {
+        let c = out.classes.get(id).unwrap();
+        c.fields.iter().find(|f| f.name == name).unwrap().ty
+    };
+    assert_eq!(ty(SWITCH, "prev_tid"), FieldType::S32);
+    assert_eq!(ty(SWITCH, "prev_prio"), FieldType::S32);
+    assert_eq!(ty(SWITCH, "prev_state"), FieldType::S64);
+    assert_eq!(ty(WAKEUP, "target_cpu"), FieldType::S32);
+    assert_eq!(ty(FORK, "vtids"), FieldType::S32SeqU8);
+    // LTTng's exec has no comm (the wire's is for naming only)
+    let exec = out.classes.get(EXEC).unwrap();
+    let names: Vec<&str> = exec.fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["filename", "tid", "old_tid"]);
 }
 
 #[test]
@@ -386,8 +466,9 @@ fn irq_names_come_from_the_interrupt_state_dump() {
     assert_eq!((stats.irqs_named, stats.irq_names_unknown), (1, 1));
 }
 
-#[test]
-fn syscalls_are_renamed_from_the_x86_64_table() {
+/// Syscalls of every kind: named ones with out-arguments, strings and
+/// data, numbers the table does not have, a wire that is not the table's.
+fn syscall_trace() -> Out {
     let mut r = kernel_region(1);
     for i in 0..3u64 {
         r.emit(0, 10 + i * 10, SYS_ENTRY, &sys_entry(0, i)); // read
@@ -397,8 +478,24 @@ fn syscalls_are_renamed_from_the_x86_64_table() {
     r.emit(0, 110, SYS_ENTRY, &sys_entry(999, 9)); // not in the table
     r.emit(0, 120, SYS_EXIT, &sys_exit(999, -38));
     r.emit(0, 130, SYS_ENTRY, &sys_entry(400, 1)); // a hole of the table
+    let at_fdcwd = -100i64 as u64;
+    let openat = sys_entry_with(257, &[at_fdcwd, 0x7000, 0o101, 0o644], &["/tmp/a b"]);
+    r.emit(0, 140, SYS_ENTRY, &openat);
+    r.emit(
+        0,
+        150,
+        SYS_EXIT,
+        &sys_exit_with(293, 0, &[], &[3, 0, 0, 0, 4, 0, 0, 0]),
+    ); // pipe2
+    r.emit(0, 160, SYS_ENTRY, &sys_entry_with(0, &[1, 2], &[])); // read with 2 args: not the table's
+    r.emit(0, 170, SYS_ENTRY, &sys_entry(40, 5)); // sendfile, LTTng's sendfile64
     r.close_region();
-    let out = record(&r);
+    record(&r)
+}
+
+#[test]
+fn syscalls_have_lttng_names_and_fields() {
+    let out = syscall_trace();
     let names: Vec<&str> = out.events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(
         names,
@@ -413,22 +510,61 @@ fn syscalls_are_renamed_from_the_x86_64_table() {
             "syscall_entry_unknown",
             "syscall_exit_unknown",
             "syscall_entry_unknown",
+            "syscall_entry_openat",
+            "syscall_exit_pipe2",
+            "syscall_entry_unknown",
+            "syscall_entry_sendfile64",
         ]
     );
+    // LTTng's fields, in its order, with the wire's values.
+    let keys = |e: &Ev| e.f.keys().cloned().collect::<Vec<_>>();
     let e = &out.events[4];
-    assert_eq!((e.f["args0"].int(), e.f["args5"].int()), (2, 5));
-    assert!(!e.f.contains_key("id"), "a named syscall drops its number");
-    assert_eq!(out.events[1].f["ret"].int(), 4096);
+    assert_eq!(keys(e), ["count", "fd"]);
+    assert_eq!((e.f["fd"].int(), e.f["count"].int()), (2, 2));
+    let x = &out.events[1];
+    assert_eq!((x.f["ret"].int(), x.f["buf"].int()), (4096, 0x1001));
+    assert_eq!(out.events[6].f["error_code"].int(), 7);
     let u = &out.events[7];
-    assert_eq!((u.f["id"].int(), u.f["args0"].int()), (999, 9));
+    assert_eq!(u.f["id"].int(), 999);
     assert_eq!(out.events[8].f["ret"].int(), -38);
     assert_eq!(out.events[9].f["id"].int(), 400);
+    let o = &out.events[10];
+    assert_eq!(o.f["filename"].text(), "/tmp/a b");
+    assert_eq!(
+        (o.f["dfd"].int(), o.f["flags"].int(), o.f["mode"].int()),
+        (-100, 0o101, 0o644)
+    );
+    assert_eq!(out.events[11].raw["fildes"], [3, 0, 0, 0, 4, 0, 0, 0]);
+    assert_eq!(out.events[13].f["out_fd"].int(), 5);
+}
+
+#[test]
+fn syscall_classes_are_lttngs_and_declared_only_when_used() {
+    let out = syscall_trace();
+    let class = |n: &str| out.classes.iter().find(|c| c.name == n).unwrap();
+    let fields: Vec<(&str, FieldType, bool)> = class("syscall_entry_openat")
+        .fields
+        .iter()
+        .map(|f| (f.name.as_str(), f.ty, f.hex))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            ("dfd", FieldType::S32, false),
+            ("filename", FieldType::String, false),
+            ("flags", FieldType::S32, false),
+            ("mode", FieldType::U16, false)
+        ]
+    );
+    assert_eq!(
+        class("syscall_exit_pipe2").fields[1].ty,
+        FieldType::U32Array(2)
+    );
     // Classes exist only for the syscalls that occur; the most frequent
-    // get the free compact ids (25..30), the wire ids keep `_unknown`.
+    // get the free ids first (from FREE on), the wire ids keep `_unknown`.
     let id_of = |n: &str| out.classes.iter().find(|c| c.name == n).map(|c| c.id);
-    assert_eq!(id_of("syscall_entry_read"), Some(25));
-    assert_eq!(id_of("syscall_exit_read"), Some(26));
-    assert_eq!(id_of("syscall_entry_exit"), Some(27));
+    assert_eq!(id_of("syscall_entry_read"), Some(FREE));
+    assert_eq!(id_of("syscall_exit_read"), Some(FREE + 1));
     assert_eq!(id_of("syscall_entry_unknown"), Some(SYS_ENTRY));
     assert_eq!(id_of("syscall_exit_unknown"), Some(SYS_EXIT));
     assert_eq!(id_of("syscall_entry_write"), None);
@@ -440,7 +576,7 @@ fn syscalls_are_renamed_from_the_x86_64_table() {
             stats.syscalls_named,
             stats.syscalls_unknown
         ),
-        (3, 7, 3)
+        (6, 10, 4)
     );
 }
 
@@ -448,7 +584,9 @@ fn syscalls_are_renamed_from_the_x86_64_table() {
 fn syscalls_past_the_compact_ids_use_extended_headers() {
     let mut r = kernel_region(1);
     // 10 distinct syscalls (read, write, ... mmap), nr i 11 - i times:
-    // 20 classes; the 6 most frequent get the compact ids 25..30.
+    // 20 classes on the free ids FREE.., most frequent first; ids past 30
+    // (all of them, when the module's own events take 0..30) have the
+    // extended header, whatever the wire event had.
     let mut want = Vec::new();
     for nr in 0u16..10 {
         for k in 0..(11 - nr as u64) {
@@ -461,11 +599,11 @@ fn syscalls_past_the_compact_ids_use_extended_headers() {
     r.close_region();
     let out = record(&r);
     let id_of = |n: &str| out.classes.iter().find(|c| c.name == n).map(|c| c.id);
-    assert_eq!(id_of("syscall_entry_read"), Some(25));
-    assert_eq!(id_of("syscall_exit_open"), Some(30));
-    assert_eq!(id_of("syscall_entry_close"), Some(31));
-    assert_eq!(id_of("syscall_exit_mmap"), Some(44));
-    assert_eq!(out.classes.len(), 25 - 2 + 20);
+    assert_eq!(id_of("syscall_entry_read"), Some(FREE));
+    assert_eq!(id_of("syscall_exit_open"), Some(FREE + 5));
+    assert_eq!(id_of("syscall_entry_close"), Some(FREE + 6));
+    assert_eq!(id_of("syscall_exit_mmap"), Some(FREE + 19));
+    assert_eq!(out.classes.len() as u32, FREE - 2 + 20);
     // Timestamps survive the header rewrite (compact -> extended).
     let ts: Vec<u64> = out.events.iter().map(|e| e.ts).collect();
     assert_eq!(ts, want);
@@ -500,7 +638,7 @@ fn kernel_api_events_with_flagged_fields_are_expanded_by_the_flag() {
     let mut r = kernel_region(1);
     r.register_flagged(
         0,
-        25,
+        FREE,
         "my_module_event",
         &[
             ("tid", abi::IVT_FT_U32, 0, abi::IVT_FF_TID_COMM),
@@ -514,7 +652,7 @@ fn kernel_api_events_with_flagged_fields_are_expanded_by_the_flag() {
     p.extend_from_slice(b"x\0");
     p.extend_from_slice(&0u32.to_le_bytes());
     p.extend_from_slice(&3u16.to_le_bytes());
-    r.emit(0, 20, 25, &p);
+    r.emit(0, 20, FREE, &p);
     r.close_region();
     let out = record(&r);
     let e = named(&out, "my_module_event")[0];
@@ -565,6 +703,7 @@ fn a_flood_of_distinct_threads_is_bounded() {
         reader.classes().stream(0),
         &staged,
         ThreadNamesBuilder::with_limit(1000),
+        None,
     )
     .unwrap();
     assert_eq!(x.stats.names_dropped, (n - 1000) as u64);
@@ -633,7 +772,7 @@ fn babeltrace2_reads_the_expanded_trace_without_warnings() {
 #[test]
 fn naming_events_with_other_field_types_are_not_trusted() {
     let mut r = RegionBuilder::new(2, 4, 4096).kernel(1).build_region();
-    for (id, (name, fields)) in ivtrace_ring::testutil::KERNEL_EVENTS.iter().enumerate() {
+    for (id, (name, fields)) in ivtrace_testutil::KERNEL_EVENTS.iter().enumerate() {
         if *name == "task_rename" {
             // tid as a u64: not the layout the role needs
             let f = [
@@ -657,4 +796,238 @@ fn naming_events_with_other_field_types_are_not_trusted() {
         (rename.f["tid"].int(), rename.f["newcomm"].text()),
         (42, "evil")
     );
+}
+
+/// The Rust model of the kernel events (testutil's `KERNEL_EVENTS`) is
+/// the table of abi/include/ivtrace/kernel_events.h, which
+/// abi/tests/kernel_events.c prints as abi/kernel_events.json (`make -C abi
+/// test` fails when that file is stale): same events, ids, fields, types,
+/// counts and flags.
+#[test]
+fn kernel_events_match_the_abi_table() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../abi/kernel_events.json"
+    );
+    let text = std::fs::read_to_string(path).expect("abi/kernel_events.json is readable");
+    let table: serde_json::Value = serde_json::from_str(&text).expect("it is JSON");
+    let type_code = |t: &str| match t {
+        "u8" => abi::IVT_FT_U8,
+        "u16" => abi::IVT_FT_U16,
+        "u32" => abi::IVT_FT_U32,
+        "u64" => abi::IVT_FT_U64,
+        "s8" => abi::IVT_FT_S8,
+        "s16" => abi::IVT_FT_S16,
+        "s32" => abi::IVT_FT_S32,
+        "s64" => abi::IVT_FT_S64,
+        "string" => abi::IVT_FT_STRING,
+        "bytes" => abi::IVT_FT_BYTES,
+        "chars" => abi::IVT_FT_CHARS,
+        other => panic!("unknown field type {other} in abi/kernel_events.json"),
+    };
+    let flag = |f: &str| match f {
+        "" => 0,
+        "hex" => abi::IVT_FF_HEX,
+        "tid_comm" => abi::IVT_FF_TID_COMM,
+        other => panic!("unknown flag {other} in abi/kernel_events.json"),
+    };
+    type Model = (String, Vec<(String, u8, u16, u8)>);
+    let from_abi: Vec<Model> = table
+        .as_array()
+        .expect("an array of events")
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            assert_eq!(e["id"].as_u64(), Some(i as u64), "ids are positions");
+            let fields = e["fields"].as_array().expect("fields");
+            let fields = fields
+                .iter()
+                .map(|f| {
+                    (
+                        f["name"].as_str().unwrap().to_string(),
+                        type_code(f["type"].as_str().unwrap()),
+                        f["count"].as_u64().unwrap() as u16,
+                        flag(f["flag"].as_str().unwrap()),
+                    )
+                })
+                .collect();
+            (e["name"].as_str().unwrap().to_string(), fields)
+        })
+        .collect();
+    let model: Vec<Model> = ivtrace_testutil::KERNEL_EVENTS
+        .iter()
+        .map(|(name, fields)| {
+            let fields = fields
+                .iter()
+                .map(|&(n, t, c, f)| (n.to_string(), t, c, f))
+                .collect();
+            (name.to_string(), fields)
+        })
+        .collect();
+    for (i, (a, m)) in from_abi.iter().zip(&model).enumerate() {
+        assert_eq!(
+            a, m,
+            "kernel event {i}: abi/kernel_events.json (left) and testutil::KERNEL_EVENTS (right) differ"
+        );
+    }
+    assert_eq!(
+        from_abi.len(),
+        model.len(),
+        "abi/kernel_events.json and testutil::KERNEL_EVENTS have different event counts"
+    );
+}
+
+/// A names record (`struct ivt_names_rec`) holding `entries` (tid, name).
+fn name_table(entries: &[(u32, &str)]) -> Vec<u8> {
+    use ivtrace_region::names::{NAMES_REC_SIZE, NAME_ENTRY_SIZE};
+    let len = NAMES_REC_SIZE + 8 * NAME_ENTRY_SIZE;
+    let mut r = vec![0u8; len];
+    r[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+    r[4..8].copy_from_slice(&abi::IVT_META_COMMIT.to_le_bytes());
+    r[8..10].copy_from_slice(&ivtrace_region::names::IVT_META_NAMES.to_le_bytes());
+    r[12..16].copy_from_slice(&8u32.to_le_bytes());
+    for (i, (tid, name)) in entries.iter().enumerate() {
+        let e = NAMES_REC_SIZE + i * NAME_ENTRY_SIZE;
+        r[e..e + 4].copy_from_slice(&tid.to_le_bytes());
+        r[e + 4..e + 8].copy_from_slice(&2u32.to_le_bytes());
+        r[e + 16..e + 32].copy_from_slice(&comm16(name.as_bytes()));
+    }
+    r
+}
+
+/// A salvaged flight recorder: the rings kept no naming event for thread
+/// 50, the guest's name table has it; thread 51's fork in the trace wins
+/// over the table's (later) name.
+#[test]
+fn the_name_table_names_threads_no_naming_event_names() {
+    let mut r = kernel_region(1);
+    r.append_meta(&name_table(&[
+        (50, "old-daemon"),
+        (51, "renamed-later"),
+        (52, "bad\n"),
+    ]));
+    r.emit(0, 10, FORK, &fork(1, 51, b"kid"));
+    r.emit(0, 20, SWITCH, &switch(50, 0, 51));
+    r.emit(0, 30, SWITCH, &switch(51, 0, 52));
+    r.emit(0, 40, SWITCH, &switch(52, 0, 53));
+    r.close_region();
+    let out = record(&r);
+    let sw = named(&out, "sched_switch");
+    assert_eq!(sw[0].f["prev_comm"].text(), "old-daemon");
+    assert_eq!(sw[0].f["next_comm"].text(), "kid");
+    assert_eq!(
+        sw[1].f["next_comm"].text(),
+        "bad?",
+        "table names are sanitized"
+    );
+    assert_eq!(sw[2].f["next_comm"].text(), "", "in neither: unnamed");
+    let stats = out.writer.kernel_expansion().unwrap();
+    assert_eq!(stats.name_table_entries, 3);
+    // thread 53 and the fork's parent 1 are named nowhere
+    assert_eq!((stats.comm_from_table, stats.comm_unknown), (3, 2));
+}
+
+/// Fields reshaped into LTTng's form: fork's vtids (a u8-counted s32
+/// sequence), printk's msg (a u64-counted text sequence), exec's comm
+/// (left out); babeltrace2 reads them.
+#[test]
+fn reshaped_fields_are_lttngs() {
+    const PRINTK: u32 = 14;
+    let mut r = kernel_region(1);
+    r.emit(0, 10, FORK, &fork(1, 77, b"kid"));
+    r.emit(0, 20, PRINTK, b"hello ivtrace\0");
+    r.emit(0, 30, EXEC, &exec(77, "/bin/true", b"true"));
+    r.close_region();
+    let out = record(&r);
+    let f = named(&out, "sched_process_fork")[0];
+    assert_eq!(f.f["vtids"].int(), 1);
+    assert_eq!(f.raw["vtids"], 77u32.to_le_bytes());
+    assert_eq!(
+        named(&out, "printk_console")[0].f["msg"].text(),
+        "hello ivtrace"
+    );
+    let x = named(&out, "sched_process_exec")[0];
+    assert!(!x.f.contains_key("comm"));
+    assert_eq!(x.f["filename"].text(), "/bin/true");
+    if have_tool("babeltrace2") {
+        let o = Command::new("babeltrace2")
+            .arg(out.dir.path().join("kernel"))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(text.contains("vtids = [ [0] = 77 ]"), "{text}");
+        assert!(text.contains("msg = \"hello ivtrace\""), "{text}");
+    }
+}
+
+/// A staged packet the expansion cannot walk (here: its content ends in
+/// the middle of an event header) is written empty, its events counted as
+/// lost and carried in the running events_discarded of every later packet
+/// of its channel.
+#[test]
+fn a_staged_packet_that_does_not_walk_becomes_a_counted_loss() {
+    let mut r = RegionBuilder::new(1, 8, 4096).kernel(1).build_region();
+    r.register_kernel_events();
+    let mut ts = 10;
+    for _ in 0..3 {
+        for _ in 0..5 {
+            r.emit(0, ts, SWITCH, &switch(1, 0, 2));
+            ts += 10;
+        }
+        r.close(0);
+    }
+    r.close_region();
+    let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
+    let mut reader = Reader::new(region);
+    let mut cap = Capture::default();
+    reader.drain_available(&mut cap).unwrap();
+    reader.finish(&mut cap).unwrap();
+    assert_eq!(cap.0.len(), 3);
+    let cut = (abi::PACKET_HDR_SIZE as u64 + 2) * 8;
+    ivtrace_region::abi::put_u64(&mut cap.0[1].1, abi::pkt::CONTENT_SIZE, cut);
+    let dir = tempfile::tempdir().unwrap();
+    let wire = dir.path().join("wire");
+    let bytes: Vec<u8> = cap.0.iter().flat_map(|(_, p)| p.clone()).collect();
+    std::fs::write(&wire, bytes).unwrap();
+    let staged = [Staged {
+        chan: 0,
+        wire,
+        out: dir.path().join("out"),
+    }];
+    let names = ThreadNamesBuilder::with_limit(100);
+    let x = expand_with(reader.classes().stream(0), &staged, names, None).unwrap();
+    assert_eq!((x.stats.packets, x.stats.packets_skipped), (2, 1));
+    assert_eq!((x.stats.events, x.stats.events_lost), (10, 5));
+    assert_eq!(x.stats.lost_by_channel.get(&0), Some(&5));
+    let mut evs = Vec::new();
+    decode_file(&staged[0].out, 0, &x.classes, &mut evs);
+    assert_eq!(evs.len(), 10);
+    let mut file = PacketFile::open(&staged[0].out).unwrap();
+    let mut seen = Vec::new();
+    while file.next_packet().unwrap() {
+        let (h, _) = packet_content(&file.buf).unwrap();
+        seen.push((h.packet_seq_num, h.event_count, h.events_discarded));
+    }
+    assert_eq!(seen, [(0, 5, 0), (1, 0, 5), (2, 5, 5)]);
+}
+
+/// A renamed event keeps a compact header when its new id fits in 5 bits
+/// (a wire table with free compact ids), else gets the extended one.
+#[test]
+fn renamed_headers_stay_compact_when_the_id_fits() {
+    let ts = 0x0123_4567_89ab_cdef_u64;
+    let compact = ((((ts & abi::IVT_EV_TS_MASK) as u32) << abi::IVT_EV_ID_BITS) | 12).to_le_bytes();
+    let mut out = Vec::new();
+    super::put_header(&mut out, &compact, ts, 29);
+    let word = u32::from_le_bytes(out[..4].try_into().unwrap());
+    assert_eq!(
+        (out.len(), word & 0x1f, word >> 5),
+        (4, 29, (ts & abi::IVT_EV_TS_MASK) as u32)
+    );
+    out.clear();
+    super::put_header(&mut out, &compact, ts, 31);
+    assert_eq!(out.len(), abi::IVT_EV_EXT_SIZE);
+    assert_eq!(u32::from_le_bytes(out[4..8].try_into().unwrap()), 31);
+    assert_eq!(u64::from_le_bytes(out[8..16].try_into().unwrap()), ts);
 }

@@ -1,7 +1,7 @@
 //! Reading the staged wire packets back: one packet at a time from a
 //! stream file, then its events (header, timestamp, field offsets).
 //!
-//! The packets were validated by ivtrace-ring when they were drained; this
+//! The packets were validated by ivtrace-region when they were drained; this
 //! walk still bounds every offset (a bug or a damaged file must not panic),
 //! and reports a malformed packet as `None` for the caller to skip.
 
@@ -9,9 +9,9 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
-use ivtrace_ring::abi;
-use ivtrace_ring::classes::FieldType;
-use ivtrace_ring::packet::PacketHeader;
+use ivtrace_region::abi;
+use ivtrace_region::classes::FieldType;
+use ivtrace_region::packet::PacketHeader;
 
 /// Little-endian u32 at `off` (inlined here: the hot loops call it per event).
 #[inline(always)]
@@ -145,7 +145,8 @@ pub struct Layout {
 fn fixed_size(ty: FieldType) -> Option<u32> {
     match ty {
         FieldType::Chars(n) => Some(n as u32),
-        FieldType::String | FieldType::Bytes => None,
+        FieldType::U32Array(n) => Some(4 * n as u32),
+        FieldType::String | FieldType::Bytes | FieldType::S32SeqU8 | FieldType::TextSeqU64 => None,
         int => int.integer().map(|(bytes, _)| bytes),
     }
 }
@@ -198,6 +199,14 @@ impl Layout {
                 FieldType::Bytes => {
                     let body = at.checked_add(4).filter(|&e| e <= payload.len())?;
                     body.checked_add(le_u32(payload, at) as usize)?
+                }
+                FieldType::S32SeqU8 => {
+                    let n = *payload.get(at)? as usize;
+                    at + 1 + 4 * n
+                }
+                FieldType::TextSeqU64 => {
+                    let body = at.checked_add(8).filter(|&e| e <= payload.len())?;
+                    body.checked_add(usize::try_from(le_u64(payload, at)).ok()?)?
                 }
                 t => at + fixed_size(t).expect("fixed") as usize,
             };

@@ -14,12 +14,13 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
+use nix::sys::eventfd::EventFd;
 use serde_json::{json, Value};
 
-use crate::control::{self, Command};
+use crate::control::{self, parse_command};
 use crate::serve::guest::Request;
 use crate::serve::Registry;
 
@@ -74,82 +75,110 @@ fn answer(req: &Value, registry: &Registry) -> Value {
     if op == "list" {
         return list(registry);
     }
-    let want = req.get("guest").and_then(Value::as_str);
-    let (name, tx) = {
-        let guests = registry.guests.lock().expect("lock");
-        let live: Vec<_> = guests.iter().filter(|g| !g.finished()).collect();
-        let found = match want {
-            Some(n) => live.iter().find(|g| g.name == n).copied(),
-            None if live.len() == 1 => Some(live[0]),
-            None => None,
-        };
-        let Some(g) = found else {
-            let names: Vec<&str> = live.iter().map(|g| g.name.as_str()).collect();
-            return json!({"ok": false, "error": match want {
-                Some(n) => format!("no live guest named `{n}` (live: {})", names.join(", ")),
-                None if names.is_empty() => "no live guest (`ivtrace ctl list` shows who connected)".to_string(),
-                None => format!("{} live guests: name one with --guest ({})", names.len(), names.join(", ")),
-            }});
-        };
-        let _ = g.wake.write(1);
-        (
-            g.name.clone(),
-            (g.requests.clone(), std::sync::Arc::clone(&g.wake)),
-        )
+    let guest = match find_guest(req.get("guest").and_then(Value::as_str), registry) {
+        Ok(g) => g,
+        Err(reply) => return reply,
     };
-    let (requests, wake) = tx;
     match op {
-        "status" => {
-            let (rtx, rrx) = mpsc::channel();
-            if requests.send(Request::Status { reply: rtx }).is_err() {
-                return json!({"ok": false, "error": format!("guest `{name}` has finished")});
-            }
-            let _ = wake.write(1);
-            match rrx.recv_timeout(REPLY_TIMEOUT) {
-                Ok(s) => json!({"ok": true, "guest": s}),
-                Err(_) => json!({"ok": false, "error": format!("guest `{name}` did not answer")}),
-            }
-        }
-        "control" => {
-            let words: Vec<String> = req
-                .get("command")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|v| v.as_str().map(String::from))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let cmd = match Command::parse(&words) {
-                Ok(c) => c,
-                Err(e) => return json!({"ok": false, "error": format!("{e:#}")}),
-            };
-            let (rtx, rrx) = mpsc::channel();
-            if requests.send(Request::Control { cmd, reply: rtx }).is_err() {
-                return json!({"ok": false, "error": format!("guest `{name}` has finished")});
-            }
-            let _ = wake.write(1);
-            match rrx.recv_timeout(REPLY_TIMEOUT) {
-                Ok(Ok(a)) => json!({
-                    "ok": a.status == 0,
-                    "guest": name,
-                    "command": words.join(" "),
-                    "seq": a.seq,
-                    "ack_status": a.status,
-                    "ack_status_name": errno_name(a.status),
-                    "groups_enabled": a.groups_enabled,
-                    "groups_enabled_names": control::group_names(a.groups_enabled),
-                    "latency_us": a.latency.as_secs_f64() * 1e6,
-                    "error": (a.status != 0).then(|| format!(
-                        "the guest refused the command: {} ({})", a.status, errno_name(a.status))),
-                }),
-                Ok(Err(e)) => json!({"ok": false, "guest": name, "error": e}),
-                Err(_) => {
-                    json!({"ok": false, "guest": name, "error": "the guest thread did not answer in time"})
-                }
-            }
-        }
+        "status" => status(&guest),
+        "control" => control(req, &guest),
         _ => json!({"ok": false, "error": format!("unknown op `{op}` (list, status, control)")}),
+    }
+}
+
+/// A live guest's name and the way to ask its thread.
+struct Live {
+    name: String,
+    requests: mpsc::Sender<Request>,
+    wake: Arc<EventFd>,
+}
+
+impl Live {
+    /// Sends `req` and wakes the thread; false if it has finished.
+    fn ask(&self, req: Request) -> bool {
+        if self.requests.send(req).is_err() {
+            return false;
+        }
+        let _ = self.wake.write(1);
+        true
+    }
+}
+
+/// The live guest named `want`, or the only live one; else the reply
+/// that says why not.
+fn find_guest(want: Option<&str>, registry: &Registry) -> Result<Live, Value> {
+    let guests = registry.guests.lock().expect("lock");
+    let live: Vec<_> = guests.iter().filter(|g| !g.finished()).collect();
+    let found = match want {
+        Some(n) => live.iter().find(|g| g.name == n).copied(),
+        None if live.len() == 1 => Some(live[0]),
+        None => None,
+    };
+    let Some(g) = found else {
+        let names: Vec<&str> = live.iter().map(|g| g.name.as_str()).collect();
+        return Err(json!({"ok": false, "error": match want {
+            Some(n) => format!("no live guest named `{n}` (live: {})", names.join(", ")),
+            None if names.is_empty() => "no live guest (`ivtrace ctl list` shows who connected)".to_string(),
+            None => format!("{} live guests: name one with --guest ({})", names.len(), names.join(", ")),
+        }}));
+    };
+    let _ = g.wake.write(1);
+    Ok(Live {
+        name: g.name.clone(),
+        requests: g.requests.clone(),
+        wake: Arc::clone(&g.wake),
+    })
+}
+
+fn status(guest: &Live) -> Value {
+    let name = &guest.name;
+    let (rtx, rrx) = mpsc::channel();
+    if !guest.ask(Request::Status { reply: rtx }) {
+        return json!({"ok": false, "error": format!("guest `{name}` has finished")});
+    }
+    match rrx.recv_timeout(REPLY_TIMEOUT) {
+        Ok(s) => json!({"ok": true, "guest": s}),
+        Err(_) => json!({"ok": false, "error": format!("guest `{name}` did not answer")}),
+    }
+}
+
+fn control(req: &Value, guest: &Live) -> Value {
+    let name = &guest.name;
+    let words: Vec<String> = req
+        .get("command")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let cmd = match parse_command(&words) {
+        Ok(c) => c,
+        Err(e) => return json!({"ok": false, "error": format!("{e:#}")}),
+    };
+    let (rtx, rrx) = mpsc::channel();
+    if !guest.ask(Request::Control { cmd, reply: rtx }) {
+        return json!({"ok": false, "error": format!("guest `{name}` has finished")});
+    }
+    match rrx.recv_timeout(REPLY_TIMEOUT) {
+        Ok(Ok(a)) => json!({
+            "ok": a.status == 0,
+            "guest": name,
+            "command": words.join(" "),
+            "seq": a.seq,
+            "ack_status": a.status,
+            "ack_status_name": errno_name(a.status),
+            "groups_enabled": a.groups_enabled,
+            "groups_enabled_names": control::group_names(a.groups_enabled),
+            "latency_us": a.latency.as_secs_f64() * 1e6,
+            "error": (a.status != 0).then(|| format!(
+                "the guest refused the command: {} ({})", a.status, errno_name(a.status))),
+        }),
+        Ok(Err(e)) => json!({"ok": false, "guest": name, "error": e}),
+        Err(_) => {
+            json!({"ok": false, "guest": name, "error": "the guest thread did not answer in time"})
+        }
     }
 }
 
@@ -163,8 +192,8 @@ fn list(registry: &Registry) -> Value {
                 (
                     g.finished(),
                     g.requests.clone(),
-                    std::sync::Arc::clone(&g.wake),
-                    std::sync::Arc::clone(&g.status),
+                    Arc::clone(&g.wake),
+                    Arc::clone(&g.status),
                 )
             })
             .collect()

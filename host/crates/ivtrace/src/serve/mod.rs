@@ -7,20 +7,26 @@
 //! connection gets its own region file in /dev/shm (sized to a power of
 //! two; `ivtrace snapshot` can salvage it if the server itself dies), its
 //! own eventfds, the protocol handshake ([`proto`]), and its own thread
-//! ([`guest`]) that records it into `OUTROOT/<name>`: the name comes from
-//! the peer's QEMU `-name` (pid from SO_PEERCRED, then /proc/PID/cmdline),
-//! else `guest<N>`. Guests never share state; one that misbehaves or dies
-//! only ends its own recording. SIGINT/SIGTERM stop every guest, each
-//! finalizing its trace, then remove the sockets.
+//! ([`guest`]) that records it ([`recording`], with what serve observed
+//! logged in the host trace: [`hostlog`]) into `OUTROOT/<name>`: the name
+//! comes from the peer's QEMU `-name` (pid from SO_PEERCRED, then
+//! /proc/PID/cmdline), else `guest<N>`. Guests never share state; one
+//! that misbehaves or dies only ends its own recording. SIGINT/SIGTERM
+//! stop every guest, each finalizing its trace, then remove the sockets.
 //!
 //! Both sockets are created mode 0600 (umask while binding): only the
-//! owner (normally root, who runs QEMU) may connect. A path where a server
+//! owner (normally root, who runs QEMU) may connect, unless a group is
+//! given access ([`access`]: `--socket-group`, `--ctl-group`, mode 0660).
+//! A path where a server
 //! still answers is refused; a stale socket file (nobody listening) is
 //! replaced; anything else at the path is refused.
 
+pub mod access;
 pub mod ctlsock;
 pub mod guest;
+pub mod hostlog;
 pub mod proto;
+pub mod recording;
 
 use std::fs;
 use std::io::{self, Write};
@@ -40,7 +46,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use ivtrace_ctf::Sidecar;
 
-use crate::session::UserError;
+use ivtrace_engine::UserError;
 
 /// `ivtrace serve --help`, after the options.
 pub const SERVE_HELP: &str = "\
@@ -56,8 +62,8 @@ ping-pong through the region) and writes DIR/host/ (what serve saw: doorbells
 received, packets delivered, clock sync points; --host-events adds host
 kernel events). A guest that exits, is killed or misbehaves only ends its own
 trace, which is finalized. Ctrl-C/SIGTERM finalize every trace and exit.
-Sockets are created mode 0600; a live socket path is refused, a stale one
-replaced.
+Sockets are created mode 0600 (0660 for the group given with --socket-group or
+--ctl-group); a live socket path is refused, a stale one replaced.
 
 Examples:
   ivtrace serve --socket /run/ivtrace.sock -o /var/tmp/traces &
@@ -93,6 +99,14 @@ pub struct ServeArgs {
     /// Control socket for `ivtrace ctl` [default: PATH.ctl].
     #[arg(long, value_name = "PATH")]
     pub ctl_socket: Option<PathBuf>,
+    /// Let this group connect to the server socket (mode 0660): the group QEMU
+    /// runs as, e.g. libvirt-qemu. Name or gid; empty: owner only (0600).
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
+    /// Let this group use the control socket (`ivtrace ctl`, mode 0660), e.g.
+    /// ivtrace. Name or gid; empty: owner only (0600).
+    #[arg(long, value_name = "GROUP")]
+    pub ctl_group: Option<String>,
     /// Directory of the region files (tmpfs, so QEMU's mapping is shared memory).
     #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
     pub shm_dir: PathBuf,
@@ -171,12 +185,6 @@ impl ServeConfig {
     }
 }
 
-/// This host's name (for the host trace's env).
-pub fn host_name() -> String {
-    fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
-}
-
 /// One guest as the registry knows it.
 pub struct GuestEntry {
     pub id: u64,
@@ -246,13 +254,13 @@ pub fn default_ctl_path(socket: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Runs `ivtrace serve`. Returns the number of guests served.
-pub fn run(args: &ServeArgs) -> Result<u64> {
-    if args.size < ivtrace_ring::abi::IVT_REGION_MIN {
+/// The region size for `--size`: a power of two (QEMU requires one).
+fn region_size(args: &ServeArgs) -> Result<u64> {
+    if args.size < ivtrace_region::abi::IVT_REGION_MIN {
         bail!(
             "--size {} is below the smallest region ({} bytes)",
             args.size,
-            ivtrace_ring::abi::IVT_REGION_MIN
+            ivtrace_region::abi::IVT_REGION_MIN
         );
     }
     let size = args.size.next_power_of_two();
@@ -262,25 +270,52 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
             args.size
         );
     }
-    fs::create_dir_all(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
-    let ctl_path = args
-        .ctl_socket
-        .clone()
-        .unwrap_or_else(|| default_ctl_path(&args.socket));
-    let listener = bind_socket(&args.socket)?;
-    let ctl_listener = match bind_socket(&ctl_path) {
-        Ok(l) => l,
-        Err(e) => {
+    Ok(size)
+}
+
+/// The server socket and the control socket, listening (non-blocking).
+struct Sockets {
+    listener: UnixListener,
+    ctl_listener: UnixListener,
+    ctl_path: PathBuf,
+}
+
+impl Sockets {
+    fn bind(args: &ServeArgs) -> Result<Sockets> {
+        let ctl_path = args
+            .ctl_socket
+            .clone()
+            .unwrap_or_else(|| default_ctl_path(&args.socket));
+        let qemu_group = access::resolve_group("--socket-group", args.socket_group.as_deref())?;
+        let ctl_group = access::resolve_group("--ctl-group", args.ctl_group.as_deref())?;
+        let listener = bind_socket(&args.socket)?;
+        let ctl_listener = match bind_socket(&ctl_path) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = fs::remove_file(&args.socket);
+                return Err(e);
+            }
+        };
+        // Both paths are ours now: on failure remove both.
+        let granted = access::grant(&args.socket, qemu_group)
+            .and_then(|()| access::grant(&ctl_path, ctl_group));
+        if let Err(e) = granted {
             let _ = fs::remove_file(&args.socket);
+            let _ = fs::remove_file(&ctl_path);
             return Err(e);
         }
-    };
-    listener.set_nonblocking(true)?;
-    ctl_listener.set_nonblocking(true)?;
-    crate::timebase::base(); // measure the host time base now
+        listener.set_nonblocking(true)?;
+        ctl_listener.set_nonblocking(true)?;
+        Ok(Sockets {
+            listener,
+            ctl_listener,
+            ctl_path,
+        })
+    }
+}
 
-    let cfg = Arc::new(ServeConfig {
+fn serve_config(args: &ServeArgs, size: u64) -> ServeConfig {
+    ServeConfig {
         outroot: args.output.clone(),
         shm_dir: args.shm_dir.clone(),
         size,
@@ -291,18 +326,21 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
         json: args.json,
         safety_timeout: Duration::from_secs(1),
         print: Mutex::new(()),
-    });
-    let stop = Arc::new(AtomicBool::new(false));
+    }
+}
+
+/// SIGINT/SIGTERM write to a socket pair the accept loop polls.
+fn signal_pipe() -> Result<UnixStream> {
     let (sig_read, sig_write) = UnixStream::pair().context("socketpair")?;
     sig_read.set_nonblocking(true)?;
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::low_level::pipe::register(sig, sig_write.try_clone()?)
             .context("cannot install signal handlers")?;
     }
-    let registry = Arc::new(Registry::default());
-    let deadline = args
-        .duration
-        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    Ok(sig_read)
+}
+
+fn announce(args: &ServeArgs, ctl_path: &Path, size: u64) {
     eprintln!(
         "ivtrace serve: listening on {} (control: {}), {} vectors, {} MiB regions in {}, traces in {}",
         args.socket.display(),
@@ -317,17 +355,60 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
         args.socket.display(),
         args.vectors
     );
+}
 
+/// Runs `ivtrace serve`. Returns the number of guests served.
+pub fn run(args: &ServeArgs) -> Result<u64> {
+    let size = region_size(args)?;
+    fs::create_dir_all(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let sockets = Sockets::bind(args)?;
+    ivtrace_time::timebase::base(); // measure the host time base now
+    let server = Server {
+        cfg: Arc::new(serve_config(args, size)),
+        stop: Arc::new(AtomicBool::new(false)),
+        registry: Arc::new(Registry::default()),
+    };
+    let sig_read = signal_pipe()?;
+    let deadline = args
+        .duration
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    announce(args, &sockets.ctl_path, size);
     let mut served = 0u64;
-    let result = (|| -> Result<()> {
+    let result = server.accept_until_stopped(&sockets, &sig_read, deadline, &mut served);
+    server.stop_every_guest();
+    let _ = fs::remove_file(&args.socket);
+    let _ = fs::remove_file(&sockets.ctl_path);
+    drop(sig_read);
+    result?;
+    Ok(served.max(1))
+}
+
+/// What the accept loop shares with every guest thread.
+struct Server {
+    cfg: Arc<ServeConfig>,
+    stop: Arc<AtomicBool>,
+    registry: Arc<Registry>,
+}
+
+impl Server {
+    /// Accepts guests and control connections until a signal or the
+    /// deadline; `served` counts the guests.
+    fn accept_until_stopped(
+        &self,
+        sockets: &Sockets,
+        sig_read: &UnixStream,
+        deadline: Option<Instant>,
+        served: &mut u64,
+    ) -> Result<()> {
         loop {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 eprintln!("ivtrace serve: duration reached, stopping");
                 return Ok(());
             }
             let mut fds = [
-                PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-                PollFd::new(ctl_listener.as_fd(), PollFlags::POLLIN),
+                PollFd::new(sockets.listener.as_fd(), PollFlags::POLLIN),
+                PollFd::new(sockets.ctl_listener.as_fd(), PollFlags::POLLIN),
                 PollFd::new(sig_read.as_fd(), PollFlags::POLLIN),
             ];
             match poll(&mut fds, PollTimeout::from(500u16)) {
@@ -341,43 +422,151 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
                 return Ok(());
             }
             if new_guest {
-                while let Ok((conn, _)) = listener.accept() {
-                    served += 1;
-                    if let Err(e) = accept_guest(conn, served, &cfg, &stop, &registry) {
-                        eprintln!("ivtrace serve: connection #{served} refused: {e:#}");
-                    }
-                }
+                self.accept_guests(&sockets.listener, served);
             }
             if new_ctl {
-                while let Ok((conn, _)) = ctl_listener.accept() {
-                    let reg = Arc::clone(&registry);
-                    let _ = std::thread::Builder::new()
-                        .name("ivtrace-ctl".into())
-                        .spawn(move || ctlsock::handle(conn, &reg));
+                self.accept_control(&sockets.ctl_listener);
+            }
+            reap(&self.registry);
+        }
+    }
+
+    fn accept_guests(&self, listener: &UnixListener, served: &mut u64) {
+        while let Ok((conn, _)) = listener.accept() {
+            *served += 1;
+            if let Err(e) = self.accept_guest(conn, *served) {
+                eprintln!("ivtrace serve: connection #{served} refused: {e:#}");
+            }
+        }
+    }
+
+    fn accept_control(&self, ctl_listener: &UnixListener) {
+        while let Ok((conn, _)) = ctl_listener.accept() {
+            let reg = Arc::clone(&self.registry);
+            let _ = std::thread::Builder::new()
+                .name("ivtrace-ctl".into())
+                .spawn(move || ctlsock::handle(conn, &reg));
+        }
+    }
+
+    /// Stops every guest; each finalizes its trace.
+    fn stop_every_guest(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let entries: Vec<GuestEntry> =
+            std::mem::take(&mut *self.registry.guests.lock().expect("lock"));
+        for g in &entries {
+            g.wake();
+        }
+        for mut g in entries {
+            if let Some(t) = g.thread.take() {
+                if t.join().is_err() {
+                    eprintln!("ivtrace serve: [{}] the guest thread panicked", g.name);
                 }
             }
-            reap(&registry);
         }
-    })();
+    }
 
-    // Stop every guest; each finalizes its trace.
-    stop.store(true, Ordering::Relaxed);
-    let entries: Vec<GuestEntry> = std::mem::take(&mut *registry.guests.lock().expect("lock"));
-    for g in &entries {
-        g.wake();
-    }
-    for mut g in entries {
-        if let Some(t) = g.thread.take() {
-            if t.join().is_err() {
-                eprintln!("ivtrace serve: [{}] the guest thread panicked", g.name);
+    /// Identifies the peer, creates its region and descriptors, runs the
+    /// handshake and starts its thread.
+    fn accept_guest(&self, conn: UnixStream, n: u64) -> Result<()> {
+        conn.set_nonblocking(false)?;
+        conn.set_write_timeout(Some(Duration::from_secs(2)))?;
+        let peer = proto::peer_info(&conn);
+        let base = peer
+            .qemu_name
+            .clone()
+            .unwrap_or_else(|| format!("guest{n}"));
+        let name = unique_name(&self.registry, &base);
+        let shm_path = self
+            .cfg
+            .shm_dir
+            .join(format!("ivtrace-{}-{n}-{name}", std::process::id()));
+        let shm_file = proto::create_shm(&shm_path, self.cfg.size)?;
+        let fds = match proto::handshake(&conn, &shm_file, self.cfg.vectors) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = fs::remove_file(&shm_path);
+                return Err(e).context("handshake with the peer failed");
             }
-        }
+        };
+        eprintln!(
+            "ivtrace serve: [{name}] connected: pid {} ({}), region {} ({} MiB), {} vectors",
+            peer.pid.map_or_else(|| "?".into(), |p| p.to_string()),
+            if peer.comm.is_empty() {
+                "?"
+            } else {
+                &peer.comm
+            },
+            shm_path.display(),
+            self.cfg.size >> 20,
+            self.cfg.vectors
+        );
+        let wake = Arc::new(
+            EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+                .context("eventfd")?,
+        );
+        let (tx, rx) = mpsc::channel();
+        let status = Arc::new(Mutex::new(guest::GuestStatus {
+            name: name.clone(),
+            qemu_pid: peer.pid,
+            state: "connected".into(),
+            shm: shm_path.display().to_string(),
+            ..Default::default()
+        }));
+        let entry = GuestEntry {
+            id: n,
+            name: name.clone(),
+            requests: tx,
+            wake: Arc::clone(&wake),
+            status: Arc::clone(&status),
+            thread: None,
+        };
+        let guest = guest::Guest {
+            name,
+            peer,
+            shm_path,
+            shm_file,
+            doorbells: fds.host_rx,
+            interrupts: fds.guest_rx.into_iter().map(Arc::new).collect(),
+            wake,
+            requests: rx,
+            status,
+            cfg: Arc::clone(&self.cfg),
+            stop: Arc::clone(&self.stop),
+        };
+        self.start_guest(guest, conn, entry)
     }
-    let _ = fs::remove_file(&args.socket);
-    let _ = fs::remove_file(&ctl_path);
-    drop(sig_read);
-    result?;
-    Ok(served.max(1))
+
+    /// Starts `guest`'s thread and registers it.
+    fn start_guest(
+        &self,
+        guest: guest::Guest,
+        conn: UnixStream,
+        mut entry: GuestEntry,
+    ) -> Result<()> {
+        let thread = std::thread::Builder::new()
+            .name(format!("ivt-{}", entry.name))
+            .spawn(move || guest.run(conn))
+            .context("cannot start the guest thread")?;
+        entry.thread = Some(thread);
+        self.registry.guests.lock().expect("lock").push(entry);
+        Ok(())
+    }
+}
+
+/// `base`, or `base-2`, `base-3`...: unique among live guests of this
+/// server (directories are claimed separately, with mkdir, when
+/// recording starts).
+fn unique_name(registry: &Registry, base: &str) -> String {
+    let guests = registry.guests.lock().expect("lock");
+    let taken = |s: &str| guests.iter().any(|g| g.name == s && !g.finished());
+    let mut name = base.to_string();
+    let mut k = 2;
+    while taken(&name) {
+        name = format!("{base}-{k}");
+        k += 1;
+    }
+    name
 }
 
 /// Joins finished guest threads (their entries stay for `ctl list`).
@@ -392,97 +581,6 @@ fn reap(registry: &Registry) {
             }
         }
     }
-}
-
-/// Identifies the peer, creates its region and descriptors, runs the
-/// handshake and starts its thread.
-fn accept_guest(
-    conn: UnixStream,
-    n: u64,
-    cfg: &Arc<ServeConfig>,
-    stop: &Arc<AtomicBool>,
-    registry: &Arc<Registry>,
-) -> Result<()> {
-    conn.set_nonblocking(false)?;
-    conn.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let peer = proto::peer_info(&conn);
-    let base = peer
-        .qemu_name
-        .clone()
-        .unwrap_or_else(|| format!("guest{n}"));
-    // Unique among live guests of this server (directories are claimed
-    // separately, with mkdir, when recording starts).
-    let name = {
-        let guests = registry.guests.lock().expect("lock");
-        let taken = |s: &str| guests.iter().any(|g| g.name == s && !g.finished());
-        let mut name = base.clone();
-        let mut k = 2;
-        while taken(&name) {
-            name = format!("{base}-{k}");
-            k += 1;
-        }
-        name
-    };
-    let shm_path = cfg
-        .shm_dir
-        .join(format!("ivtrace-{}-{n}-{name}", std::process::id()));
-    let shm_file = proto::create_shm(&shm_path, cfg.size)?;
-    let fds = match proto::handshake(&conn, &shm_file, cfg.vectors) {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = fs::remove_file(&shm_path);
-            return Err(e).context("handshake with the peer failed");
-        }
-    };
-    eprintln!(
-        "ivtrace serve: [{name}] connected: pid {} ({}), region {} ({} MiB), {} vectors",
-        peer.pid.map_or_else(|| "?".into(), |p| p.to_string()),
-        if peer.comm.is_empty() {
-            "?"
-        } else {
-            &peer.comm
-        },
-        shm_path.display(),
-        cfg.size >> 20,
-        cfg.vectors
-    );
-    let wake = Arc::new(
-        EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).context("eventfd")?,
-    );
-    let (tx, rx) = mpsc::channel();
-    let status = Arc::new(Mutex::new(guest::GuestStatus {
-        name: name.clone(),
-        qemu_pid: peer.pid,
-        state: "connected".into(),
-        shm: shm_path.display().to_string(),
-        ..Default::default()
-    }));
-    let g = guest::Guest::new(
-        name.clone(),
-        peer,
-        conn,
-        shm_path,
-        shm_file,
-        fds,
-        Arc::clone(&wake),
-        rx,
-        Arc::clone(&status),
-        Arc::clone(cfg),
-        Arc::clone(stop),
-    );
-    let thread = std::thread::Builder::new()
-        .name(format!("ivt-{name}"))
-        .spawn(move || g.run())
-        .context("cannot start the guest thread")?;
-    registry.guests.lock().expect("lock").push(GuestEntry {
-        id: n,
-        name,
-        requests: tx,
-        wake,
-        status,
-        thread: Some(thread),
-    });
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The ivshmem server protocol (reference/specs.md 1.6, QEMU 7.2), the
+//! The ivshmem server protocol (docs/ivshmem.md "The server protocol", QEMU 7.2), the
 //! peer's identity, and the region file each connection gets.
 //!
 //! On accept the server sends, one 8-byte little-endian int64 per

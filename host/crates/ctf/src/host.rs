@@ -1,0 +1,556 @@
+//! `DIR/host/`: a CTF 1.8 trace of host-side events on the host time base
+//! (ivtrace-time's `timebase`: CLOCK_MONOTONIC shifted onto CLOCK_REALTIME), so
+//! `babeltrace2 DIR` interleaves them with the guest's streams, whose
+//! clocks map guest ticks onto the same base.
+//!
+//! Two stream classes:
+//! - 0, `host kernel`: per-CPU streams of tracefs events (sched_switch of
+//!   the QEMU vCPU threads, kvm_exit/kvm_entry/kvm_hypercall), with an
+//!   LTTng-style `_tid` event context and `cpu_id` in the packet context;
+//! - 1, `ivtrace`: what `ivtrace serve` itself observed (doorbells
+//!   received, packets delivered, clock sync points, control commands).
+//!
+//! Event classes are ivtrace-region's [`EventClass`]es, declared by
+//! ivtrace-ctf's TSDL blocks (the guest traces' `event` and `env` text).
+//! Every integer is byte-aligned (`align = 8`), so packets need no padding;
+//! the clock counts nanoseconds (`freq = 1e9`, offset 0, absolute). The
+//! metadata is written once, up front, with every event class, and stream
+//! files only ever receive whole packets: a process killed mid-run leaves
+//! a valid trace of everything written before.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use ivtrace_region::abi::IVT_CTF_MAGIC;
+use ivtrace_region::classes::EventClass;
+
+use crate::trace::{create_err, write_atomically, write_err, CtfError};
+use crate::tsdl::{host_metadata, EnvValue};
+
+/// Bytes of packet header + context.
+pub const PACKET_HDR: usize = 4 + 4 + 8 + 8 * 6 + 4;
+/// A packet is written once its content reaches this size.
+const PACKET_TARGET: usize = 64 << 10;
+/// The largest `events_discarded` (babeltrace2 takes 2^64-1 for
+/// "unknown"; Trace Compass reads the field as a signed long).
+const DISCARDED_MAX: u64 = i64::MAX as u64;
+
+/// Stream class of host kernel (tracefs) events.
+pub const STREAM_KERNEL: u32 = 0;
+/// Stream class of ivtrace's own host events.
+pub const STREAM_IVTRACE: u32 = 1;
+
+/// Payload encoder for one event (fields in class order).
+#[derive(Debug, Default)]
+pub struct Payload(pub Vec<u8>);
+
+impl Payload {
+    pub fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
+    pub fn u16(mut self, v: u16) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u32(mut self, v: u32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn u64(mut self, v: u64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn i32(mut self, v: i32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub fn i64(mut self, v: i64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+}
+
+struct HStream {
+    class: u32,
+    instance: u64,
+    cpu: u32,
+    path: PathBuf,
+    file: File,
+    content: Vec<u8>,
+    ts_begin: u64,
+    last_ts: u64,
+    events_in_packet: u64,
+    /// Running count of events lost (CTF `events_discarded`).
+    discarded: u64,
+    /// The count the last packet written carried.
+    carried: u64,
+    seq: u64,
+    events: u64,
+}
+
+/// A host trace being written.
+pub struct HostTrace {
+    dir: PathBuf,
+    classes: Vec<EventClass>,
+    streams: Vec<HStream>,
+    metadata: String,
+}
+
+/// What the trace says about itself.
+pub struct HostTraceDesc<'a> {
+    pub hostname: &'a str,
+    pub trace_name: &'a str,
+    /// Error of the host time base itself (precision, ns).
+    pub error_ns: u64,
+    pub env: Vec<(String, EnvValue)>,
+}
+
+/// A random (version 4) uuid for a trace or clock nobody else names.
+pub(crate) fn random_uuid() -> String {
+    let mut b = [0u8; 16];
+    if File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        // No randomness: time and pid still make it unique enough.
+        let t = ivtrace_time::timebase::realtime_ns().to_le_bytes();
+        b[..8].copy_from_slice(&t);
+        b[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    ivtrace_region::region::format_uuid(&b)
+}
+
+impl HostTrace {
+    /// Creates `dir` (must not exist) and writes its metadata.
+    pub fn create(
+        dir: &Path,
+        desc: &HostTraceDesc,
+        classes: Vec<EventClass>,
+    ) -> Result<HostTrace, CtfError> {
+        let text = host_metadata(desc, &random_uuid(), &classes);
+        HostTrace::create_with_metadata(dir, text, classes)
+    }
+
+    /// Creates `dir` (must not exist) with `text` as its metadata: another
+    /// trace in this packet layout on another clock (the VM view's,
+    /// [`crate::vm`]). `text` must declare `classes` and the stream classes
+    /// [`STREAM_KERNEL`] (with a `_tid` context) and [`STREAM_IVTRACE`].
+    pub fn create_with_metadata(
+        dir: &Path,
+        text: String,
+        classes: Vec<EventClass>,
+    ) -> Result<HostTrace, CtfError> {
+        fs::create_dir(dir).map_err(create_err(dir))?;
+        write_atomically(dir, "metadata", text.as_bytes())?;
+        Ok(HostTrace {
+            dir: dir.to_path_buf(),
+            classes,
+            streams: Vec::new(),
+            metadata: text,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn metadata_text(&self) -> &str {
+        &self.metadata
+    }
+
+    pub fn class(&self, id: u32) -> Option<&EventClass> {
+        self.classes.iter().find(|c| c.id == id)
+    }
+
+    /// Every event class the metadata declares.
+    pub fn classes(&self) -> &[EventClass] {
+        &self.classes
+    }
+
+    /// Adds a stream file `name` (host-chosen, e.g. `host_cpu3`).
+    pub fn add_stream(
+        &mut self,
+        stream_class: u32,
+        cpu: u32,
+        name: &str,
+    ) -> Result<usize, CtfError> {
+        let path = self.dir.join(name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(create_err(&path))?;
+        self.streams.push(HStream {
+            class: stream_class,
+            instance: self.streams.len() as u64,
+            cpu,
+            path,
+            file,
+            content: Vec::with_capacity(PACKET_TARGET + 256),
+            ts_begin: 0,
+            last_ts: 0,
+            events_in_packet: 0,
+            discarded: 0,
+            carried: 0,
+            seq: 0,
+            events: 0,
+        });
+        Ok(self.streams.len() - 1)
+    }
+
+    /// Appends one event. `tid` is the event context of stream class 0
+    /// (ignored for class 1). Timestamps are clamped to be monotonic
+    /// within the stream.
+    pub fn event(
+        &mut self,
+        stream: usize,
+        class_id: u32,
+        ts: u64,
+        tid: i32,
+        payload: &[u8],
+    ) -> Result<(), CtfError> {
+        let s = &mut self.streams[stream];
+        let ts = ts.max(s.last_ts);
+        if s.events_in_packet == 0 {
+            s.ts_begin = ts;
+        }
+        s.last_ts = ts;
+        s.content.extend_from_slice(&class_id.to_le_bytes());
+        s.content.extend_from_slice(&ts.to_le_bytes());
+        if s.class == STREAM_KERNEL {
+            s.content.extend_from_slice(&tid.to_le_bytes());
+        }
+        s.content.extend_from_slice(payload);
+        s.events_in_packet += 1;
+        s.events += 1;
+        if s.content.len() >= PACKET_TARGET {
+            Self::write_packet(s)?;
+        }
+        Ok(())
+    }
+
+    /// Counts `n` events lost on `stream` before the events that follow:
+    /// the open packet is written first, so the next packet announces the
+    /// loss between the events around it (and [`HostTrace::finish`]
+    /// writes an empty packet for a loss no later packet announces).
+    pub fn discarded(&mut self, stream: usize, n: u64) -> Result<(), CtfError> {
+        let s = &mut self.streams[stream];
+        if n == 0 {
+            return Ok(());
+        }
+        Self::write_packet(s)?;
+        s.discarded = s.discarded.saturating_add(n).min(DISCARDED_MAX);
+        Ok(())
+    }
+
+    /// Events lost on `stream` so far (what its packets carry at the end).
+    pub fn discarded_count(&self, stream: usize) -> u64 {
+        self.streams[stream].discarded
+    }
+
+    /// Events written so far on `stream`.
+    pub fn events(&self, stream: usize) -> u64 {
+        self.streams[stream].events
+    }
+
+    /// Writes the open packet, if it has events.
+    fn write_packet(s: &mut HStream) -> Result<(), CtfError> {
+        if s.events_in_packet == 0 {
+            return Ok(());
+        }
+        Self::lead_packet(s, s.ts_begin)?;
+        let (begin, end) = (s.ts_begin, s.last_ts);
+        let content = std::mem::take(&mut s.content);
+        let written = Self::put_packet(s, begin, end, &content);
+        s.content = content;
+        s.content.clear();
+        s.events_in_packet = 0;
+        written
+    }
+
+    /// babeltrace2 gives no count for losses a stream's first packet
+    /// announces: a stream whose first packet would carry some starts with
+    /// an empty packet that carries none.
+    fn lead_packet(s: &mut HStream, ts: u64) -> Result<(), CtfError> {
+        if s.seq > 0 || s.discarded == 0 {
+            return Ok(());
+        }
+        let discarded = std::mem::replace(&mut s.discarded, 0);
+        let written = Self::put_packet(s, ts, ts, &[]);
+        s.discarded = discarded;
+        written
+    }
+
+    /// Writes one packet of `content` carrying the stream's loss count.
+    fn put_packet(s: &mut HStream, begin: u64, end: u64, content: &[u8]) -> Result<(), CtfError> {
+        let bits = ((PACKET_HDR + content.len()) * 8) as u64;
+        let mut p = Vec::with_capacity(PACKET_HDR + content.len());
+        p.extend_from_slice(&IVT_CTF_MAGIC.to_le_bytes());
+        p.extend_from_slice(&s.class.to_le_bytes());
+        p.extend_from_slice(&s.instance.to_le_bytes());
+        p.extend_from_slice(&begin.to_le_bytes());
+        p.extend_from_slice(&end.to_le_bytes());
+        p.extend_from_slice(&bits.to_le_bytes());
+        p.extend_from_slice(&bits.to_le_bytes());
+        p.extend_from_slice(&s.seq.to_le_bytes());
+        p.extend_from_slice(&s.discarded.to_le_bytes());
+        p.extend_from_slice(&s.cpu.to_le_bytes());
+        debug_assert_eq!(p.len(), PACKET_HDR);
+        p.extend_from_slice(content);
+        s.file.write_all(&p).map_err(write_err(&s.path))?;
+        s.seq += 1;
+        s.carried = s.discarded;
+        Ok(())
+    }
+
+    /// Losses that no packet announced yet get an empty packet of their
+    /// own, at the stream's last time (or now, if it never had an event).
+    fn write_trailing_losses(s: &mut HStream) -> Result<(), CtfError> {
+        if s.discarded <= s.carried {
+            return Ok(());
+        }
+        let ts = match s.last_ts {
+            0 => ivtrace_time::timebase::host_now_ns(),
+            t => t,
+        };
+        s.last_ts = ts;
+        Self::lead_packet(s, ts)?;
+        Self::put_packet(s, ts, ts, &[])
+    }
+
+    /// Writes every open packet (so readers see everything so far).
+    pub fn flush(&mut self) -> Result<(), CtfError> {
+        for s in &mut self.streams {
+            Self::write_packet(s)?;
+        }
+        Ok(())
+    }
+
+    /// Flushes and closes: every loss is in a packet. Streams that never
+    /// got a packet are removed (babeltrace2 reads an empty stream file as
+    /// an error-free nothing, but nobody needs it). Returns the events
+    /// written per stream.
+    pub fn finish(mut self) -> Result<Vec<u64>, CtfError> {
+        self.flush()?;
+        for s in &mut self.streams {
+            Self::write_trailing_losses(s)?;
+        }
+        let mut counts = Vec::new();
+        for s in &self.streams {
+            if s.seq == 0 {
+                let _ = fs::remove_file(&s.path);
+            }
+            counts.push(s.events);
+        }
+        Ok(counts)
+    }
+}
+
+/// Events the host trace in `dir` says it lost: per stream file, the
+/// `events_discarded` of its last packet (a running count), summed. For
+/// `ivtrace report`, which checks it against the recorded reasons.
+pub fn trace_discarded(dir: &Path) -> std::io::Result<u64> {
+    let mut total = 0u64;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name == "metadata" || name.starts_with('.') || !entry.file_type()?.is_file() {
+            continue;
+        }
+        total = total.saturating_add(stream_discarded(&entry.path())?);
+    }
+    Ok(total)
+}
+
+/// The last packet's `events_discarded` of one host stream file (packets
+/// are found by their `packet_size`; a cut last packet ends the walk).
+fn stream_discarded(path: &Path) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(path)?;
+    let len = f.metadata()?.len();
+    let (mut off, mut last) = (0u64, 0u64);
+    let mut hdr = [0u8; PACKET_HDR];
+    while off + PACKET_HDR as u64 <= len {
+        f.seek(SeekFrom::Start(off))?;
+        f.read_exact(&mut hdr)?;
+        let field = |at: usize| u64::from_le_bytes(hdr[at..at + 8].try_into().expect("8 bytes"));
+        let size = field(40) / 8;
+        if u32::from_le_bytes(hdr[..4].try_into().expect("4 bytes")) != IVT_CTF_MAGIC
+            || size < PACKET_HDR as u64
+        {
+            break;
+        }
+        last = field(56);
+        off = off.saturating_add(size);
+    }
+    Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivtrace_region::classes::{Field, FieldType};
+
+    #[test]
+    fn packets_and_metadata_are_consistent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let classes = vec![
+            EventClass::new(
+                0,
+                STREAM_IVTRACE,
+                "ivtrace_doorbell_received".into(),
+                vec![
+                    Field::new("count", FieldType::U64, false),
+                    Field::new("total", FieldType::U64, false),
+                ],
+            ),
+            EventClass::new(
+                100,
+                STREAM_KERNEL,
+                "sched_switch".into(),
+                vec![
+                    Field::new("prev_comm", FieldType::Chars(16), false),
+                    Field::new("prev_tid", FieldType::S32, false),
+                    Field::new("s", FieldType::String, false),
+                ],
+            ),
+        ];
+        let desc = HostTraceDesc {
+            hostname: "h",
+            trace_name: "t",
+            error_ns: 5,
+            env: vec![("ivtrace_x".into(), EnvValue::Int(1))],
+        };
+        let dir = tmp.path().join("host");
+        let mut t = HostTrace::create(&dir, &desc, classes).unwrap();
+        let a = t.add_stream(STREAM_IVTRACE, 0, "ivtrace_host").unwrap();
+        let b = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
+        let _unused = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();
+        t.event(a, 0, 10, 0, &Payload::default().u64(1).u64(1).0)
+            .unwrap();
+        let mut comm = [0u8; 16];
+        comm[..4].copy_from_slice(b"qemu");
+        let mut p = comm.to_vec();
+        p.extend_from_slice(&5i32.to_le_bytes());
+        p.extend_from_slice(b"hi\0");
+        t.event(b, 100, 7, 42, &p).unwrap();
+        t.discarded(b, 3).unwrap();
+        t.event(b, 100, 5, 42, &p).unwrap(); // clamped to 7
+        assert_eq!(t.finish().unwrap(), vec![1, 2, 0]);
+        // The loss sits between the two events: each has a packet, the
+        // second announces it.
+        let f = fs::read(dir.join("host_cpu1")).unwrap();
+        let ev = 12 + 4 + 16 + 4 + 3;
+        assert_eq!(f.len(), 2 * (PACKET_HDR + ev));
+        assert_eq!(u64::from_le_bytes(f[16..24].try_into().unwrap()), 7);
+        assert_eq!(u64::from_le_bytes(f[56..64].try_into().unwrap()), 0);
+        let second = PACKET_HDR + ev;
+        let at = |o: usize| u64::from_le_bytes(f[second + o..second + o + 8].try_into().unwrap());
+        assert_eq!((at(16), at(48), at(56)), (7, 1, 3));
+        assert!(!dir.join("host_cpu2").exists());
+        let m = fs::read_to_string(dir.join("metadata")).unwrap();
+        assert!(m.contains("name = \"sched_switch\";") && m.contains("_tid;"));
+        assert!(m.contains("absolute = TRUE;") && m.contains("ivtrace_x = 1;"));
+    }
+
+    /// (seq, ts_begin, ts_end, content bits, discarded) of every packet.
+    fn headers(f: &[u8]) -> Vec<(u64, u64, u64, u64, u64)> {
+        let at = |o: usize| u64::from_le_bytes(f[o..o + 8].try_into().unwrap());
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < f.len() {
+            out.push((
+                at(off + 48),
+                at(off + 16),
+                at(off + 24),
+                at(off + 32),
+                at(off + 56),
+            ));
+            off += at(off + 40) as usize / 8;
+        }
+        out
+    }
+
+    #[test]
+    fn every_loss_reaches_a_packet_and_the_first_packet_carries_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let desc = HostTraceDesc {
+            hostname: "h",
+            trace_name: "t",
+            error_ns: 5,
+            env: vec![],
+        };
+        let classes = vec![EventClass::new(7, STREAM_KERNEL, "e".into(), vec![])];
+        let dir = tmp.path().join("host");
+        let mut t = HostTrace::create(&dir, &desc, classes).unwrap();
+        let early = t.add_stream(STREAM_KERNEL, 0, "host_cpu0").unwrap();
+        let late = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
+        let only = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();
+        // Lost before the first event, then again after the last one.
+        t.discarded(early, 4).unwrap();
+        t.event(early, 7, 100, 1, &[]).unwrap();
+        t.event(early, 7, 110, 1, &[]).unwrap();
+        t.discarded(early, 2).unwrap();
+        // Events, then a loss no later event announces.
+        t.event(late, 7, 200, 1, &[]).unwrap();
+        t.discarded(late, 5).unwrap();
+        // Nothing but a loss.
+        t.discarded(only, u64::MAX).unwrap();
+        let before = ivtrace_time::timebase::host_now_ns();
+        t.finish().unwrap();
+        let hdr = PACKET_HDR as u64 * 8;
+        let ev = hdr + 2 * 16 * 8;
+        let read = |n: &str| headers(&fs::read(dir.join(n)).unwrap());
+        assert_eq!(
+            read("host_cpu0"),
+            vec![
+                (0, 100, 100, hdr, 0),
+                (1, 100, 110, ev, 4),
+                (2, 110, 110, hdr, 6)
+            ]
+        );
+        assert_eq!(
+            read("host_cpu1"),
+            vec![(0, 200, 200, hdr + 16 * 8, 0), (1, 200, 200, hdr, 5)]
+        );
+        assert_eq!(trace_discarded(&dir).unwrap(), 6 + 5 + DISCARDED_MAX);
+        let only = read("host_cpu2");
+        assert_eq!(only.len(), 2);
+        assert_eq!(
+            (only[0].0, only[0].4, only[1].0, only[1].4),
+            (0, 0, 1, DISCARDED_MAX)
+        );
+        assert!(
+            only[1].1 >= before,
+            "a stream without events announces at the end's time"
+        );
+        if let Some(n) = babeltrace2_discarded(&dir) {
+            assert_eq!(n, 6 + 5 + DISCARDED_MAX, "babeltrace2 counts every loss");
+        }
+    }
+
+    /// The discarded events babeltrace2's text output warns about (None
+    /// without babeltrace2).
+    fn babeltrace2_discarded(dir: &Path) -> Option<u64> {
+        if !ivtrace_testutil::have_tool("babeltrace2") {
+            eprintln!("SKIP: babeltrace2 is not installed");
+            return None;
+        }
+        let o = std::process::Command::new("babeltrace2")
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stderr);
+        let counts = text.lines().filter_map(|l| {
+            let rest = l.split("Tracer discarded ").nth(1)?;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        });
+        Some(counts.fold(0u64, u64::saturating_add))
+    }
+}

@@ -1,0 +1,33 @@
+//! ivtrace-engine: one recording engine for every front end.
+//!
+//! A recording drains a region (ivtrace-region) into an output (today the
+//! CTF directory writer of ivtrace-ctf), maps the writer's clock to host
+//! time (ivtrace-time) and may record host events beside it
+//! (ivtrace-tracefs). [`engine::Engine`] is the one loop that does it for
+//! `ivtrace record`, `ivtrace serve` and any later front end, which only
+//! choose:
+//!
+//! - how to wait when nothing is there ([`wait::Wait`]: [`wait::Backoff`]
+//!   polling, or a doorbell waiter built on [`notify::Notifier`]);
+//! - the clock ([`ivtrace_time::ClockSync`]: exchanges while recording,
+//!   the final mapping);
+//! - the output ([`engine::Output`]);
+//! - their [`engine::Hooks`]: stop requests, slow checks, control
+//!   requests between passes, what to do with sync points and doorbells.
+//!
+//! Around the loop: [`region_wait`] waits for a region to appear,
+//! [`host`] sets up `DIR/host/` (host trace and host events), and
+//! [`session`] prepares the output directory and turns a finished
+//! recording into its traces' `env` and its sidecar.
+
+pub mod engine;
+pub mod host;
+pub mod notify;
+pub mod region_wait;
+pub mod session;
+pub mod wait;
+
+pub use engine::{Engine, HandshakeStats, Hooks, Output, Recorded, StopReason};
+pub use region_wait::{wait_for_region, RegionWait};
+pub use session::UserError;
+pub use wait::{Backoff, Wait, Woken};

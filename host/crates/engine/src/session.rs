@@ -1,0 +1,399 @@
+//! What every front end shares around a recording: preparing the output
+//! directory, the names and `env` of its traces, and turning the reader's
+//! counters into the sidecar.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use serde_json::json;
+use thiserror::Error;
+
+use ivtrace_ctf::sidecar::{
+    ChannelSummary, Lost, Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME,
+};
+use ivtrace_ctf::trace::stream_dir;
+use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue, TraceEnv};
+use ivtrace_region::meta::MetaStats;
+use ivtrace_region::{abi, Access, Reader, Region};
+
+/// Entries of an output directory that ivtrace owns (and --force removes).
+const OWNED_ENTRIES: &[&str] = &[
+    "user",
+    "kernel",
+    "host",
+    SIDECAR_NAME,
+    ".ivtrace.json.tmp",
+    ivtrace_ctf::kernel::STAGING_DIR,
+];
+
+/// A problem the user can fix, with a hint how.
+#[derive(Debug, Error)]
+#[error("{message}")]
+pub struct UserError {
+    pub message: String,
+    pub hint: String,
+}
+
+/// Creates `dir` if missing; refuses a non-empty one unless `force`, in
+/// which case only ivtrace's own entries are removed.
+pub fn prepare_output(dir: &Path, force: bool) -> Result<PathBuf> {
+    if !dir.exists() {
+        fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create output directory {}", dir.display()))?;
+        return Ok(dir.to_path_buf());
+    }
+    if !dir.is_dir() {
+        return Err(UserError {
+            message: format!("{} exists and is not a directory", dir.display()),
+            hint: "pass a directory path to -o".into(),
+        }
+        .into());
+    }
+    let entries: Vec<String> = fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    if entries.is_empty() {
+        return Ok(dir.to_path_buf());
+    }
+    if !force {
+        return Err(UserError {
+            message: format!(
+                "output directory {} is not empty ({} entries)",
+                dir.display(),
+                entries.len()
+            ),
+            hint:
+                "choose a new directory, or pass --force to replace an earlier ivtrace output there"
+                    .into(),
+        }
+        .into());
+    }
+    remove_owned_entries(dir)?;
+    Ok(dir.to_path_buf())
+}
+
+fn remove_owned_entries(dir: &Path) -> Result<()> {
+    for name in OWNED_ENTRIES {
+        let path = dir.join(name);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", path.display())),
+        };
+        let res = if meta.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        res.with_context(|| format!("cannot remove {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// This host's name (`/proc/sys/kernel/hostname`, else `localhost`), as
+/// it is: callers sanitize it where it becomes a name.
+pub fn this_host() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
+}
+
+/// A host or guest name for the trace's `env.hostname`: `[A-Za-z0-9._-]`
+/// (others become `_`), at most 64 characters.
+pub fn sanitize_host_name(name: &str) -> String {
+    name.chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The name the traces of `region` carry as `hostname`: `name` (the user's
+/// `--name`) if given, else this host's name for a loopback region, else
+/// the region file's stem (`/dev/shm/guest0` -> `guest0`): the region
+/// does not name its guest. Always sanitized.
+pub fn host_name(region: &Region, shm: &Path, name: Option<&str>) -> String {
+    let chosen = match name {
+        Some(n) => n.to_string(),
+        None if region.header().is_loopback() => this_host(),
+        None => shm
+            .file_stem()
+            .map_or_else(|| "guest".into(), |s| s.to_string_lossy().into_owned()),
+    };
+    match sanitize_host_name(&chosen) {
+        s if s.is_empty() => "guest".into(),
+        s => s,
+    }
+}
+
+/// `hostname` when nothing names the region: this host (loopback) or
+/// `guest-<uuid prefix>`.
+fn default_host_name(region: &Region) -> String {
+    let h = region.header();
+    if h.is_loopback() {
+        sanitize_host_name(&this_host())
+    } else {
+        format!("guest-{}", &h.uuid_string()[..8])
+    }
+}
+
+/// The `env` block of the traces written from `region`, named by
+/// [`default_host_name`]; see [`trace_env_named`].
+pub fn trace_env(region: &Region, out: &Path, clock: &ClockMapping) -> TraceEnv {
+    trace_env_named(region, out, clock, &default_host_name(region))
+}
+
+/// The `env` block of the traces written from `region`; `host` is its
+/// `hostname` ([`host_name`]).
+pub fn trace_env_named(region: &Region, out: &Path, clock: &ClockMapping, host: &str) -> TraceEnv {
+    let h = region.header();
+    let trace_name = out
+        .file_name()
+        .map_or_else(|| "ivtrace".into(), |n| n.to_string_lossy().into_owned());
+    let host = host.to_string();
+    let version: Vec<i64> = env!("CARGO_PKG_VERSION")
+        .split('.')
+        .map(|p| p.parse().unwrap_or(0))
+        .collect();
+    let (offset_s, offset) = clock.ctf_offset();
+    if !clock.offset_fits_cycles() {
+        eprintln!(
+            "ivtrace: warning: {}: the clock's offset from the epoch does not fit int64 cycles \
+             at {} Hz, so the CTF clock keeps it in offset_s: babeltrace and Trace Compass >= 6.3 \
+             show the right dates, Trace Compass < 6.3 shows 1970",
+            out.display(),
+            clock.freq_hz
+        );
+    }
+    let extra = vec![
+        (
+            "ivtrace_clock_method".into(),
+            EnvValue::Str(clock.method.clone()),
+        ),
+        (
+            "ivtrace_clock_freq_hz".into(),
+            EnvValue::Int(clock.freq_hz as i64),
+        ),
+        (
+            "ivtrace_clock_error_ns".into(),
+            EnvValue::Int(clock.error_ns.min(i64::MAX as u64) as i64),
+        ),
+        (
+            "ivtrace_clock_coarse".into(),
+            EnvValue::Int(clock.coarse as i64),
+        ),
+        ("ivtrace_clock_offset_s".into(), EnvValue::Int(offset_s)),
+        (
+            "ivtrace_clock_offset_cycles".into(),
+            EnvValue::Int(offset as i64),
+        ),
+        (
+            "ivtrace_region_features".into(),
+            EnvValue::Int(h.features as i64),
+        ),
+    ];
+    TraceEnv {
+        hostname: host,
+        trace_name,
+        creation_datetime: ivtrace_ctf::tsdl::creation_datetime(SystemTime::now()),
+        tracer_major: version.first().copied().unwrap_or(0),
+        tracer_minor: version.get(1).copied().unwrap_or(0),
+        extra,
+    }
+}
+
+/// A fresh writer for `region` into `out` (default `hostname`).
+pub fn ctf_writer(region: &Region, out: &Path, clock: &ClockMapping) -> CtfWriter {
+    ctf_writer_named(region, out, clock, &default_host_name(region))
+}
+
+/// A fresh writer for `region` into `out` whose traces name `host`.
+pub fn ctf_writer_named(
+    region: &Region,
+    out: &Path,
+    clock: &ClockMapping,
+    host: &str,
+) -> CtfWriter {
+    let env = trace_env_named(region, out, clock, host);
+    CtfWriter::new(
+        out,
+        region.header().uuid,
+        clock.clone(),
+        env,
+        region.layout().nr_channels,
+    )
+}
+
+/// Counters of one channel, as the sidecar stores them.
+fn channel_summary(reader: &Reader, writer: &CtfWriter, c: u32) -> ChannelSummary {
+    let s = reader.channel_stats(c);
+    // Staged kernel packets the expansion could not walk count as corrupt:
+    // their events are in the kernel stream's events_discarded too.
+    let unexpanded = writer
+        .kernel_expansion()
+        .and_then(|k| k.lost_by_channel.get(&c).copied())
+        .unwrap_or(0);
+    let lost = Lost {
+        full: s.writer_lost.full,
+        too_big: s.writer_lost.too_big,
+        nested: s.writer_lost.nested,
+        overwritten: s.host_lost.overwritten,
+        torn: s.host_lost.torn,
+        corrupt: s.host_lost.corrupt.saturating_add(unexpanded),
+    };
+    ChannelSummary {
+        channel: c,
+        stream_class: reader.region().layout().stream_of(c),
+        file: writer.file_of(c).map(str::to_string),
+        events: s.events.saturating_sub(unexpanded),
+        packets: s.packets,
+        partial_packets: s.partial_packets,
+        bytes: s.bytes_out,
+        event_bytes: s.event_bytes,
+        header_bytes: s.header_bytes,
+        lost,
+        skipped_packets: s.skipped.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        utf8_fixed: s.utf8_fixed,
+        older_overwritten: s.older_overwritten,
+        first_ts: s.first_ts,
+        last_ts: (s.events > 0).then_some(s.last_ts),
+    }
+}
+
+fn meta_counters(m: &MetaStats) -> BTreeMap<String, u64> {
+    [
+        ("event_classes", m.classes),
+        ("invalid_records", m.invalid),
+        ("duplicate_ids", m.duplicates),
+        ("uncommitted_skipped", m.skipped_uncommitted),
+        ("renamed", m.renamed),
+        ("unknown_kinds", m.unknown_kind),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// Everything about a finished run, for the sidecar and the summary.
+pub fn build_sidecar(
+    reader: &Reader,
+    writer: &CtfWriter,
+    shm: &Path,
+    mode: &str,
+    clock: &ClockMapping,
+    elapsed: Duration,
+    stop_reason: &str,
+) -> Sidecar {
+    let h = reader.region().header();
+    let l = h.layout;
+    let region = json!({
+        "path": shm.display().to_string(),
+        "size": h.region_size,
+        "abi": format!("{}.{}", h.abi_major, h.abi_minor),
+        "features": h.features,
+        "loopback": h.is_loopback(),
+        "default_mode": if h.default_mode == abi::IVT_MODE_OVERWRITE { "overwrite" } else { "discard" },
+        "nr_channels": l.nr_channels,
+        "nr_kernel_channels": l.nr_kernel_channels,
+        "nr_subbufs": l.nr_subbufs,
+        "subbuf_size": l.subbuf_size,
+        "owner_pid": h.owner_pid,
+    });
+    let streams = (0..2u32)
+        .filter(|&s| writer.root().join(stream_dir(s)).is_dir())
+        .map(|s| {
+            StreamLayout::from_classes(s, stream_dir(s), writer.output_classes(s, reader.classes()))
+        })
+        .collect();
+    let lost_no_channel = reader.lost_no_channel();
+    let no_channel_stream = writer
+        .file_of(reader.no_channel_stream())
+        .map(str::to_string);
+    Sidecar {
+        format: SIDECAR_FORMAT.into(),
+        tracer_version: env!("CARGO_PKG_VERSION").into(),
+        mode: mode.into(),
+        trace_uuid: h.uuid_string(),
+        region: serde_json::from_value(region).expect("an object"),
+        clock: clock.clone(),
+        streams,
+        channels: (0..reader.nr_channels())
+            .map(|c| channel_summary(reader, writer, c))
+            .filter(|c| c.packets > 0 || c.lost.total() > 0 || !c.skipped_packets.is_empty())
+            .collect(),
+        lost_no_channel,
+        no_channel_stream,
+        elapsed_s: elapsed.as_secs_f64(),
+        stop_reason: stop_reason.into(),
+        metadata: meta_counters(&reader.meta().stats),
+        warnings: reader.meta().warnings.clone(),
+        host_lost: None,
+        kernel_expansion: writer.kernel_expansion().cloned(),
+    }
+}
+
+/// Events a run saw: recorded plus lost (recorded losses are a result too:
+/// a trace whose every packet was corrupt still documents what was lost).
+pub fn events_seen(s: &Sidecar) -> u64 {
+    s.channels.iter().fold(s.lost_no_channel, |n, c| {
+        n.saturating_add(c.events).saturating_add(c.lost.total())
+    })
+}
+
+/// Drains a private copy of region bytes completely into `out` (as a
+/// final record would): the path the fuzzer and property tests exercise.
+/// Returns the events written.
+pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
+    let region = Region::from_bytes(bytes, Access::ReadWrite)?;
+    fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let clock = ivtrace_time::estimator::HeaderReference {
+        clock: region.header().clock,
+    };
+    let clock = ivtrace_time::estimator::ClockEstimator::initial(&clock);
+    let mut writer = ctf_writer(&region, out, &clock);
+    let mut reader = Reader::new(region);
+    reader.drain_available(&mut writer)?;
+    reader.flush_partial(&mut writer)?;
+    reader.finish(&mut writer)?;
+    writer.finish(reader.classes())?;
+    let sidecar = build_sidecar(
+        &reader,
+        &writer,
+        Path::new("<bytes>"),
+        "record",
+        &clock,
+        Duration::ZERO,
+        "drained",
+    );
+    writer.write_sidecar(&sidecar)?;
+    Ok(sidecar.channels.iter().map(|c| c.events).sum())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_empty_output_is_refused_without_force() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("keep.txt"), b"x").unwrap();
+        fs::create_dir(dir.path().join("user")).unwrap();
+        let err = prepare_output(dir.path(), false).unwrap_err();
+        assert!(err.downcast_ref::<UserError>().is_some());
+        prepare_output(dir.path(), true).unwrap();
+        assert!(
+            dir.path().join("keep.txt").exists(),
+            "--force leaves foreign files alone"
+        );
+        assert!(!dir.path().join("user").exists());
+    }
+}

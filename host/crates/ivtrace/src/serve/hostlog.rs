@@ -1,0 +1,348 @@
+//! What serve observes, written to the `ivtrace` stream of the guest's
+//! host trace (`DIR/host/ivtrace_host`): doorbells received, packets
+//! delivered to the trace files, clock sync points, control commands.
+//! [`Delivering`] is serve's output (the CTF writer plus the delivery
+//! log); [`ServeHooks`] is what serve adds to the engine's loop (control
+//! and status requests, the doorbell and sync log).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Result;
+use nix::sys::eventfd::EventFd;
+use serde_json::json;
+
+use ivtrace_ctf::host::{HostTrace, Payload, STREAM_IVTRACE};
+use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, TraceEnv};
+use ivtrace_engine::{Hooks, Output, StopReason, Woken};
+use ivtrace_region::classes::{EventClass, Field, FieldType};
+use ivtrace_region::names::NameTable;
+use ivtrace_region::{abi, Command, EventClasses, PacketSink, Reader};
+use ivtrace_time::pingpong::SyncPoint;
+use ivtrace_time::timebase::host_now_ns;
+
+use crate::serve::guest::{GuestStatus, Request};
+
+/// Event ids of the serve stream in the host trace.
+pub mod ev {
+    pub const DOORBELL_RECEIVED: u32 = 0;
+    pub const PACKET_DELIVERED: u32 = 1;
+    pub const SYNC_POINT: u32 = 2;
+    pub const CONTROL: u32 = 3;
+}
+
+/// Deliveries kept for the latency statistics (the log keeps them all).
+const DELIVERIES_KEPT: usize = 1 << 20;
+
+fn u64_fields(names: &[&str]) -> Vec<Field> {
+    names
+        .iter()
+        .map(|&n| Field::new(n, FieldType::U64, false))
+        .collect()
+}
+
+/// The serve stream's event classes.
+pub fn serve_classes() -> Vec<EventClass> {
+    let c = |id, name: &str, fields| EventClass::new(id, STREAM_IVTRACE, name.into(), fields);
+    let delivered = vec![
+        Field::new("chan", FieldType::U32, false),
+        Field::new("packet_seq", FieldType::U64, false),
+        Field::new("ts_begin", FieldType::U64, false),
+        Field::new("ts_end", FieldType::U64, false),
+        Field::new("events", FieldType::U32, false),
+    ];
+    let control = vec![
+        Field::new("cmd", FieldType::U32, false),
+        Field::new("arg", FieldType::U64, true),
+        Field::new("status", FieldType::S32, false),
+        Field::new("latency_ns", FieldType::U64, false),
+    ];
+    vec![
+        c(
+            ev::DOORBELL_RECEIVED,
+            "ivtrace_doorbell_received",
+            u64_fields(&["count", "total"]),
+        ),
+        c(ev::PACKET_DELIVERED, "ivtrace_packet_delivered", delivered),
+        c(
+            ev::SYNC_POINT,
+            "ivtrace_sync_point",
+            u64_fields(&["guest_ticks", "host_ns", "rtt_ns"]),
+        ),
+        c(ev::CONTROL, "ivtrace_control", control),
+    ]
+}
+
+/// One event on the serve stream (`stream` of `host`) at `ts`.
+fn log_event(
+    host: &Mutex<HostTrace>,
+    stream: usize,
+    id: u32,
+    ts: u64,
+    payload: Payload,
+) -> Result<(), CtfError> {
+    host.lock()
+        .expect("not poisoned")
+        .event(stream, id, ts, 0, &payload.0)
+}
+
+/// A packet handed to the trace, waiting for the flush that makes it
+/// visible in the file (its delivery time).
+#[derive(Debug, Clone, Copy)]
+struct Delivery {
+    chan: u32,
+    seq: u64,
+    ts_begin: u64,
+    ts_end: u64,
+    events: u32,
+    at_ns: u64,
+}
+
+fn le_u64(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8)
+        .map_or(0, |s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+}
+
+fn le_u32(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map_or(0, |s| u32::from_le_bytes(s.try_into().expect("4 bytes")))
+}
+
+/// serve's output: the CTF writer, plus the log of when each packet
+/// became visible in its file.
+pub struct Delivering {
+    pub writer: CtfWriter,
+    host: Arc<Mutex<HostTrace>>,
+    stream: usize,
+    pending: Vec<Delivery>,
+    delivered: Vec<Delivery>,
+}
+
+impl Delivering {
+    pub fn new(writer: CtfWriter, host: Arc<Mutex<HostTrace>>, stream: usize) -> Delivering {
+        Delivering {
+            writer,
+            host,
+            stream,
+            pending: Vec::new(),
+            delivered: Vec::new(),
+        }
+    }
+
+    /// Flushes the stream files; stamps the packets handed over since the
+    /// last flush with now and logs them in the host trace.
+    fn deliver(&mut self) -> Result<(), CtfError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.writer.flush_streams()?;
+        let now = host_now_ns();
+        let mut h = self.host.lock().expect("not poisoned");
+        for mut d in self.pending.drain(..) {
+            d.at_ns = now;
+            let payload = Payload::default()
+                .u32(d.chan)
+                .u64(d.seq)
+                .u64(d.ts_begin)
+                .u64(d.ts_end)
+                .u32(d.events);
+            h.event(self.stream, ev::PACKET_DELIVERED, now, 0, &payload.0)?;
+            if self.delivered.len() < DELIVERIES_KEPT {
+                self.delivered.push(d);
+            }
+        }
+        h.flush()
+    }
+
+    /// Delivery latency: host time the packet reached the file minus the
+    /// mapped guest time of its first and last events.
+    pub fn latency(&self, clock: &ClockMapping) -> serde_json::Value {
+        let mut first: Vec<i128> = Vec::new();
+        let mut last: Vec<i128> = Vec::new();
+        for d in self.delivered.iter().filter(|d| d.events > 0) {
+            first.push(d.at_ns as i128 - clock.realtime_ns(d.ts_begin));
+            last.push(d.at_ns as i128 - clock.realtime_ns(d.ts_end));
+        }
+        first.sort_unstable();
+        last.sort_unstable();
+        json!({
+            "packets": first.len(),
+            "note": "host time the packet reached the trace file minus the mapped guest time of its oldest (first) / newest (last) event",
+            "oldest_event_ms": percentiles_ms(&first),
+            "newest_event_ms": percentiles_ms(&last),
+        })
+    }
+}
+
+fn percentile(sorted: &[i128], p: f64) -> Option<i128> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    Some(sorted[i])
+}
+
+fn percentiles_ms(sorted: &[i128]) -> serde_json::Value {
+    let ms = |v: Option<i128>| v.map(|x| x as f64 / 1e6);
+    json!({"p50": ms(percentile(sorted, 0.5)), "p99": ms(percentile(sorted, 0.99)),
+           "max": ms(sorted.last().copied()), "min": ms(sorted.first().copied())})
+}
+
+impl PacketSink for Delivering {
+    type Error = CtfError;
+
+    fn packet(
+        &mut self,
+        chan: u32,
+        stream: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        self.writer.packet(chan, stream, bytes, classes)?;
+        use abi::pkt;
+        self.pending.push(Delivery {
+            chan,
+            seq: le_u64(bytes, pkt::PACKET_SEQ_NUM),
+            ts_begin: le_u64(bytes, pkt::TIMESTAMP_BEGIN),
+            ts_end: le_u64(bytes, pkt::TIMESTAMP_END),
+            events: le_u32(bytes, pkt::EVENT_COUNT),
+            at_ns: 0,
+        });
+        Ok(())
+    }
+}
+
+impl Output for Delivering {
+    fn idle(&mut self) -> Result<()> {
+        Ok(self.deliver()?)
+    }
+
+    fn thread_names(&mut self, table: NameTable) {
+        self.writer.set_thread_name_table(table);
+    }
+
+    fn finish(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()> {
+        self.deliver()?;
+        Output::finish(&mut self.writer, clock, env, classes)
+    }
+}
+
+/// Kicks the guest's MSI-X vector 0 (control and sync).
+pub fn kick(fd: Option<&EventFd>) {
+    if let Some(fd) = fd {
+        // EAGAIN only if the counter is about to overflow: a kick is
+        // pending anyway.
+        let _ = fd.write(1);
+    }
+}
+
+/// What serve adds to the engine's loop for one recording.
+pub struct ServeHooks<'a> {
+    pub requests: &'a Receiver<Request>,
+    pub status: &'a Mutex<GuestStatus>,
+    pub stop: &'a AtomicBool,
+    pub kick: Option<&'a EventFd>,
+    pub host: Arc<Mutex<HostTrace>>,
+    pub stream: usize,
+    /// Doorbells received so far.
+    pub received: u64,
+    pub safety_timeout: Duration,
+}
+
+impl ServeHooks<'_> {
+    /// Posts `cmd` in the region, kicks the guest, logs the answer.
+    fn control(&self, reader: &Reader, cmd: Command) -> Result<ivtrace_region::Ack, String> {
+        let region = reader.region().protocol();
+        let timeout = region.ack_timeout(true);
+        let res = region.send_command(cmd, &|| kick(self.kick), timeout);
+        if let Ok(a) = &res {
+            let payload = Payload::default()
+                .u32(cmd.code())
+                .u64(cmd.arg())
+                .i32(a.status)
+                .u64(a.latency.as_nanos() as u64);
+            let _ = log_event(&self.host, self.stream, ev::CONTROL, host_now_ns(), payload);
+        }
+        res.map_err(|e| format!("{e:#}"))
+    }
+
+    /// `ivtrace ctl list/status`: the last state plus fresh counters.
+    fn status(&self, reader: &Reader) -> GuestStatus {
+        let mut s = self.status.lock().map(|s| s.clone()).unwrap_or_default();
+        let (mut ev, mut pk, mut by, mut lost) = (0, 0, 0, 0);
+        for c in 0..reader.nr_channels() {
+            let st = reader.channel_stats(c);
+            ev += st.events;
+            pk += st.packets;
+            by += st.bytes_out;
+            lost += st.writer_lost.total() + st.host_lost.total();
+        }
+        s.events = ev;
+        s.packets = pk;
+        s.bytes = by;
+        s.lost = lost;
+        s.doorbells = self.received;
+        s.doorbells_rung = reader.region().protocol().doorbells_rung();
+        s
+    }
+}
+
+impl Hooks for ServeHooks<'_> {
+    fn stop_requested(&mut self) -> Option<StopReason> {
+        self.stop
+            .load(Ordering::Relaxed)
+            .then_some(StopReason::Interrupted)
+    }
+
+    /// Answers control and status requests.
+    fn between_passes(&mut self, reader: &Reader) -> Result<()> {
+        loop {
+            match self.requests.try_recv() {
+                Ok(Request::Control { cmd, reply }) => {
+                    let _ = reply.send(self.control(reader, cmd));
+                }
+                Ok(Request::Status { reply }) => {
+                    let _ = reply.send(self.status(reader));
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Ok(()),
+            }
+        }
+    }
+
+    fn synced(&mut self, p: &SyncPoint) -> Result<()> {
+        let payload = Payload::default()
+            .u64(p.guest_ticks)
+            .u64(p.host_ns)
+            .u64(p.rtt_ns);
+        log_event(
+            &self.host,
+            self.stream,
+            ev::SYNC_POINT,
+            host_now_ns(),
+            payload,
+        )
+        .map_err(|e| anyhow::Error::from(e).context("host trace"))
+    }
+
+    fn woken(&mut self, woken: &Woken) -> Result<()> {
+        if woken.doorbells == 0 {
+            return Ok(());
+        }
+        self.received += woken.doorbells;
+        let payload = Payload::default().u64(woken.doorbells).u64(self.received);
+        let id = ev::DOORBELL_RECEIVED;
+        log_event(&self.host, self.stream, id, woken.at_ns, payload)
+            .map_err(|e| anyhow::Error::from(e).context("host trace"))
+    }
+
+    fn max_wait(&self) -> Duration {
+        self.safety_timeout
+    }
+}

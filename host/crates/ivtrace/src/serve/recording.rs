@@ -1,0 +1,362 @@
+//! One recording of a served guest: from the region the module formatted
+//! to a finalized trace directory `OUTROOT/<name>` (guest traces, the host
+//! trace, `ivtrace.json` with serve's own sections), on ivtrace-engine's
+//! loop with serve's waiter, clock, output and hooks.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use nix::sys::eventfd::EventFd;
+use serde_json::{json, Value};
+
+use ivtrace_ctf::host::STREAM_IVTRACE;
+use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
+use ivtrace_ctf::EnvValue;
+use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::notify::NotifyStats;
+use ivtrace_engine::{session, Engine, Output, Recorded, StopReason};
+use ivtrace_region::{abi, Reader, Region};
+use ivtrace_time::guest::Kick;
+use ivtrace_time::{pingpong, ClockSync, GuestClock};
+
+use crate::serve::guest::{describe, Guest, GuestWaiter};
+use crate::serve::hostlog::{kick, serve_classes, Delivering, ServeHooks};
+use crate::serve::proto::{GUEST_ID, HOST_ID};
+use crate::summary;
+
+/// Claims `root/name`, or `name-2`, `name-3`... (atomic `mkdir`).
+pub fn claim_dir(root: &Path, name: &str) -> Result<PathBuf> {
+    for k in 1u32.. {
+        let n = if k == 1 {
+            name.to_string()
+        } else {
+            format!("{name}-{k}")
+        };
+        let p = root.join(&n);
+        match fs::create_dir(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
+        }
+    }
+    unreachable!("u32 names exhausted")
+}
+
+/// What a finished recording adds to the sidecar besides the engine's
+/// results.
+struct Observed {
+    out: PathBuf,
+    doorbell: bool,
+    /// Doorbells received, late ones included.
+    received: u64,
+    notify: NotifyStats,
+    host_counts: Vec<u64>,
+    host_event_stats: Option<ivtrace_tracefs::host::HostEventStats>,
+    vm_view: Option<ivtrace_vmview::derive::Derived>,
+}
+
+/// Records one formatted region until something ends it.
+pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<StopReason> {
+    let out = claim_dir(&g.cfg.outroot, &g.name)?;
+    announce(g, &region, &out);
+    let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
+    region.protocol().set_doorbell_target(HOST_ID as u16, 0);
+    let kick_fd = g.interrupts.first();
+    let mut clock = GuestClock::start(
+        &region,
+        g.peer.pid,
+        kick_fd.is_some(),
+        g.cfg.sync_interval,
+        clock_kick(kick_fd),
+    );
+    g.log(&clock.describe());
+    let (host, stream) = host_side(g, &out)?;
+    let writer = session::ctf_writer_named(&region, &out, &clock.initial_mapping(), &g.name);
+    let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
+    let notify_before = waiter.stats();
+    let mut hooks = ServeHooks {
+        requests: &g.requests,
+        status: &g.status,
+        stop: &g.stop,
+        kick: kick_fd.map(|fd| &**fd),
+        host: Arc::clone(host.trace()),
+        stream,
+        received: 0,
+        safety_timeout: g.cfg.safety_timeout,
+    };
+    let rec = Engine::new(Reader::new(region), output, &mut clock, waiter, &mut hooks).run()?;
+    let received = hooks.received + waiter.late_doorbells();
+    drop(hooks);
+    let mut observed = Observed {
+        out,
+        doorbell,
+        received,
+        notify: notify_since(waiter.stats(), notify_before, &rec, received),
+        host_counts: Vec::new(),
+        host_event_stats: None,
+        vm_view: None,
+    };
+    finish(g, rec, &clock, host, &mut observed)
+}
+
+fn announce(g: &Guest, region: &Region, out: &Path) {
+    g.log(&format!(
+        "region formatted (uuid {}, {} channels): recording into {}",
+        region.header().uuid_string(),
+        region.layout().nr_channels,
+        out.display()
+    ));
+    if let Ok(mut s) = g.status.lock() {
+        s.traces.push(out.display().to_string());
+        s.state = "recording".into();
+    }
+}
+
+/// The ping-pong's kick: an interrupt on the guest's MSI-X vector 0.
+fn clock_kick(fd: Option<&Arc<EventFd>>) -> Kick {
+    let fd = fd.cloned();
+    Box::new(move || kick(fd.as_deref()))
+}
+
+/// `DIR/host/`: serve's stream, and the host events if asked for (a
+/// failure there is logged, the recording goes on without them).
+fn host_side(g: &Guest, out: &Path) -> Result<(HostSide, usize)> {
+    let mut classes = serve_classes();
+    let events = g.cfg.host_events.then(|| {
+        ivtrace_tracefs::host::HostEvents::prepare(g.peer.pid, &mut classes)
+            .map_err(|e| g.log(&format!("host events not recorded: {e:#}")))
+            .ok()
+    });
+    let env = vec![
+        ("ivtrace_guest_name".into(), EnvValue::Str(g.name.clone())),
+        qemu_pid_env(g),
+    ];
+    let mut host = HostSide::create(out, &g.name, env, classes)?;
+    let stream =
+        host.trace()
+            .lock()
+            .expect("not poisoned")
+            .add_stream(STREAM_IVTRACE, 0, "ivtrace_host")?;
+    if let Some(Some(events)) = events {
+        if let Err(e) = host.start_events(events) {
+            g.log(&format!("host events not recorded: {e:#}"));
+        }
+    }
+    Ok((host, stream))
+}
+
+fn qemu_pid_env(g: &Guest) -> (String, EnvValue) {
+    let pid = g.peer.pid.unwrap_or(0) as i64;
+    ("ivtrace_qemu_pid".into(), EnvValue::Int(pid))
+}
+
+fn stop_host_events(
+    g: &Guest,
+    host: &mut HostSide,
+) -> Option<ivtrace_tracefs::host::HostEventStats> {
+    match host.stop_events()? {
+        Ok(stats) => Some(stats),
+        Err(e) => {
+            g.log(&format!("host events: {e:#}"));
+            None
+        }
+    }
+}
+
+/// The notifier's counters during this recording, with the engine's
+/// handshake counts and every doorbell received.
+fn notify_since(
+    now: NotifyStats,
+    before: NotifyStats,
+    rec: &Recorded<Delivering>,
+    received: u64,
+) -> NotifyStats {
+    NotifyStats {
+        doorbells: received,
+        sleep_attempts: rec.handshake.sleep_attempts,
+        recheck_hits: rec.handshake.recheck_hits,
+        blocked: now.blocked - before.blocked,
+        woken_by_doorbell: now.woken_by_doorbell - before.woken_by_doorbell,
+        timeouts: now.timeouts - before.timeouts,
+    }
+}
+
+/// The traces' env and metadata, the host trace, the sidecar with serve's
+/// sections, the status, the summary and the log line.
+fn finish(
+    g: &Guest,
+    mut rec: Recorded<Delivering>,
+    clock: &GuestClock,
+    mut host: HostSide,
+    observed: &mut Observed,
+) -> Result<StopReason> {
+    let env = trace_env(g, &rec, clock, &observed.out);
+    let Recorded {
+        reader,
+        output,
+        clock: mapping,
+        ..
+    } = &mut rec;
+    Output::finish(output, mapping, env, reader.classes())?;
+    observed.host_event_stats = stop_host_events(g, &mut host);
+    observed.vm_view = vm_view(g, &mut host, &rec, observed.host_event_stats.as_ref());
+    observed.host_counts = host.finish()?;
+    let mut sidecar = session::build_sidecar(
+        &rec.reader,
+        &rec.output.writer,
+        &g.shm_path,
+        "serve",
+        &rec.clock,
+        rec.elapsed,
+        describe(rec.reason),
+    );
+    sidecar.host_lost = observed
+        .host_event_stats
+        .as_ref()
+        .map(crate::record::host_lost);
+    let doc = sidecar_with_serve_sections(g, &sidecar, &rec, clock, observed)?;
+    if let Ok(mut s) = g.status.lock() {
+        s.clock_method = Some(rec.clock.method.clone());
+        s.clock_error_ns = Some(rec.clock.error_ns);
+    }
+    g.cfg.report(&sidecar, &doc, &observed.out);
+    log_finished(g, &sidecar, &rec, observed);
+    Ok(rec.reason)
+}
+
+fn trace_env(
+    g: &Guest,
+    rec: &Recorded<Delivering>,
+    clock: &GuestClock,
+    out: &Path,
+) -> ivtrace_ctf::TraceEnv {
+    let mut env = session::trace_env_named(rec.reader.region(), out, &rec.clock, &g.name);
+    let span = pingpong::span_ns(clock.points()).min(i64::MAX as u64) as i64;
+    env.extra.extend([
+        ("ivtrace_guest_name".into(), EnvValue::Str(g.name.clone())),
+        qemu_pid_env(g),
+        ("ivtrace_clock_sync_span_ns".into(), EnvValue::Int(span)),
+    ]);
+    env
+}
+
+/// Completed packets: what a doorbell is rung for at most once.
+fn complete_packets(sidecar: &Sidecar) -> u64 {
+    let totals = summary::totals(&sidecar.channels);
+    totals.packets.saturating_sub(totals.partial_packets)
+}
+
+/// `ivtrace.json`: the common sidecar plus serve's `serve`,
+/// `notification`, `clock_sync` and `delivery` sections (readers of the
+/// sidecar ignore keys they do not know). Written atomically.
+fn sidecar_with_serve_sections(
+    g: &Guest,
+    sidecar: &Sidecar,
+    rec: &Recorded<Delivering>,
+    clock: &GuestClock,
+    observed: &Observed,
+) -> Result<Value> {
+    let mut doc = serde_json::to_value(sidecar)?;
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("serve".into(), serve_section(g, observed));
+        let notification = notification_section(rec, observed, complete_packets(sidecar));
+        obj.insert("notification".into(), notification);
+        obj.insert("clock_sync".into(), clock_sync_section(rec, clock));
+        obj.insert("delivery".into(), rec.output.latency(&rec.clock));
+    }
+    let mut text = serde_json::to_vec_pretty(&doc)?;
+    text.push(b'\n');
+    ivtrace_ctf::trace::write_atomically(&observed.out, SIDECAR_NAME, &text)?;
+    Ok(doc)
+}
+
+fn serve_section(g: &Guest, observed: &Observed) -> Value {
+    json!({
+        "guest": g.name,
+        "qemu_pid": g.peer.pid,
+        "qemu_comm": g.peer.comm,
+        "peer_ids": {"guest": GUEST_ID, "host": HOST_ID},
+        "vectors": g.cfg.vectors,
+        "doorbell_device": observed.doorbell,
+        "host_trace": "host",
+        "host_trace_events": observed.host_counts,
+        "host_events": g.cfg.host_events,
+        "host_event_stats": observed.host_event_stats,
+        "vm_view": observed.vm_view,
+    })
+}
+
+/// The VM view of the recording (when host events were recorded), logged.
+fn vm_view(
+    g: &Guest,
+    host: &mut HostSide,
+    rec: &Recorded<Delivering>,
+    stats: Option<&ivtrace_tracefs::host::HostEventStats>,
+) -> Option<ivtrace_vmview::derive::Derived> {
+    let guest = GuestOutput::of(&rec.output.writer, rec.reader.classes(), &rec.clock);
+    let named = stats.is_some_and(|s| s.vcpu_names);
+    let source = crate::record::vcpu_source(false, named);
+    match host.vm_view(&guest, HashMap::new(), source)? {
+        Ok(d) => {
+            for line in ivtrace_vmview::derive::describe(&d) {
+                g.log(&format!("vm view: {line}"));
+            }
+            Some(d)
+        }
+        Err(e) => {
+            g.log(&format!("no VM view: {e:#}"));
+            None
+        }
+    }
+}
+
+fn notification_section(rec: &Recorded<Delivering>, observed: &Observed, complete: u64) -> Value {
+    let received = observed.received;
+    json!({
+        "mode": if observed.doorbell { "doorbell" } else { "polling" },
+        "doorbells_received": received,
+        "doorbells_rung_by_guest": rec.reader.region().protocol().doorbells_rung(),
+        "completed_packets": complete,
+        "doorbells_per_completed_packet": if complete > 0 {
+            received as f64 / complete as f64 } else { 0.0 },
+        "stats": observed.notify,
+    })
+}
+
+fn clock_sync_section(rec: &Recorded<Delivering>, clock: &GuestClock) -> Value {
+    json!({
+        "method": rec.clock.method,
+        "error_ns": rec.clock.error_ns,
+        "kvm": clock.kvm().map(|k| json!({
+            "debugfs": k.vm_dir().display().to_string(),
+            "changed": k.changed,
+        })),
+        "kvm_unavailable": clock.kvm_unavailable,
+        "pingpong": clock.pingpong().map(|pp| json!({
+            "stats": pp.stats,
+            "points": pp.points().len(),
+            "span_ns": pingpong::span_ns(pp.points()),
+            "mapping": pp.mapping(),
+        })),
+    })
+}
+
+fn log_finished(g: &Guest, sidecar: &Sidecar, rec: &Recorded<Delivering>, observed: &Observed) {
+    let totals = summary::totals(&sidecar.channels);
+    g.log(&format!(
+        "trace {} finalized ({}): {} events, {} lost, {} doorbells for {} completed packets, \
+         clock {} (error <= {} ns)",
+        observed.out.display(),
+        describe(rec.reason),
+        totals.events,
+        totals.lost.total(),
+        observed.received,
+        complete_packets(sidecar),
+        rec.clock.method,
+        rec.clock.error_ns
+    ));
+}

@@ -1,0 +1,34 @@
+//! ivtrace-region: the host's reader of an ivtrace shared-memory region.
+//!
+//! Every byte of the region is hostile input. [`region`] maps and validates
+//! the header into typed errors; [`meta`] parses the writers' event
+//! descriptions into [`classes`]; [`reader`] copies packets out of the
+//! channels and checks each copy with [`packet`] before handing it to a
+//! [`reader::PacketSink`]. [`protocol`] is the host's half of the
+//! shared-memory protocol (drain positions, the sleep handshake, control
+//! commands, clock sync, statistics): the only code that reads or writes a
+//! control word, each access with its ordering. [`abi`] is the checked
+//! mirror of `abi/include/ivtrace/abi.h`. [`names`] reads the thread name table a
+//! kernel writer keeps in the metadata area (crash salvage).
+//!
+//! ```no_run
+//! use ivtrace_region::{region::{Access, Region}, reader::Reader};
+//! let region = Region::open("/dev/shm/x".as_ref(), Access::ReadOnly)?;
+//! let reader = Reader::new(region);
+//! # Ok::<(), ivtrace_region::region::RegionError>(())
+//! ```
+
+pub mod abi;
+pub mod classes;
+pub mod meta;
+pub mod names;
+pub mod packet;
+pub mod protocol;
+pub mod reader;
+pub mod region;
+pub mod sanitize;
+
+pub use classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
+pub use protocol::{Ack, Command, ControlError, Protocol};
+pub use reader::{PacketSink, Reader};
+pub use region::{Access, Header, Region, RegionError};

@@ -1,0 +1,759 @@
+//! The drain engine: copies packets out of every channel, validates the
+//! copies, rewrites the fields the host owns and hands them to a sink.
+//!
+//! Positions follow abi/include/ivtrace/writer.h: packet `seq` is complete
+//! once `commit_pos >= (seq + 1) * S`, open with a committed prefix while
+//! `seq * S < commit_pos`. Discard-mode writers reuse a sub-buffer only
+//! after the host store-releases `consumed` past it; overwrite-mode writers
+//! reuse it at will, so every copy is followed by an acquire fence and a
+//! re-read of `open_seq` (torn if `open_seq >= seq + nr_subbufs`).
+//!
+//! Losses are counted per channel and reason. Events the host could not
+//! keep (overwritten, torn, corrupt packets) are measured from the gap in
+//! `first_event_seq` at the next good packet (or from `events_closed` at
+//! the end), bounded by what the skipped packets could have held.
+
+use std::collections::BTreeMap;
+
+mod no_channel;
+
+use crate::abi;
+use crate::classes::EventClasses;
+use crate::meta::{MetaParser, ScanMode};
+use crate::packet::{
+    self, EventVisitor, Expected, Extent, PacketFault, PacketHeader, WalkFault, WalkSummary,
+};
+use crate::region::{Layout, Region};
+
+/// Receives validated packets, ready to be written as they are.
+pub trait PacketSink {
+    type Error;
+    /// One packet of channel `chan` of stream class `stream`; `classes`
+    /// describes every event id it contains.
+    fn packet(
+        &mut self,
+        chan: u32,
+        stream: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+    ) -> Result<(), Self::Error>;
+}
+
+/// Why the host lost events (as opposed to the writer dropping them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HostLoss {
+    /// The writer lapped the reader (overwrite mode).
+    Overwritten,
+    /// The copy was overwritten while it was taken.
+    Torn,
+    /// The packet failed validation.
+    Corrupt,
+}
+
+/// Writer-side drop counters of a channel (`ivt_channel.lost_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriterLosses {
+    pub full: u64,
+    pub too_big: u64,
+    pub nested: u64,
+}
+
+impl WriterLosses {
+    pub fn total(&self) -> u64 {
+        self.full
+            .saturating_add(self.too_big)
+            .saturating_add(self.nested)
+    }
+}
+
+/// Host-side losses of a channel, in events.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostLosses {
+    pub overwritten: u64,
+    pub torn: u64,
+    pub corrupt: u64,
+}
+
+impl HostLosses {
+    pub fn total(&self) -> u64 {
+        self.overwritten
+            .saturating_add(self.torn)
+            .saturating_add(self.corrupt)
+    }
+
+    fn add(&mut self, reason: HostLoss, n: u64) {
+        let slot = match reason {
+            HostLoss::Overwritten => &mut self.overwritten,
+            HostLoss::Torn => &mut self.torn,
+            HostLoss::Corrupt => &mut self.corrupt,
+        };
+        *slot = slot.saturating_add(n);
+    }
+}
+
+/// What one channel produced and lost.
+#[derive(Debug, Clone, Default)]
+pub struct ChannelStats {
+    pub events: u64,
+    pub packets: u64,
+    /// Packets that were the committed prefix of an open packet.
+    pub partial_packets: u64,
+    /// Bytes handed to the sink (headers and padding included).
+    pub bytes_out: u64,
+    /// Bytes of events (headers, payloads, alignment).
+    pub event_bytes: u64,
+    /// Bytes of event headers.
+    pub header_bytes: u64,
+    pub extended_headers: u64,
+    pub utf8_fixed: u64,
+    pub first_ts: Option<u64>,
+    pub last_ts: u64,
+    pub writer_lost: WriterLosses,
+    pub host_lost: HostLosses,
+    /// Skipped packets by fault reason (`PacketFault::reason`).
+    pub skipped: BTreeMap<&'static str, u64>,
+    /// Snapshot: events committed before the oldest packet kept.
+    pub older_overwritten: u64,
+}
+
+/// Per-channel reading position and loss bookkeeping.
+#[derive(Debug, Clone)]
+struct ChannelState {
+    stream: u32,
+    next_seq: u64,
+    /// first_event_seq the next packet should carry, if known.
+    expected_first_event: Option<u64>,
+    /// Skipped packets whose events are not accounted yet, per reason.
+    pending: BTreeMap<HostLoss, u64>,
+    /// Writer drops as last written (clamped, monotonic).
+    writer_discarded: u64,
+    last_written: Option<LastWritten>,
+    saw_first_packet: bool,
+    /// A packet of this channel was handed to the sink.
+    emitted_any: bool,
+    stats: ChannelStats,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LastWritten {
+    seq: u64,
+    ts_end: u64,
+    discarded: u64,
+    cpu_id: u32,
+    owner_pid: u32,
+    owner_tid: u32,
+}
+
+impl ChannelState {
+    fn new(stream: u32, start_seq: u64) -> ChannelState {
+        ChannelState {
+            stream,
+            next_seq: start_seq,
+            expected_first_event: (start_seq == 0).then_some(0),
+            pending: BTreeMap::new(),
+            writer_discarded: 0,
+            last_written: None,
+            saw_first_packet: false,
+            emitted_any: false,
+            stats: ChannelStats::default(),
+        }
+    }
+
+    fn skip(&mut self, loss: HostLoss, reason: &'static str, packets: u64) {
+        let n = self.stats.skipped.entry(reason).or_default();
+        *n = n.saturating_add(packets);
+        let p = self.pending.entry(loss).or_default();
+        *p = p.saturating_add(packets);
+    }
+
+    /// Attributes the events between the expected and the actual
+    /// first_event_seq to the pending skip reasons, each bounded by what
+    /// its packets could hold.
+    fn account_gap(&mut self, first_event_seq: u64, max_per_packet: u64) {
+        let gap = match self.expected_first_event {
+            Some(e) => first_event_seq.saturating_sub(e),
+            None => 0,
+        };
+        let mut left = gap;
+        for (&reason, &packets) in &self.pending {
+            let n = left.min(packets.saturating_mul(max_per_packet));
+            self.stats.host_lost.add(reason, n);
+            left -= n;
+        }
+        self.pending.clear();
+    }
+}
+
+/// Counters for one drain pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+/// The reader of one region.
+pub struct Reader {
+    region: Region,
+    layout: Layout,
+    classes: EventClasses,
+    meta: MetaParser,
+    channels: Vec<ChannelState>,
+    /// `lost_no_channel` as a stream of its own ([`no_channel`]).
+    no_channel: no_channel::NoChannelStream,
+    scratch: Vec<u8>,
+}
+
+impl Reader {
+    /// Starts reading each channel where a previous host left it
+    /// (`consumed`), or at packet 0.
+    pub fn new(region: Region) -> Reader {
+        let layout = *region.layout();
+        let channels = (0..layout.nr_channels)
+            .map(|c| ChannelState::new(layout.stream_of(c), region.protocol().consumed(c)))
+            .collect();
+        Reader {
+            region,
+            layout,
+            classes: EventClasses::default(),
+            meta: MetaParser::new(),
+            channels,
+            no_channel: Default::default(),
+            scratch: vec![0u8; layout.subbuf_size as usize + 8],
+        }
+    }
+
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    pub fn classes(&self) -> &EventClasses {
+        &self.classes
+    }
+
+    pub fn meta(&self) -> &MetaParser {
+        &self.meta
+    }
+
+    /// Statistics of channel `c`.
+    pub fn channel_stats(&self, c: u32) -> &ChannelStats {
+        &self.channels[c as usize].stats
+    }
+
+    pub fn nr_channels(&self) -> u32 {
+        self.layout.nr_channels
+    }
+
+    /// Parses newly committed event descriptions.
+    pub fn scan_metadata(&mut self, mode: ScanMode) -> usize {
+        self.meta.scan(&self.region, &mut self.classes, mode)
+    }
+
+    fn max_events_per_packet(&self) -> u64 {
+        (self.layout.subbuf_size as u64 - abi::PACKET_HDR_SIZE as u64)
+            / abi::IVT_EV_COMPACT_SIZE as u64
+    }
+
+    fn load_commit_pos(&self, c: u32) -> u64 {
+        self.region.protocol().commit_pos(c)
+    }
+
+    /// The writer's drop counters of channel `c`.
+    pub fn writer_losses(&self, c: u32) -> WriterLosses {
+        self.region.protocol().writer_losses(c)
+    }
+
+    /// Drains every complete packet of every channel once.
+    pub fn drain_available<S: PacketSink>(&mut self, sink: &mut S) -> Result<Pass, S::Error> {
+        self.scan_metadata(ScanMode::Live);
+        let mut pass = Pass::default();
+        for c in 0..self.layout.nr_channels {
+            let p = self.drain_channel(c, sink)?;
+            pass.packets += p.packets;
+            pass.bytes += p.bytes;
+        }
+        self.account_no_channel(sink, false)?;
+        Ok(pass)
+    }
+
+    /// Drains channel `c`'s complete packets (at most one ring's worth).
+    fn drain_channel<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<Pass, S::Error> {
+        let complete = self.load_commit_pos(c) >> self.layout.subbuf_size.trailing_zeros();
+        let mut pass = Pass::default();
+        let next = self.channels[c as usize].next_seq;
+        if complete <= next {
+            return Ok(pass);
+        }
+        self.skip_lapped(c, complete);
+        while self.channels[c as usize].next_seq < complete {
+            let seq = self.channels[c as usize].next_seq;
+            pass.bytes += self.process(c, seq, Extent::Complete, sink)? as u64;
+            pass.packets += 1;
+            self.channels[c as usize].next_seq = seq + 1;
+            // Hand the sub-buffer back (discard mode): our copy above
+            // happens before the writer reuses it.
+            self.region.protocol().release_subbufs(c, seq + 1);
+        }
+        Ok(pass)
+    }
+
+    /// Packets older than one ring behind `complete` are gone.
+    fn skip_lapped(&mut self, c: u32, complete: u64) {
+        let ring = self.layout.nr_subbufs as u64;
+        let ch = &mut self.channels[c as usize];
+        if complete - ch.next_seq > ring {
+            let lost = complete - ring - ch.next_seq;
+            ch.skip(HostLoss::Overwritten, "overwritten", lost);
+            ch.next_seq = complete - ring;
+        }
+    }
+
+    /// Copies, checks and emits packet `seq` of channel `c`. Returns the
+    /// bytes emitted (0 if the packet was skipped).
+    fn process<S: PacketSink>(
+        &mut self,
+        c: u32,
+        seq: u64,
+        extent: Extent,
+        sink: &mut S,
+    ) -> Result<usize, S::Error> {
+        let exp = Expected {
+            stream: self.channels[c as usize].stream,
+            channel: c,
+            seq,
+            subbuf_size: self.layout.subbuf_size,
+        };
+        let (header, content) = match self.copy_packet(c, &exp, extent) {
+            Ok(v) => v,
+            Err(fault) => return Ok(self.skip_faulty(c, fault)),
+        };
+        let summary = match self.walk_copy(c, &header, content, extent) {
+            Ok(s) => s,
+            Err(fault) => return Ok(self.skip_faulty(c, fault)),
+        };
+        let bytes = self.finalize(c, header, content, extent, &summary);
+        let emitted = PacketHeader::parse(&self.scratch[..abi::PACKET_HDR_SIZE]);
+        self.lead_packet(c, &emitted, sink)?;
+        sink.packet(c, exp.stream, &self.scratch[..bytes], &self.classes)?;
+        Ok(bytes)
+    }
+
+    /// babeltrace2 reports losses announced by a stream's *first* packet
+    /// without a count. So when the first packet of a channel already
+    /// carries events_discarded > 0, an empty packet with 0 goes first,
+    /// just before it in time and sequence, and every loss is countable.
+    fn lead_packet<S: PacketSink>(
+        &mut self,
+        c: u32,
+        first: &PacketHeader,
+        sink: &mut S,
+    ) -> Result<(), S::Error> {
+        let ch = &mut self.channels[c as usize];
+        if std::mem::replace(&mut ch.emitted_any, true) || first.events_discarded == 0 {
+            return Ok(());
+        }
+        let lead = PacketHeader {
+            timestamp_end: first.timestamp_begin,
+            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_seq_num: first.packet_seq_num.saturating_sub(1),
+            events_discarded: 0,
+            event_count: 0,
+            ..*first
+        };
+        let mut bytes = [0u8; abi::PACKET_HDR_SIZE];
+        lead.write(&mut bytes);
+        ch.stats.bytes_out += bytes.len() as u64;
+        sink.packet(c, ch.stream, &bytes, &self.classes)
+    }
+
+    fn skip_faulty(&mut self, c: u32, fault: PacketFault) -> usize {
+        let loss = if fault == PacketFault::Torn {
+            HostLoss::Torn
+        } else {
+            HostLoss::Corrupt
+        };
+        self.channels[c as usize].skip(loss, fault.reason(), 1);
+        0
+    }
+
+    /// Copies the header, checks it, copies the content, then checks that
+    /// the writer did not reuse the sub-buffer meanwhile.
+    fn copy_packet(
+        &mut self,
+        c: u32,
+        exp: &Expected,
+        extent: Extent,
+    ) -> Result<(PacketHeader, usize), PacketFault> {
+        let off = self.layout.subbuf_offset(c, exp.seq);
+        let hdr = abi::PACKET_HDR_SIZE;
+        // Plain copies (pread): ordered after the commit_pos load-acquire in
+        // drain_channel/flush_prefix; tearing is checked right after.
+        if !self.region.copy_out(off, &mut self.scratch[..hdr]) {
+            return Err(PacketFault::Unreadable);
+        }
+        let header = PacketHeader::parse(&self.scratch[..hdr]);
+        let checked = packet::check_header(&header, exp, extent);
+        if let Ok(content) = checked {
+            if !self
+                .region
+                .copy_out(off + hdr as u64, &mut self.scratch[hdr..content])
+            {
+                return Err(PacketFault::Unreadable);
+            }
+        }
+        if self.torn(c, exp.seq) {
+            return Err(PacketFault::Torn);
+        }
+        checked.map(|content| (header, content))
+    }
+
+    /// Seqlock check after a copy: did the writer reopen the sub-buffer
+    /// (a whole ring later) while we copied it?
+    fn torn(&self, c: u32, seq: u64) -> bool {
+        let open_seq = self.region.protocol().open_seq_after_copy(c);
+        open_seq >= seq.saturating_add(self.layout.nr_subbufs as u64)
+    }
+
+    /// Walks the copy; an unknown event id triggers one metadata re-scan
+    /// (its registration may have committed after our last scan).
+    fn walk_copy(
+        &mut self,
+        c: u32,
+        h: &PacketHeader,
+        content: usize,
+        extent: Extent,
+    ) -> Result<WalkSummary, PacketFault> {
+        let stream = self.channels[c as usize].stream;
+        let end = (extent == Extent::Complete && !h.end_unknown()).then_some(h.timestamp_end);
+        let walk = |classes: &EventClasses, scratch: &mut [u8]| {
+            packet::walk(
+                &mut scratch[..content],
+                classes.stream(stream),
+                h.timestamp_begin,
+                end,
+                &mut (),
+            )
+        };
+        let mut result = walk(&self.classes, &mut self.scratch);
+        if matches!(result, Err(WalkFault::UnknownId { .. }))
+            && self.scan_metadata(ScanMode::Live) > 0
+        {
+            result = walk(&self.classes, &mut self.scratch);
+        }
+        let summary = result?;
+        let claimed = h.event_count;
+        if extent == Extent::Complete
+            && claimed != abi::IVT_EVENT_COUNT_UNKNOWN
+            && claimed as u64 != summary.events
+        {
+            return Err(WalkFault::EventCount {
+                claimed,
+                found: summary.events,
+            }
+            .into());
+        }
+        self.check_continuity(c, h)?;
+        Ok(summary)
+    }
+
+    /// A packet may not start before the previous one of its channel ended.
+    fn check_continuity(&self, c: u32, h: &PacketHeader) -> Result<(), PacketFault> {
+        match self.channels[c as usize].last_written {
+            Some(last) if h.timestamp_begin < last.ts_end => Err(PacketFault::TimeRange {
+                begin: h.timestamp_begin,
+                end: last.ts_end,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Rewrites the host-owned header fields and pads the content to a
+    /// multiple of 8 bytes with zeros. Returns the packet's new size.
+    fn finalize(
+        &mut self,
+        c: u32,
+        mut h: PacketHeader,
+        content: usize,
+        extent: Extent,
+        s: &WalkSummary,
+    ) -> usize {
+        let max_per_packet = self.max_events_per_packet();
+        let writer_now = self.writer_losses(c).total();
+        let ch = &mut self.channels[c as usize];
+        ch.account_gap(h.first_event_seq, max_per_packet);
+        if !ch.saw_first_packet {
+            ch.saw_first_packet = true;
+            ch.stats.older_overwritten = h.first_event_seq;
+        }
+        ch.expected_first_event = Some(h.first_event_seq.saturating_add(s.events));
+        ch.writer_discarded = h.events_discarded.min(writer_now).max(ch.writer_discarded);
+        let padded = content.next_multiple_of(8);
+        h.stream_id = ch.stream;
+        h.stream_instance_id = c as u64;
+        h.content_size = content as u64 * 8;
+        h.packet_size = padded as u64 * 8;
+        h.events_discarded = ch
+            .writer_discarded
+            .saturating_add(ch.stats.host_lost.total());
+        if extent != Extent::Complete || h.end_unknown() {
+            h.timestamp_end = s.last_ts;
+        }
+        if extent != Extent::Complete || h.event_count == abi::IVT_EVENT_COUNT_UNKNOWN {
+            h.event_count = s.events as u32;
+        }
+        h.write(&mut self.scratch);
+        self.scratch[content..padded].fill(0);
+        record_packet(ch, &h, content, padded, extent, s);
+        padded
+    }
+
+    /// Emits the committed prefix of every channel's open packet (after
+    /// draining what is complete). Used when recording stops.
+    pub fn flush_partial<S: PacketSink>(&mut self, sink: &mut S) -> Result<Pass, S::Error> {
+        self.scan_metadata(ScanMode::Final);
+        let mut pass = Pass::default();
+        for c in 0..self.layout.nr_channels {
+            let p = self.drain_channel(c, sink)?;
+            pass.packets += p.packets;
+            pass.bytes += p.bytes;
+            pass.bytes += self.flush_prefix(c, sink)? as u64;
+        }
+        Ok(pass)
+    }
+
+    fn flush_prefix<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<usize, S::Error> {
+        let commit = self.load_commit_pos(c);
+        let shift = self.layout.subbuf_size.trailing_zeros();
+        let within = (commit & (self.layout.subbuf_size as u64 - 1)) as u32;
+        let seq = commit >> shift;
+        if within == 0 || seq != self.channels[c as usize].next_seq {
+            return Ok(0);
+        }
+        if (within as usize) < abi::PACKET_HDR_SIZE {
+            return Ok(self.skip_faulty(
+                c,
+                PacketFault::ContentSize {
+                    bits: within as u64 * 8,
+                    max: self.layout.subbuf_size as u64,
+                },
+            ));
+        }
+        let bytes = self.process(c, seq, Extent::Prefix(within), sink)?;
+        // The prefix was taken: later passes start after this packet.
+        self.channels[c as usize].next_seq = seq + 1;
+        Ok(bytes)
+    }
+
+    /// Final accounting: reads the writers' drop counters, attributes
+    /// losses still pending, and emits an empty packet on each channel
+    /// whose discarded count grew after its last packet (so CTF readers
+    /// see every loss).
+    pub fn finish<S: PacketSink>(&mut self, sink: &mut S) -> Result<(), S::Error> {
+        let max_per_packet = self.max_events_per_packet();
+        for c in 0..self.layout.nr_channels {
+            let losses = self.writer_losses(c);
+            let closed = self.region.protocol().events_closed(c);
+            let ch = &mut self.channels[c as usize];
+            ch.stats.writer_lost = losses;
+            let end = closed.max(ch.expected_first_event.unwrap_or(0));
+            ch.account_gap(end, max_per_packet);
+            ch.writer_discarded = ch.writer_discarded.max(losses.total());
+            self.emit_trailing_drops(c, sink)?;
+        }
+        self.account_no_channel(sink, true)
+    }
+
+    /// The CTF stream index of the no-channel stream ([`no_channel`]): one
+    /// past the last channel. [`PacketSink::packet`] gets it as `chan`.
+    pub fn no_channel_stream(&self) -> u32 {
+        self.layout.nr_channels
+    }
+
+    /// Events no channel could take: what the no-channel stream carries
+    /// once it has a packet (after [`Reader::finish`], the count CTF
+    /// readers see), else the region's counter.
+    pub fn lost_no_channel(&self) -> u64 {
+        match self.no_channel.carried() {
+            0 => self.region.protocol().lost_no_channel(),
+            n => n,
+        }
+    }
+
+    /// Writes the no-channel stream's packets when `lost_no_channel` grew
+    /// (while recording at most one per 0.1 s of writer time; `last`: the
+    /// final accounting, always).
+    fn account_no_channel<S: PacketSink>(
+        &mut self,
+        sink: &mut S,
+        last: bool,
+    ) -> Result<(), S::Error> {
+        // Relaxed: a statistic the writers bump with relaxed fetch-adds.
+        let count = self.region.protocol().lost_no_channel();
+        if count <= self.no_channel.carried() {
+            return Ok(()); // the common case: one load per pass
+        }
+        let ts = self.latest_ts();
+        let rate_limit = (!last).then_some(self.region.header().clock.freq_hz / 10);
+        if !self.no_channel.due(count, ts, rate_limit) {
+            return Ok(());
+        }
+        let instance = self.no_channel_stream();
+        for p in self.no_channel.packets(count, ts, instance) {
+            sink.packet(instance, abi::IVT_STREAM_USER, &p, &self.classes)?;
+        }
+        Ok(())
+    }
+
+    /// The latest writer time the trace has reached: the newest event or
+    /// packet end of any channel, else the region's format time.
+    fn latest_ts(&self) -> u64 {
+        let seen = self
+            .channels
+            .iter()
+            .map(|ch| {
+                ch.stats
+                    .last_ts
+                    .max(ch.last_written.map_or(0, |l| l.ts_end))
+            })
+            .max()
+            .unwrap_or(0);
+        if seen > 0 {
+            seen
+        } else {
+            self.region.header().clock.ref_ticks
+        }
+    }
+
+    fn emit_trailing_drops<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<(), S::Error> {
+        let ch = &mut self.channels[c as usize];
+        let total = ch
+            .writer_discarded
+            .saturating_add(ch.stats.host_lost.total());
+        let written = ch.last_written.map_or(0, |l| l.discarded);
+        if total <= written {
+            return Ok(());
+        }
+        let last = ch.last_written;
+        let ts = last.map_or(ch.stats.last_ts, |l| l.ts_end);
+        let h = PacketHeader {
+            magic: abi::IVT_CTF_MAGIC,
+            stream_id: ch.stream,
+            stream_instance_id: c as u64,
+            timestamp_begin: ts,
+            timestamp_end: ts,
+            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_seq_num: last.map_or(ch.next_seq, |l| l.seq + 1),
+            events_discarded: total,
+            first_event_seq: ch.expected_first_event.unwrap_or(0),
+            event_count: 0,
+            cpu_id: last.map_or(0, |l| l.cpu_id),
+            owner_pid: last.map_or(0, |l| l.owner_pid),
+            owner_tid: last.map_or(0, |l| l.owner_tid),
+        };
+        let mut bytes = [0u8; abi::PACKET_HDR_SIZE];
+        h.write(&mut bytes);
+        record_packet(
+            ch,
+            &h,
+            abi::PACKET_HDR_SIZE,
+            abi::PACKET_HDR_SIZE,
+            Extent::Complete,
+            &WalkSummary {
+                last_ts: ts,
+                ..Default::default()
+            },
+        );
+        ch.stats.packets -= 1; // bookkeeping packet, not data
+        let stream = ch.stream;
+        self.lead_packet(c, &h, sink)?;
+        sink.packet(c, stream, &bytes, &self.classes)
+    }
+
+    /// Flight-recorder salvage: per channel, the newest complete packets
+    /// the ring can still hold plus the committed prefix of the open one.
+    /// Never writes to the region.
+    pub fn snapshot<S: PacketSink>(&mut self, sink: &mut S) -> Result<Pass, S::Error> {
+        self.scan_metadata(ScanMode::Final);
+        let ring = self.layout.nr_subbufs as u64;
+        let mask = self.layout.subbuf_size as u64 - 1;
+        for c in 0..self.layout.nr_channels {
+            let commit = self.load_commit_pos(c);
+            let complete = commit >> self.layout.subbuf_size.trailing_zeros();
+            let slots = if commit & mask != 0 { ring - 1 } else { ring };
+            let ch = &mut self.channels[c as usize];
+            ch.next_seq = complete.saturating_sub(slots);
+            ch.expected_first_event = None;
+        }
+        let pass = self.flush_partial(sink)?;
+        self.finish(sink)?;
+        Ok(pass)
+    }
+}
+
+/// Counts an emitted packet in its channel's statistics.
+fn record_packet(
+    ch: &mut ChannelState,
+    h: &PacketHeader,
+    content: usize,
+    padded: usize,
+    extent: Extent,
+    s: &WalkSummary,
+) {
+    let st = &mut ch.stats;
+    st.events += s.events;
+    st.packets += 1;
+    st.partial_packets += (extent != Extent::Complete) as u64;
+    st.bytes_out += padded as u64;
+    st.event_bytes += (content - abi::PACKET_HDR_SIZE) as u64;
+    st.header_bytes += s.header_bytes();
+    st.extended_headers += s.extended;
+    st.utf8_fixed += s.utf8_fixed;
+    if s.events > 0 {
+        st.first_ts.get_or_insert(h.timestamp_begin);
+        st.last_ts = st.last_ts.max(s.last_ts);
+    }
+    ch.last_written = Some(LastWritten {
+        seq: h.packet_seq_num,
+        ts_end: h.timestamp_end,
+        discarded: h.events_discarded,
+        cpu_id: h.cpu_id,
+        owner_pid: h.owner_pid,
+        owner_tid: h.owner_tid,
+    });
+}
+
+/// Walks a packet the host wrote itself (report): checks the header
+/// against the host's own rules and returns the walk summary.
+pub fn walk_own_packet<V: EventVisitor>(
+    bytes: &mut [u8],
+    classes: &EventClasses,
+    visitor: &mut V,
+) -> Result<(PacketHeader, WalkSummary), PacketFault> {
+    if bytes.len() < abi::PACKET_HDR_SIZE {
+        return Err(PacketFault::ContentSize {
+            bits: bytes.len() as u64 * 8,
+            max: 0,
+        });
+    }
+    let h = PacketHeader::parse(bytes);
+    if h.magic != abi::IVT_CTF_MAGIC {
+        return Err(PacketFault::Magic(h.magic));
+    }
+    let content = (h.content_size / 8) as usize;
+    if !h.content_size.is_multiple_of(8) || content < abi::PACKET_HDR_SIZE || content > bytes.len()
+    {
+        return Err(PacketFault::ContentSize {
+            bits: h.content_size,
+            max: bytes.len() as u64,
+        });
+    }
+    let s = packet::walk(
+        &mut bytes[..content],
+        classes.stream(h.stream_id),
+        h.timestamp_begin,
+        Some(h.timestamp_end),
+        visitor,
+    )?;
+    Ok((h, s))
+}

@@ -1,0 +1,17 @@
+//! ivtrace-tracefs: Linux kernel events as tracefs hands them out, decoded.
+//!
+//! [`format`] parses the kernel's own descriptions (`events/*/*/format`,
+//! `events/header_page`), [`page`] walks the binary ring-buffer pages of
+//! `per_cpu/cpuN/trace_pipe_raw`, and [`decode`] turns each record into an
+//! event of a CTF class (LTTng's names and field layouts where LTTng has
+//! them). Nothing here is specific to this host's kernel: the layouts come
+//! from the format files, so pages of another kernel decode with that
+//! kernel's files. [`host`] records this host's events for a recording
+//! (the QEMU's vCPU threads, kvm_*) into the host trace, `DIR/host/`, with
+//! a [`statedump`] of the QEMU's threads (tid, pid, name).
+
+pub mod decode;
+pub mod format;
+pub mod host;
+pub mod page;
+pub mod statedump;

@@ -1,0 +1,342 @@
+//! Host events on recorded data (tests/fixtures/tracefs, captured on this
+//! kind of machine by capture.py): real sched_switch sub-buffers decoded
+//! against the kernel's own text view, kvm_exit/kvm_entry/kvm_hypercall
+//! records built from this host's real format files (they never fire here:
+//! the guests run under TCG, /dev/kvm is PVM-backed), and the merge of a
+//! host trace with a guest trace by babeltrace2.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
+use ivtrace_testutil::{have_tool, RegionBuilder};
+use ivtrace_tracefs::decode::Decoder;
+use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
+use ivtrace_tracefs::page::{walk, PageBuilder};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tracefs")
+}
+
+fn fmt(system: &str, file: &str) -> EventFmt {
+    parse_event(system, &fs::read_to_string(fixtures().join(file)).unwrap()).unwrap()
+}
+
+fn header_page() -> HeaderPage {
+    parse_header_page(&fs::read_to_string(fixtures().join("header_page")).unwrap()).unwrap()
+}
+
+fn le_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn le_i64(b: &[u8], at: usize) -> i64 {
+    i64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+fn comm(b: &[u8]) -> String {
+    String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap()).into_owned()
+}
+
+/// (cpu, ts_ns, payload) of every record in the captured pages.
+fn captured(decoder: &Decoder) -> Vec<(u32, u64, i32, Vec<u8>)> {
+    let hp = header_page();
+    let mut out = Vec::new();
+    for cpu in 0..8u32 {
+        let Ok(raw) = fs::read(fixtures().join(format!("cpu{cpu}.raw"))) else {
+            continue;
+        };
+        for page in raw.chunks(4096) {
+            let info = walk(page, &hp, |ts, rec| {
+                let d = decoder.decode(rec).expect("a sched_switch record");
+                out.push((cpu, ts, d.tid, d.payload));
+            });
+            assert!(!info.malformed, "cpu{cpu}: {info:?}");
+        }
+    }
+    out
+}
+
+#[test]
+fn captured_sched_switch_pages_match_the_kernels_text() {
+    let f = fmt("sched", "sched_switch.format");
+    let (decoder, classes) = Decoder::new(&[(f, 100)]);
+    assert_eq!(classes[0].name, "sched_switch");
+    let got = captured(&decoder);
+    let expected = fs::read_to_string(fixtures().join("sched_switch.expected")).unwrap();
+    let expected: Vec<Vec<&str>> = expected
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split('\t').collect())
+        .collect();
+    assert!(expected.len() >= 50, "fixture too small");
+    assert_eq!(got.len(), expected.len());
+    let state = |s: &str| -> i64 {
+        match s.trim_end_matches('+') {
+            "R" => 0,
+            "S" => 1,
+            "D" => 2,
+            "T" => 4,
+            "t" => 8,
+            "X" => 16,
+            "Z" => 32,
+            "P" => 64,
+            "I" => 128,
+            other => panic!("state {other}"),
+        }
+    };
+    // Per CPU, in order (the text view is merged by time).
+    for cpu in 0..8u32 {
+        let g: Vec<_> = got.iter().filter(|e| e.0 == cpu).collect();
+        let e: Vec<_> = expected
+            .iter()
+            .filter(|e| e[0].parse::<u32>().unwrap() == cpu)
+            .collect();
+        assert_eq!(g.len(), e.len(), "cpu {cpu}");
+        for ((_, ts, tid, p), x) in g.iter().zip(e) {
+            // The text shows microseconds, rounded (ns2usecs adds 500).
+            assert_eq!((*ts + 500) / 1000, x[1].parse::<u64>().unwrap() / 1000);
+            assert_eq!(comm(&p[0..16]), x[2]);
+            assert_eq!(le_i32(p, 16).to_string(), x[3]);
+            assert_eq!(le_i32(p, 20) + 100, x[4].parse::<i32>().unwrap());
+            assert_eq!(le_i64(p, 24), state(x[5]), "{x:?}");
+            assert_eq!(comm(&p[32..48]), x[6]);
+            assert_eq!(le_i32(p, 48).to_string(), x[7]);
+            assert_eq!(le_i32(p, 52) + 100, x[8].parse::<i32>().unwrap());
+            assert_eq!(*tid, le_i32(p, 16), "common_pid is the previous task");
+        }
+    }
+}
+
+/// A record of `f` with its fields set by name (integers), at their
+/// format offsets.
+fn record(f: &EventFmt, pid: i32, values: &[(&str, u64)]) -> Vec<u8> {
+    let len = f
+        .fields
+        .iter()
+        .map(|x| x.offset + x.size)
+        .max()
+        .unwrap_or(8);
+    let mut r = vec![0u8; len];
+    r[0..2].copy_from_slice(&f.id.to_le_bytes());
+    r[4..8].copy_from_slice(&pid.to_le_bytes());
+    for (name, v) in values {
+        let x = f
+            .field(name)
+            .unwrap_or_else(|| panic!("{} has no {name}", f.name));
+        r[x.offset..x.offset + x.size].copy_from_slice(&v.to_le_bytes()[..x.size]);
+    }
+    r
+}
+
+/// kvm_* samples: decoded fields follow whichever format file is given.
+#[test]
+fn kvm_records_decode_with_the_running_kernels_layout() {
+    let exit = fmt("kvm", "kvm_exit.format");
+    let entry = fmt("kvm", "kvm_entry.format");
+    let hyper = fmt("kvm", "kvm_hypercall.format");
+    let entry61 = fmt("kvm", "kvm_entry-6.1.192.format");
+    assert_ne!(
+        entry.fields.len(),
+        entry61.fields.len(),
+        "the two kvm_entry layouts differ (the reason formats are parsed at run time)"
+    );
+    let (d, classes) = Decoder::new(&[
+        (exit.clone(), 101),
+        (entry.clone(), 102),
+        (hyper.clone(), 103),
+    ]);
+    let names: Vec<&str> = classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["kvm_x86_exit", "kvm_x86_entry", "kvm_x86_hypercall"]
+    );
+    let hp = header_page();
+    let mut b = PageBuilder::new(hp, 4096, 5_000_000_000);
+    // A guest vmcall: exit (VMX reason 18), hypercall, entry.
+    b.record(
+        5_000_000_100,
+        &record(
+            &exit,
+            4242,
+            &[
+                ("exit_reason", 18),
+                ("guest_rip", 0xffff_ffff_8100_1234),
+                ("isa", 1),
+                ("vcpu_id", 1),
+            ],
+        ),
+        false,
+    );
+    b.record(
+        5_000_000_400,
+        &record(&hyper, 4242, &[("nr", 0x1f7a), ("a0", 7)]),
+        false,
+    );
+    b.record(
+        5_000_000_900,
+        &record(
+            &entry,
+            4242,
+            &[("vcpu_id", 1), ("rip", 0xffff_ffff_8100_1237)],
+        ),
+        false,
+    );
+    let page = b.finish();
+    let mut got = Vec::new();
+    walk(&page, &hp, |ts, rec| got.push((ts, d.decode(rec).unwrap())));
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0].1.class_id, 101);
+    assert_eq!(got[0].1.tid, 4242);
+    let p = &got[0].1.payload;
+    assert_eq!(u32::from_le_bytes(p[0..4].try_into().unwrap()), 18);
+    assert_eq!(
+        u64::from_le_bytes(p[4..12].try_into().unwrap()),
+        0xffff_ffff_8100_1234
+    );
+    assert_eq!(got[1].1.class_id, 103);
+    assert_eq!(
+        u64::from_le_bytes(got[1].1.payload[0..8].try_into().unwrap()),
+        0x1f7a
+    );
+    assert_eq!(got[2].0, 5_000_000_900);
+    // The 6.1.y layout decodes too (vcpu_id, rip, immediate_exit).
+    let (d61, c61) = Decoder::new(&[(entry61.clone(), 102)]);
+    let f61: Vec<&str> = c61[0].fields.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(f61, ["vcpu_id", "rip", "immediate_exit"]);
+    let r = record(
+        &entry61,
+        1,
+        &[("vcpu_id", 3), ("rip", 0x1000), ("immediate_exit", 1)],
+    );
+    let p = d61.decode(&r).unwrap().payload;
+    assert_eq!(p, [3, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 1]);
+}
+
+/// Host time = monotonic capture time + an offset onto 2023-11-14.
+const BASE: u64 = 1_700_000_000_000_000_000;
+
+/// DIR/host/ from the captured sched_switch events (host time: BASE plus
+/// their monotonic time since `t0`) and three kvm exits mid-window on a
+/// third CPU. Returns the sched_switch events written.
+fn write_host_trace(dir: &Path, t0: u64, t1: u64) -> usize {
+    let sched = fmt("sched", "sched_switch.format");
+    let exit = fmt("kvm", "kvm_exit.format");
+    let (decoder, classes) = Decoder::new(&[(sched, 100), (exit.clone(), 101)]);
+    let events = captured(&decoder);
+    let host = |mono: u64| BASE + (mono - t0);
+    let desc = HostTraceDesc {
+        hostname: "host",
+        trace_name: "fixture-host",
+        error_ns: 1,
+        env: vec![],
+    };
+    let mut t = HostTrace::create(&dir.join("host"), &desc, classes).unwrap();
+    let s0 = t.add_stream(STREAM_KERNEL, 0, "host_cpu0").unwrap();
+    let s1 = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
+    for (cpu, ts, tid, p) in &events {
+        t.event(if *cpu == 0 { s0 } else { s1 }, 100, host(*ts), *tid, p)
+            .unwrap();
+    }
+    let mid = t0 + (t1 - t0) / 2;
+    let kstream = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();
+    for k in 0..3u64 {
+        let d = decoder
+            .decode(&record(&exit, 4242, &[("exit_reason", 18)]))
+            .unwrap();
+        t.event(kstream, d.class_id, host(mid + k * 1000), d.tid, &d.payload)
+            .unwrap();
+    }
+    t.finish().unwrap();
+    events.len()
+}
+
+/// The guest: one user channel, events every ~(window / 10) ticks at
+/// 1 GHz, the header's reference pair mapping tick 0 to BASE; drained
+/// into DIR/user/ as the recorder does.
+fn write_guest_trace(dir: &Path, span: u64) {
+    let mut r = RegionBuilder::new(1, 4, 4096).build_region();
+    r.register(
+        1,
+        0,
+        "guest_mark",
+        &[("n", ivtrace_region::abi::IVT_FT_U64, 0)],
+    );
+    for n in 0..10u64 {
+        assert!(r.emit(0, span * n / 10 + 1, 0, &n.to_le_bytes()));
+    }
+    r.close(0);
+    r.close_region();
+    let mut bytes = r.bytes.clone();
+    let at = ivtrace_region::abi::hdr::CLOCK + ivtrace_region::abi::clock::REF_REALTIME_NS;
+    bytes[at..at + 8].copy_from_slice(&BASE.to_le_bytes());
+    ivtrace_engine::session::drain_bytes_to_dir(&bytes, dir).unwrap();
+}
+
+/// `babeltrace2 --clock-seconds DIR`, which must succeed.
+fn babeltrace2_lines(dir: &Path) -> Vec<String> {
+    let out = Command::new("babeltrace2")
+        .args(["--clock-seconds"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The captured host events and kvm samples in DIR/host/, a guest trace in
+/// DIR/user/ whose clock maps into the same window: babeltrace2 DIR reads
+/// both and interleaves them by time.
+#[test]
+fn host_and_guest_traces_merge_in_babeltrace2() {
+    if !have_tool("babeltrace2") {
+        eprintln!("babeltrace2 not installed: skipping the merge check");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (decoder, _) = Decoder::new(&[(fmt("sched", "sched_switch.format"), 100)]);
+    let times: Vec<u64> = captured(&decoder).iter().map(|e| e.1).collect();
+    let (t0, t1) = (*times.iter().min().unwrap(), *times.iter().max().unwrap());
+    let switches = write_host_trace(dir, t0, t1);
+    write_guest_trace(dir, t1 - t0);
+
+    let lines = babeltrace2_lines(dir);
+    let count = |name: &str| {
+        lines
+            .iter()
+            .filter(|l| l.contains(&format!(" {name}: ")))
+            .count()
+    };
+    assert_eq!(count("sched_switch"), switches);
+    assert_eq!(count("kvm_x86_exit"), 3);
+    assert_eq!(count("guest_mark"), 10);
+    // Globally time-ordered, and guest events interleave with host ones.
+    let ts: Vec<f64> = lines
+        .iter()
+        .map(|l| l[1..l.find(']').unwrap()].parse::<f64>().unwrap())
+        .collect();
+    assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+    let first_guest = lines
+        .iter()
+        .position(|l| l.contains(" guest_mark: "))
+        .unwrap();
+    let last_guest = lines
+        .iter()
+        .rposition(|l| l.contains(" guest_mark: "))
+        .unwrap();
+    assert!(lines[first_guest..last_guest]
+        .iter()
+        .any(|l| l.contains(" sched_switch: ")));
+    assert!(lines
+        .iter()
+        .any(|l| l.contains("prev_tid = ") && l.contains("_tid = ")));
+}
