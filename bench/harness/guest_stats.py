@@ -121,13 +121,14 @@ def ratios(table: dict) -> dict:
 
 def signature(w: str, counts: dict) -> dict:
     """The events the workload itself makes, counted in one trace: getppid N entries and N
-    exits; fork+exec N + 1 execs of gb-work (the children and the workload itself); ping-pong
+    exits by the workload's process (tracecount.Workload: every tracer traces the whole guest); fork+exec N + 1 execs of gb-work (the children and the workload itself); ping-pong
     at least 2 switches per round trip (more when anything else runs). Wake-ups are shown,
     not checked: a writer preempted right after its write finds its peer awake."""
     b = counts.get("by_name", {})
-    if w == "getppid":
+    if w == "getppid":  # the workload's own calls; other tasks' are shown beside, apart
         return {"getppid_entry": b.get("getppid_entry", 0),
-                "getppid_exit": b.get("getppid_exit", 0)}
+                "getppid_exit": b.get("getppid_exit", 0),
+                "getppid_by_others": b.get("getppid_other_entry", 0)}
     if w == "forkexec":
         return {"exec_gb_work": b.get("exec_gb_work", 0),
                 "sched_process_fork": b.get("sched_process_fork", 0)}

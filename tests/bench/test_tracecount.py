@@ -22,6 +22,20 @@ from harness import guest_stats, tracecount  # noqa: E402
 TRACEFS = Path("/sys/kernel/tracing")
 GB_WORK = REPO / "build" / "bench" / "guest" / "gb-work"
 CALLS = 3000
+OTHER_CALLS = 700  # getppid calls by another task in the same trace: not the workload's
+
+
+@pytest.fixture
+def gb_other(gb_work, tmp_path):
+    """gb-work under another name: its exec is not the workload's, its calls are not either."""
+    other = tmp_path / "gb-other"
+    shutil.copy(gb_work, other)
+    return other
+
+
+def both(gb_work, gb_other) -> list[str]:
+    """The workload and, at the same time, another task calling getppid."""
+    return ["sh", "-c", f"{gb_other} getppid {OTHER_CALLS} & {gb_work} getppid {CALLS}; wait"]
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +59,10 @@ def event_ids() -> dict[int, str]:
     return ids
 
 
-def test_ftrace_raw_pages_of_this_kernel(gb_work, tmp_path):
-    """getppid N times under a tracefs instance; its raw pages, read back, hold N entries
-    and N exits of system call 110 and one exec of gb-work (filename in a __data_loc)."""
+def test_ftrace_raw_pages_of_this_kernel(gb_work, gb_other, tmp_path):
+    """getppid N times under a tracefs instance, beside another task's getppid calls; its raw
+    pages, read back, hold N entries and N exits of system call 110 by the task that exec'd
+    gb-work (filename in a __data_loc, pid in the common fields), the other's apart."""
     needs_tracefs()
     inst = TRACEFS / "instances" / f"lttngbench-test-{os.getpid()}"
     inst.mkdir()
@@ -56,7 +71,7 @@ def test_ftrace_raw_pages_of_this_kernel(gb_work, tmp_path):
         for e in ("raw_syscalls/sys_enter", "raw_syscalls/sys_exit", "sched/sched_process_exec"):
             (inst / "events" / e / "enable").write_text("1")
         (inst / "tracing_on").write_text("1")
-        p = subprocess.run([str(gb_work), "getppid", str(CALLS)], capture_output=True)
+        p = subprocess.run(both(gb_work, gb_other), capture_output=True)
         (inst / "tracing_on").write_text("0")
         assert p.returncode == 0
         for cpu in sorted((inst / "per_cpu").glob("cpu*")):
@@ -73,21 +88,26 @@ def test_ftrace_raw_pages_of_this_kernel(gb_work, tmp_path):
     assert c["by_name"]["getppid_entry"] == CALLS, c
     assert c["by_name"]["getppid_exit"] == CALLS, c
     assert c["by_name"]["exec_gb_work"] == 1, c
+    assert c["by_name"]["getppid_other_entry"] >= OTHER_CALLS, c
     assert c["lost"] == 0 and c["bytes_per_event"] > 8, c
 
 
-def test_perf_data_of_this_kernel(gb_work, tmp_path):
-    """perf record of the task: perf script's view counted the same way."""
+def test_perf_data_of_this_kernel(gb_work, gb_other, tmp_path):
+    """perf record of the whole machine (-a, as in the guest): perf script's view counted
+    the same way, the other task's getppid calls apart, no record seen twice."""
     if os.geteuid() != 0 or not shutil.which("perf"):
         pytest.skip("needs root and perf")
-    p = subprocess.run(["perf", "record", "-q", "-e",
+    p = subprocess.run(["perf", "record", "-q", "-a", "-e",
                         "raw_syscalls:sys_enter,raw_syscalls:sys_exit,sched:sched_process_exec",
-                        "-o", str(tmp_path / "perf.data"), "--", str(gb_work), "getppid",
-                        str(CALLS)], capture_output=True, text=True)
+                        "-o", str(tmp_path / "perf.data"), "--", *both(gb_work, gb_other)],
+                       capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     c = tracecount.perf_data(tmp_path)
     assert c["by_name"]["getppid_entry"] == CALLS, c
     assert c["by_name"]["getppid_exit"] == CALLS, c
+    assert c["by_name"]["getppid_other_entry"] >= OTHER_CALLS, c
+    assert "gb-other" in " ".join(c["other_getppid_by"]), c
+    assert c["duplicate_records"] == 0, c
     assert c["by_name"]["syscall_entry"] >= CALLS and c["lost"] == 0, c
 
 
