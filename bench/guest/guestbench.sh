@@ -321,8 +321,11 @@ run_one() {
 # ---- the rate phase: CONFIG RATE -------------------------------------------------------------
 rate_lost() { # config tag: events the tracer dropped
 	case $1 in
-	perf-record) perf report -i "$WORK/$2/perf.data" --stats 2>/dev/null |
-		awk '/^ *LOST events:/ {print $3; exit}' ;;
+	perf-record) # samples lost per event (lines without %), plus PERF_RECORD_LOST records
+		# (each stands for one or more lost events: a lower bound, enough to see a drop)
+		perf report -i "$WORK/$2/perf.data" --stats 2>/dev/null | awk '
+			/^ *LOST_SAMPLES events:/ && !/%/ {s += $3}
+			/^ *LOST events:/ && !r {r = $3} END {print s + r}' ;;
 	perf-trace) grep -o 'LOST [0-9]* events' "$WORK/$2/trace.txt" | awk '{s += $2} END {print s + 0}' ;;
 	lttng-*) sed -n 's/.*discarded=\([0-9]*\).*/\1/p' $WORK/stat ;;
 	*) sed -n 's/.*lost=\([0-9]*\).*/\1/p' $WORK/stat ;;

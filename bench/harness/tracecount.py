@@ -219,7 +219,8 @@ def ftrace_event(payload: bytes, ids: dict[int, str], counts: Counter, wl: Workl
 # --------------------------------------------------------------------------- perf
 
 RE_PERF_NR = re.compile(r"NR (\d+) ([(=])")
-# `perf script -F comm,tid,cpu,time,event,trace`: "  gb-work   123 [001]  56.789012: raw_..."
+# `perf script --ns -F comm,tid,cpu,time,event,trace`: "  gb-work   123 [001]  56.789012345:
+# raw_syscalls:sys_enter: NR 110 (...)"; with ns times two real records never print alike
 RE_PERF_SAMPLE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+?):?\s(.*)$")
 
 
@@ -229,8 +230,9 @@ def perf_data(path: Path) -> dict:
     script shows twice (same task, CPU, time, event and fields) are counted once more under
     duplicate_records, so a doubled record cannot pass for a call."""
     f = Path(path) / "perf.data"
-    p = subprocess.run(["perf", "script", "-i", str(f), "-F", "comm,tid,cpu,time,event,trace",
-                        "--show-lost-events"], capture_output=True, text=True)
+    p = subprocess.run(["perf", "script", "-i", str(f), "--ns", "-F",
+                        "comm,tid,cpu,time,event,trace", "--show-lost-events"],
+                       capture_output=True, text=True)
     if p.returncode:
         raise RuntimeError(f"perf script -i {f} failed: {p.stderr.strip()[-500:]}")
     counts: Counter = Counter()
@@ -248,8 +250,25 @@ def perf_data(path: Path) -> dict:
         seen.add(key)
         perf_sample(m, counts, wl)
     others = wl.into(counts)
-    return result(counts, lost, f.stat().st_size, other_getppid_by=others,
-                  duplicate_records=duplicates)
+    lost_samples = perf_lost_samples(f)
+    return result(counts, lost + lost_samples, f.stat().st_size, other_getppid_by=others,
+                  duplicate_records=duplicates, lost_records_events=lost,
+                  lost_samples=lost_samples)
+
+
+RE_PERF_LOST_SAMPLES = re.compile(r"^\s*LOST_SAMPLES events:\s+(\d+)\s*$")
+
+
+def perf_lost_samples(f: Path) -> int:
+    """Samples the kernel could not write (PERF_RECORD_LOST_SAMPLES, which `perf script
+    --show-lost-events` does not print): `perf report --stats` sums them per event, on
+    lines without a percentage (the aggregated lines count records, not samples)."""
+    p = subprocess.run(["perf", "report", "-i", str(f), "--stats"], capture_output=True,
+                       text=True)
+    if p.returncode:
+        raise RuntimeError(f"perf report --stats -i {f} failed: {p.stderr.strip()[-500:]}")
+    return sum(int(m.group(1)) for m in map(RE_PERF_LOST_SAMPLES.match, p.stdout.splitlines())
+               if m)
 
 
 def perf_sample(m: re.Match, counts: Counter, wl: Workload) -> None:

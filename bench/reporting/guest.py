@@ -265,12 +265,17 @@ def agreement_table(s: dict, p: dict, out: list) -> None:
         f"Every trace of every run was counted on the host (babeltrace2's bindings for LTTng's "
         f"and ivtrace's CTF, `perf script` for perf.data, perf trace's text, and ftrace's raw "
         f"pages read with the layout tracefs describes). The events each workload itself makes "
-        f"are known: {ops['getppid']:,} getppid entries and exits; {ops['forkexec'] + 1:,} execs "
+        f"are known: {ops['getppid']:,} getppid entries and exits by the workload's own "
+        f"process; {ops['forkexec'] + 1:,} execs "
         f"of gb-work (the children and the workload itself); at least "
         f"{2 * ops['pingpong']:,} context switches for {ops['pingpong']:,} round trips (more "
         f"when anything else runs). Per configuration: the counts over the repetitions "
         f"(min – max), the events the tracer reported lost, and whether every repetition is "
-        f"within them.\n")
+        f"within them. Every tracer traces the whole guest, so a getppid call counts as the "
+        f"workload's only when the task that made it is the one that exec'd gb-work (perf's "
+        f"sample tid, ftrace's common_pid, and in the CTF traces the CPU's current task "
+        f"followed through sched_switch and sched_process_exec); calls by any other task are "
+        f"shown apart (getppid_by_others), not charged to the workload.\n")
     out.append("| workload | configuration | counted | lost | agrees |")
     out.append("|---|---|---|---:|---|")
     for w, rows in s["agreement"].items():
