@@ -65,7 +65,7 @@ def section(rec: dict, src: str, out: list) -> None:
             workload_table(w, s["table"][w], g["params"], out)
     ratio_table(s, out)
     reading(s, out)
-    agreement_table(s, g["params"], out)
+    agreement_table(s, g["params"], g["runs"], out)
     rates_table(s, g["params"], out)
     proof(s, out)
     tcg(rec, g, s, out)
@@ -258,7 +258,7 @@ def ratio_cell(v, bold: bool = True) -> str:
     return f"{m} ({v['min']:.2f} – {v['max']:.2f})"
 
 
-def agreement_table(s: dict, p: dict, out: list) -> None:
+def agreement_table(s: dict, p: dict, runs: list, out: list) -> None:
     ops = p["ops"]
     out.append("### The tracers' event counts agree\n")
     out.append(
@@ -285,6 +285,34 @@ def agreement_table(s: dict, p: dict, out: list) -> None:
             ok = all(x["agrees"] for x in reps)
             out.append(f"| {w} | {c} | {cells} | {sum(x['lost'] for x in reps):,} | "
                        f"{'yes' if ok else '**no**'} |")
+    out.append("")
+    disagreements(s, runs, out)
+
+
+def disagreements(s: dict, runs: list, out: list) -> None:
+    """Where the counts did not agree, said as such, with the perf records printed twice."""
+    bad = [x for x in s.get("incomplete", []) if "off what the workload makes" in x]
+    dup: dict = {}
+    included = False  # counted by a counter that took the copies for events
+    for d in runs:
+        n = (d.get("counts") or {}).get("duplicate_records")
+        if n:
+            dup.setdefault(d["config"], []).append(f"{d['workload']} rep {d['rep']}: {n:,}")
+            included |= not d["counts"].get("duplicates_counted_once")
+    if not bad and not dup:
+        return
+    out.append("**Where the counts did not agree.** " + " ".join(f"{x}." for x in bad)
+               + (" perf trace's text says what it lost only in `LOST n events` lines; where "
+                  "its count is short with none printed, it lost events without saying so."
+                  if any("under perf-trace" in x for x in bad) else ""))
+    if dup:
+        out.append(
+            "\nperf record's traces from the guest held records printed twice by `perf "
+            "script` (the same task, CPU, nanosecond time, event and fields, which no two "
+            "real events share): " + "; ".join(f"{c}: {', '.join(v)}" for c, v in dup.items())
+            + (". The counts above include those copies: this run was counted before the "
+               "counter took each record once (bench/harness/tracecount.py)." if included else
+               ". Each was counted once."))
     out.append("")
 
 
