@@ -434,7 +434,7 @@ def other_qemus() -> list[str]:
     """Other QEMU processes, their paths cut to the file name: they are other checkouts'
     and other runs' directories, which a committed results file must not name."""
     p = subprocess.run(["pgrep", "-a", "qemu"], capture_output=True, text=True)
-    return [re.sub(r"/\S*/", "", ln)[:160] for ln in p.stdout.splitlines()]
+    return [re.sub(r"/[^\s,=]*/", "", ln)[:160] for ln in p.stdout.splitlines()]
 
 
 def wait_for_quiet(a) -> dict:
