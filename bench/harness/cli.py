@@ -8,6 +8,8 @@ Presets:
               over the network, SSH, 9p and virtio-serial, five workloads, in one guest
               (alias: eval)
   doorbell    guest -> host doorbells: rate, round trip, doorbells per MB of trace
+  soak        ivtrace serve for a long time (--duration): guests coming and going, a
+              never-idle writer, a disk that fills; memory, descriptors, CPU sampled
 
 Every preset takes --quick (a short smoke run, written as *-quick.json: never cited) and
 -o FILE (default bench/results/PRESET/<date>-<host>[-quick].json). A full run written to
@@ -26,9 +28,10 @@ from pathlib import Path
 
 import ivtvm
 
-from . import BenchError, Prerequisite, doorbell, evaluation, guest, history, native, results
+from . import (BenchError, Prerequisite, doorbell, evaluation, guest, history, native, results,
+               soak)
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak)}
 ALIASES = {"eval": "evaluation"}
 
 

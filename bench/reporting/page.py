@@ -20,7 +20,7 @@ from harness import history, results
 from harness.results import ROOT, RESULTS, portable
 from harness.stats import summarize
 
-from . import doorbell, evaluation, guest, native, plots
+from . import doorbell, evaluation, guest, native, plots, soak
 
 PAGE = ROOT / "docs" / "performance.md"
 
@@ -119,6 +119,10 @@ def headline(e: dict) -> str:
     if e["preset"] == "evaluation":
         return "ev-int overhead: " + ", ".join(f"{c} {v} %" for c, v in
                                                h["int_overhead_pct"].items())
+    if e["preset"] == "soak":
+        return (f"{h['minutes']} min: RSS MiB first/last/max {h['rss_mib_first_last_max']}, "
+                f"descriptors {h['fds_first_last_max']}; {h['recordings']} recordings, "
+                f"{h['disk_full_stops']} stopped by the full disk, {h['mismatches']} mismatches")
     return (f"ring {h['ring_k_per_s']} k/s; round trip p50 {h['rtt_p50_us_host_blocks']} us "
             f"(host blocks), {h['rtt_p50_us_host_busy_reads']} us (host busy-reads)")
 
@@ -159,6 +163,9 @@ def render(write_plots: bool) -> str:
         guest.section(recs["guest"], rel["guest"], out)
     if "doorbell" in recs:
         doorbell.section(out, recs["doorbell"], rel["doorbell"])
+    if "soak" in recs:
+        png = plot_for(src["soak"], soak.plot, recs["soak"], write_plots)
+        soak.section(out, recs["soak"], rel["soak"], png)
     section_history(out)
     return portable("\n".join(out).rstrip() + "\n")
 

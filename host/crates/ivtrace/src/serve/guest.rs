@@ -8,11 +8,9 @@
 //! Nothing here may take the server down: errors end this guest's
 //! recording (after finalizing what was recorded) and are logged.
 
-use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -25,7 +23,7 @@ use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
 use ivtrace_engine::{Backoff, RegionWait, StopReason, Wait, Woken};
 use ivtrace_region::{Ack, Command, RegionError};
 
-use crate::serve::proto::PeerInfo;
+use crate::serve::proto::{PeerInfo, Shm};
 use crate::serve::{recording, ServeConfig};
 
 /// Epoll tokens.
@@ -79,6 +77,8 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Closed => "region closed by the guest module (unloaded)",
         StopReason::OwnerGone => "region owner exited without closing",
         StopReason::Withdrawn => "region withdrawn for reformatting",
+        StopReason::Shrunk => "region shrank under the reader (truncated by another process)",
+        StopReason::OutputFailed => "output failed (the trace holds every whole packet before it)",
     }
 }
 
@@ -90,11 +90,12 @@ fn guest_alive(reason: StopReason) -> bool {
 
 /// Everything one guest thread owns.
 pub struct Guest {
+    /// The registry's id of this guest (the connection number).
+    pub id: u64,
     pub name: String,
     pub peer: PeerInfo,
-    pub shm_path: PathBuf,
-    /// The region file as serve created it (kept open with the guest).
-    pub shm_file: File,
+    /// The region as serve created it (kept open with the guest).
+    pub shm: Shm,
     /// Guest -> host doorbells, vector k (the waiter reads them).
     pub doorbells: Vec<EventFd>,
     /// Host -> guest interrupts, MSI-X vector k (0: control and sync).
@@ -275,7 +276,7 @@ impl Guest {
         }
         self.set_state("done");
         if !self.cfg.keep_shm {
-            let _ = fs::remove_file(&self.shm_path);
+            self.shm.remove();
         }
         self.log("finished");
     }
@@ -291,7 +292,7 @@ impl Guest {
                 waiter,
                 said: String::new(),
             };
-            let region = ivtrace_engine::wait_for_region(&self.shm_path, last_uuid, &mut waiting);
+            let region = ivtrace_engine::wait_for_region(&self.shm.path, last_uuid, &mut waiting);
             let Ok(Some(region)) = region else {
                 return;
             };
