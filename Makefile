@@ -15,9 +15,10 @@
 #   make bench    the native benchmarks (bench/run native), then docs/performance.md
 #   make soak     serve for 30 min under churn, a never-idle writer and a full disk
 #                 (bench/run soak), then docs/performance.md
-#   make eval     the whole performance page from scratch: bench/run native, doorbell and
+#   make eval     the whole performance page from scratch: bench/run native, doorbell,
 #                 evaluation (ivtrace's states vs ftrace over net/SSH/9p/virtio-serial in a real
-#                 guest), then docs/performance.md and its plots (bench/report; ~45 min, TCG)
+#                 guest) and guest (ivtrace.ko vs LTTng, ftrace and perf in one guest), then
+#                 docs/performance.md and its plots (bench/report; ~80 min, TCG)
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600 per target); `make test`
 #                 runs each target for 10 s (test-fuzz)
 #   make lint-host  clippy (warnings as errors) and rustfmt --check on host/
@@ -161,6 +162,7 @@ eval: deps all
 	bench/run native
 	bench/run doorbell
 	bench/run evaluation
+	bench/run guest
 	bench/report
 
 soak: deps all
