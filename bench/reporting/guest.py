@@ -53,9 +53,10 @@ def section(rec: dict, src: str, out: list) -> None:
         f"The hypertracing seed's micro-benchmark, reproduced: four tracers record the same "
         f"tracepoints of the same guest kernel under the same workloads, one at a time, in "
         f"one boot. From `{src}` (run of {rec['date']}, {rec['duration_s']:.0f} s). "
-        f"Reproduce: `make -C bench guest` (= `{rec['command']}`, then `bench/report`), as "
-        f"root, on a fresh clone: it builds the guest, LTTng's kernel tracer for its kernel "
-        f"and copies LTTng's and perf's user space into it (`vm/build --all --tracers`).\n")
+        f"This run: `{rec['command']}`. Reproduce: `make -C bench guest` (= `bench/run "
+        f"guest`, then `bench/report`), as root, on a fresh clone: it builds the guest, "
+        f"LTTng's kernel tracer for its kernel and copies LTTng's and perf's user space into "
+        f"it (`vm/build --all --tracers`).\n")
     header(rec, g, out)
     seed_table(s, out)
     out.append("### Per workload\n")
@@ -306,7 +307,7 @@ def disagreements(s: dict, runs: list, out: list) -> None:
                    + (PERF_TRACE_SILENT if any("under perf-trace" in x for x in bad) else ""))
     if dup:
         out.append(
-            "\nperf record wrote records twice into its perf.data (the same task, CPU, "
+            ("\n" if bad else "") + "perf record wrote records twice into its perf.data (the same task, CPU, "
             "nanosecond time, event and fields, which no two real events share): "
             + "; ".join(f"{c}: {', '.join(v)}" for c, v in dup.items()) + ". " + PERF_COPIES
             + (" The counts above include those copies: this run was counted before the "
