@@ -18,5 +18,5 @@ pub mod tsdl;
 
 pub use ivtrace_time::ClockMapping;
 pub use sidecar::Sidecar;
-pub use trace::{CtfError, CtfWriter};
+pub use trace::{CtfError, CtfWriter, PacketTap};
 pub use tsdl::{EnvValue, TraceEnv};

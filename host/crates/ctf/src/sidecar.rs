@@ -154,6 +154,11 @@ pub struct Sidecar {
     /// The kernel stream's expansion to LTTng's layout, if it had packets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_expansion: Option<crate::kernel::KernelExpansion>,
+    /// What went to a relay daemon (`--relayd`): the session, per stream the
+    /// packets sent and the events lost on the way (ivtrace-relay's
+    /// `SessionStats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<serde_json::Value>,
 }
 
 impl EventLayout {

@@ -36,6 +36,9 @@ use crate::wait::{Wait, Woken};
 
 /// How often the slow checks (region withdrawn, the front end's) run.
 const SLOW_CHECK: Duration = Duration::from_millis(100);
+/// How often the guest's thread name table is re-read for the kernel
+/// expansion (it names threads no naming event drained so far names).
+const NAMES_REFRESH: Duration = Duration::from_secs(1);
 
 /// Why a recording ended (front ends word it for their users: the
 /// sidecar's `stop_reason`).
@@ -77,10 +80,11 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
         Ok(())
     }
 
-    /// The guest's thread name table, read once the drain is over: it
-    /// names the threads whose naming events the trace does not hold
-    /// (a flight recorder's rings wrapped past the state dump). Ignored
-    /// by default.
+    /// The guest's thread name table, read before the first pass, every
+    /// second while recording and once the drain is over: it names the
+    /// threads whose naming events the output has not seen (yet, or ever:
+    /// a flight recorder's rings wrapped past the state dump). Ignored by
+    /// default.
     fn thread_names(&mut self, _table: NameTable) {}
 
     /// The recording is over: the final clock and env, the metadata.
@@ -176,6 +180,7 @@ pub struct Engine<'a, O: Output> {
     heartbeat: u64,
     bytes: u64,
     handshake: HandshakeStats,
+    names_read: Instant,
 }
 
 /// What the checks after a pass decided.
@@ -204,12 +209,22 @@ impl<'a, O: Output> Engine<'a, O> {
             heartbeat: 0,
             bytes: 0,
             handshake: HandshakeStats::default(),
+            names_read: Instant::now(),
+        }
+    }
+
+    /// Hands the guest's current thread name table to the output.
+    fn refresh_names(&mut self) {
+        self.names_read = Instant::now();
+        if let Some(table) = read_thread_names(self.reader.region()) {
+            self.output.thread_names(table);
         }
     }
 
     /// Drains until something ends the recording, then flushes what was
     /// committed and takes the final clock mapping.
     pub fn run(mut self) -> Result<Recorded<O>> {
+        self.refresh_names();
         let reason = self.drain_until_stopped()?;
         self.finalize(reason)
     }
@@ -268,6 +283,9 @@ impl<'a, O: Output> Engine<'a, O> {
         if !protocol.still_formatted() {
             return Next::Stop(StopReason::Withdrawn);
         }
+        if self.names_read.elapsed() >= NAMES_REFRESH {
+            self.refresh_names();
+        }
         match self.hooks.slow_check(&self.reader, self.bytes) {
             Some(reason) => Next::Ending(reason),
             None => Next::Go,
@@ -313,11 +331,9 @@ impl<'a, O: Output> Engine<'a, O> {
     }
 
     fn finalize(mut self, reason: StopReason) -> Result<Recorded<O>> {
+        self.refresh_names();
         self.reader.flush_partial(&mut self.output)?;
         self.reader.finish(&mut self.output)?;
-        if let Some(table) = read_thread_names(self.reader.region()) {
-            self.output.thread_names(table);
-        }
         self.output.idle()?;
         let elapsed = self.started.elapsed();
         let clock = self

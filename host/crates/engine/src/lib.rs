@@ -24,6 +24,7 @@ pub mod engine;
 pub mod host;
 pub mod notify;
 pub mod region_wait;
+pub mod relay;
 pub mod session;
 pub mod wait;
 

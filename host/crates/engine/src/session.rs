@@ -338,6 +338,7 @@ pub fn build_sidecar(
         warnings: reader.meta().warnings.clone(),
         host_lost: None,
         kernel_expansion: writer.kernel_expansion().cloned(),
+        relay: None,
     }
 }
 

@@ -103,6 +103,8 @@ pub struct RecordArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub relay: crate::relayd::RelayArgs,
 }
 
 #[derive(Debug, clap::Args)]

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod control;
 pub mod ctl;
 pub mod record;
+pub mod relayd;
 pub mod report;
 pub mod serve;
 pub mod snapshot;

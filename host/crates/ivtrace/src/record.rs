@@ -186,6 +186,7 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         return Ok(0);
     };
     raise_file_limit();
+    let hub = args.relay.start()?;
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
     let host_side = match args.host_events {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
@@ -194,6 +195,7 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     let names = Names {
         out: &out,
         host: &host,
+        hub: hub.as_ref(),
     };
     record_region(region, args, names, &stop, host_side)
 }
@@ -203,6 +205,8 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
 struct Names<'a> {
     out: &'a Path,
     host: &'a str,
+    /// The relay sender, with `--relayd`.
+    hub: Option<&'a ivtrace_relay::Hub>,
 }
 
 fn record_region(
@@ -210,11 +214,18 @@ fn record_region(
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
-    host_side: Option<HostSide>,
+    mut host_side: Option<HostSide>,
 ) -> Result<u64> {
-    let Names { out, host } = names;
+    let Names { out, host, hub } = names;
     let mut clock = ivtrace_time::estimator_for(region.header());
-    let writer = session::ctf_writer_named(&region, out, &clock.initial(), host);
+    let mut writer = session::ctf_writer_named(&region, out, &clock.initial(), host);
+    let tap = hub.map(|hub| {
+        let tap = crate::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
+        if let Some(side) = host_side.as_mut() {
+            side.trace().lock().expect("not poisoned").set_tap(tap.clone());
+        }
+        tap
+    });
     let h = region.header();
     let mut hooks = RecordHooks {
         stop,
@@ -236,7 +247,7 @@ fn record_region(
     if rec.reason == StopReason::Withdrawn {
         eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
     }
-    finish_trace(rec, args, names, host_side)
+    finish_trace(rec, args, names, host_side, tap)
 }
 
 /// The recorded trace's env and metadata, the host trace, the sidecar,
@@ -246,8 +257,9 @@ fn finish_trace(
     args: &RecordArgs,
     names: Names,
     host_side: Option<HostSide>,
+    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
 ) -> Result<u64> {
-    let Names { out, host } = names;
+    let Names { out, host, .. } = names;
     let Recorded {
         reader,
         output: mut writer,
@@ -269,6 +281,7 @@ fn finish_trace(
         describe(reason),
     );
     sidecar.host_lost = host_lost;
+    sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out, args.json)?;
     Ok(session::events_seen(&sidecar))
