@@ -126,6 +126,8 @@ pub struct ServeArgs {
     /// Print each guest's summary as one JSON object per line on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub relay: crate::relayd::RelayArgs,
 }
 
 /// `64M`, `1G`, `65536`.
@@ -166,6 +168,8 @@ pub struct ServeConfig {
     /// Longest sleep without a doorbell (catches a region closed while
     /// the host slept, and anything else that does not ring).
     pub safety_timeout: Duration,
+    /// The relay sender (`--relayd`): every guest's recording streams to it.
+    pub relay: Option<ivtrace_relay::Hub>,
     print: Mutex<()>,
 }
 
@@ -314,8 +318,8 @@ impl Sockets {
     }
 }
 
-fn serve_config(args: &ServeArgs, size: u64) -> ServeConfig {
-    ServeConfig {
+fn serve_config(args: &ServeArgs, size: u64) -> Result<ServeConfig> {
+    Ok(ServeConfig {
         outroot: args.output.clone(),
         shm_dir: args.shm_dir.clone(),
         size,
@@ -325,8 +329,9 @@ fn serve_config(args: &ServeArgs, size: u64) -> ServeConfig {
         host_events: args.host_events,
         json: args.json,
         safety_timeout: Duration::from_secs(1),
+        relay: args.relay.start()?,
         print: Mutex::new(()),
-    }
+    })
 }
 
 /// SIGINT/SIGTERM write to a socket pair the accept loop polls.
@@ -365,7 +370,7 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
     let sockets = Sockets::bind(args)?;
     ivtrace_time::timebase::base(); // measure the host time base now
     let server = Server {
-        cfg: Arc::new(serve_config(args, size)),
+        cfg: Arc::new(serve_config(args, size)?),
         stop: Arc::new(AtomicBool::new(false)),
         registry: Arc::new(Registry::default()),
     };

@@ -55,6 +55,8 @@ struct Observed {
     notify: NotifyStats,
     host_counts: Vec<u64>,
     host_event_stats: Option<ivtrace_tracefs::host::HostEventStats>,
+    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    relay: Option<Value>,
 }
 
 /// Records one formatted region until something ends it.
@@ -73,7 +75,13 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
     );
     g.log(&clock.describe());
     let (host, stream) = host_side(g, &out)?;
-    let writer = session::ctf_writer_named(&region, &out, &clock.initial_mapping(), &g.name);
+    let mut writer = session::ctf_writer_named(&region, &out, &clock.initial_mapping(), &g.name);
+    let tap = g.cfg.relay.as_ref().map(|hub| {
+        let freq = region.header().clock.freq_hz;
+        let tap = crate::relayd::attach(hub, &g.name, freq, &mut writer);
+        host.trace().lock().expect("not poisoned").set_tap(tap.clone());
+        tap
+    });
     let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
     let notify_before = waiter.stats();
     let mut hooks = ServeHooks {
@@ -96,6 +104,8 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
         notify: notify_since(waiter.stats(), notify_before, &rec, received),
         host_counts: Vec::new(),
         host_event_stats: None,
+        tap,
+        relay: None,
     };
     finish(g, rec, &clock, host, &mut observed)
 }
@@ -201,6 +211,10 @@ fn finish(
     Output::finish(output, mapping, env, reader.classes())?;
     observed.host_event_stats = stop_host_events(g, &mut host);
     observed.host_counts = host.finish()?;
+    observed.relay = observed
+        .tap
+        .take()
+        .map(|t| crate::relayd::close(&t, |m| g.log(m)));
     let mut sidecar = session::build_sidecar(
         &rec.reader,
         &rec.output.writer,
@@ -210,6 +224,7 @@ fn finish(
         rec.elapsed,
         describe(rec.reason),
     );
+    sidecar.relay = observed.relay.clone();
     sidecar.host_lost = observed
         .host_event_stats
         .as_ref()
