@@ -10,12 +10,16 @@
 //! replaced atomically (a hidden temporary, then rename), metadata
 //! whenever new event classes appear.
 //!
-//! Kernel packets (stream class 0) are expanded as they arrive
-//! ([`crate::kernel::online`]) and written to `DIR/kernel/`; the kernel
-//! metadata grows (by whole event declarations) as system calls appear.
+//! Kernel packets (stream class 0) are staged in their wire form in
+//! `DIR/.kernel-wire/` while recording and expanded into `DIR/kernel/` by
+//! [`CtfWriter::finish`] (see [`crate::kernel`] for why), unless the
+//! writer streams ([`CtfWriter::set_tap`], a relay connection): then they
+//! are expanded as they arrive ([`crate::kernel::online`]), written to
+//! `DIR/kernel/` at once, and the kernel metadata grows (by whole event
+//! declarations) as system calls appear.
 //!
-//! A [`PacketTap`] (a relay connection) gets every packet exactly as it
-//! is written to its file, and every metadata text as it is written.
+//! A [`PacketTap`] gets every packet exactly as it is written to its file,
+//! and every metadata text as it is written.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -31,7 +35,7 @@ use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::PacketSink;
 
 use crate::kernel::online::OnlineKernel;
-use crate::kernel::KernelExpansion;
+use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::sidecar::{Sidecar, SIDECAR_NAME};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
 use ivtrace_time::ClockMapping;
@@ -45,6 +49,14 @@ pub trait PacketTap: Send + Sync {
     fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>);
     /// One packet as written to `file`, holding `events` events.
     fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], events: u64);
+}
+
+/// The online kernel expansion of a streaming writer.
+struct Online {
+    kernel: OnlineKernel,
+    /// Events of kernel packets that did not walk, per channel (in every
+    /// later packet's `events_discarded`).
+    lost: BTreeMap<u32, u64>,
 }
 
 /// Buffer per stream file; packets larger than this bypass it.
@@ -93,6 +105,7 @@ struct StreamFile {
     rel: String,
     /// Where it is written while recording (kernel: the staging directory).
     path: PathBuf,
+    stream: u32,
     out: BufWriter<File>,
 }
 
@@ -110,11 +123,12 @@ pub struct CtfWriter {
     /// written for (None: directory not created yet).
     metadata_generation: [Option<u64>; 2],
     files: Vec<Option<StreamFile>>,
-    /// The kernel stream's expansion (its output classes, its counters).
-    kernel: OnlineKernel,
-    /// Events of kernel packets that did not walk, per channel (in every
-    /// later packet's `events_discarded`).
-    kernel_lost: BTreeMap<u32, u64>,
+    /// The kernel stream once expanded (then `DIR/kernel/` exists).
+    kernel: Option<Expanded>,
+    /// The guest's thread name table, if the front end read one.
+    name_table: Option<NameTable>,
+    /// Set when streaming: kernel packets are expanded as they arrive.
+    online: Option<Online>,
     tap: Option<Arc<dyn PacketTap>>,
 }
 
@@ -176,50 +190,66 @@ impl CtfWriter {
             metadata_generation: [None, None],
             // One more than the channels: the no-channel stream.
             files: (0..=nr_channels).map(|_| None).collect(),
-            kernel: OnlineKernel::default(),
-            kernel_lost: BTreeMap::new(),
+            kernel: None,
+            name_table: None,
+            online: None,
             tap: None,
         }
     }
 
-    /// Sends every packet and metadata text written from now on to `tap`
-    /// too.
+    /// Streams: every packet and metadata text written from now on goes to
+    /// `tap` too, and kernel packets are expanded as they arrive (call
+    /// before the first packet).
     pub fn set_tap(&mut self, tap: Arc<dyn PacketTap>) {
         self.tap = Some(tap);
+        self.online = Some(Online {
+            kernel: OnlineKernel::default(),
+            lost: BTreeMap::new(),
+        });
     }
 
-    /// Directory of a stream class's files.
+    /// Directory a stream class's files are written to while recording.
     fn write_dir(&self, stream: u32) -> PathBuf {
-        self.root.join(stream_dir(stream))
+        if stream == abi::IVT_STREAM_KERNEL && self.kernel.is_none() && self.online.is_none() {
+            self.root.join(STAGING_DIR)
+        } else {
+            self.root.join(stream_dir(stream))
+        }
     }
 
     /// The event classes a stream class's output declares: the expanded
-    /// ones for the kernel, else `classes`'.
+    /// ones for the kernel once [`CtfWriter::finish`] ran, else `classes`'.
     pub fn output_classes<'a>(
         &'a self,
         stream: u32,
         classes: &'a EventClasses,
     ) -> &'a StreamClasses {
-        if stream == abi::IVT_STREAM_KERNEL {
-            self.kernel.classes()
-        } else {
-            classes.stream(stream)
+        if stream != abi::IVT_STREAM_KERNEL {
+            return classes.stream(stream);
+        }
+        match (&self.kernel, &self.online) {
+            (Some(k), _) => &k.classes,
+            (None, Some(o)) => o.kernel.classes(),
+            (None, None) => classes.stream(stream),
         }
     }
 
-    /// What the kernel expansion did, if the trace has a kernel stream.
+    /// What the kernel expansion did: once it ran, or so far when online.
     pub fn kernel_expansion(&self) -> Option<&KernelExpansion> {
         let slot = abi::IVT_STREAM_KERNEL as usize;
-        self.metadata_generation[slot].map(|_| &self.kernel.stats)
+        match (&self.kernel, &self.online) {
+            (Some(k), _) => Some(&k.stats),
+            (None, Some(o)) => self.metadata_generation[slot].map(|_| &o.kernel.stats),
+            (None, None) => None,
+        }
     }
 
-    /// The generation a stream class's metadata follows: the kernel's
-    /// output classes grow on their own.
+    /// The generation a stream class's metadata follows: the online kernel
+    /// expansion's output classes grow on their own.
     fn generation_of(&self, stream: u32, classes: &EventClasses) -> u64 {
-        if stream == abi::IVT_STREAM_KERNEL {
-            self.kernel.generation()
-        } else {
-            classes.generation()
+        match &self.online {
+            Some(o) if stream == abi::IVT_STREAM_KERNEL => o.kernel.generation(),
+            _ => classes.generation(),
         }
     }
 
@@ -265,8 +295,12 @@ impl CtfWriter {
         };
         let output = self.output_classes(stream, classes);
         let text = tsdl::metadata(&desc, stream, output);
-        write_atomically(&self.write_dir(stream), "metadata", text.as_bytes())?;
-        if let Some(tap) = &self.tap {
+        // Staged wire packets get their metadata under another name, so
+        // CTF readers do not take the staging directory for a trace.
+        let staged = kernel && self.kernel.is_none() && self.online.is_none();
+        let name = if staged { WIRE_METADATA } else { "metadata" };
+        write_atomically(&self.write_dir(stream), name, text.as_bytes())?;
+        if let (Some(tap), false) = (&self.tap, staged) {
             tap.metadata(stream_dir(stream), &text, Some(output));
         }
         self.metadata_generation[stream as usize] = Some(self.generation_of(stream, classes));
@@ -302,6 +336,7 @@ impl CtfWriter {
             self.files[chan as usize] = Some(StreamFile {
                 rel,
                 path,
+                stream,
                 out: BufWriter::with_capacity(STREAM_BUFFER, f),
             });
         }
@@ -328,67 +363,63 @@ impl CtfWriter {
         Ok(())
     }
 
-    /// Gives the expansion the guest's thread name table as read now
-    /// (`ivtrace_region::names::read_thread_names`): it names the threads
-    /// no naming event drained so far names. The engine re-reads it while
-    /// recording.
+    /// Gives the expansion the guest's thread name table
+    /// (`ivtrace_region::names::read_thread_names`), which names the threads
+    /// that no naming event in the trace names (a salvaged flight
+    /// recorder). Call before [`CtfWriter::finish`].
     pub fn set_thread_name_table(&mut self, table: NameTable) {
-        self.kernel.set_table(&table);
+        if let Some(o) = &mut self.online {
+            o.kernel.set_table(&table);
+        }
+        self.name_table = Some(table);
     }
 
-    /// Flushes every stream file and rewrites the metadata (final clock
-    /// and env).
+    /// Flushes every stream file, expands the staged kernel stream into
+    /// `DIR/kernel/` and rewrites the metadata.
     pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         for f in self.files.iter_mut().flatten() {
             f.out.flush().map_err(write_err(&f.path))?;
         }
+        self.expand_kernel(classes)?;
         self.write_metadata(classes)
     }
 
-    /// A kernel packet, expanded; one that does not walk becomes an empty
-    /// packet with its header (the stream's sequence has no gap) and its
-    /// events are counted as lost, in every later packet's
-    /// `events_discarded` too.
-    fn kernel_packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
-        let wire = classes.stream(abi::IVT_STREAM_KERNEL);
-        let mut out = match self.kernel.packet(wire, classes.generation(), bytes) {
-            Some(p) => p.to_vec(),
-            None => self.skipped_kernel_packet(chan, bytes),
-        };
-        if let Some(&lost) = self.kernel_lost.get(&chan) {
-            let at = abi::pkt::EVENTS_DISCARDED;
-            let v = crate::kernel::wire::le_u64(&out, at)
-                .saturating_add(lost)
-                .min(i64::MAX as u64);
-            abi::put_u64(&mut out, at, v);
+    /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
+    fn expand_kernel(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+        let slot = abi::IVT_STREAM_KERNEL as usize;
+        if self.kernel.is_some() || self.online.is_some() || self.metadata_generation[slot].is_none() {
+            return Ok(());
         }
-        out
-    }
-
-    fn skipped_kernel_packet(&mut self, chan: u32, pkt: &[u8]) -> Vec<u8> {
-        use ivtrace_region::packet::PacketHeader;
-        let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
-        let events = match h.event_count {
-            abi::IVT_EVENT_COUNT_UNKNOWN => 0,
-            n => n as u64,
-        };
-        let stats = &mut self.kernel.stats;
-        stats.packets_skipped += 1;
-        stats.events_lost = stats.events_lost.saturating_add(events);
-        let n = stats.lost_by_channel.entry(chan).or_default();
-        *n = n.saturating_add(events);
-        let n = self.kernel_lost.entry(chan).or_default();
-        *n = n.saturating_add(events);
-        let empty = PacketHeader {
-            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
-            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
-            event_count: 0,
-            timestamp_end: h.timestamp_begin,
-            ..h
-        };
-        let mut out = vec![0u8; abi::PACKET_HDR_SIZE];
-        empty.write(&mut out);
-        out
+        // The wire metadata stays next to the staged packets until the end.
+        self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)?;
+        let staging = self.root.join(STAGING_DIR);
+        let out_dir = self.root.join(stream_dir(abi::IVT_STREAM_KERNEL));
+        fs::create_dir(&out_dir).map_err(create_err(&out_dir))?;
+        let staged: Vec<Staged> = self
+            .files
+            .iter()
+            .enumerate()
+            .filter_map(|(c, f)| {
+                let f = f.as_ref().filter(|f| f.stream == abi::IVT_STREAM_KERNEL)?;
+                Some(Staged {
+                    chan: c as u32,
+                    wire: f.path.clone(),
+                    out: self.root.join(&f.rel),
+                })
+            })
+            .collect();
+        let wire = classes.stream(abi::IVT_STREAM_KERNEL);
+        let expanded =
+            kernel::expand(wire, &staged, self.name_table.as_ref()).map_err(write_err(&out_dir))?;
+        self.kernel = Some(expanded);
+        for f in self.files.iter_mut().flatten() {
+            if f.stream == abi::IVT_STREAM_KERNEL {
+                f.path = self.root.join(&f.rel);
+            }
+        }
+        self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)?;
+        kernel::remove_staging(&staging);
+        Ok(())
     }
 
     /// Writes the sidecar (atomically).
@@ -409,12 +440,19 @@ impl PacketSink for CtfWriter {
         bytes: &[u8],
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
+        if stream == abi::IVT_STREAM_KERNEL && self.kernel.is_some() {
+            return Err(CtfError::Write {
+                path: self.root.join(STAGING_DIR).display().to_string(),
+                source: io::Error::other("kernel packet after the kernel stream was expanded"),
+            });
+        }
         let expanded;
-        let bytes = if stream == abi::IVT_STREAM_KERNEL {
-            expanded = self.kernel_packet(chan, bytes, classes);
-            &expanded[..]
-        } else {
-            bytes
+        let bytes = match &mut self.online {
+            Some(o) if stream == abi::IVT_STREAM_KERNEL => {
+                expanded = o.packet(chan, bytes, classes);
+                &expanded[..]
+            }
+            _ => bytes,
         };
         self.ensure_metadata(stream, classes)?;
         self.stream_file(chan, stream)?;
@@ -423,10 +461,58 @@ impl PacketSink for CtfWriter {
             .expect("created by stream_file");
         f.out.write_all(bytes).map_err(write_err(&f.path))?;
         if let Some(tap) = &self.tap {
-            let events = crate::kernel::wire::le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
+            let events = kernel::wire::le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
             let name = f.rel.rsplit('/').next().unwrap_or(&f.rel);
             tap.packet(stream_dir(stream), name, bytes, events);
         }
         Ok(())
+    }
+}
+
+impl Online {
+    /// A kernel packet, expanded; one that does not walk becomes an empty
+    /// packet with its header (the stream's sequence has no gap) and its
+    /// events are counted as lost, in every later packet's
+    /// `events_discarded` too.
+    fn packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
+        let wire = classes.stream(abi::IVT_STREAM_KERNEL);
+        let mut out = match self.kernel.packet(wire, classes.generation(), bytes) {
+            Some(p) => p.to_vec(),
+            None => self.skipped(chan, bytes),
+        };
+        if let Some(&lost) = self.lost.get(&chan) {
+            let at = abi::pkt::EVENTS_DISCARDED;
+            let v = kernel::wire::le_u64(&out, at)
+                .saturating_add(lost)
+                .min(i64::MAX as u64);
+            abi::put_u64(&mut out, at, v);
+        }
+        out
+    }
+
+    fn skipped(&mut self, chan: u32, pkt: &[u8]) -> Vec<u8> {
+        use ivtrace_region::packet::PacketHeader;
+        let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
+        let events = match h.event_count {
+            abi::IVT_EVENT_COUNT_UNKNOWN => 0,
+            n => n as u64,
+        };
+        let stats = &mut self.kernel.stats;
+        stats.packets_skipped += 1;
+        stats.events_lost = stats.events_lost.saturating_add(events);
+        let n = stats.lost_by_channel.entry(chan).or_default();
+        *n = n.saturating_add(events);
+        let n = self.lost.entry(chan).or_default();
+        *n = n.saturating_add(events);
+        let empty = PacketHeader {
+            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            event_count: 0,
+            timestamp_end: h.timestamp_begin,
+            ..h
+        };
+        let mut out = vec![0u8; abi::PACKET_HDR_SIZE];
+        empty.write(&mut out);
+        out
     }
 }
