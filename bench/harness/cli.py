@@ -8,6 +8,8 @@ Presets:
               over the network, SSH, 9p and virtio-serial, five workloads, in one guest
               (alias: eval)
   doorbell    guest -> host doorbells: rate, round trip, doorbells per MB of trace
+  relay       1, 8 and 64 simulated guests through ivtrace serve to disk and to lttng-relayd:
+              events/s, MB/s, daemon CPU per GB, memory per guest
 
 Every preset takes --quick (a short smoke run, written as *-quick.json: never cited) and
 -o FILE (default bench/results/PRESET/<date>-<host>[-quick].json). A full run written to
@@ -26,9 +28,9 @@ from pathlib import Path
 
 import ivtvm
 
-from . import BenchError, Prerequisite, doorbell, evaluation, guest, history, native, results
+from . import BenchError, Prerequisite, doorbell, evaluation, guest, history, native, relay, results
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, relay)}
 ALIASES = {"eval": "evaluation"}
 
 
