@@ -72,8 +72,15 @@ def doorbell_headline(data: dict) -> dict:
             "rtt_p50_us_host_busy_reads": p50("host busy-reads")}
 
 
+def relay_headline(data: dict) -> dict:
+    flat = [x for x in data.get("runs", []) if x["load"] == "flat out"]
+    return {f"{x['guests']}_{x['sink']}_M_events_per_s": r(x["events_per_s"] / 1e6, 2)
+            for x in flat}
+
+
 HEADLINES = {"native": native_headline, "guest": guest_headline,
-             "evaluation": evaluation_headline, "doorbell": doorbell_headline}
+             "evaluation": evaluation_headline, "doorbell": doorbell_headline,
+             "relay": relay_headline}
 
 
 def entry(rec: dict, path: Path) -> dict:

@@ -20,7 +20,7 @@ from harness import history, results
 from harness.results import ROOT, RESULTS, portable
 from harness.stats import summarize
 
-from . import doorbell, evaluation, guest, native, plots
+from . import doorbell, evaluation, guest, native, plots, relay
 
 PAGE = ROOT / "docs" / "performance.md"
 
@@ -155,6 +155,8 @@ def render(write_plots: bool) -> str:
         guest.section(recs["guest"], rel["guest"], out)
     if "doorbell" in recs:
         doorbell.section(out, recs["doorbell"], rel["doorbell"])
+    if "relay" in recs:
+        relay.section(out, recs["relay"], rel["relay"])
     section_history(out)
     return portable("\n".join(out).rstrip() + "\n")
 

@@ -448,6 +448,32 @@ static void ivshmem_connect(struct opts *o)
 }
 
 /*
+ * A guest module formats its region long after QEMU connected, and the
+ * server notices within its format poll; a simulated guest is faster than
+ * that. Wait (up to 10 s) until the host's heartbeat moves, as a guest's
+ * events would wait in the rings anyway, so that a short run is not over
+ * before the server started recording it.
+ */
+static void wait_for_host(struct ivt_region *r)
+{
+	const volatile uint64_t *hb;
+	struct ivt_region_info ri;
+	uint64_t t0 = now_ns();
+
+	ivt_region_info(r, &ri);
+	hb = (const volatile uint64_t *)((const char *)ri.base +
+		offsetof(struct ivt_region_hdr, host_heartbeat));
+	/* Relaxed is enough: only a change is looked for, nothing read after it. */
+	while (__atomic_load_n(hb, __ATOMIC_RELAXED) == 0) {
+		if (now_ns() - t0 > 10000000000ull) {
+			fprintf(stderr, PROG ": the host never started draining (10 s): writing anyway\n");
+			return;
+		}
+		usleep(1000);
+	}
+}
+
+/*
  * May a file that is not a valid region be formatted over? Yes if it is
  * missing, empty, ours (a region magic, or a zeroed start), or on tmpfs
  * (where regions live); a non-empty foreign file elsewhere is refused.
@@ -761,6 +787,8 @@ int main(int argc, char **argv)
 
 	r = open_region(&o);
 	register_payload(r, &o, &ev);
+	if (o.ivshmem_socket)
+		wait_for_host(r);
 	for (i = 0; i < o.threads; i++)
 		w[i] = (struct worker){ .t = i, .o = &o, .ev = &ev,
 					.region = r, .ramp = ramp };

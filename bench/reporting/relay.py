@@ -1,0 +1,44 @@
+"""The relay preset's section of docs/performance.md: many guests through one `ivtrace serve`,
+to disk and to lttng-relayd."""
+
+
+def kib(v):
+    return "-" if v is None else f"{v / 1024:.1f}"
+
+
+def section(out: list, rec: dict, src: str) -> None:
+    d, m = rec["data"], rec["machine"]
+    q = d.get("quiet", {})
+    out.append("## Many guests, one daemon, to disk and to lttng-relayd\n")
+    out.append(f"From `{src}` (run of {rec['date']}). Reproduce: `{rec['command']}`, as root. "
+               f"Host: {m['cpu'].get('model_name')}, {m['cpus']} CPUs, kernel {m['kernel']}; "
+               f"lttng-tools {m['versions'].get('lttng-tools')}; ivtrace "
+               f"{str(rec['git']['commit'])[:12]}. Load average when it started: "
+               f"{q.get('loadavg_at_start')} ({'quiet' if q.get('quiet') else 'NOT quiet: other '
+               'jobs ran on this machine, so rates and CPU are upper bounds of the cost'}).\n")
+    out.append("Each guest is simulated: `ivtrace-loadgen --ivshmem-socket` does QEMU's "
+               "handshake with `ivtrace serve`, formats the region it receives with libivtrace "
+               "and writes from 2 threads (2 channels, 8 x 64 KiB packets each, "
+               f"{d.get('event_size', 32)}-byte payloads). \"disk\": serve writes the traces "
+               "to tmpfs; \"relay\": the same, and streams every packet to a local "
+               "lttng-relayd (its output on tmpfs too). Paced: one aggregate rate split over "
+               "the guests (CPU per GB comparable as guests are added). Flat out: every writer "
+               "as fast as it can; what the writers lose (discard mode) is counted. Rates are "
+               "recorded events (bytes) over the writers' run time; CPU is the serve "
+               "process's (all threads, its whole life, from wait4); memory per guest is the "
+               "peak resident size above an idle serve's, divided by the guests.\n")
+    out.append("| load | guests | sink | offered ev/s | recorded M ev/s | MB/s | serve CPU s | "
+               "CPU s per GB | relayd CPU s | memory per guest (MiB) | relay queue peak (MiB) "
+               "| lost (writers + serve) | lost on the way to the relay |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in d["runs"]:
+        off = "-" if not r["offered_per_s"] else f"{r['offered_per_s']:,}"
+        cpg = "-" if r["cpu_s_per_gb"] is None else f"{r['cpu_s_per_gb']:.2f}"
+        rcpu = "-" if r.get("relayd_cpu_s") is None else f"{r['relayd_cpu_s']:.2f}"
+        out.append(f"| {r['load']} | {r['guests']} | {r['sink']} | {off} | "
+                   f"{r['events_per_s'] / 1e6:.2f} | {r['mb_per_s']:.1f} | "
+                   f"{r['serve_cpu_s']:.2f} | {cpg} | {rcpu} | "
+                   f"{r['rss_per_guest_kb'] / 1024:.2f} | "
+                   f"{r['relay_queue_high_water'] / 2**20:.1f} | {r['lost_local']:,} | "
+                   f"{r['lost_relay']:,} |")
+    out.append("")
