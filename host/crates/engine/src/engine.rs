@@ -169,18 +169,54 @@ pub struct Recorded<O> {
     pub handshake: HandshakeStats,
 }
 
-/// One recording: a reader, an output and the front end's parts.
-pub struct Engine<'a, O: Output> {
+/// The front end's parts of a recording, borrowed for a step or a whole
+/// run.
+pub struct Parts<'a> {
+    pub clock: &'a mut dyn ClockSync,
+    pub wait: &'a mut dyn Wait,
+    pub hooks: &'a mut dyn Hooks,
+}
+
+/// What one [`Core::step`] left to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The pass found packets (or a last pass is due): step again.
+    Again,
+    /// Nothing to do: wait for the front end's waiter (its doorbells, its
+    /// descriptors) for at most this long, then call [`Core::woke`] with
+    /// what the wait returned. With doorbells the sleep is announced
+    /// already.
+    Block(Duration),
+    /// The recording is over: [`Core::finalize`].
+    Ended(StopReason),
+}
+
+/// The state of one recording, stepped by a front end: [`Engine::run`]
+/// steps it on its own thread; `ivtrace serve` steps many of them on a
+/// bounded pool of threads, parking each between its steps
+/// ([`Step::Block`]) where its waiter's descriptors are watched.
+pub struct Core<O: Output> {
     reader: Reader,
     output: O,
-    clock: &'a mut dyn ClockSync,
-    wait: &'a mut dyn Wait,
-    hooks: &'a mut dyn Hooks,
     started: Instant,
     heartbeat: u64,
     bytes: u64,
     handshake: HandshakeStats,
     names_read: Instant,
+    last_slow: Instant,
+    /// The writer's side went: one more pass, then stop.
+    ending: Option<StopReason>,
+    /// The sleep is announced (`host_sleeping` set) until the next wake.
+    doorbell_sleep: bool,
+    /// The first step has not run yet.
+    fresh: bool,
+}
+
+/// One recording run on the calling thread: a [`Core`] and the front
+/// end's parts.
+pub struct Engine<'a, O: Output> {
+    core: Core<O>,
+    parts: Parts<'a>,
 }
 
 /// What the checks after a pass decided.
@@ -200,17 +236,46 @@ impl<'a, O: Output> Engine<'a, O> {
         hooks: &'a mut dyn Hooks,
     ) -> Engine<'a, O> {
         Engine {
+            core: Core::new(reader, output),
+            parts: Parts { clock, wait, hooks },
+        }
+    }
+
+    /// Drains until something ends the recording, then flushes what was
+    /// committed and takes the final clock mapping.
+    pub fn run(mut self) -> Result<Recorded<O>> {
+        loop {
+            match self.core.step(&mut self.parts)? {
+                Step::Again => {}
+                Step::Block(limit) => {
+                    let woken = self.parts.wait.block(limit);
+                    self.core.woke(&mut self.parts, woken)?;
+                }
+                Step::Ended(reason) => return self.core.finalize(&mut self.parts, reason),
+            }
+        }
+    }
+}
+
+impl<O: Output> Core<O> {
+    pub fn new(reader: Reader, output: O) -> Core<O> {
+        Core {
             reader,
             output,
-            clock,
-            wait,
-            hooks,
             started: Instant::now(),
             heartbeat: 0,
             bytes: 0,
             handshake: HandshakeStats::default(),
             names_read: Instant::now(),
+            last_slow: Instant::now(),
+            ending: None,
+            doorbell_sleep: false,
+            fresh: true,
         }
+    }
+
+    pub fn reader(&self) -> &Reader {
+        &self.reader
     }
 
     /// Hands the guest's current thread name table to the output.
@@ -221,41 +286,35 @@ impl<'a, O: Output> Engine<'a, O> {
         }
     }
 
-    /// Drains until something ends the recording, then flushes what was
-    /// committed and takes the final clock mapping.
-    pub fn run(mut self) -> Result<Recorded<O>> {
-        self.refresh_names();
-        let reason = self.drain_until_stopped()?;
-        self.finalize(reason)
-    }
-
-    fn drain_until_stopped(&mut self) -> Result<StopReason> {
-        let mut ending: Option<StopReason> = None;
-        let mut last_slow = Instant::now();
-        loop {
-            let pass = self.pass()?;
-            self.heartbeat += 1;
-            self.reader.region().protocol().heartbeat(self.heartbeat);
-            if let Some(reason) = ending {
-                return Ok(reason);
-            }
-            match self.check(&mut last_slow) {
-                Next::Stop(reason) => return Ok(reason),
-                Next::Ending(reason) => {
-                    ending = Some(reason);
-                    continue;
-                }
-                Next::Go => {}
-            }
-            self.hooks.between_passes(&self.reader)?;
-            self.sync_if_due()?;
-            if pass.packets > 0 {
-                self.wait.busy();
-                continue;
-            }
-            self.output.idle()?;
-            ending = self.wait()?;
+    /// One turn of the loop: a drain pass and the checks after it; when it
+    /// found nothing, the sleep handshake up to the wait, which the caller
+    /// does (and reports to [`Core::woke`]).
+    pub fn step(&mut self, p: &mut Parts) -> Result<Step> {
+        if std::mem::take(&mut self.fresh) {
+            self.refresh_names();
         }
+        let pass = self.pass()?;
+        self.heartbeat += 1;
+        self.reader.region().protocol().heartbeat(self.heartbeat);
+        if let Some(reason) = self.ending {
+            return Ok(Step::Ended(reason));
+        }
+        match self.check(p) {
+            Next::Stop(reason) => return Ok(Step::Ended(reason)),
+            Next::Ending(reason) => {
+                self.ending = Some(reason);
+                return Ok(Step::Again);
+            }
+            Next::Go => {}
+        }
+        p.hooks.between_passes(&self.reader)?;
+        self.sync_if_due(p)?;
+        if pass.packets > 0 {
+            p.wait.busy();
+            return Ok(Step::Again);
+        }
+        self.output.idle()?;
+        self.prepare_wait(p)
     }
 
     /// One drain pass over every channel.
@@ -268,75 +327,86 @@ impl<'a, O: Output> Engine<'a, O> {
     /// The stop conditions, in order: the front end's request, the
     /// writer's close, then every [`SLOW_CHECK`] the region's magic and
     /// the front end's slow checks.
-    fn check(&mut self, last_slow: &mut Instant) -> Next {
-        if let Some(reason) = self.hooks.stop_requested() {
+    fn check(&mut self, p: &mut Parts) -> Next {
+        if let Some(reason) = p.hooks.stop_requested() {
             return Next::Stop(reason);
         }
         let protocol = self.reader.region().protocol();
         if protocol.writer_closed() {
             return Next::Ending(StopReason::Closed);
         }
-        if last_slow.elapsed() < SLOW_CHECK {
+        if self.last_slow.elapsed() < SLOW_CHECK {
             return Next::Go;
         }
-        *last_slow = Instant::now();
+        self.last_slow = Instant::now();
         if !protocol.still_formatted() {
             return Next::Stop(StopReason::Withdrawn);
         }
         if self.names_read.elapsed() >= NAMES_REFRESH {
             self.refresh_names();
         }
-        match self.hooks.slow_check(&self.reader, self.bytes) {
+        match p.hooks.slow_check(&self.reader, self.bytes) {
             Some(reason) => Next::Ending(reason),
             None => Next::Go,
         }
     }
 
-    fn sync_if_due(&mut self) -> Result<()> {
-        if self.clock.until_due() != Some(Duration::ZERO) {
+    fn sync_if_due(&mut self, p: &mut Parts) -> Result<()> {
+        if p.clock.until_due() != Some(Duration::ZERO) {
             return Ok(());
         }
-        match self.clock.exchange(self.reader.region()) {
-            Some(point) => self.hooks.synced(&point),
+        match p.clock.exchange(self.reader.region()) {
+            Some(point) => p.hooks.synced(&point),
             None => Ok(()),
         }
     }
 
-    /// Waits for more; with doorbells, the host half of the sleep
-    /// handshake around the wait. Returns why to end, if the waiter saw
-    /// the writer's side go.
-    fn wait(&mut self) -> Result<Option<StopReason>> {
-        let limit = self
+    /// Before a wait: with doorbells, the host half of the sleep handshake
+    /// (announce, re-check every channel; a hit means no wait).
+    fn prepare_wait(&mut self, p: &mut Parts) -> Result<Step> {
+        let limit = p
             .clock
             .until_due()
             .unwrap_or(Duration::MAX)
-            .min(self.hooks.max_wait());
-        let doorbell = self.wait.doorbell();
-        if doorbell {
+            .min(p.hooks.max_wait());
+        if p.wait.doorbell() {
             self.handshake.sleep_attempts += 1;
             self.reader.region().protocol().announce_sleep();
             if self.pass()?.packets > 0 {
                 self.handshake.recheck_hits += 1;
                 self.reader.region().protocol().awake();
-                return Ok(None);
+                return Ok(Step::Again);
             }
+            self.doorbell_sleep = true;
         }
-        let woken = self.wait.block(limit);
-        if doorbell {
+        Ok(Step::Block(limit))
+    }
+
+    /// The wait of a [`Step::Block`] ended with `woken`.
+    pub fn woke(&mut self, p: &mut Parts, woken: Result<Woken>) -> Result<()> {
+        if std::mem::take(&mut self.doorbell_sleep) {
             self.reader.region().protocol().awake();
         }
         let woken = woken?;
-        self.hooks.woken(&woken)?;
-        Ok(woken.ending)
+        p.hooks.woken(&woken)?;
+        if woken.ending.is_some() {
+            self.ending = woken.ending;
+        }
+        Ok(())
     }
 
-    fn finalize(mut self, reason: StopReason) -> Result<Recorded<O>> {
+    /// Flushes the committed prefixes of open packets, the final losses,
+    /// and takes the final clock mapping.
+    pub fn finalize(mut self, p: &mut Parts, reason: StopReason) -> Result<Recorded<O>> {
+        if std::mem::take(&mut self.doorbell_sleep) {
+            self.reader.region().protocol().awake();
+        }
         self.refresh_names();
         self.reader.flush_partial(&mut self.output)?;
         self.reader.finish(&mut self.output)?;
         self.output.idle()?;
         let elapsed = self.started.elapsed();
-        let clock = self
+        let clock = p
             .clock
             .final_mapping(self.reader.region(), reason.writer_may_answer());
         Ok(Recorded {
