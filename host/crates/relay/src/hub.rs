@@ -47,7 +47,8 @@ const OFF_DISCARDED: usize = 56;
 /// Packets sent per session per turn before the next session's.
 const TURN_PACKETS: usize = 64;
 const RETRY: Duration = Duration::from_secs(1);
-/// How long a closing session may wait for a relay to take its queue.
+/// How long a closing session may wait for a connected relay to take its
+/// queue.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
 fn le64(b: &[u8], at: usize) -> u64 {
@@ -454,7 +455,6 @@ struct Link {
     meta_handles: Vec<Option<u64>>,
     meta_sent: Vec<usize>,
     wires: Vec<Wire>,
-    close_deadline: Option<Instant>,
 }
 
 struct Sender {
@@ -504,7 +504,6 @@ impl Sender {
                 meta_handles: Vec::new(),
                 meta_sent: Vec::new(),
                 wires: Vec::new(),
-                close_deadline: None,
             });
         }
     }
@@ -535,11 +534,11 @@ impl Link {
     /// Returns whether packets are still waiting.
     fn service(&mut self, opts: &RelayOptions, tick: bool) -> bool {
         let closing = self.session.lock().closing;
-        if closing && self.close_deadline.is_none() {
-            self.close_deadline = Some(Instant::now() + CLOSE_GRACE);
-        }
         if self.conn.is_none() && !self.try_connect(opts) {
-            if closing && self.close_deadline.is_some_and(|d| Instant::now() >= d) {
+            // A recording that ends while the relay is away does not wait
+            // for it (its worker has other guests): what is queued is
+            // counted as dropped.
+            if closing {
                 self.give_up();
             }
             return false;

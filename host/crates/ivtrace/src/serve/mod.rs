@@ -25,6 +25,7 @@ pub mod access;
 pub mod ctlsock;
 pub mod guest;
 pub mod hostlog;
+pub mod pool;
 pub mod proto;
 pub mod recording;
 
@@ -37,7 +38,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -126,6 +126,10 @@ pub struct ServeArgs {
     /// Print each guest's summary as one JSON object per line on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Threads that drain the guests (every guest is recorded by this pool, not
+    /// a thread of its own) [default: the CPUs available].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub drain_threads: Option<u32>,
     #[command(flatten)]
     pub relay: crate::relayd::RelayArgs,
 }
@@ -196,12 +200,13 @@ pub struct GuestEntry {
     pub requests: mpsc::Sender<guest::Request>,
     pub wake: Arc<EventFd>,
     pub status: Arc<Mutex<guest::GuestStatus>>,
-    thread: Option<JoinHandle<()>>,
+    /// Set when the guest's task is done (its traces finalized).
+    done: Arc<AtomicBool>,
 }
 
 impl GuestEntry {
     pub fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
+        self.done.load(Ordering::Acquire)
     }
     fn wake(&self) {
         let _ = self.wake.write(1);
@@ -369,10 +374,15 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
         .with_context(|| format!("cannot create {}", args.output.display()))?;
     let sockets = Sockets::bind(args)?;
     ivtrace_time::timebase::base(); // measure the host time base now
+    let workers = args.drain_threads.map_or_else(
+        || std::thread::available_parallelism().map_or(2, |n| n.get()),
+        |n| n as usize,
+    );
     let server = Server {
         cfg: Arc::new(serve_config(args, size)?),
         stop: Arc::new(AtomicBool::new(false)),
         registry: Arc::new(Registry::default()),
+        pool: pool::Pool::start(workers)?,
     };
     let sig_read = signal_pipe()?;
     let deadline = args
@@ -389,11 +399,12 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
     Ok(served.max(1))
 }
 
-/// What the accept loop shares with every guest thread.
+/// What the accept loop shares with every guest.
 struct Server {
     cfg: Arc<ServeConfig>,
     stop: Arc<AtomicBool>,
     registry: Arc<Registry>,
+    pool: pool::Pool,
 }
 
 impl Server {
@@ -432,7 +443,6 @@ impl Server {
             if new_ctl {
                 self.accept_control(&sockets.ctl_listener);
             }
-            reap(&self.registry);
         }
     }
 
@@ -455,20 +465,12 @@ impl Server {
     }
 
     /// Stops every guest; each finalizes its trace.
-    fn stop_every_guest(&self) {
+    fn stop_every_guest(self) {
         self.stop.store(true, Ordering::Relaxed);
-        let entries: Vec<GuestEntry> =
-            std::mem::take(&mut *self.registry.guests.lock().expect("lock"));
-        for g in &entries {
+        for g in self.registry.guests.lock().expect("lock").iter() {
             g.wake();
         }
-        for mut g in entries {
-            if let Some(t) = g.thread.take() {
-                if t.join().is_err() {
-                    eprintln!("ivtrace serve: [{}] the guest thread panicked", g.name);
-                }
-            }
-        }
+        self.pool.finish();
     }
 
     /// Identifies the peer, creates its region and descriptors, runs the
@@ -524,7 +526,7 @@ impl Server {
             requests: tx,
             wake: Arc::clone(&wake),
             status: Arc::clone(&status),
-            thread: None,
+            done: Arc::new(AtomicBool::new(false)),
         };
         let guest = guest::Guest {
             name,
@@ -542,19 +544,18 @@ impl Server {
         self.start_guest(guest, conn, entry)
     }
 
-    /// Starts `guest`'s thread and registers it.
-    fn start_guest(
-        &self,
-        guest: guest::Guest,
-        conn: UnixStream,
-        mut entry: GuestEntry,
-    ) -> Result<()> {
-        let thread = std::thread::Builder::new()
-            .name(format!("ivt-{}", entry.name))
-            .spawn(move || guest.run(conn))
-            .context("cannot start the guest thread")?;
-        entry.thread = Some(thread);
+    /// Registers `guest` and hands it to the drain pool.
+    fn start_guest(&self, guest: guest::Guest, conn: UnixStream, entry: GuestEntry) -> Result<()> {
+        let done = Arc::clone(&entry.done);
+        let task = guest::GuestTask::new(guest, conn, Arc::clone(&done));
         self.registry.guests.lock().expect("lock").push(entry);
+        match task {
+            Ok(t) => self.pool.submit(t),
+            Err(e) => {
+                done.store(true, Ordering::Release);
+                return Err(e);
+            }
+        }
         Ok(())
     }
 }
@@ -572,20 +573,6 @@ fn unique_name(registry: &Registry, base: &str) -> String {
         k += 1;
     }
     name
-}
-
-/// Joins finished guest threads (their entries stay for `ctl list`).
-fn reap(registry: &Registry) {
-    let mut guests = registry.guests.lock().expect("lock");
-    for g in guests.iter_mut() {
-        if g.thread.as_ref().is_some_and(|t| t.is_finished()) {
-            if let Some(t) = g.thread.take() {
-                if t.join().is_err() {
-                    eprintln!("ivtrace serve: [{}] the guest thread panicked", g.name);
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

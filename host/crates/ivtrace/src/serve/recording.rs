@@ -17,7 +17,7 @@ use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::EnvValue;
 use ivtrace_engine::host::HostSide;
 use ivtrace_engine::notify::NotifyStats;
-use ivtrace_engine::{session, Engine, Output, Recorded, StopReason};
+use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
 use ivtrace_region::{abi, Reader, Region};
 use ivtrace_time::guest::Kick;
 use ivtrace_time::{pingpong, ClockSync, GuestClock};
@@ -59,14 +59,29 @@ struct Observed {
     relay: Option<Value>,
 }
 
-/// Records one formatted region until something ends it.
-pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<StopReason> {
+/// A recording in progress: the engine's state and everything serve keeps
+/// beside it, stepped by a drain worker ([`crate::serve::pool`]).
+pub struct Live {
+    core: Core<Delivering>,
+    clock: GuestClock,
+    host: HostSide,
+    stream: usize,
+    out: PathBuf,
+    doorbell: bool,
+    notify_before: NotifyStats,
+    /// Doorbells received so far (the hooks count them).
+    received: u64,
+    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+}
+
+/// Starts recording one formatted region.
+pub fn start(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Live> {
     let out = claim_dir(&g.cfg.outroot, &g.name)?;
     announce(g, &region, &out);
     let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
     let kick_fd = g.interrupts.first();
-    let mut clock = GuestClock::start(
+    let clock = GuestClock::start(
         &region,
         g.peer.pid,
         kick_fd.is_some(),
@@ -83,20 +98,96 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
         tap
     });
     let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
-    let notify_before = waiter.stats();
-    let mut hooks = ServeHooks {
+    Ok(Live {
+        core: Core::new(Reader::new(region), output),
+        clock,
+        host,
+        stream,
+        out,
+        doorbell,
+        notify_before: waiter.stats(),
+        received: 0,
+        tap,
+    })
+}
+
+/// Serve's hooks for one step of `live` (they borrow the guest's channels;
+/// the doorbell count lives in `live` between steps).
+fn hooks<'a>(g: &'a Guest, live: &Live) -> ServeHooks<'a> {
+    ServeHooks {
         requests: &g.requests,
         status: &g.status,
         stop: &g.stop,
-        kick: kick_fd.map(|fd| &**fd),
+        kick: g.interrupts.first().map(|fd| &**fd),
+        host: Arc::clone(live.host.trace()),
+        stream: live.stream,
+        received: live.received,
+        safety_timeout: g.cfg.safety_timeout,
+    }
+}
+
+/// One engine step ([`Core::step`]).
+pub fn step(g: &Guest, waiter: &mut GuestWaiter, live: &mut Live) -> Result<Step> {
+    let mut h = hooks(g, live);
+    let mut parts = Parts {
+        clock: &mut live.clock,
+        wait: waiter,
+        hooks: &mut h,
+    };
+    let step = live.core.step(&mut parts);
+    live.received = h.received;
+    step
+}
+
+/// The wait of a [`Step::Block`] ended ([`Core::woke`]).
+pub fn woke(
+    g: &Guest,
+    waiter: &mut GuestWaiter,
+    live: &mut Live,
+    woken: Result<ivtrace_engine::Woken>,
+) -> Result<()> {
+    let mut h = hooks(g, live);
+    let mut parts = Parts {
+        clock: &mut live.clock,
+        wait: waiter,
+        hooks: &mut h,
+    };
+    let res = live.core.woke(&mut parts, woken);
+    live.received = h.received;
+    res
+}
+
+/// Finalizes the recording that ended for `reason`: the traces, the host
+/// trace, the relay session, the sidecar, the summary.
+pub fn end(g: &Guest, waiter: &mut GuestWaiter, live: Live, reason: StopReason) -> Result<StopReason> {
+    let Live {
+        core,
+        mut clock,
+        host,
+        out,
+        doorbell,
+        notify_before,
+        tap,
+        ..
+    } = live;
+    let mut h = ServeHooks {
+        requests: &g.requests,
+        status: &g.status,
+        stop: &g.stop,
+        kick: g.interrupts.first().map(|fd| &**fd),
         host: Arc::clone(host.trace()),
-        stream,
-        received: 0,
+        stream: 0,
+        received: live.received,
         safety_timeout: g.cfg.safety_timeout,
     };
-    let rec = Engine::new(Reader::new(region), output, &mut clock, waiter, &mut hooks).run()?;
-    let received = hooks.received + waiter.late_doorbells();
-    drop(hooks);
+    let mut parts = Parts {
+        clock: &mut clock,
+        wait: waiter,
+        hooks: &mut h,
+    };
+    let rec = core.finalize(&mut parts, reason)?;
+    let received = h.received + waiter.late_doorbells();
+    drop(h);
     let mut observed = Observed {
         out,
         doorbell,
