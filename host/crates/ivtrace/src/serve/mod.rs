@@ -6,9 +6,11 @@
 //! and on a control socket (`PATH.ctl`, for `ivtrace ctl`). Each accepted
 //! connection gets its own region file in /dev/shm (sized to a power of
 //! two; `ivtrace snapshot` can salvage it if the server itself dies), its
-//! own eventfds, the protocol handshake ([`proto`]), and its own thread
-//! ([`guest`]) that records it ([`recording`], with what serve observed
-//! logged in the host trace: [`hostlog`]) into `OUTROOT/<name>`: the name
+//! own eventfds, the protocol handshake ([`proto`]), and a task
+//! ([`guest`]) that the drain pool ([`pool`]: a bounded set of threads
+//! for every guest) runs to record it ([`recording`], with what serve
+//! observed logged in the host trace: [`hostlog`]; with `--relayd` also
+//! streamed to a relay: [`crate::relayd`]) into `OUTROOT/<name>`: the name
 //! comes from the peer's QEMU `-name` (pid from SO_PEERCRED, then
 //! /proc/PID/cmdline), else `guest<N>`. Guests never share state; one
 //! that misbehaves or dies only ends its own recording. SIGINT/SIGTERM
