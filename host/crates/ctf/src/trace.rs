@@ -387,7 +387,10 @@ impl CtfWriter {
     /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
     fn expand_kernel(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         let slot = abi::IVT_STREAM_KERNEL as usize;
-        if self.kernel.is_some() || self.online.is_some() || self.metadata_generation[slot].is_none() {
+        if self.kernel.is_some()
+            || self.online.is_some()
+            || self.metadata_generation[slot].is_none()
+        {
             return Ok(());
         }
         // The wire metadata stays next to the staged packets until the end.

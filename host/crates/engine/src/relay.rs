@@ -65,7 +65,11 @@ impl RelayTap {
         self.session.stats()
     }
 
-    fn with_trace<R>(&self, trace: &'static str, f: impl FnOnce(&Session, &mut TapTrace) -> R) -> R {
+    fn with_trace<R>(
+        &self,
+        trace: &'static str,
+        f: impl FnOnce(&Session, &mut TapTrace) -> R,
+    ) -> R {
         let mut traces = self.traces.lock().unwrap_or_else(|p| p.into_inner());
         let t = traces.entry(trace).or_insert_with(|| {
             let (hdr, freq) = if trace == "host" {

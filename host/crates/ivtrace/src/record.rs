@@ -222,7 +222,10 @@ fn record_region(
     let tap = hub.map(|hub| {
         let tap = crate::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
         if let Some(side) = host_side.as_mut() {
-            side.trace().lock().expect("not poisoned").set_tap(tap.clone());
+            side.trace()
+                .lock()
+                .expect("not poisoned")
+                .set_tap(tap.clone());
         }
         tap
     });

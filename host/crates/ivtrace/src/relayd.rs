@@ -91,7 +91,11 @@ pub fn close(tap: &RelayTap, log: impl Fn(&str)) -> serde_json::Value {
         stats.url,
         stats.hostname,
         stats.session,
-        if stats.completed { "" } else { " (the relay did not take everything in time)" }
+        if stats.completed {
+            ""
+        } else {
+            " (the relay did not take everything in time)"
+        }
     ));
     serde_json::to_value(&stats).unwrap_or(serde_json::Value::Null)
 }

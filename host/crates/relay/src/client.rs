@@ -30,7 +30,10 @@ pub enum RelayError {
     },
     #[error("the relay refused {during} (status {status})")]
     Refused { during: &'static str, status: u32 },
-    #[error("the relay speaks protocol {major}.{minor}; ivtrace needs 2.{}+", proto::MIN_MINOR)]
+    #[error(
+        "the relay speaks protocol {major}.{minor}; ivtrace needs 2.{}+",
+        proto::MIN_MINOR
+    )]
     Version { major: u32, minor: u32 },
 }
 
@@ -123,7 +126,10 @@ impl Connection {
         let r = self.reply::<12>(DURING)?;
         let status = proto::get_be32(&r, 8);
         if status != proto::LTTNG_OK {
-            return Err(RelayError::Refused { during: DURING, status });
+            return Err(RelayError::Refused {
+                during: DURING,
+                status,
+            });
         }
         self.session_id = proto::get_be64(&r, 0);
         Ok(())
@@ -136,7 +142,10 @@ impl Connection {
         let r = self.reply::<12>(DURING)?;
         let status = proto::get_be32(&r, 8);
         if status != proto::LTTNG_OK {
-            return Err(RelayError::Refused { during: DURING, status });
+            return Err(RelayError::Refused {
+                during: DURING,
+                status,
+            });
         }
         Ok(proto::get_be64(&r, 0))
     }
@@ -146,7 +155,10 @@ impl Connection {
         const DURING: &str = "streams sent";
         match self.generic(&proto::streams_sent(), DURING)? {
             proto::LTTNG_OK => Ok(()),
-            status => Err(RelayError::Refused { during: DURING, status }),
+            status => Err(RelayError::Refused {
+                during: DURING,
+                status,
+            }),
         }
     }
 
@@ -179,7 +191,10 @@ impl Connection {
         const DURING: &str = "send index";
         match self.generic(&proto::send_index(handle, net_seq, ix), DURING)? {
             proto::LTTNG_OK => Ok(()),
-            status => Err(RelayError::Refused { during: DURING, status }),
+            status => Err(RelayError::Refused {
+                during: DURING,
+                status,
+            }),
         }
     }
 
@@ -193,7 +208,10 @@ impl Connection {
         const DURING: &str = "close stream";
         match self.generic(&proto::close_stream(handle, last_net_seq), DURING)? {
             proto::LTTNG_OK => Ok(()),
-            status => Err(RelayError::Refused { during: DURING, status }),
+            status => Err(RelayError::Refused {
+                during: DURING,
+                status,
+            }),
         }
     }
 }

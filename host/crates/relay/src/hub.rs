@@ -107,7 +107,8 @@ pub struct StreamStats {
 
 impl StreamStats {
     pub fn events_lost(&self) -> u64 {
-        self.events_dropped.saturating_add(self.events_lost_in_flight)
+        self.events_dropped
+            .saturating_add(self.events_lost_in_flight)
     }
 }
 
@@ -305,7 +306,9 @@ impl Session {
         if text.is_empty() {
             return;
         }
-        self.shared.lock().traces[trace].metadata.extend_from_slice(text);
+        self.shared.lock().traces[trace]
+            .metadata
+            .extend_from_slice(text);
         self.hub.notify();
     }
 
@@ -329,7 +332,11 @@ impl Session {
             return false;
         }
         let mut q = self.shared.lock();
-        let s = match q.streams.iter().position(|s| s.trace == trace && s.name == stream) {
+        let s = match q
+            .streams
+            .iter()
+            .position(|s| s.trace == trace && s.name == stream)
+        {
             Some(i) => i,
             None => {
                 let tname = q.traces[trace].name.clone();
@@ -700,7 +707,9 @@ impl Link {
     }
 
     fn send_one(&mut self, p: &mut Packet, lost: u64) -> Result<(), RelayError> {
-        let discarded = le64(&p.bytes, OFF_DISCARDED).saturating_add(lost).min(i64::MAX as u64);
+        let discarded = le64(&p.bytes, OFF_DISCARDED)
+            .saturating_add(lost)
+            .min(i64::MAX as u64);
         put_le64(&mut p.bytes, OFF_DISCARDED, discarded);
         let ix = index_of(&p.bytes);
         let w = &mut self.wires[p.stream];

@@ -209,12 +209,18 @@ mod tests {
         assert_eq!(create_session("s", "h", 1).len(), CMD_HEADER_LEN + 327);
         // struct lttcomm_relayd_add_stream_2_2: 264 + 4096 + 8 + 8.
         assert_eq!(add_stream("c", "p").len(), CMD_HEADER_LEN + 4376);
-        assert_eq!(send_index(1, 2, &PacketIndex::default()).len(), CMD_HEADER_LEN + INDEX_LEN);
+        assert_eq!(
+            send_index(1, 2, &PacketIndex::default()).len(),
+            CMD_HEADER_LEN + INDEX_LEN
+        );
         let c = create_session(&"x".repeat(999), "h", 7);
         assert_eq!(c[CMD_HEADER_LEN + 254], 0, "names keep their NUL");
         assert_eq!(get_be64(&c, 8), 327);
         assert_eq!(get_be32(&c, 16), Command::CreateSession as u32);
         let h = data_header(3, 4, 5);
-        assert_eq!((get_be64(&h, 8), get_be64(&h, 16), get_be32(&h, 24)), (3, 4, 5));
+        assert_eq!(
+            (get_be64(&h, 8), get_be64(&h, 16), get_be32(&h, 24)),
+            (3, 4, 5)
+        );
     }
 }

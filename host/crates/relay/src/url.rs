@@ -19,7 +19,11 @@ pub struct RelayUrl {
 
 impl fmt::Display for RelayUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "net://{}:{}:{}", self.host, self.control_port, self.data_port)
+        write!(
+            f,
+            "net://{}:{}:{}",
+            self.host, self.control_port, self.data_port
+        )
     }
 }
 
@@ -86,11 +90,17 @@ mod tests {
         let u = parse("net://relay.example").unwrap();
         assert_eq!((u.control_port, u.data_port), (5342, 5343));
         let u = parse("net://127.0.0.1:6000").unwrap();
-        assert_eq!((u.host.as_str(), u.control_port, u.data_port), ("127.0.0.1", 6000, 6001));
+        assert_eq!(
+            (u.host.as_str(), u.control_port, u.data_port),
+            ("127.0.0.1", 6000, 6001)
+        );
         let u = parse("net://h:6000:7000/").unwrap();
         assert_eq!((u.control_port, u.data_port), (6000, 7000));
         let u = parse("net://[::1]:1:2").unwrap();
-        assert_eq!((u.host.as_str(), u.control_port, u.data_port), ("::1", 1, 2));
+        assert_eq!(
+            (u.host.as_str(), u.control_port, u.data_port),
+            ("::1", 1, 2)
+        );
         assert!(parse("file:///tmp").is_err());
         assert!(parse("net://").is_err());
         assert!(parse("net://h:0").is_err());

@@ -101,7 +101,9 @@ impl OnlineKernel {
             if self.classes.get(c.id).is_some() {
                 continue;
             }
-            let Some(p) = self.plans.get(c.id) else { continue };
+            let Some(p) = self.plans.get(c.id) else {
+                continue;
+            };
             let fields = match &p.out {
                 Out::Verbatim => c.fields.iter().map(plan::plain).collect(),
                 Out::Expand(ops) => plan::expanded_fields(c, ops),
@@ -122,7 +124,12 @@ impl OnlineKernel {
         let id = self.used_ids.iter().position(|u| !u)? as u32;
         self.used_ids[id as usize] = true;
         let name = format!("syscall_{}_{}", if exit { "exit" } else { "entry" }, s.name);
-        plan::insert(&mut self.classes, id, name, lttng::fields(if exit { s.exit } else { s.entry }));
+        plan::insert(
+            &mut self.classes,
+            id,
+            name,
+            lttng::fields(if exit { s.exit } else { s.entry }),
+        );
         self.syscall_ids[exit as usize].insert(nr, id);
         self.stats.syscall_classes += 1;
         self.generation += 1;
@@ -135,7 +142,12 @@ impl OnlineKernel {
         }
         let Some(c) = wire.get(wire_id) else { return };
         let name = format!("syscall_{}_unknown", if exit { "exit" } else { "entry" });
-        plan::insert(&mut self.classes, wire_id, name, c.fields.iter().map(plan::plain).collect());
+        plan::insert(
+            &mut self.classes,
+            wire_id,
+            name,
+            c.fields.iter().map(plan::plain).collect(),
+        );
         self.generation += 1;
     }
 
@@ -229,7 +241,8 @@ impl OnlineKernel {
             }
             Some(Naming::IrqAction { irq, action }) => {
                 let text = field(action);
-                self.irqs.add(le_u32(field(irq), 0), &text[..text.len().saturating_sub(1)]);
+                self.irqs
+                    .add(le_u32(field(irq), 0), &text[..text.len().saturating_sub(1)]);
                 self.stats.irqs_named = self.irqs.len() as u64;
             }
             _ => {}

@@ -1045,7 +1045,10 @@ impl crate::PacketTap for CaptureTap {
     fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>) {
         let mut m = self.metadata.lock().unwrap();
         let (sent, ids) = m.entry(trace.to_string()).or_default();
-        let now: Vec<u32> = classes.into_iter().flat_map(|c| c.iter().map(|e| e.id)).collect();
+        let now: Vec<u32> = classes
+            .into_iter()
+            .flat_map(|c| c.iter().map(|e| e.id))
+            .collect();
         if sent.is_empty() {
             *sent = text.to_string();
         } else {
@@ -1059,7 +1062,9 @@ impl crate::PacketTap for CaptureTap {
     }
     fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], _events: u64) {
         let mut f = self.files.lock().unwrap();
-        f.entry(format!("{trace}/{file}")).or_default().extend_from_slice(bytes);
+        f.entry(format!("{trace}/{file}"))
+            .or_default()
+            .extend_from_slice(bytes);
     }
 }
 
@@ -1093,15 +1098,27 @@ fn a_streaming_writer_expands_as_packets_arrive() {
     reader.flush_partial(&mut writer).unwrap();
     reader.finish(&mut writer).unwrap();
     writer.finish(reader.classes()).unwrap();
-    assert!(!dir.path().join(super::STAGING_DIR).exists(), "nothing staged");
+    assert!(
+        !dir.path().join(super::STAGING_DIR).exists(),
+        "nothing staged"
+    );
     let files = tap.files.lock().unwrap();
     for (rel, bytes) in files.iter() {
-        assert_eq!(&std::fs::read(dir.path().join(rel)).unwrap(), bytes, "{rel}");
+        assert_eq!(
+            &std::fs::read(dir.path().join(rel)).unwrap(),
+            bytes,
+            "{rel}"
+        );
     }
     // CPU 0's packet is drained before CPU 1's fork: the table names 42.
     let classes = writer.output_classes(0, reader.classes()).clone();
     let mut evs = Vec::new();
-    decode_file(&dir.path().join("kernel/kernel_chan0"), 0, &classes, &mut evs);
+    decode_file(
+        &dir.path().join("kernel/kernel_chan0"),
+        0,
+        &classes,
+        &mut evs,
+    );
     let sw = evs.iter().find(|e| e.name == "sched_switch").unwrap();
     assert_eq!(sw.f["next_comm"].text(), "from-table");
     let stats = writer.kernel_expansion().unwrap();
@@ -1119,7 +1136,11 @@ fn a_streaming_writer_expands_as_packets_arrive() {
     }
     let count = |p: &Path| {
         let o = Command::new("babeltrace2").arg(p).output().unwrap();
-        assert!(o.status.success() && o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success() && o.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         String::from_utf8_lossy(&o.stdout).lines().count()
     };
     let local = count(&dir.path().join("kernel"));

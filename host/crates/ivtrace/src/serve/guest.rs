@@ -275,7 +275,10 @@ enum Phase {
     /// The module has not formatted the region (again) yet.
     Awaiting,
     /// A recording runs; `parked`: it waits for its waiter ([`Step::Block`]).
-    Recording { live: Box<recording::Live>, parked: bool },
+    Recording {
+        live: Box<recording::Live>,
+        parked: bool,
+    },
     Done,
 }
 
@@ -407,7 +410,10 @@ impl GuestTask {
                 }
             }
         }
-        self.phase = Phase::Recording { live, parked: false };
+        self.phase = Phase::Recording {
+            live,
+            parked: false,
+        };
         Turn::Again
     }
 

@@ -69,7 +69,10 @@ impl Pool {
         let poller_wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .context("eventfd")?;
         epoll
-            .add(poller_wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, TOK_POLLER))
+            .add(
+                poller_wake.as_fd(),
+                EpollEvent::new(EpollFlags::EPOLLIN, TOK_POLLER),
+            )
             .context("epoll_ctl(poller wake-up)")?;
         let shared = Arc::new(Shared {
             ready: Mutex::new(VecDeque::new()),
@@ -161,7 +164,10 @@ fn work(s: &Shared) {
                 s.live.fetch_sub(1, Ordering::AcqRel);
             }
             Err(_) => {
-                eprintln!("ivtrace serve: [{}] the recording panicked; the guest is dropped", task.name());
+                eprintln!(
+                    "ivtrace serve: [{}] the recording panicked; the guest is dropped",
+                    task.name()
+                );
                 task.done.store(true, Ordering::Release);
                 s.live.fetch_sub(1, Ordering::AcqRel);
             }
@@ -183,7 +189,10 @@ fn park(s: &Shared, task: Box<GuestTask>, deadline: Instant) {
         .add(task.watch_fd(), EpollEvent::new(EpollFlags::EPOLLIN, id));
     if let Err(e) = added {
         drop(parked);
-        eprintln!("ivtrace serve: [{}] cannot watch the guest ({e}); polling it", task.name());
+        eprintln!(
+            "ivtrace serve: [{}] cannot watch the guest ({e}); polling it",
+            task.name()
+        );
         std::thread::sleep(Duration::from_millis(1));
         ready(s, task);
         return;

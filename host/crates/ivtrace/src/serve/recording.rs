@@ -94,7 +94,10 @@ pub fn start(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Live
     let tap = g.cfg.relay.as_ref().map(|hub| {
         let freq = region.header().clock.freq_hz;
         let tap = crate::relayd::attach(hub, &g.name, freq, &mut writer);
-        host.trace().lock().expect("not poisoned").set_tap(tap.clone());
+        host.trace()
+            .lock()
+            .expect("not poisoned")
+            .set_tap(tap.clone());
         tap
     });
     let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
@@ -159,7 +162,12 @@ pub fn woke(
 
 /// Finalizes the recording that ended for `reason`: the traces, the host
 /// trace, the relay session, the sidecar, the summary.
-pub fn end(g: &Guest, waiter: &mut GuestWaiter, live: Live, reason: StopReason) -> Result<StopReason> {
+pub fn end(
+    g: &Guest,
+    waiter: &mut GuestWaiter,
+    live: Live,
+    reason: StopReason,
+) -> Result<StopReason> {
     let Live {
         core,
         mut clock,
