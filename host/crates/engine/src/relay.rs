@@ -132,3 +132,55 @@ impl PacketTap for RelayTap {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivtrace_region::classes::{EventClass, Field, FieldType};
+
+    fn classes(ids: &[u32]) -> StreamClasses {
+        let mut c = StreamClasses::default();
+        for &id in ids {
+            let f = vec![Field::new("x", FieldType::U32, false)];
+            c.insert(EventClass::new(id, 0, format!("e{id}"), f));
+        }
+        c
+    }
+
+    fn trace() -> TapTrace {
+        TapTrace {
+            id: 0,
+            sent: String::new(),
+            ids: HashSet::new(),
+            newest_end: 0,
+            lag: 0,
+        }
+    }
+
+    /// The relay's metadata only grows: whole first, then extensions, then
+    /// (when the text changed above the events) the new declarations only.
+    #[test]
+    fn metadata_is_sent_append_only() {
+        let mut t = trace();
+        assert_eq!(addition(&mut t, "head\nA", Some(&classes(&[1]))), "head\nA");
+        assert_eq!(addition(&mut t, "head\nA", Some(&classes(&[1]))), "");
+        assert_eq!(addition(&mut t, "head\nAB", Some(&classes(&[1, 2]))), "B");
+        let more = addition(
+            &mut t,
+            "HEAD (final clock)\nABC",
+            Some(&classes(&[1, 2, 3])),
+        );
+        assert!(
+            more.contains("name = \"e3\"") && !more.contains("e2"),
+            "{more}"
+        );
+        assert_eq!(
+            addition(
+                &mut t,
+                "HEAD (final clock)\nABC",
+                Some(&classes(&[1, 2, 3]))
+            ),
+            ""
+        );
+    }
+}

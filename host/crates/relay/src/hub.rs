@@ -845,3 +845,85 @@ impl Link {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// A packet of `len` bytes whose header says `events_discarded` = 0.
+    fn packet(len: usize, seq: u64) -> Vec<u8> {
+        let mut p = vec![0u8; len.max(HDR_COMMON)];
+        put_le64(&mut p, OFF_CONTENT, (len * 8) as u64);
+        put_le64(&mut p, OFF_PACKET, (len * 8) as u64);
+        put_le64(&mut p, OFF_SEQ, seq);
+        p
+    }
+
+    /// No relay listens: packets queue up to the bound, the rest are
+    /// dropped and counted per stream; closing gives up at once and counts
+    /// what was queued.
+    #[test]
+    fn a_relay_that_is_away_costs_counted_packets_only() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port(); // closed again: nobody listens there
+        let hub = Hub::start(RelayOptions {
+            url: crate::url::parse(&format!("net://127.0.0.1:{port}:{port}")).unwrap(),
+            hostname: "h".into(),
+            queue_bytes: 4096,
+            live_interval: Duration::from_millis(20),
+        })
+        .unwrap();
+        let s = hub.session("g", "h/g-1");
+        let t = s.trace("user", 88);
+        s.metadata(t, b"/* CTF 1.8 */");
+        let taken: Vec<bool> = (0..6)
+            .map(|i| s.packet(t, "user_chan0", &packet(1024, i), 10))
+            .collect();
+        assert_eq!(taken, [true, true, true, true, false, false]);
+        assert!(!s.packet(t, "user_chan1", &packet(1024, 0), 7));
+        let started = Instant::now();
+        let stats = s.close();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "closing waited for an absent relay"
+        );
+        assert!(!stats.completed);
+        let by_name: HashMap<_, _> = stats
+            .streams
+            .iter()
+            .map(|st| (st.stream.as_str(), st))
+            .collect();
+        assert_eq!(by_name["user_chan0"].packets_dropped, 6);
+        assert_eq!(by_name["user_chan0"].events_dropped, 60);
+        assert_eq!(by_name["user_chan1"].events_dropped, 7);
+        assert_eq!(
+            stats.streams.iter().map(|st| st.packets_sent).sum::<u64>(),
+            0
+        );
+        assert!(stats.connection_failures > 0 && stats.last_error.is_some());
+    }
+
+    #[test]
+    fn indexes_come_from_the_packet_header() {
+        let mut p = packet(256, 9);
+        p[OFF_STREAM_ID..OFF_STREAM_ID + 4].copy_from_slice(&1u32.to_le_bytes());
+        put_le64(&mut p, OFF_INSTANCE, 3);
+        put_le64(&mut p, OFF_TS_BEGIN, 100);
+        put_le64(&mut p, OFF_TS_END, 200);
+        put_le64(&mut p, OFF_DISCARDED, 5);
+        let ix = index_of(&p);
+        assert_eq!(
+            (ix.stream_id, ix.stream_instance_id, ix.packet_seq_num),
+            (1, 3, 9)
+        );
+        assert_eq!(
+            (ix.timestamp_begin, ix.timestamp_end, ix.events_discarded),
+            (100, 200, 5)
+        );
+        assert_eq!((ix.packet_size, ix.content_size), (2048, 2048));
+    }
+}
