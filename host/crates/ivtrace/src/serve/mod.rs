@@ -64,6 +64,9 @@ ping-pong through the region) and writes DIR/host/ (what serve saw: doorbells
 received, packets delivered, clock sync points; --host-events adds host
 kernel events). A guest that exits, is killed or misbehaves only ends its own
 trace, which is finalized. Ctrl-C/SIGTERM finalize every trace and exit.
+Every guest is drained by one bounded pool of threads (--drain-threads): a guest
+that floods only overflows its own rings. With --relayd every guest's traces also
+stream to an LTTng relay daemon, live (docs/relay.md).
 Sockets are created mode 0600 (0660 for the group given with --socket-group or
 --ctl-group); a live socket path is refused, a stale one replaced.
 
@@ -76,6 +79,8 @@ Examples:
   ivtrace ctl --socket /run/ivtrace.sock list
   ivtrace ctl --socket /run/ivtrace.sock --guest web1 enable syscall
   babeltrace2 /var/tmp/traces/web1          # guest and host on one timeline
+  ivtrace serve --socket /run/ivtrace.sock -o /var/tmp/traces --relayd net://relay.example
+  babeltrace2 --input-format=lttng-live net://relay.example/host/$(hostname)/web1
 
 Output per guest:
   OUTROOT/<name>/kernel, user    CTF traces of the guest (clock mapped to host time)
