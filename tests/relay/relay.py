@@ -71,8 +71,16 @@ class Relayd:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
 
+    def pause(self):
+        """SIGSTOP: the relay stalls (its sockets stay open, nothing is read)."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self):
         if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=30)

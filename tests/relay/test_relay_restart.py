@@ -1,5 +1,6 @@
 """Issue 14's fault acceptance: lttng-relayd killed (SIGKILL) and restarted mid-run on the same
-ports and output directory, while `ivtrace serve` streams GUESTS simulated guests to it.
+ports and output directory, then stalled (SIGSTOP, as a network that stops moving) and let go,
+while `ivtrace serve` streams GUESTS simulated guests to it.
 
 The guests never wait for the relay (they finish on time, nothing lost in their regions); the
 daemon's queues hold what the relay cannot take; each session resumes after the restart (a
@@ -18,7 +19,8 @@ GUESTS = 4
 THREADS = 2
 RATE = 20000           # events/s per writer thread
 EVENTS = 200000        # per thread: 10 s
-KILL_AT, RESTART_AT = 3.0, 5.0
+KILL_AT, RESTART_AT = 2.0, 4.0
+STALL_AT, UNSTALL_AT = 5.5, 7.5
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +39,10 @@ def run(tmp_path_factory):
         time.sleep(RESTART_AT - KILL_AT)
         relay.start()
         m["restarted_at"] = time.monotonic() - t0
+        time.sleep(STALL_AT - RESTART_AT)
+        relay.pause()
+        time.sleep(UNSTALL_AT - STALL_AT)
+        relay.resume()
         m["sims"] = [g.wait() for g in sims]
         m["sims_s"] = time.monotonic() - t0
         time.sleep(1)
@@ -77,5 +83,5 @@ def test_nothing_is_lost_silently(run):
             lost = counted.get(f"user_chan{inst}", 0)
             total_lost += lost
             assert n - lost <= got <= n, (name, inst, n, got, lost)
-    print(f"\nrelay killed at {run['killed_at']:.1f} s, back at {run['restarted_at']:.1f} s: "
-          f"{total_lost} events counted lost on the way")
+    print(f"\nrelay killed at {run['killed_at']:.1f} s, back at {run['restarted_at']:.1f} s, "
+          f"stalled {STALL_AT}-{UNSTALL_AT} s: {total_lost} events counted lost on the way")
