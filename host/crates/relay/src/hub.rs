@@ -157,6 +157,9 @@ struct Packet {
     stream: usize,
     bytes: Vec<u8>,
     events: u64,
+    /// The stream's events dropped from the queue before this packet was
+    /// queued (the losses that precede it).
+    dropped_before: u64,
 }
 
 /// The part of a session the producer and the sender share.
@@ -284,6 +287,16 @@ pub struct Session {
     limit: usize,
 }
 
+impl Drop for Session {
+    /// A session dropped without [`Session::close`] (its recording failed)
+    /// still ends: the sender sends what is queued and closes it, so the
+    /// sender thread never waits for it forever.
+    fn drop(&mut self) {
+        self.shared.lock().closing = true;
+        self.hub.notify();
+    }
+}
+
 /// A trace of a session (its index).
 pub type TraceId = usize;
 
@@ -366,12 +379,14 @@ impl Session {
             st.lost = st.lost.saturating_add(events);
             return false;
         }
+        let dropped_before = st.stats.events_dropped;
         q.bytes += bytes.len();
         q.stats.queue_high_water = q.stats.queue_high_water.max(q.bytes);
         q.packets.push_back(Packet {
             stream: s,
             bytes: bytes.to_vec(),
             events,
+            dropped_before,
         });
         drop(q);
         self.hub.notify();
@@ -698,8 +713,12 @@ impl Link {
             }
             let mut p = q.packets.pop_front().expect("front");
             q.bytes -= p.bytes.len();
-            let st = &mut q.streams[p.stream];
-            let lost = st.lost;
+            // Losses before this packet: drops of packets queued before it,
+            // and packets sent before it that a broken connection lost.
+            let st = &q.streams[p.stream];
+            let lost = p
+                .dropped_before
+                .saturating_add(st.stats.events_lost_in_flight);
             drop(q);
             self.send_one(&mut p, lost)?;
         }
@@ -839,6 +858,7 @@ impl Link {
                 stream: i,
                 bytes: p,
                 events: 0,
+                dropped_before: 0,
             };
             self.send_one(&mut pk, lost)?;
         }
