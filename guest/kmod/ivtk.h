@@ -278,6 +278,12 @@ void ivtk_ctl_stop(struct ivtk_dev *d);
 int ivtk_cdev_register(struct ivtk_dev *d);
 void ivtk_cdev_unregister(struct ivtk_dev *d);
 
+/* ---- ivtk_hypercall.c: hypercall channel and vmsync (KVM only) -------- */
+
+void ivtk_hypercall_init(void);
+void ivtk_vmsync_start(struct ivtk_dev *d);
+void ivtk_vmsync_stop(void);
+
 /* ---- ivtk_kapi.c ------------------------------------------------------ */
 
 int ivtk_kapi_publish_all(struct ivtk_dev *d);

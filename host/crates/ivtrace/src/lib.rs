@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod control;
 pub mod ctl;
+pub mod qmp;
 pub mod record;
 pub mod relayd;
 pub mod report;

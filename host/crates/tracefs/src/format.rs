@@ -24,8 +24,11 @@ pub struct FieldFmt {
 impl FieldFmt {
     /// The element type is `char` (text).
     pub fn is_char(&self) -> bool {
+        // `__data_loc char[] comm` (sched_migrate_task since 6.x) too.
         let t = self.decl.trim_start_matches("__data_loc ");
-        t.starts_with("char ") || t.starts_with("const char ") || t.starts_with("unsigned char ")
+        ["char ", "char[", "const char ", "unsigned char "]
+            .iter()
+            .any(|p| t.starts_with(p))
     }
 }
 

@@ -3,6 +3,7 @@
 //! trace, `ivtrace.json` with serve's own sections), on ivtrace-engine's
 //! loop with serve's waiter, clock, output and hooks.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use serde_json::{json, Value};
 use ivtrace_ctf::host::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::EnvValue;
-use ivtrace_engine::host::HostSide;
+use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
 use ivtrace_region::{abi, Reader, Region};
@@ -57,6 +58,7 @@ struct Observed {
     host_event_stats: Option<ivtrace_tracefs::host::HostEventStats>,
     tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
     relay: Option<Value>,
+    vm_view: Option<ivtrace_vmview::derive::Derived>,
 }
 
 /// A recording in progress: the engine's state and everything serve keeps
@@ -205,6 +207,7 @@ pub fn end(
         host_event_stats: None,
         tap,
         relay: None,
+        vm_view: None,
     };
     finish(g, rec, &clock, host, &mut observed)
 }
@@ -309,6 +312,7 @@ fn finish(
     } = &mut rec;
     Output::finish(output, mapping, env, reader.classes())?;
     observed.host_event_stats = stop_host_events(g, &mut host);
+    observed.vm_view = vm_view(g, &mut host, &rec, observed.host_event_stats.as_ref());
     observed.host_counts = host.finish()?;
     observed.relay = observed
         .tap
@@ -396,7 +400,32 @@ fn serve_section(g: &Guest, observed: &Observed) -> Value {
         "host_trace_events": observed.host_counts,
         "host_events": g.cfg.host_events,
         "host_event_stats": observed.host_event_stats,
+        "vm_view": observed.vm_view,
     })
+}
+
+/// The VM view of the recording (when host events were recorded), logged.
+fn vm_view(
+    g: &Guest,
+    host: &mut HostSide,
+    rec: &Recorded<Delivering>,
+    stats: Option<&ivtrace_tracefs::host::HostEventStats>,
+) -> Option<ivtrace_vmview::derive::Derived> {
+    let guest = GuestOutput::of(&rec.output.writer, rec.reader.classes(), &rec.clock);
+    let named = stats.is_some_and(|s| s.vcpu_names);
+    let source = crate::record::vcpu_source(false, named);
+    match host.vm_view(&guest, HashMap::new(), source)? {
+        Ok(d) => {
+            for line in ivtrace_vmview::derive::describe(&d) {
+                g.log(&format!("vm view: {line}"));
+            }
+            Some(d)
+        }
+        Err(e) => {
+            g.log(&format!("no VM view: {e:#}"));
+            None
+        }
+    }
 }
 
 fn notification_section(rec: &Recorded<Delivering>, observed: &Observed, complete: u64) -> Value {
