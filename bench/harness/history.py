@@ -73,9 +73,9 @@ def doorbell_headline(data: dict) -> dict:
 
 
 def relay_headline(data: dict) -> dict:
-    flat = [x for x in data.get("runs", []) if x["load"] == "flat out"]
-    return {f"{x['guests']}_{x['sink']}_M_events_per_s": r(x["events_per_s"] / 1e6, 2)
-            for x in flat}
+    high = [x for x in data.get("runs", []) if x["load"] == "high"]
+    return {f"{x['guests']}_{x['sink']}_cpu_s_per_gb": r(x["cpu_s_per_gb"] or 0, 1)
+            for x in high}
 
 
 HEADLINES = {"native": native_headline, "guest": guest_headline,
