@@ -115,6 +115,10 @@ def headline(e: dict) -> str:
     if e["preset"] == "evaluation":
         return "ev-int overhead: " + ", ".join(f"{c} {v} %" for c, v in
                                                h["int_overhead_pct"].items())
+    if e["preset"] == "relay":
+        return "CPU s per GB at 1 M events/s: " + ", ".join(
+            f"{k.replace('_cpu_s_per_gb', '').replace('_', ' guests ', 1)} {v}"
+            for k, v in h.items())
     return (f"ring {h['ring_k_per_s']} k/s; round trip p50 {h['rtt_p50_us_host_blocks']} us "
             f"(host blocks), {h['rtt_p50_us_host_busy_reads']} us (host busy-reads)")
 

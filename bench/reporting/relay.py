@@ -10,12 +10,13 @@ def section(out: list, rec: dict, src: str) -> None:
     d, m = rec["data"], rec["machine"]
     q = d.get("quiet", {})
     out.append("## Many guests, one daemon, to disk and to lttng-relayd\n")
+    quiet = ("quiet" if q.get("quiet") else "NOT quiet: other jobs ran on this machine, so "
+             "CPU figures are upper bounds of the cost and a loss may be the machine's")
     out.append(f"From `{src}` (run of {rec['date']}). Reproduce: `{rec['command']}`, as root. "
                f"Host: {m['cpu'].get('model_name')}, {m['cpus']} CPUs, kernel {m['kernel']}; "
                f"lttng-tools {m['versions'].get('lttng-tools')}; ivtrace "
                f"{str(rec['git']['commit'])[:12]}. Load average when it started: "
-               f"{q.get('loadavg_at_start')} ({'quiet' if q.get('quiet') else 'NOT quiet: other '
-               'jobs ran on this machine, so rates and CPU are upper bounds of the cost'}).\n")
+               f"{q.get('loadavg_at_start')} ({quiet}).\n")
     out.append("Each guest is simulated: `ivtrace-loadgen --ivshmem-socket` does QEMU's "
                "handshake with `ivtrace serve`, formats the region it receives with libivtrace "
                "and writes from 2 threads (2 channels, 8 x 64 KiB packets each, "
@@ -44,3 +45,19 @@ def section(out: list, rec: dict, src: str) -> None:
                    f"{r['relay_queue_high_water'] / 2**20:.1f} | {r['lost_local']:,} | "
                    f"{r['lost_relay']:,} |")
     out.append("")
+    high = {(r["guests"], r["sink"]): r for r in d["runs"] if r["load"] == "high"}
+    if (1, "disk") in high and (64, "disk") in high:
+        a1, a64 = high[(1, "disk")], high[(64, "disk")]
+        r64 = high.get((64, "relay"), a64)
+        out.append(f"At the high rate the daemon's CPU per GB goes from {a1['cpu_s_per_gb']:.1f} s "
+                   f"(1 guest) to {a64['cpu_s_per_gb']:.1f} s (64 guests) to disk, and "
+                   f"{r64['cpu_s_per_gb']:.1f} s with the relay as well: the growth is the "
+                   "polling of 64 guests that ring no doorbell (at the low rate that fixed cost "
+                   "is most of it). 64 guests at "
+                   f"{(a64['offered_per_s'] or 0) / 1e6:.2f} M events/s in all "
+                   f"({a64['mb_per_s']:.0f} MB/s): {a64['lost_local'] + r64['lost_local']} "
+                   f"events lost by the writers, {r64['lost_relay']} on the way to the relay; "
+                   f"memory per guest {r64['rss_per_guest_kb'] / 1024:.2f} MiB "
+                   "(drain state, stream buffers, relay queue in use; the region mapping is "
+                   "the guest's memory). tests/relay checks zero loss at 192 k events/s with "
+                   "64 guests and a QEMU guest streaming to a relay.\n")
