@@ -8,6 +8,8 @@ Presets:
               over the network, SSH, 9p and virtio-serial, five workloads, in one guest
               (alias: eval)
   doorbell    guest -> host doorbells: rate, round trip, doorbells per MB of trace
+  soak        ivtrace serve for a long time (--duration): guests coming and going, a
+              never-idle writer, a disk that fills; memory, descriptors, CPU sampled
   relay       1, 8 and 64 simulated guests through ivtrace serve to disk and to lttng-relayd:
               events/s, MB/s, daemon CPU per GB, memory per guest
 
@@ -28,9 +30,10 @@ from pathlib import Path
 
 import ivtvm
 
-from . import BenchError, Prerequisite, doorbell, evaluation, guest, history, native, relay, results
+from . import (BenchError, Prerequisite, doorbell, evaluation, guest, history, native, relay,
+               results, soak)
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, relay)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay)}
 ALIASES = {"eval": "evaluation"}
 
 

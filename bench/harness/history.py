@@ -78,9 +78,19 @@ def relay_headline(data: dict) -> dict:
             for x in high}
 
 
+def soak_headline(data: dict) -> dict:
+    s, acc = data.get("summary", {}), data.get("accounting", {})
+    return {"minutes": r(data["params"]["duration_s"] / 60, 0),
+            "rss_mib_first_last_max": [r(s.get("rss_kib", {}).get(k, 0) / 1024, 1)
+                                       for k in ("first", "last", "max")],
+            "fds_first_last_max": [s.get("fds", {}).get(k) for k in ("first", "last", "max")],
+            "recordings": acc.get("recordings"), "disk_full_stops": acc.get("disk_full"),
+            "mismatches": len(acc.get("mismatches", []))}
+
+
 HEADLINES = {"native": native_headline, "guest": guest_headline,
              "evaluation": evaluation_headline, "doorbell": doorbell_headline,
-             "relay": relay_headline}
+             "relay": relay_headline, "soak": soak_headline}
 
 
 def entry(rec: dict, path: Path) -> dict:

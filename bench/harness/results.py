@@ -3,7 +3,7 @@
 A results file is one JSON object:
 
     schema       "ivtrace-bench/2"
-    preset       native | guest | evaluation | doorbell
+    preset       native | guest | evaluation | doorbell | soak
     quick        a short smoke run (written as *-quick.json, never cited, never in history)
     date         ISO 8601, when the run started; duration_s
     command      how to reproduce it, from the repository root (bench/run PRESET ...)
@@ -37,7 +37,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 SCHEMA = "ivtrace-bench/2"
-PRESETS = ("native", "guest", "evaluation", "doorbell", "relay")
+PRESETS = ("native", "guest", "evaluation", "doorbell", "soak", "relay")
+# Presets that run on the host alone (their record has no guest).
+HOST_PRESETS = ("native", "soak")
 
 # Per-run temporary directories, named after a pid or a random suffix: never useful in a
 # committed document, so they are written as placeholders.

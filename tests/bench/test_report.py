@@ -40,7 +40,7 @@ def test_every_kept_run_follows_the_schema():
         assert rec["command"].startswith(f"bench/run {rec['preset']}"), f
         assert rec["machine"]["cpu"].get("model_name"), f
         assert rec["accelerator"]["name"] in ("none", "tcg", "kvm"), f
-        assert (rec["guest"] is None) == (rec["preset"] == "native"), f
+        assert (rec["guest"] is None) == (rec["preset"] in results.HOST_PRESETS), f
         assert rec["git"]["commit"], f
         assert rec["data"], f
 

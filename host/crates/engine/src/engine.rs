@@ -2,7 +2,10 @@
 //!
 //! ```text
 //! loop:
-//!   drain every channel once (output gets the packets), beat the heartbeat
+//!   drain every channel once (output gets the packets), commit them (the
+//!   output writes them), then hand their sub-buffers back; beat the heartbeat
+//!   output failed (a full disk)?      -> undo the uncommitted packets, stop
+//!   region shrank under us?                                    -> stop
 //!   stop requested (signal, deadline, server stopping)?        -> stop
 //!   writer closed the region?                 -> one more pass, stop
 //!   every 100 ms: region withdrawn?                            -> stop
@@ -59,6 +62,13 @@ pub enum StopReason {
     Misbehaved,
     /// The region was withdrawn for reformatting (its magic is gone).
     Withdrawn,
+    /// The region's file shrank under the reader (truncated by another
+    /// process): what it still held was recorded.
+    Shrunk,
+    /// The output could not be written (a full disk): every packet it did
+    /// not take is still in the region ([`Recorded::output_error`] says
+    /// why).
+    OutputFailed,
 }
 
 impl StopReason {
@@ -74,14 +84,18 @@ impl StopReason {
 /// Where the packets go: the CTF directory writer today, a relay
 /// connection later. Packets arrive through [`PacketSink`].
 pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
-    /// The recording is idle: make what was handed over visible (flush
-    /// files, log deliveries). Nothing by default.
+    /// Undoes every packet handed over since the last commit (a write
+    /// failed): the output keeps whole committed packets only.
+    fn rollback(&mut self) -> Result<()>;
+
+    /// The recording is idle: make what was handed over visible (log
+    /// deliveries). Nothing by default.
     fn idle(&mut self) -> Result<()> {
         Ok(())
     }
 
     /// The guest's thread name table, read before the first pass, every
-    /// second while recording and once the drain is over: it names the
+    /// second while recording and before the final flush: it names the
     /// threads whose naming events the output has not seen (yet, or ever:
     /// a flight recorder's rings wrapped past the state dump). Ignored by
     /// default.
@@ -90,9 +104,23 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
     /// The recording is over: the final clock and env, the metadata.
     fn finish(&mut self, clock: &ClockMapping, env: TraceEnv, classes: &EventClasses)
         -> Result<()>;
+
+    /// The recording stopped because the output failed: make what it holds
+    /// readable without writing more than needed (no kernel expansion:
+    /// `ivtrace recover` or `record --resume` do it once there is room).
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()>;
 }
 
 impl Output for CtfWriter {
+    fn rollback(&mut self) -> Result<()> {
+        Ok(CtfWriter::rollback(self)?)
+    }
+
     fn thread_names(&mut self, table: NameTable) {
         self.set_thread_name_table(table);
     }
@@ -106,6 +134,18 @@ impl Output for CtfWriter {
         self.set_clock(clock.clone());
         self.set_env(env);
         CtfWriter::finish(self, classes)?;
+        Ok(())
+    }
+
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()> {
+        self.set_clock(clock.clone());
+        self.set_env(env);
+        CtfWriter::finish_incomplete(self, classes)?;
         Ok(())
     }
 }
@@ -167,6 +207,10 @@ pub struct Recorded<O> {
     /// Bytes handed to the output by the loop's passes.
     pub bytes: u64,
     pub handshake: HandshakeStats,
+    /// Why the output failed ([`StopReason::OutputFailed`]), or a failure
+    /// while finalizing (the kernel expansion on a full disk): the trace
+    /// holds whole packets up to it.
+    pub output_error: Option<String>,
 }
 
 /// The front end's parts of a recording, borrowed for a step or a whole
@@ -202,6 +246,7 @@ pub struct Core<O: Output> {
     heartbeat: u64,
     bytes: u64,
     handshake: HandshakeStats,
+    output_error: Option<String>,
     names_read: Instant,
     last_slow: Instant,
     /// The writer's side went: one more pass, then stop.
@@ -266,6 +311,7 @@ impl<O: Output> Core<O> {
             heartbeat: 0,
             bytes: 0,
             handshake: HandshakeStats::default(),
+            output_error: None,
             names_read: Instant::now(),
             last_slow: Instant::now(),
             ending: None,
@@ -288,12 +334,23 @@ impl<O: Output> Core<O> {
 
     /// One turn of the loop: a drain pass and the checks after it; when it
     /// found nothing, the sleep handshake up to the wait, which the caller
-    /// does (and reports to [`Core::woke`]).
+    /// does (and reports to [`Core::woke`]). A failed output ends the
+    /// recording ([`StopReason::OutputFailed`]).
     pub fn step(&mut self, p: &mut Parts) -> Result<Step> {
+        match self.step_inner(p) {
+            Ok(step) => Ok(step),
+            Err(e) => Ok(Step::Ended(self.output_failed(e)?)),
+        }
+    }
+
+    fn step_inner(&mut self, p: &mut Parts) -> Result<Step> {
         if std::mem::take(&mut self.fresh) {
             self.refresh_names();
         }
         let pass = self.pass()?;
+        if self.reader.region().shrunk() {
+            return Ok(Step::Ended(StopReason::Shrunk));
+        }
         self.heartbeat += 1;
         self.reader.region().protocol().heartbeat(self.heartbeat);
         if let Some(reason) = self.ending {
@@ -317,9 +374,36 @@ impl<O: Output> Core<O> {
         self.prepare_wait(p)
     }
 
-    /// One drain pass over every channel.
+    /// A pass or a commit failed: undo what the output did not take (it
+    /// stays in the region), remember why, stop.
+    fn output_failed(&mut self, e: anyhow::Error) -> Result<StopReason> {
+        if std::mem::take(&mut self.doorbell_sleep) {
+            self.reader.region().protocol().awake();
+        }
+        if !is_output_error(&e) {
+            return Err(e);
+        }
+        self.reader.rollback_unwritten();
+        let undo = self.output.rollback();
+        let mut why = format!("{e:#}");
+        if let Err(u) = undo {
+            why = format!("{why}; then {u:#}");
+        }
+        self.output_error = Some(why);
+        Ok(StopReason::OutputFailed)
+    }
+
+    /// One drain pass over every channel; what it found is committed
+    /// (written), then handed back to the writer.
     fn pass(&mut self) -> Result<Pass> {
-        let pass = self.reader.drain_available(&mut self.output)?;
+        let pass = self
+            .reader
+            .drain_available(&mut self.output)
+            .map_err(OutputError::wrap)?;
+        if pass.packets > 0 {
+            self.output.commit().map_err(OutputError::wrap)?;
+            self.reader.commit_written();
+        }
         self.bytes += pass.bytes;
         Ok(pass)
     }
@@ -372,12 +456,13 @@ impl<O: Output> Core<O> {
         if p.wait.doorbell() {
             self.handshake.sleep_attempts += 1;
             self.reader.region().protocol().announce_sleep();
+            self.doorbell_sleep = true;
             if self.pass()?.packets > 0 {
                 self.handshake.recheck_hits += 1;
+                self.doorbell_sleep = false;
                 self.reader.region().protocol().awake();
                 return Ok(Step::Again);
             }
-            self.doorbell_sleep = true;
         }
         Ok(Step::Block(limit))
     }
@@ -395,16 +480,51 @@ impl<O: Output> Core<O> {
         Ok(())
     }
 
-    /// Flushes the committed prefixes of open packets, the final losses,
-    /// and takes the final clock mapping.
-    pub fn finalize(mut self, p: &mut Parts, reason: StopReason) -> Result<Recorded<O>> {
+    /// The committed prefixes of open packets and the final losses, each
+    /// committed; on a failed output only the accounting (nothing more is
+    /// written).
+    fn flush_final(&mut self, reason: StopReason) -> Result<()> {
+        if reason == StopReason::OutputFailed {
+            self.reader.account_final();
+            return Ok(());
+        }
+        let flushed = self
+            .reader
+            .flush_partial(&mut self.output)
+            .map_err(OutputError::wrap)
+            .and_then(|_| self.output.commit().map_err(OutputError::wrap))
+            .and_then(|()| {
+                self.reader
+                    .finish(&mut self.output)
+                    .map_err(OutputError::wrap)
+            })
+            .and_then(|()| self.output.commit().map_err(OutputError::wrap));
+        match flushed {
+            Ok(()) => {
+                self.reader.commit_written();
+                self.output.idle()
+            }
+            Err(e) => {
+                self.output_failed(e)?;
+                self.reader.account_final();
+                Ok(())
+            }
+        }
+    }
+
+    /// Flushes what was committed, the final losses, and takes the final
+    /// clock mapping.
+    pub fn finalize(mut self, p: &mut Parts, mut reason: StopReason) -> Result<Recorded<O>> {
         if std::mem::take(&mut self.doorbell_sleep) {
             self.reader.region().protocol().awake();
         }
+        // The latest names before the last packets (a streaming expansion
+        // uses them now; the staged one when the output finishes).
         self.refresh_names();
-        self.reader.flush_partial(&mut self.output)?;
-        self.reader.finish(&mut self.output)?;
-        self.output.idle()?;
+        self.flush_final(reason)?;
+        if self.output_error.is_some() {
+            reason = StopReason::OutputFailed;
+        }
         let elapsed = self.started.elapsed();
         let clock = p
             .clock
@@ -417,6 +537,31 @@ impl<O: Output> Core<O> {
             elapsed,
             bytes: self.bytes,
             handshake: self.handshake,
+            output_error: self.output_error,
         })
     }
+}
+
+/// An error of the output (as opposed to the engine or the front end):
+/// the recording stops and finalizes what was written.
+#[derive(Debug)]
+pub struct OutputError(anyhow::Error);
+
+impl std::fmt::Display for OutputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The output's own message (CtfError names the file and the cause).
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::error::Error for OutputError {}
+
+impl OutputError {
+    fn wrap<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
+        OutputError(anyhow::Error::new(e)).into()
+    }
+}
+
+fn is_output_error(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<OutputError>().is_some()
 }

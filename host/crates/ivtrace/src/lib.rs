@@ -9,6 +9,7 @@ pub mod control;
 pub mod ctl;
 pub mod qmp;
 pub mod record;
+pub mod recover;
 pub mod relayd;
 pub mod report;
 pub mod serve;
@@ -25,7 +26,10 @@ pub const EXIT_ERROR: i32 = 2;
 /// A hint for the errors users can do something about.
 pub fn hint_for(err: &anyhow::Error) -> Option<String> {
     use ivtrace_region::RegionError as E;
-    if let Some(u) = err.downcast_ref::<ivtrace_engine::UserError>() {
+    if let Some(u) = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<ivtrace_engine::UserError>())
+    {
         return Some(u.hint.clone());
     }
     let region = err.chain().find_map(|e| e.downcast_ref::<E>())?;

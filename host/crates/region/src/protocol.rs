@@ -281,6 +281,11 @@ pub enum ControlError {
     #[error("cannot lock the region file for a control command: {0}")]
     Lock(nix::Error),
     #[error(
+        "the region file stayed locked for {secs:.1} s: another controller (ivtrace ctl --shm, \
+         or any process holding flock on it) is in the way; command not sent"
+    )]
+    Locked { secs: f64 },
+    #[error(
         "no acknowledgement of command #{seq} within {secs:.1} s (is ivtrace.ko loaded and \
          bound to this device? an ivshmem-plain guest reads commands every flush_ms)"
     )]
@@ -309,7 +314,7 @@ impl Protocol<'_> {
         if self.region.header().features & abi::IVT_FEAT_CONTROL == 0 {
             return Err(ControlError::Unsupported);
         }
-        let _lock = self.lock_controller()?;
+        let _lock = self.lock_controller(timeout)?;
         let t0 = Instant::now();
         let seq = self.post(cmd);
         kick();
@@ -334,15 +339,36 @@ impl Protocol<'_> {
     }
 
     /// The exclusive lock of the region file (none for an in-memory
-    /// region: nobody else can reach it).
-    fn lock_controller(&self) -> Result<Option<Flock<std::fs::File>>, ControlError> {
+    /// region: nobody else can reach it), waited for at most `timeout`:
+    /// anyone who can open the region file can hold its lock forever, and
+    /// a blocking flock would hang the caller (a served guest's thread)
+    /// with it.
+    fn lock_controller(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<Flock<std::fs::File>>, ControlError> {
         let Some(file) = self.region.file() else {
             return Ok(None);
         };
-        let dup = file.try_clone().map_err(ControlError::Duplicate)?;
-        Flock::lock(dup, FlockArg::LockExclusive)
-            .map(Some)
-            .map_err(|(_, e)| ControlError::Lock(e))
+        let mut dup = file.try_clone().map_err(ControlError::Duplicate)?;
+        let t0 = Instant::now();
+        let mut sleep = Duration::from_micros(100);
+        loop {
+            match Flock::lock(dup, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(Some(lock)),
+                Err((f, nix::errno::Errno::EWOULDBLOCK)) if t0.elapsed() < timeout => {
+                    dup = f;
+                    std::thread::sleep(sleep);
+                    sleep = (sleep * 2).min(Duration::from_millis(20));
+                }
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    let secs = timeout.as_secs_f64();
+                    return Err(ControlError::Locked { secs });
+                }
+                Err((f, nix::errno::Errno::EINTR)) => dup = f,
+                Err((_, e)) => return Err(ControlError::Lock(e)),
+            }
+        }
     }
 
     /// Posts `cmd`; returns its sequence number. The caller holds the lock.
@@ -526,6 +552,25 @@ mod tests {
         assert_eq!((a.seq, a.status), (2, -22));
         let silent = p.send_command(Command::Flush, &|| {}, Duration::from_millis(1));
         assert!(matches!(silent, Err(ControlError::NoAck { seq: 3, .. })));
+    }
+
+    #[test]
+    fn a_lock_held_by_someone_else_times_out() {
+        let mut b = RegionBuilder::new(1, 2, 4096);
+        b.features |= abi::IVT_FEAT_CONTROL;
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), b.build()).unwrap();
+        let r = Region::open(f.path(), Access::ReadWrite).unwrap();
+        let holder = std::fs::File::open(f.path()).unwrap();
+        let held = Flock::lock(holder, FlockArg::LockExclusive).unwrap();
+        let t0 = Instant::now();
+        let err = r
+            .protocol()
+            .send_command(Command::Flush, &|| {}, Duration::from_millis(200))
+            .unwrap_err();
+        assert!(matches!(err, ControlError::Locked { .. }), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        drop(held);
     }
 
     #[test]

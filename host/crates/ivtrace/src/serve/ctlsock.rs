@@ -108,7 +108,7 @@ impl Live {
 /// that says why not.
 fn find_guest(want: Option<&str>, registry: &Registry) -> Result<Live, Value> {
     let guests = registry.guests.lock().expect("lock");
-    let live: Vec<_> = guests.iter().filter(|g| !g.finished()).collect();
+    let live: Vec<_> = guests.iter().collect();
     let found = match want {
         Some(n) => live.iter().find(|g| g.name == n).copied(),
         None if live.len() == 1 => Some(live[0]),
@@ -183,31 +183,40 @@ fn control(req: &Value, guest: &Live) -> Value {
 }
 
 fn list(registry: &Registry) -> Value {
-    // Fresh numbers from live guests, the last known state of the others.
+    // The last finished guests (oldest first), then fresh numbers from
+    // the live ones.
+    let mut out: Vec<Value> = registry
+        .finished
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
+        .collect();
     let entries: Vec<_> = {
-        let guests = registry.guests.lock().expect("lock");
-        guests
+        let mut guests: Vec<_> = registry
+            .guests
+            .lock()
+            .expect("lock")
             .iter()
             .map(|g| {
                 (
-                    g.finished(),
+                    g.id,
                     g.requests.clone(),
                     Arc::clone(&g.wake),
                     Arc::clone(&g.status),
                 )
             })
-            .collect()
+            .collect();
+        guests.sort_by_key(|g| g.0);
+        guests
     };
-    let mut out = Vec::new();
-    for (finished, requests, wake, status) in entries {
+    for (_, requests, wake, status) in entries {
         let mut s = status.lock().map(|s| s.clone()).unwrap_or_default();
-        if !finished {
-            let (rtx, rrx) = mpsc::channel();
-            if requests.send(Request::Status { reply: rtx }).is_ok() {
-                let _ = wake.write(1);
-                if let Ok(fresh) = rrx.recv_timeout(REPLY_TIMEOUT) {
-                    s = fresh;
-                }
+        let (rtx, rrx) = mpsc::channel();
+        if requests.send(Request::Status { reply: rtx }).is_ok() {
+            let _ = wake.write(1);
+            if let Ok(fresh) = rrx.recv_timeout(REPLY_TIMEOUT) {
+                s = fresh;
             }
         }
         out.push(serde_json::to_value(s).unwrap_or(Value::Null));

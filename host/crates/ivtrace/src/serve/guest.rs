@@ -8,11 +8,9 @@
 //! Nothing here may take the server down: errors end this guest's
 //! recording (after finalizing what was recorded) and are logged.
 
-use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -25,7 +23,7 @@ use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
 use ivtrace_engine::{Backoff, RegionWait, Step, StopReason, Wait, Woken};
 use ivtrace_region::{Ack, Command, RegionError};
 
-use crate::serve::proto::PeerInfo;
+use crate::serve::proto::{PeerInfo, Shm};
 use crate::serve::{recording, ServeConfig};
 
 /// Epoll tokens.
@@ -79,6 +77,8 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Closed => "region closed by the guest module (unloaded)",
         StopReason::OwnerGone => "region owner exited without closing",
         StopReason::Withdrawn => "region withdrawn for reformatting",
+        StopReason::Shrunk => "region shrank under the reader (truncated by another process)",
+        StopReason::OutputFailed => "output failed (the trace holds every whole packet before it)",
     }
 }
 
@@ -90,11 +90,12 @@ fn guest_alive(reason: StopReason) -> bool {
 
 /// Everything one guest thread owns.
 pub struct Guest {
+    /// The registry's id of this guest (the connection number).
+    pub id: u64,
     pub name: String,
     pub peer: PeerInfo,
-    pub shm_path: PathBuf,
-    /// The region file as serve created it (kept open with the guest).
-    pub shm_file: File,
+    /// The region as serve created it (kept open with the guest).
+    pub shm: Shm,
     /// Guest -> host doorbells, vector k (the waiter reads them).
     pub doorbells: Vec<EventFd>,
     /// Host -> guest interrupts, MSI-X vector k (0: control and sync).
@@ -303,12 +304,17 @@ pub struct GuestTask {
     phase: Phase,
     last_uuid: Option<[u8; 16]>,
     said: String,
-    pub done: Arc<AtomicBool>,
+    /// Gives the registry entry back, once.
+    retire: Option<Box<dyn FnOnce() + Send>>,
 }
 
 impl GuestTask {
     /// `conn` is QEMU's connection.
-    pub fn new(mut guest: Guest, conn: UnixStream, done: Arc<AtomicBool>) -> Result<GuestTask> {
+    pub fn new(
+        mut guest: Guest,
+        conn: UnixStream,
+        retire: Box<dyn FnOnce() + Send>,
+    ) -> Result<GuestTask> {
         let waiter = GuestWaiter::new(&mut guest, conn)?;
         guest.set_state("waiting for the guest module to format the region");
         Ok(GuestTask {
@@ -317,7 +323,7 @@ impl GuestTask {
             phase: Phase::Awaiting,
             last_uuid: None,
             said: String::new(),
-            done,
+            retire: Some(retire),
         })
     }
 
@@ -364,7 +370,7 @@ impl GuestTask {
             guest: &self.guest,
             said: &mut self.said,
         };
-        let path = self.guest.shm_path.clone();
+        let path = self.guest.shm.path.clone();
         let Ok(Some(region)) = ivtrace_engine::wait_for_region(&path, self.last_uuid, &mut once)
         else {
             self.phase = Phase::Awaiting;
@@ -438,15 +444,18 @@ impl GuestTask {
         }
     }
 
-    fn finished(&mut self) {
-        if self.done.swap(true, Ordering::AcqRel) {
+    /// The guest is done: its region file goes (unless kept), its entry
+    /// is given back. Runs once (a panicked task is finished by the pool).
+    pub fn finished(&mut self) {
+        let Some(retire) = self.retire.take() else {
             return;
-        }
+        };
         self.guest.set_state("done");
         if !self.guest.cfg.keep_shm {
-            let _ = fs::remove_file(&self.guest.shm_path);
+            self.guest.shm.remove();
         }
         self.guest.log("finished");
+        retire();
     }
 }
 

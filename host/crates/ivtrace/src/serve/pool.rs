@@ -59,7 +59,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The workers and the poller of a server.
 pub struct Pool {
     shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Pool {
@@ -101,7 +101,10 @@ impl Pool {
                 .spawn(move || poll_parked(&s))
                 .context("cannot start the poller thread")?,
         );
-        Ok(Pool { shared, threads })
+        Ok(Pool {
+            shared,
+            threads: Mutex::new(threads),
+        })
     }
 
     /// Gives a new guest its first turn.
@@ -115,16 +118,17 @@ impl Pool {
         self.shared.live.load(Ordering::Acquire)
     }
 
-    /// Waits until every guest is done (the caller asked them to stop),
-    /// then stops the threads.
-    pub fn finish(mut self) {
-        while self.live() > 0 {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// Stops the threads (the caller waited for the guests to be done, as
+    /// long as it would); a thread still busy with a guest is left behind.
+    pub fn finish(&self) {
         self.shared.stopping.store(true, Ordering::Release);
         self.shared.ready_cv.notify_all();
         let _ = self.shared.poller_wake.write(1);
-        for t in self.threads.drain(..) {
+        if self.live() > 0 {
+            return;
+        }
+        let threads = std::mem::take(&mut *lock(&self.threads));
+        for t in threads {
             if t.join().is_err() {
                 eprintln!("ivtrace serve: a drain thread panicked");
             }
@@ -168,7 +172,7 @@ fn work(s: &Shared) {
                     "ivtrace serve: [{}] the recording panicked; the guest is dropped",
                     task.name()
                 );
-                task.done.store(true, Ordering::Release);
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.finished()));
                 s.live.fetch_sub(1, Ordering::AcqRel);
             }
         }

@@ -4,7 +4,6 @@
 //! loop with serve's waiter, clock, output and hooks.
 
 use std::collections::HashMap;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,7 +14,7 @@ use serde_json::{json, Value};
 
 use ivtrace_ctf::host::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
-use ivtrace_ctf::EnvValue;
+use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
@@ -28,19 +27,22 @@ use crate::serve::hostlog::{kick, serve_classes, Delivering, ServeHooks};
 use crate::serve::proto::{GUEST_ID, HOST_ID};
 use crate::summary;
 
-/// Claims `root/name`, or `name-2`, `name-3`... (atomic `mkdir`).
-pub fn claim_dir(root: &Path, name: &str) -> Result<PathBuf> {
+/// Claims `root/name`, or `name-2`, `name-3`... (atomic `mkdirat`
+/// relative to the root's descriptor, then opened without following a
+/// link: see ivtrace-ctf's `outdir`).
+pub fn claim_dir(root: &OutDir, name: &str) -> Result<OutDir> {
     for k in 1u32.. {
         let n = if k == 1 {
             name.to_string()
         } else {
             format!("{name}-{k}")
         };
-        let p = root.join(&n);
-        match fs::create_dir(&p) {
-            Ok(()) => return Ok(p),
+        match root.create_dir(&n) {
+            Ok(d) => return Ok(d),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot create {}", root.join(&n).display()))
+            }
         }
     }
     unreachable!("u32 names exhausted")
@@ -50,6 +52,7 @@ pub fn claim_dir(root: &Path, name: &str) -> Result<PathBuf> {
 /// results.
 struct Observed {
     out: PathBuf,
+    dir: OutDir,
     doorbell: bool,
     /// Doorbells received, late ones included.
     received: u64,
@@ -69,6 +72,7 @@ pub struct Live {
     host: HostSide,
     stream: usize,
     out: PathBuf,
+    dir: OutDir,
     doorbell: bool,
     notify_before: NotifyStats,
     /// Doorbells received so far (the hooks count them).
@@ -78,7 +82,8 @@ pub struct Live {
 
 /// Starts recording one formatted region.
 pub fn start(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Live> {
-    let out = claim_dir(&g.cfg.outroot, &g.name)?;
+    let dir = claim_dir(&g.cfg.outroot, &g.name)?;
+    let out = dir.path().to_path_buf();
     announce(g, &region, &out);
     let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
@@ -91,8 +96,15 @@ pub fn start(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Live
         clock_kick(kick_fd),
     );
     g.log(&clock.describe());
-    let (host, stream) = host_side(g, &out)?;
-    let mut writer = session::ctf_writer_named(&region, &out, &clock.initial_mapping(), &g.name);
+    let (host, stream) = host_side(g, &dir)?;
+    let mut writer = session::ctf_writer_named(
+        &region,
+        &dir,
+        &clock.initial_mapping(),
+        &g.name,
+        g.cfg.limits,
+        "serve",
+    );
     let tap = g.cfg.relay.as_ref().map(|hub| {
         let freq = region.header().clock.freq_hz;
         let tap = crate::relayd::attach(hub, &g.name, freq, &mut writer);
@@ -109,6 +121,7 @@ pub fn start(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Live
         host,
         stream,
         out,
+        dir,
         doorbell,
         notify_before: waiter.stats(),
         received: 0,
@@ -175,6 +188,7 @@ pub fn end(
         mut clock,
         host,
         out,
+        dir,
         doorbell,
         notify_before,
         tap,
@@ -200,6 +214,7 @@ pub fn end(
     drop(h);
     let mut observed = Observed {
         out,
+        dir,
         doorbell,
         received,
         notify: notify_since(waiter.stats(), notify_before, &rec, received),
@@ -233,7 +248,7 @@ fn clock_kick(fd: Option<&Arc<EventFd>>) -> Kick {
 
 /// `DIR/host/`: serve's stream, and the host events if asked for (a
 /// failure there is logged, the recording goes on without them).
-fn host_side(g: &Guest, out: &Path) -> Result<(HostSide, usize)> {
+fn host_side(g: &Guest, out: &OutDir) -> Result<(HostSide, usize)> {
     let mut classes = serve_classes();
     let events = g.cfg.host_events.then(|| {
         ivtrace_tracefs::host::HostEvents::prepare(g.peer.pid, &mut classes)
@@ -308,9 +323,20 @@ fn finish(
         reader,
         output,
         clock: mapping,
+        output_error,
         ..
     } = &mut rec;
-    Output::finish(output, mapping, env, reader.classes())?;
+    let finished = match output_error {
+        Some(_) => Output::finish_incomplete(output, mapping, env, reader.classes()),
+        None => Output::finish(output, mapping, env, reader.classes()),
+    };
+    if let Err(e) = finished {
+        // A full disk while finishing (the kernel expansion): the sidecar
+        // still says so; `ivtrace recover` finishes the rest.
+        let why = format!("finishing the trace failed: {e:#}");
+        g.log(&why);
+        output_error.get_or_insert(why);
+    }
     observed.host_event_stats = stop_host_events(g, &mut host);
     observed.vm_view = vm_view(g, &mut host, &rec, observed.host_event_stats.as_ref());
     observed.host_counts = host.finish()?;
@@ -321,17 +347,20 @@ fn finish(
     let mut sidecar = session::build_sidecar(
         &rec.reader,
         &rec.output.writer,
-        &g.shm_path,
+        &g.shm.path,
         "serve",
         &rec.clock,
         rec.elapsed,
-        describe(rec.reason),
+        &stop_reason(&rec),
     );
     sidecar.relay = observed.relay.clone();
     sidecar.host_lost = observed
         .host_event_stats
         .as_ref()
         .map(crate::record::host_lost);
+    if rec.output_error.is_some() {
+        sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
+    }
     let doc = sidecar_with_serve_sections(g, &sidecar, &rec, clock, observed)?;
     if let Ok(mut s) = g.status.lock() {
         s.clock_method = Some(rec.clock.method.clone());
@@ -384,7 +413,10 @@ fn sidecar_with_serve_sections(
     }
     let mut text = serde_json::to_vec_pretty(&doc)?;
     text.push(b'\n');
-    ivtrace_ctf::trace::write_atomically(&observed.out, SIDECAR_NAME, &text)?;
+    observed
+        .dir
+        .write_atomically(SIDECAR_NAME, &text)
+        .with_context(|| format!("cannot write {}", observed.dir.join(SIDECAR_NAME).display()))?;
     Ok(doc)
 }
 
@@ -457,6 +489,14 @@ fn clock_sync_section(rec: &Recorded<Delivering>, clock: &GuestClock) -> Value {
             "mapping": pp.mapping(),
         })),
     })
+}
+
+/// The sidecar's `stop_reason`: why, and what the output said if it failed.
+fn stop_reason(rec: &Recorded<Delivering>) -> String {
+    match &rec.output_error {
+        Some(e) => format!("{}: {e}", describe(rec.reason)),
+        None => describe(rec.reason).to_string(),
+    }
 }
 
 fn log_finished(g: &Guest, sidecar: &Sidecar, rec: &Recorded<Delivering>, observed: &Observed) {

@@ -14,13 +14,17 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use ivtrace_ctf::sidecar::HostLost;
+use ivtrace_ctf::streams::Limits;
+use ivtrace_ctf::OutDir;
 use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
-use ivtrace_region::{abi, Reader, Region, RegionError};
+use ivtrace_region::{Reader, Region, RegionError};
 use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
 use crate::summary;
+
+pub mod resume;
 
 /// Idle polling backs off from MIN to MAX sleep.
 const IDLE_SLEEP_MIN: Duration = Duration::from_micros(20);
@@ -39,6 +43,8 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Withdrawn => "region withdrawn for reformatting",
         StopReason::Disconnected => "peer disconnected",
         StopReason::Misbehaved => "peer misbehaved",
+        StopReason::Shrunk => "region shrank under the reader (truncated by another process)",
+        StopReason::OutputFailed => "output failed (the trace holds every whole packet before it)",
     }
 }
 
@@ -123,17 +129,6 @@ fn progress_bar() -> Option<ProgressBar> {
     Some(pb)
 }
 
-/// Raises the open-files limit: one stream file per channel, up to 4096.
-fn raise_file_limit() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        let want = hard.min(abi::IVT_CHANNELS_MAX as u64 + 64);
-        if soft < want {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, want, hard);
-        }
-    }
-}
-
 /// What `record` adds to the engine's loop: its stop requests, the
 /// loopback owner's liveness, a progress line on a terminal.
 struct RecordHooks<'a> {
@@ -166,7 +161,12 @@ impl Hooks for RecordHooks<'_> {
 
 /// Runs `ivtrace record`. Returns the events seen (recorded + lost).
 pub fn run(args: &RecordArgs) -> Result<u64> {
-    let out = session::prepare_output(&args.output, args.force)?;
+    crate::serve::admission::raise_nofile_limit();
+    let policy = args.access.policy()?;
+    let out = match args.resume {
+        true => resume::open(&args.output, &policy)?,
+        false => session::prepare_output(&args.output, args.force, &policy)?,
+    };
     let signal = install_stop_flag()?;
     let stop = Stop {
         signal: &signal,
@@ -186,7 +186,6 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         );
         return Ok(0);
     };
-    raise_file_limit();
     let hub = args.relay.start()?;
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
     let vcpus = match &args.qmp {
@@ -209,7 +208,7 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
 /// Where a recording goes and what its traces call the guest.
 #[derive(Clone, Copy)]
 struct Names<'a> {
-    out: &'a Path,
+    out: &'a OutDir,
     host: &'a str,
     /// The relay sender, with `--relayd`.
     hub: Option<&'a ivtrace_relay::Hub>,
@@ -224,7 +223,12 @@ fn record_region(
 ) -> Result<u64> {
     let Names { out, host, hub } = names;
     let mut clock = ivtrace_time::estimator_for(region.header());
-    let mut writer = session::ctf_writer_named(&region, out, &clock.initial(), host);
+    let limits = Limits {
+        max_bytes: args.max_size,
+        ..Limits::default()
+    };
+    let mut writer =
+        session::ctf_writer_named(&region, out, &clock.initial(), host, limits, "record");
     let tap = hub.map(|hub| {
         let tap = crate::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
         if let Some(run) = host_side.as_mut() {
@@ -237,19 +241,18 @@ fn record_region(
         tap
     });
     let h = region.header();
+    let owner = h.is_loopback().then_some(h.owner_pid);
+    let mut reader = Reader::new(region);
+    if args.resume {
+        resume::continue_recording(out, &mut reader, &mut writer)?;
+    }
     let mut hooks = RecordHooks {
         stop,
-        owner: h.is_loopback().then_some(h.owner_pid),
+        owner,
         progress: progress_bar(),
     };
     let mut wait = Backoff::new(IDLE_SLEEP_MIN, IDLE_SLEEP_MAX);
-    let engine = Engine::new(
-        Reader::new(region),
-        writer,
-        &mut clock,
-        &mut wait,
-        &mut hooks,
-    );
+    let engine = Engine::new(reader, writer, &mut clock, &mut wait, &mut hooks);
     let rec = engine.run()?;
     if let Some(pb) = &hooks.progress {
         pb.finish_and_clear();
@@ -257,11 +260,19 @@ fn record_region(
     if rec.reason == StopReason::Withdrawn {
         eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
     }
+    if rec.reason == StopReason::Shrunk {
+        eprintln!(
+            "ivtrace: warning: {} shrank under the reader (another process truncated it): \
+             stopped; the trace holds what was read before",
+            args.shm.display()
+        );
+    }
     finish_trace(rec, args, names, host_side, tap)
 }
 
 /// The recorded trace's env and metadata, the host trace and VM view, the
-/// sidecar, the summary.
+/// sidecar, the summary. A failed output (a full disk) is an error after
+/// the sidecar says so.
 fn finish_trace(
     rec: Recorded<ivtrace_ctf::CtfWriter>,
     args: &RecordArgs,
@@ -276,27 +287,49 @@ fn finish_trace(
         clock,
         elapsed,
         reason,
+        mut output_error,
         ..
     } = rec;
-    let env = session::trace_env_named(reader.region(), out, &clock, host);
-    Output::finish(&mut writer, &clock, env, reader.classes())?;
+    let env = session::trace_env_named(reader.region(), out.path(), &clock, host);
+    let finished = match output_error {
+        Some(_) => Output::finish_incomplete(&mut writer, &clock, env, reader.classes()),
+        None => Output::finish(&mut writer, &clock, env, reader.classes()),
+    };
+    if let Err(e) = finished {
+        output_error.get_or_insert(format!("finishing the trace failed: {e:#}"));
+    }
+    // A host trace that cannot be finished (the same full disk) is an
+    // output error too: the sidecar still says why.
     let guest = GuestOutput::of(&writer, reader.classes(), &clock);
-    let host_lost = host_side
-        .map(|h| finish_host_events(h, &guest))
-        .transpose()?;
-    let mut sidecar = session::build_sidecar(
-        &reader,
-        &writer,
-        &args.shm,
-        "record",
-        &clock,
-        elapsed,
-        describe(reason),
-    );
+    let host_lost = match host_side.map(|h| finish_host_events(h, &guest)).transpose() {
+        Ok(lost) => lost,
+        Err(e) => {
+            output_error.get_or_insert(format!("finishing the host trace failed: {e:#}"));
+            None
+        }
+    };
+    let why = match &output_error {
+        Some(e) => format!("{}: {e}", describe(reason)),
+        None => describe(reason).to_string(),
+    };
+    let mut sidecar =
+        session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
     sidecar.host_lost = host_lost;
     sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
+    if output_error.is_some() {
+        sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
+    }
     writer.write_sidecar(&sidecar)?;
-    summary::print(&sidecar, out, args.json)?;
+    summary::print(&sidecar, out.path(), args.json)?;
+    if let Some(e) = output_error {
+        anyhow::bail!(
+            "{e}\nthe trace in {} holds every packet written before (babeltrace2 reads its \
+             user/ trace; a kernel stream stays staged in .kernel-wire/); the packets not \
+             written are still in the region: free space, then `ivtrace record --resume` with \
+             the same --shm and -o records them, or `ivtrace recover` finishes the trace as it is",
+            out.path().display()
+        );
+    }
     Ok(session::events_seen(&sidecar))
 }
 
@@ -306,7 +339,7 @@ fn finish_trace(
 fn start_host_events(
     qemu_pid: Option<i32>,
     shm: &Path,
-    out: &Path,
+    out: &OutDir,
     name: &str,
 ) -> Result<HostSide> {
     let pid = match qemu_pid {
