@@ -69,7 +69,9 @@ static const char help_text[] =
 "                      act as a guest of an ivshmem server (`ivtrace serve`):\n"
 "                      connect to PATH as QEMU does, take the region's descriptor\n"
 "                      and the doorbell eventfds the server sends, format the\n"
-"                      region (as --create) and write into it; the connection\n"
+"                      region (as --create, at the region's fixed size: the\n"
+"                      sub-buffers per channel are chosen to fit it) and write\n"
+"                      into it; the connection\n"
 "                      stays open until the end (the server sees a guest exit)\n"
 "  --create            always format the region anew, even if it is valid\n"
 "  --channels C        user channels (threads writing at once)      [default 64]\n"
@@ -500,6 +502,29 @@ static int may_overwrite(const char *path)
 	return magic == 0 || magic == IVT_MAGIC;
 }
 
+/*
+ * An ivshmem server's region cannot change size (ivtrace serve seals its
+ * memfd against shrinking and growing, as a guest's BAR is fixed): format
+ * it with the most sub-buffers per channel (--subbufs is ignored; the
+ * channels and sub-buffer size are kept) whose planned size is the
+ * region's own. Each try that plans a bigger region fails (EPERM, nothing
+ * mapped), so the sizes are tried from the largest down.
+ */
+static int create_fitting(const struct opts *o, struct ivt_region **r)
+{
+	struct ivt_region_opts ro = o->region;
+	uint32_t k;
+	int err = -EINVAL;
+
+	for (k = IVT_SUBBUFS_MAX; k >= IVT_SUBBUFS_MIN; k /= 2) {
+		ro.subbufs = k;
+		err = ivt_region_create(o->shm, &ro, r);
+		if (err != -EPERM && err != -EINVAL)
+			return err;
+	}
+	return err;
+}
+
 static struct ivt_region *open_region(const struct opts *o)
 {
 	struct ivt_region *r;
@@ -522,7 +547,10 @@ static struct ivt_region *open_region(const struct opts *o)
 				      "the file holds something that is not an ivtrace "
 				      "region; pass --create to overwrite it");
 	}
-	err = ivt_region_create(o->shm, &o->region, &r);
+	if (o->ivshmem_socket)
+		err = create_fitting(o, &r);
+	else
+		err = ivt_region_create(o->shm, &o->region, &r);
 	if (err == -EINVAL)
 		runtime_error("cannot create region", o->shm, err,
 			      "the geometry is out of range: --channels 1..4096, "
