@@ -1,8 +1,10 @@
 # ivtrace - top-level build. `make` leaves the tools in bin/.
-#   make          build bin/ivtrace and bin/ivtrace-loadgen (and libivtrace)
+#   make          build bin/ivtrace, bin/ivtrace-loadgen, bin/ivtrace-forward (and libivtrace)
 #   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
 #                 the static guest tools and the workloads (vm/build --all)
 #   make test     install what is missing, build, run every test, then `make lint`
+#   make test-nested  the whole nest: L0 records L1, a TCG guest running QEMU for L2 and
+#                 forwarding L2's trace (tests/nested/full_nest.py; 5-20+ min, so not in `make test`)
 #   make lint     clippy -D warnings and rustfmt --check on host/, checkpatch on guest/kmod,
 #                 the C tests of abi/ and guest/lib built with ASan+UBSan and with TSan
 #   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
@@ -13,9 +15,10 @@
 #   make bench    the native benchmarks (bench/run native), then docs/performance.md
 #   make soak     serve for 30 min under churn, a never-idle writer and a full disk
 #                 (bench/run soak), then docs/performance.md
-#   make eval     the whole performance page from scratch: bench/run native, doorbell and
+#   make eval     the whole performance page from scratch: bench/run native, doorbell,
 #                 evaluation (ivtrace's states vs ftrace over net/SSH/9p/virtio-serial in a real
-#                 guest), then docs/performance.md and its plots (bench/report; ~45 min, TCG)
+#                 guest) and guest (ivtrace.ko vs LTTng, ftrace and perf in one guest), then
+#                 docs/performance.md and its plots (bench/report; ~80 min, TCG)
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600 per target); `make test`
 #                 runs each target for 10 s (test-fuzz)
 #   make lint-host  clippy (warnings as errors) and rustfmt --check on host/
@@ -32,7 +35,7 @@ PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
 	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback demo-vmview bench eval soak fuzz clean deb test-deb gen-docs
+	demo demo-loopback demo-vmview bench eval soak fuzz clean deb test-deb gen-docs test-nested
 
 all: host lib
 
@@ -45,7 +48,7 @@ host:
 
 lib:
 	$(MAKE) -C guest/lib
-	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen bin/ivtrace-loadgen
+	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen guest/lib/build/ivtrace-forward bin/
 
 # Trace Compass as a reader in the tests: bullseye's eclipse-tracecompass jars through apt,
 # on bookworm's Eclipse libraries (scripts/install-tracecompass; cached, quick when present).
@@ -58,6 +61,12 @@ guest:
 # lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
 test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
 	test-deb lint
+
+# L2 is TCG inside TCG: minutes of boot on a 2-core machine, beyond make test's budget.
+# tests/nested/test_forward.py (in make test) checks the forwarding path at one level.
+test-nested: all
+	$(MAKE) -C guest/lib build/ivtrace-forward-static
+	$(PYTHON) -m pytest -q -s tests/nested/full_nest.py
 
 test-abi:
 	$(MAKE) -C abi test
@@ -153,6 +162,7 @@ eval: deps all
 	bench/run native
 	bench/run doorbell
 	bench/run evaluation
+	bench/run guest
 	bench/report
 
 soak: deps all

@@ -42,6 +42,15 @@ def native_headline(data: dict) -> dict:
 
 
 def guest_headline(data: dict) -> dict:
+    table = data.get("summary", {}).get("table")
+    if table is not None:  # the four-tracer preset: ns per event in the traced task, getppid
+        row = table.get("getppid", {})
+        out = {}
+        for name, c in (("ivtrace", "ivt-flight"), ("lttng", "lttng-snapshot"),
+                        ("ftrace", "ft-ring"), ("perf", "perf-record")):
+            x = (row.get(c) or {}).get("added_cpu_per_event")
+            out[f"{name}_ns_per_event"] = r(x and x["median"], 0)
+        return out
     row = data.get("summary", {}).get("syscall", {})
     out = {}
     for t in ("ivtrace", "ftrace"):

@@ -18,7 +18,8 @@ A results file is one JSON object:
     data         the preset's own measurements
 
 Paths are written relative to the repository; the harness's temporary directories are
-written as $WORK (the evaluation's work directory) and $TMP (a per-boot directory).
+written as $WORK (the evaluation's and the guest preset's work directory), $TMP (a per-boot
+directory) and $SHM (the guest preset's ivshmem region file).
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ HOST_PRESETS = ("native", "soak")
 # committed document, so they are written as placeholders.
 TEMP_DIRS = [
     (re.compile(r"/var/tmp/ivtrace-eval-\d+"), "$WORK"),
+    (re.compile(r"/var/tmp/ivtrace-guest-\d+"), "$WORK"),
+    (re.compile(r"/dev/shm/ivt-guestbench-\d+"), "$SHM"),
     (re.compile(r"/tmp/ivtvm-[A-Za-z0-9_]+"), "$TMP"),
 ]
 

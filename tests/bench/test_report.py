@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from harness import history, results  # noqa: E402
 
 # Absolute paths that belong to one machine or one run, never to the repository.
-MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-eval-)")
+MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-eval-|/var/tmp/ivtrace-guest-|/dev/shm/ivt-guestbench-)")
 
 
 def kept_results():

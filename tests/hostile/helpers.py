@@ -6,11 +6,9 @@ to a region, /proc sampling.
 older build to see each failure these tests pin down.
 """
 import json
-import mmap
 import os
 import resource
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -22,7 +20,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "vm"))
-from conftest import abi  # noqa: E402
 from serve import serve as s  # noqa: E402
 
 IVTRACE = Path(os.environ.get("IVTRACE_BIN", REPO / "bin" / "ivtrace"))
@@ -119,28 +116,6 @@ def babeltrace2(d):
     """`babeltrace2 DIR`: (exit code, events printed, stderr)."""
     p = subprocess.run(["babeltrace2", str(d)], capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout.count("\n"), p.stderr
-
-
-class RegionBytes:
-    """Byte access to a region file, offsets from abi/vectors.json."""
-
-    def __init__(self, path):
-        self.fd = os.open(path, os.O_RDWR)
-        self.map = mmap.mmap(self.fd, 0)
-
-    def close(self):
-        self.map.close()
-        os.close(self.fd)
-
-    def u64(self, off, value=None):
-        if value is None:
-            return struct.unpack_from("<Q", self.map, off)[0]
-        struct.pack_into("<Q", self.map, off, value)
-
-    def channel(self, idx, field):
-        layout = abi("offsetof.ivt_region_hdr.layout")
-        base = self.u64(layout + abi("offsetof.ivt_layout.channels_off"))
-        return base + idx * abi("sizeof.ivt_channel") + abi(f"offsetof.ivt_channel.{field}")
 
 
 def private_dir(prefix):

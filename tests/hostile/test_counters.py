@@ -4,7 +4,8 @@ takes for "unknown" and aborts on, refusing the whole trace).
 """
 import subprocess
 
-from hostile.helpers import IVTRACE, RegionBytes, babeltrace2, loadgen, need_tools, record, sidecar
+from hostile.helpers import IVTRACE, babeltrace2, loadgen, need_tools, record, sidecar
+from regionfile import Region
 
 CTF_DISCARDED_MAX = (1 << 63) - 1
 
@@ -12,7 +13,7 @@ CTF_DISCARDED_MAX = (1 << 63) - 1
 def test_a_loss_counter_of_2_64_minus_1_is_clamped_and_reported(shm, tmp_path):
     need_tools()
     stats = loadgen(shm, "--events", 5_000, "--threads", 2, "--size", 32, "--channels", 2)
-    r = RegionBytes(shm)
+    r = Region(shm)
     r.u64(r.channel(0, "lost_full"), (1 << 64) - 1)
     r.close()
     out = tmp_path / "t"

@@ -259,6 +259,14 @@ pub struct Sidecar {
     /// `SessionStats`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay: Option<serde_json::Value>,
+    /// A guest that migrated: which part of its trace this is, where it
+    /// resumed from and where it handed off (docs/migration.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<serde_json::Value>,
+    /// Nested tracing (docs/migration.md): what this recording forwarded
+    /// (`forwarded`) and the guests forwarded through it (`guests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<serde_json::Value>,
 }
 
 fn finalized() -> String {

@@ -60,6 +60,11 @@ pub enum StopReason {
     Disconnected,
     /// The peer violated the protocol and was disconnected.
     Misbehaved,
+    /// The guest migrated to another host, whose recorder continues the
+    /// trace: the last pass takes complete packets only and the reader's
+    /// [`Reader::handoff`] says where the next part starts
+    /// (docs/migration.md).
+    Handoff,
     /// The region was withdrawn for reformatting (its magic is gone).
     Withdrawn,
     /// The region's file shrank under the reader (truncated by another
@@ -488,9 +493,12 @@ impl<O: Output> Core<O> {
             self.reader.account_final();
             return Ok(());
         }
-        let flushed = self
-            .reader
-            .flush_partial(&mut self.output)
+        let last_pass = match reason {
+            // The open packets go on filling on the next host.
+            StopReason::Handoff => self.reader.drain_for_handoff(&mut self.output),
+            _ => self.reader.flush_partial(&mut self.output),
+        };
+        let flushed = last_pass
             .map_err(OutputError::wrap)
             .and_then(|_| self.output.commit().map_err(OutputError::wrap))
             .and_then(|()| {

@@ -31,6 +31,8 @@ const OWNED_ENTRIES: &[&str] = &[
     ".ivtrace.json.tmp",
     ".ivtrace.reserve",
     ivtrace_ctf::kernel::STAGING_DIR,
+    crate::migration::HANDOFF_NAME,
+    crate::nested::NESTED_DIR,
 ];
 
 /// A problem the user can fix, with a hint how.
@@ -232,10 +234,24 @@ pub fn ctf_writer_named(
     limits: Limits,
     mode: &str,
 ) -> CtfWriter {
+    ctf_writer_part(region, out, clock, host, limits, mode, 0)
+}
+
+/// A fresh writer for part `part` of `region`'s trace (a guest that
+/// migrated: [`crate::migration`]); part 0 is [`ctf_writer_named`].
+pub fn ctf_writer_part(
+    region: &Region,
+    out: &OutDir,
+    clock: &ClockMapping,
+    host: &str,
+    limits: Limits,
+    mode: &str,
+    part: u32,
+) -> CtfWriter {
     let env = trace_env_named(region, out.path(), clock, host);
     let mut w = CtfWriter::new(
         out.clone(),
-        region.header().uuid,
+        crate::migration::part_uuid(region.header().uuid, part),
         clock.clone(),
         env,
         region.layout().nr_channels,
@@ -367,6 +383,8 @@ pub fn build_sidecar(
             "read_buffer_bytes": reader.region().layout().subbuf_size as u64 + 8,
         })),
         relay: None,
+        migration: None,
+        nested: None,
     }
 }
 

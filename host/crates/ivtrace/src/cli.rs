@@ -169,6 +169,24 @@ pub struct RecordArgs {
     /// later packets are dropped and counted as lost (`over_limit`).
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     pub max_size: Option<u64>,
+    /// Continue a migrated guest's trace: wait until FILE (the previous host's
+    /// DIR/handoff.json, or DIR) exists, then record from where that part ended,
+    /// as the next part. SIGUSR1 ends a recording with such a handoff
+    /// (docs/migration.md).
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    pub resume_from: Option<PathBuf>,
+    /// Map guest time by ping-pong through the region's sync mailbox even
+    /// without doorbells (the module answers at its next poll, every flush_ms:
+    /// load it with a small flush_ms), instead of the header's reference.
+    #[arg(long)]
+    pub clock_sync: bool,
+    /// Nested tracing, inside a guest that is itself traced: also send
+    /// every packet, the event classes and the final clock mapping to
+    /// FIFO, which `ivtrace-forward --in FIFO --shm /dev/ivtrace` writes
+    /// into this guest's own region for the outer host
+    /// (docs/migration.md, "Nested guests").
+    #[arg(long, value_name = "FIFO")]
+    pub forward: Option<PathBuf>,
     #[command(flatten)]
     pub access: OutputAccessArgs,
     #[command(flatten)]

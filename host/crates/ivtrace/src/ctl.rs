@@ -32,7 +32,14 @@ Examples:
   ivtrace ctl --socket /run/ivtrace.sock --guest web1 enable syscall,kmem
   ivtrace ctl --socket /run/ivtrace.sock --guest web1 disable all
   ivtrace ctl --socket /run/ivtrace.sock --guest web1 mode overwrite
-  ivtrace ctl --shm /dev/shm/guest0 statedump";
+  ivtrace ctl --shm /dev/shm/guest0 statedump
+
+A guest that migrates (docs/migration.md): once the migration is over, on the
+source's server `handoff` ends the guest's trace there (DIR/handoff.json), and
+on the destination's server `resume FILE` starts recording the guest that
+arrived (QEMU -incoming) from that handoff:
+  ivtrace ctl --socket /run/a.sock --guest web1 handoff
+  ivtrace ctl --socket /run/b.sock --guest web1 resume /traces-a/web1/handoff.json";
 
 /// What `ivtrace ctl` takes (cli.rs embeds it).
 #[derive(Debug, clap::Args)]
@@ -55,7 +62,8 @@ pub struct CtlArgs {
     #[arg(long)]
     pub json: bool,
     /// flush | enable GROUPS | disable GROUPS | mode discard|overwrite |
-    /// statedump | list | status. GROUPS: sched,irq,timer,kmem,syscall,printk or all.
+    /// statedump | list | status | handoff | resume [HANDOFF]. GROUPS:
+    /// sched,irq,timer,kmem,syscall,printk or all.
     #[arg(value_name = "COMMAND", required = true, num_args = 1..=2)]
     pub command: Vec<String>,
 }
@@ -93,6 +101,14 @@ fn print_reply(v: &Value, json_out: bool) -> Result<u64> {
             );
         }
         return Ok(gs.len().max(1) as u64);
+    }
+    if let Some(what) = v.get("result").and_then(Value::as_str) {
+        println!(
+            "guest {}: {}: {what}",
+            v["guest"].as_str().unwrap_or("?"),
+            v["op"].as_str().unwrap_or("?")
+        );
+        return Ok(1);
     }
     if let Some(g) = v.get("guest").filter(|g| g.is_object()) {
         println!("{}", serde_json::to_string_pretty(g)?);
@@ -158,7 +174,7 @@ pub fn run(args: &CtlArgs) -> Result<u64> {
     let words = &args.command;
     let verb = words.first().map(String::as_str).unwrap_or("");
     if let Some(shm) = &args.shm {
-        if matches!(verb, "list" | "status") {
+        if matches!(verb, "list" | "status" | "handoff" | "resume") {
             bail!("`{verb}` needs a server (--socket); with --shm, send a command");
         }
         let cmd = parse_command(words)?;
@@ -176,6 +192,8 @@ pub fn run(args: &CtlArgs) -> Result<u64> {
     let req = match verb {
         "list" => json!({"op": "list"}),
         "status" => json!({"op": "status", "guest": args.guest}),
+        "handoff" => json!({"op": "handoff", "guest": args.guest}),
+        "resume" => json!({"op": "resume", "guest": args.guest, "from": words.get(1)}),
         _ => {
             parse_command(words)?; // say what is wrong before asking
             json!({"op": "control", "guest": args.guest, "command": words})

@@ -375,7 +375,13 @@ impl Protocol<'_> {
     fn post(&self, cmd: Command) -> u64 {
         // Relaxed: cmd_seq is host-owned; we are the only host writing it
         // (flock), so its last value is ours or an earlier controller's.
-        let last = self.region.load_relaxed_u64(control(abi::control::CMD_SEQ));
+        // ack_seq too: in a migrated region cmd_seq can be older than the
+        // guest's last acknowledgement (see `last_sync_request`), and a
+        // number equal to that ack would be taken as answered at once.
+        let last = self
+            .region
+            .load_relaxed_u64(control(abi::control::CMD_SEQ))
+            .max(self.region.load_relaxed_u64(control(abi::control::ACK_SEQ)));
         let seq = last.wrapping_add(1).max(1);
         self.region
             .store_relaxed_u32(control(abi::control::CMD), cmd.code());
@@ -427,11 +433,18 @@ impl Protocol<'_> {
 /// host:  load-acquire resp_seq == n; t4 = now
 /// ```
 impl Protocol<'_> {
-    /// The last request number a host posted. Relaxed: req_seq is
-    /// host-owned; a new host continues after whatever an earlier one
-    /// left (the writer answers any new value).
+    /// The number a new host's requests continue after: the larger of the
+    /// last request posted and the last one answered. Relaxed: both are
+    /// only compared, and the writer answers any value it has not seen.
+    /// The answered one counts too because a migrated region can hold a
+    /// `req_seq` older than the source host's last request (migration
+    /// copies what the guest wrote, not the host's stores): continuing
+    /// after the stale `req_seq` could post exactly the number of the
+    /// guest's last answer, and its stale t2/t3 would pass for a fresh one.
     pub fn last_sync_request(&self) -> u64 {
-        self.region.load_relaxed_u64(sync(abi::sync::REQ_SEQ))
+        let req = self.region.load_relaxed_u64(sync(abi::sync::REQ_SEQ));
+        let resp = self.region.load_relaxed_u64(sync(abi::sync::RESP_SEQ));
+        req.max(resp)
     }
 
     /// Posts request `seq` sent at host time `host_t1`.

@@ -15,7 +15,10 @@
 
 use std::collections::BTreeMap;
 
+mod handoff;
 mod no_channel;
+
+pub use handoff::{ChannelHandoff, Handoff, HandoffError, Resumed};
 
 use crate::abi;
 use crate::classes::EventClasses;
@@ -92,6 +95,15 @@ pub struct WriterLosses {
 }
 
 impl WriterLosses {
+    /// The drops after `base` (an earlier part's counts), per reason.
+    pub fn since(&self, base: &WriterLosses) -> WriterLosses {
+        WriterLosses {
+            full: self.full.saturating_sub(base.full),
+            too_big: self.too_big.saturating_sub(base.too_big),
+            nested: self.nested.saturating_sub(base.nested),
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.full
             .saturating_add(self.too_big)
@@ -177,6 +189,9 @@ struct ChannelState {
     saw_first_packet: bool,
     /// A packet of this channel was handed to the sink.
     emitted_any: bool,
+    /// Writer drops an earlier host already announced (a guest that
+    /// migrated here: [`handoff`]); this part's packets announce the rest.
+    writer_base: WriterLosses,
     stats: ChannelStats,
 }
 
@@ -202,6 +217,7 @@ impl ChannelState {
             last_written: None,
             saw_first_packet: false,
             emitted_any: false,
+            writer_base: WriterLosses::default(),
             stats: ChannelStats::default(),
         }
     }
@@ -213,11 +229,15 @@ impl ChannelState {
         *p = p.saturating_add(packets);
     }
 
-    /// The running loss count a packet carries: the writer's drops plus
-    /// the host's losses, clamped to what CTF readers accept.
+    /// The running loss count a packet carries: the writer's drops since
+    /// the part began (all of them without a handoff) plus the host's
+    /// losses, clamped to what CTF readers accept.
     fn discarded(&mut self) -> u64 {
+        // A migrated guest's later part announces only the drops after the
+        // handoff's ([`Reader::resume`]); writer_base is zero otherwise.
         let total = self
             .writer_discarded
+            .saturating_sub(self.writer_base.total())
             .saturating_add(self.stats.host_lost.total());
         if total > CTF_DISCARDED_MAX {
             let seen = self.stats.discarded_clamped.unwrap_or(0).max(total);
@@ -265,6 +285,8 @@ pub struct Reader {
     since_commit: u64,
     /// `lost_no_channel` as a stream of its own ([`no_channel`]).
     no_channel: no_channel::NoChannelStream,
+    /// `lost_no_channel` an earlier host already announced ([`handoff`]).
+    no_channel_base: u64,
     /// The no-channel stream at the last commit, if it wrote since.
     no_channel_uncommitted: Option<no_channel::NoChannelStream>,
     scratch: Vec<u8>,
@@ -287,6 +309,7 @@ impl Reader {
             since_commit: 0,
             channels,
             no_channel: Default::default(),
+            no_channel_base: 0,
             no_channel_uncommitted: None,
             scratch: vec![0u8; layout.subbuf_size as usize + 8],
         }
@@ -745,7 +768,7 @@ impl Reader {
             let losses = self.writer_losses(c);
             let closed = self.region.protocol().events_closed(c);
             let ch = &mut self.channels[c as usize];
-            ch.stats.writer_lost = losses;
+            ch.stats.writer_lost = losses.since(&ch.writer_base);
             let end = closed.max(ch.expected_first_event.unwrap_or(0));
             ch.account_gap(end, max_per_packet);
             ch.writer_discarded = ch.writer_discarded.max(losses.total());
@@ -772,9 +795,16 @@ impl Reader {
     /// readers see), else the region's counter.
     pub fn lost_no_channel(&self) -> u64 {
         match self.no_channel.carried() {
-            0 => self.region.protocol().lost_no_channel(),
+            0 => self.lost_no_channel_now(),
             n => n,
         }
+    }
+
+    /// The region's `lost_no_channel` since this part began.
+    fn lost_no_channel_now(&self) -> u64 {
+        // Relaxed: a statistic the writers bump with relaxed fetch-adds.
+        let count = self.region.protocol().lost_no_channel();
+        count.saturating_sub(self.no_channel_base)
     }
 
     /// Writes the no-channel stream's packets when `lost_no_channel` grew
@@ -785,8 +815,7 @@ impl Reader {
         sink: &mut S,
         last: bool,
     ) -> Result<(), S::Error> {
-        // Relaxed: a statistic the writers bump with relaxed fetch-adds.
-        let count = self.region.protocol().lost_no_channel();
+        let count = self.lost_no_channel_now();
         if count <= self.no_channel.carried() {
             return Ok(()); // the common case: one load per pass
         }

@@ -17,8 +17,11 @@ use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::OutDir;
 use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::migration::{self, Handoff, Resumed};
+use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
-use ivtrace_region::{Reader, Region, RegionError};
+use ivtrace_region::{abi, Reader, Region, RegionError};
+use ivtrace_time::{ClockSync, GuestClock};
 use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
@@ -43,6 +46,7 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Withdrawn => "region withdrawn for reformatting",
         StopReason::Disconnected => "peer disconnected",
         StopReason::Misbehaved => "peer misbehaved",
+        StopReason::Handoff => "handed off (the guest migrated; the next host continues)",
         StopReason::Shrunk => "region shrank under the reader (truncated by another process)",
         StopReason::OutputFailed => "output failed (the trace holds every whole packet before it)",
     }
@@ -60,14 +64,26 @@ fn install_stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+/// SIGUSR1: the guest migrated, end this part with a handoff.
+fn install_handoff_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&flag))
+        .context("cannot install the SIGUSR1 handler")?;
+    Ok(flag)
+}
+
 /// Stop requests: a signal, or the end of `--duration`.
 struct Stop<'a> {
     signal: &'a AtomicBool,
+    handoff: &'a AtomicBool,
     deadline: Option<Instant>,
 }
 
 impl Stop<'_> {
     fn requested(&self) -> Option<StopReason> {
+        if self.handoff.load(Ordering::Relaxed) {
+            return Some(StopReason::Handoff);
+        }
         if self.signal.load(Ordering::Relaxed) {
             return Some(StopReason::Interrupted);
         }
@@ -168,11 +184,20 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         false => session::prepare_output(&args.output, args.force, &policy)?,
     };
     let signal = install_stop_flag()?;
+    let handoff = install_handoff_flag()?;
     let stop = Stop {
         signal: &signal,
+        handoff: &handoff,
         deadline: args
             .duration
             .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0))),
+    };
+    let resume_from = match &args.resume_from {
+        Some(path) => match wait_for_handoff(path, &stop)? {
+            Some(h) => Some((path.as_path(), h)),
+            None => return Ok(0),
+        },
+        None => None,
     };
     let mut waiting = Waiting {
         shm: &args.shm,
@@ -196,39 +221,92 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
+    let mut reader = Reader::new(region);
+    let resumed = match &resume_from {
+        Some((path, h)) => Some((*path, resume_handoff(&mut reader, h, path)?)),
+        None => None,
+    };
     let host_side = host_side.map(|side| HostRun { side, vcpus });
     let names = Names {
         out: &out,
         host: &host,
         hub: hub.as_ref(),
+        resumed,
     };
-    record_region(region, args, names, &stop, host_side)
+    record_region(reader, args, names, &stop, host_side)
 }
 
-/// Where a recording goes and what its traces call the guest.
+/// `--resume-from`: waits for the previous part's handoff (None: stopped
+/// meanwhile).
+fn wait_for_handoff(path: &Path, stop: &Stop) -> Result<Option<Handoff>> {
+    migration::wait_for_handoff(path, &mut || stop.requested().is_none())
+}
+
+fn resume_handoff(reader: &mut Reader, h: &Handoff, path: &Path) -> Result<Resumed> {
+    let r = reader
+        .resume(h)
+        .with_context(|| format!("cannot resume from {}", path.display()))?;
+    eprintln!(
+        "ivtrace: part {} of the trace, resumed from {} ({} packets the previous part already \
+         holds skipped)",
+        r.part,
+        path.display(),
+        r.already_recorded
+    );
+    Ok(r)
+}
+
+/// Where a recording goes, what its traces call the guest, and which part
+/// of a migrated guest's trace it is.
 #[derive(Clone, Copy)]
 struct Names<'a> {
     out: &'a OutDir,
     host: &'a str,
     /// The relay sender, with `--relayd`.
     hub: Option<&'a ivtrace_relay::Hub>,
+    resumed: Option<(&'a Path, Resumed)>,
+}
+
+impl Names<'_> {
+    fn part(&self) -> u32 {
+        self.resumed.map_or(0, |(_, r)| r.part)
+    }
+}
+
+/// The clock of a recording: the region's estimator, or with
+/// `--clock-sync` the ping-pong through the region's sync mailbox, which
+/// a polling module answers every flush_ms (no interrupt without
+/// doorbells).
+fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
+    if args.clock_sync && region.header().features & abi::IVT_FEAT_SYNC != 0 {
+        let interval = Duration::from_secs(5);
+        return Box::new(GuestClock::start(
+            region,
+            None,
+            true,
+            interval,
+            Box::new(|| {}),
+        ));
+    }
+    Box::new(ivtrace_time::estimator_for(region.header()))
 }
 
 fn record_region(
-    region: Region,
+    mut reader: Reader,
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
     mut host_side: Option<HostRun>,
 ) -> Result<u64> {
-    let Names { out, host, hub } = names;
-    let mut clock = ivtrace_time::estimator_for(region.header());
+    let Names { out, host, hub, .. } = names;
+    let region = reader.region();
+    let mut clock = clock_for(region, args);
     let limits = Limits {
         max_bytes: args.max_size,
         ..Limits::default()
     };
-    let mut writer =
-        session::ctf_writer_named(&region, out, &clock.initial(), host, limits, "record");
+    let (initial, part) = (clock.initial_mapping(), names.part());
+    let mut writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
     let tap = hub.map(|hub| {
         let tap = crate::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
         if let Some(run) = host_side.as_mut() {
@@ -240,11 +318,12 @@ fn record_region(
         }
         tap
     });
+    let forward = forwarder(args, region, host)?;
+    let mut writer = Nesting::new(writer, forward, Some(Expander::new(out)));
     let h = region.header();
     let owner = h.is_loopback().then_some(h.owner_pid);
-    let mut reader = Reader::new(region);
     if args.resume {
-        resume::continue_recording(out, &mut reader, &mut writer)?;
+        resume::continue_recording(out, &mut reader, &mut writer.inner)?;
     }
     let mut hooks = RecordHooks {
         stop,
@@ -252,7 +331,7 @@ fn record_region(
         progress: progress_bar(),
     };
     let mut wait = Backoff::new(IDLE_SLEEP_MIN, IDLE_SLEEP_MAX);
-    let engine = Engine::new(reader, writer, &mut clock, &mut wait, &mut hooks);
+    let engine = Engine::new(reader, writer, &mut *clock, &mut wait, &mut hooks);
     let rec = engine.run()?;
     if let Some(pb) = &hooks.progress {
         pb.finish_and_clear();
@@ -270,11 +349,25 @@ fn record_region(
     finish_trace(rec, args, names, host_side, tap)
 }
 
+/// `--forward FIFO`: this recording's packets also go to FIFO (nested
+/// tracing; blocks until `ivtrace-forward` opens it).
+fn forwarder(args: &RecordArgs, region: &Region, host: &str) -> Result<Option<Forwarder>> {
+    let Some(path) = &args.forward else {
+        return Ok(None);
+    };
+    let hello = Hello {
+        name: host.to_string(),
+        uuid: region.header().uuid,
+        nr_channels: region.layout().nr_channels,
+    };
+    Forwarder::open(path, &hello).map(Some)
+}
+
 /// The recorded trace's env and metadata, the host trace and VM view, the
-/// sidecar, the summary. A failed output (a full disk) is an error after
-/// the sidecar says so.
+/// sidecar, the summary, and the nested guests it forwarded or carried.
+/// A failed output (a full disk) is an error after the sidecar says so.
 fn finish_trace(
-    rec: Recorded<ivtrace_ctf::CtfWriter>,
+    rec: Recorded<Nesting<ivtrace_ctf::CtfWriter>>,
     args: &RecordArgs,
     names: Names,
     host_side: Option<HostRun>,
@@ -283,7 +376,7 @@ fn finish_trace(
     let Names { out, host, .. } = names;
     let Recorded {
         reader,
-        output: mut writer,
+        output: mut nesting,
         clock,
         elapsed,
         reason,
@@ -292,12 +385,20 @@ fn finish_trace(
     } = rec;
     let env = session::trace_env_named(reader.region(), out.path(), &clock, host);
     let finished = match output_error {
-        Some(_) => Output::finish_incomplete(&mut writer, &clock, env, reader.classes()),
-        None => Output::finish(&mut writer, &clock, env, reader.classes()),
+        Some(_) => Output::finish_incomplete(&mut nesting, &clock, env, reader.classes()),
+        None => Output::finish(&mut nesting, &clock, env, reader.classes()),
     };
     if let Err(e) = finished {
         output_error.get_or_insert(format!("finishing the trace failed: {e:#}"));
     }
+    let nested = match nesting.finish_nesting(&clock, host) {
+        Ok(nested) => nested,
+        Err(e) => {
+            output_error.get_or_insert(format!("finishing the nested guests failed: {e:#}"));
+            None
+        }
+    };
+    let writer = nesting.inner;
     // A host trace that cannot be finished (the same full disk) is an
     // output error too: the sidecar still says why.
     let guest = GuestOutput::of(&writer, reader.classes(), &clock);
@@ -316,6 +417,8 @@ fn finish_trace(
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
     sidecar.host_lost = host_lost;
     sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
+    sidecar.nested = nested;
+    record_migration(&mut sidecar, &reader, reason, names)?;
     if output_error.is_some() {
         sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
     }
@@ -331,6 +434,33 @@ fn finish_trace(
         );
     }
     Ok(session::events_seen(&sidecar))
+}
+
+/// A migrated guest's part: its trace UUID, the handoff it leaves (when
+/// it handed off) and the sidecar's `migration` section.
+fn record_migration(
+    sidecar: &mut ivtrace_ctf::sidecar::Sidecar,
+    reader: &Reader,
+    reason: StopReason,
+    names: Names,
+) -> Result<()> {
+    let part = names.part();
+    let handed_off = reason == StopReason::Handoff;
+    if handed_off {
+        migration::write_handoff(names.out, &reader.handoff(part))?;
+    }
+    if part == 0 && !handed_off {
+        return Ok(());
+    }
+    let uuid = migration::part_uuid(reader.region().header().uuid, part);
+    sidecar.trace_uuid = ivtrace_region::region::format_uuid(&uuid);
+    let handoff_file = names.out.join(migration::HANDOFF_NAME);
+    sidecar.migration = Some(migration::migration_section(
+        part,
+        names.resumed.as_ref().map(|(p, r)| (*p, r)),
+        handed_off.then_some(handoff_file.as_path()),
+    ));
+    Ok(())
 }
 
 /// `--host-events`: the host events of the QEMU behind the region file

@@ -5,6 +5,8 @@
 //! {"op":"list"}
 //! {"op":"status","guest":"web1"}
 //! {"op":"control","guest":"web1","command":["enable","sched,irq"]}
+//! {"op":"handoff","guest":"web1"}                       (the guest migrated away)
+//! {"op":"resume","guest":"web1","from":"/path/handoff.json"}  (it arrived)
 //! -> {"ok":true,...}  |  {"ok":false,"error":"..."}
 //! ```
 //!
@@ -14,6 +16,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -82,7 +85,13 @@ fn answer(req: &Value, registry: &Registry) -> Value {
     match op {
         "status" => status(&guest),
         "control" => control(req, &guest),
-        _ => json!({"ok": false, "error": format!("unknown op `{op}` (list, status, control)")}),
+        "handoff" => migration(&guest, "handoff", |reply| Request::Handoff { reply }),
+        "resume" => {
+            let from = req.get("from").and_then(Value::as_str).map(PathBuf::from);
+            migration(&guest, "resume", |reply| Request::Resume { from, reply })
+        }
+        _ => json!({"ok": false, "error": format!(
+            "unknown op `{op}` (list, status, control, handoff, resume)")}),
     }
 }
 
@@ -128,6 +137,26 @@ fn find_guest(want: Option<&str>, registry: &Registry) -> Result<Live, Value> {
         requests: g.requests.clone(),
         wake: Arc::clone(&g.wake),
     })
+}
+
+/// `handoff` and `resume`: asks the guest's thread, relays its answer.
+fn migration(
+    guest: &Live,
+    op: &str,
+    make: impl FnOnce(mpsc::Sender<Result<String, String>>) -> Request,
+) -> Value {
+    let name = &guest.name;
+    let (rtx, rrx) = mpsc::channel();
+    if !guest.ask(make(rtx)) {
+        return json!({"ok": false, "error": format!("guest `{name}` has finished")});
+    }
+    match rrx.recv_timeout(REPLY_TIMEOUT) {
+        Ok(Ok(what)) => json!({"ok": true, "guest": name, "op": op, "result": what}),
+        Ok(Err(e)) => json!({"ok": false, "guest": name, "error": e}),
+        Err(_) => {
+            json!({"ok": false, "guest": name, "error": "the guest thread did not answer in time"})
+        }
+    }
 }
 
 fn status(guest: &Live) -> Value {

@@ -11,6 +11,7 @@
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,7 @@ use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
 use ivtrace_engine::{Backoff, RegionWait, Step, StopReason, Wait, Woken};
 use ivtrace_region::{Ack, Command, RegionError};
 
+use crate::serve::migration::{self, Resume};
 use crate::serve::proto::{PeerInfo, Shm};
 use crate::serve::{recording, ServeConfig};
 
@@ -43,6 +45,17 @@ pub enum Request {
     },
     Status {
         reply: Sender<GuestStatus>,
+    },
+    /// The guest migrated away: end the recording with a handoff
+    /// (`ivtrace ctl handoff`). The reply names the trace directory.
+    Handoff {
+        reply: Sender<Result<String, String>>,
+    },
+    /// The guest arrived by migration: record from the previous host's
+    /// handoff (`ivtrace ctl resume FILE`; None: from the region alone).
+    Resume {
+        from: Option<PathBuf>,
+        reply: Sender<Result<String, String>>,
     },
 }
 
@@ -74,6 +87,7 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Interrupted | StopReason::DurationReached => "server stopped",
         StopReason::Disconnected => "peer disconnected (QEMU exited or was killed)",
         StopReason::Misbehaved => "peer sent data (protocol violation), disconnected",
+        StopReason::Handoff => "handed off: the guest migrated, the next host continues",
         StopReason::Closed => "region closed by the guest module (unloaded)",
         StopReason::OwnerGone => "region owner exited without closing",
         StopReason::Withdrawn => "region withdrawn for reformatting",
@@ -273,6 +287,9 @@ impl RegionWait for OneLook<'_> {
 
 /// Where a guest is.
 enum Phase {
+    /// QEMU runs with `-incoming`: the region fills with the source's pages
+    /// until `ivtrace ctl resume` says the migration is over.
+    AwaitingResume,
     /// The module has not formatted the region (again) yet.
     Awaiting,
     /// A recording runs; `parked`: it waits for its waiter ([`Step::Block`]).
@@ -303,6 +320,8 @@ pub struct GuestTask {
     waiter: GuestWaiter,
     phase: Phase,
     last_uuid: Option<[u8; 16]>,
+    /// Where the first recording of a migrated guest starts.
+    resume: Option<Resume>,
     said: String,
     /// Gives the registry entry back, once.
     retire: Option<Box<dyn FnOnce() + Send>>,
@@ -316,12 +335,22 @@ impl GuestTask {
         retire: Box<dyn FnOnce() + Send>,
     ) -> Result<GuestTask> {
         let waiter = GuestWaiter::new(&mut guest, conn)?;
-        guest.set_state("waiting for the guest module to format the region");
+        let phase = match guest.peer.incoming {
+            true => {
+                migration::announce_wait(&guest);
+                Phase::AwaitingResume
+            }
+            false => {
+                guest.set_state("waiting for the guest module to format the region");
+                Phase::Awaiting
+            }
+        };
         Ok(GuestTask {
             guest,
             waiter,
-            phase: Phase::Awaiting,
+            phase,
             last_uuid: None,
+            resume: None,
             said: String::new(),
             retire: Some(retire),
         })
@@ -339,6 +368,7 @@ impl GuestTask {
     /// the recording, or its end.
     pub fn turn(&mut self) -> Turn {
         let t = match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::AwaitingResume => self.await_resume(),
             Phase::Awaiting => self.look(),
             Phase::Recording { live, parked } => self.record(live, parked),
             Phase::Done => Turn::Done,
@@ -349,21 +379,47 @@ impl GuestTask {
         t
     }
 
-    fn look(&mut self) -> Turn {
-        self.guest.answer_requests_without_region();
+    /// Whether the peer is still there and the server runs (what woke a
+    /// guest that waits for its region is read here).
+    fn still_wanted(&mut self) -> bool {
         match self.waiter.collect() {
             Ok(w) if w.ending.is_none() => {}
             Ok(_) => {
                 self.guest
                     .log("disconnected before the guest module formatted the region: no trace");
-                return Turn::Done;
+                return false;
             }
             Err(e) => {
                 self.guest.log(&format!("wait failed: {e:#}"));
-                return Turn::Done;
+                return false;
             }
         }
-        if self.guest.stop.load(Ordering::Relaxed) {
+        !self.guest.stop.load(Ordering::Relaxed)
+    }
+
+    /// An incoming guest: has `ivtrace ctl resume` come?
+    fn await_resume(&mut self) -> Turn {
+        if !self.still_wanted() {
+            return Turn::Done;
+        }
+        match migration::take_resume(&self.guest) {
+            Some(resume) => {
+                self.resume = resume;
+                self.guest
+                    .set_state("waiting for the guest module to format the region");
+                self.phase = Phase::Awaiting;
+                Turn::Again
+            }
+            None => {
+                self.phase = Phase::AwaitingResume;
+                Turn::Park(Instant::now() + FORMAT_POLL)
+            }
+        }
+    }
+
+    fn look(&mut self) -> Turn {
+        self.guest.answer_requests_without_region();
+        if !self.still_wanted() {
             return Turn::Done;
         }
         let mut once = OneLook {
@@ -377,7 +433,8 @@ impl GuestTask {
             return Turn::Park(Instant::now() + FORMAT_POLL);
         };
         self.last_uuid = Some(region.header().uuid);
-        match recording::start(&self.guest, &mut self.waiter, region) {
+        let resume = self.resume.take();
+        match recording::start(&self.guest, &mut self.waiter, region, resume.as_ref()) {
             Ok(live) => {
                 self.phase = Phase::Recording {
                     live: Box::new(live),
@@ -471,17 +528,23 @@ impl Guest {
     }
 
     fn answer_requests_without_region(&self) {
-        loop {
-            match self.requests.try_recv() {
-                Ok(Request::Control { reply, .. }) => {
-                    let _ = reply.send(Err(
-                        "the guest module has not formatted the region yet".into()
-                    ));
-                }
-                Ok(Request::Status { reply }) => {
-                    let _ = reply.send(self.status.lock().map(|s| s.clone()).unwrap_or_default());
-                }
-                Err(_) => return,
+        while let Ok(req) = self.requests.try_recv() {
+            self.refuse_without_region(req, "the guest module has not formatted the region yet");
+        }
+    }
+
+    /// Answers a request that needs a recording: status as it is, the
+    /// others refused with `why`.
+    pub(crate) fn refuse_without_region(&self, req: Request, why: &str) {
+        match req {
+            Request::Control { reply, .. } => {
+                let _ = reply.send(Err(why.into()));
+            }
+            Request::Handoff { reply } | Request::Resume { reply, .. } => {
+                let _ = reply.send(Err(why.into()));
+            }
+            Request::Status { reply } => {
+                let _ = reply.send(self.status.lock().map(|s| s.clone()).unwrap_or_default());
             }
         }
     }

@@ -306,6 +306,10 @@ pub struct ServeHooks<'a> {
     /// Doorbells received so far.
     pub received: u64,
     pub safety_timeout: Duration,
+    /// The trace directory (what `handoff` answers).
+    pub out: &'a std::path::Path,
+    /// `ivtrace ctl handoff` asked to end this part with a handoff.
+    pub handoff: bool,
 }
 
 impl ServeHooks<'_> {
@@ -348,6 +352,9 @@ impl ServeHooks<'_> {
 
 impl Hooks for ServeHooks<'_> {
     fn stop_requested(&mut self) -> Option<StopReason> {
+        if self.handoff {
+            return Some(StopReason::Handoff);
+        }
         self.stop
             .load(Ordering::Relaxed)
             .then_some(StopReason::Interrupted)
@@ -362,6 +369,15 @@ impl Hooks for ServeHooks<'_> {
                 }
                 Ok(Request::Status { reply }) => {
                     let _ = reply.send(self.status(reader));
+                }
+                Ok(Request::Handoff { reply }) => {
+                    self.handoff = true;
+                    let _ = reply.send(Ok(self.out.display().to_string()));
+                }
+                Ok(Request::Resume { reply, .. }) => {
+                    let _ = reply.send(Err("already recording: `resume` is for a guest that \
+                                            arrives by migration (QEMU -incoming)"
+                        .into()));
                 }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => return Ok(()),
             }

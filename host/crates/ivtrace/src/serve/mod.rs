@@ -30,6 +30,7 @@ pub mod connect;
 pub mod ctlsock;
 pub mod guest;
 pub mod hostlog;
+pub mod migration;
 pub mod pool;
 pub mod proto;
 pub mod recording;

@@ -101,6 +101,10 @@ pub struct PeerInfo {
     pub qemu_name: Option<String>,
     /// The process's executable name (`comm`), for the log.
     pub comm: String,
+    /// QEMU was started with `-incoming`: the guest arrives by migration,
+    /// and its region holds nothing readable until the migration is over
+    /// (docs/migration.md).
+    pub incoming: bool,
 }
 
 /// SO_PEERCRED, then `/proc/<pid>/cmdline` and `comm`.
@@ -117,7 +121,15 @@ pub fn peer_info(sock: &UnixStream) -> PeerInfo {
         uid: cred.map(|c| c.uid()),
         qemu_name: cmdline.as_deref().and_then(qemu_name),
         comm,
+        incoming: cmdline.as_deref().is_some_and(is_incoming),
     }
+}
+
+/// Whether a QEMU command line (NUL-separated) has `-incoming URI`.
+pub fn is_incoming(cmdline: &[u8]) -> bool {
+    cmdline
+        .split(|&b| b == 0)
+        .any(|a| a == b"-incoming" || a == b"--incoming")
 }
 
 /// The guest name in a QEMU command line (NUL-separated arguments):

@@ -16,6 +16,7 @@ use ivtrace_ctf::host::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::migration::{self, Resumed};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
 use ivtrace_region::{abi, Reader, Region};
@@ -24,6 +25,7 @@ use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
 use crate::serve::guest::{describe, Guest, GuestWaiter};
 use crate::serve::hostlog::{kick, serve_classes, Delivering, ServeHooks};
+use crate::serve::migration::Resume;
 use crate::serve::proto::{GUEST_ID, HOST_ID};
 use crate::summary;
 
@@ -50,8 +52,11 @@ pub fn claim_dir(root: &OutDir, name: &str) -> Result<OutDir> {
 
 /// What a finished recording adds to the sidecar besides the engine's
 /// results.
-struct Observed {
+struct Observed<'a> {
     out: PathBuf,
+    /// Which part of a migrated guest's trace this is (0: the first).
+    part: u32,
+    resumed: Option<(&'a Path, Resumed)>,
     dir: OutDir,
     doorbell: bool,
     /// Doorbells received, late ones included.
@@ -73,23 +78,50 @@ pub struct Live {
     stream: usize,
     out: PathBuf,
     dir: OutDir,
+    /// Which part of a migrated guest's trace this is (0: the first).
+    part: u32,
+    resumed: Option<(PathBuf, Resumed)>,
     doorbell: bool,
     notify_before: NotifyStats,
     /// Doorbells received so far (the hooks count them).
     received: u64,
+    /// `ivtrace ctl handoff` came: the next step ends this part.
+    handoff: bool,
     tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
 }
 
-/// Starts recording one formatted region.
-pub fn start(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Live> {
+/// Starts recording one formatted region; `resume`: the guest arrived by
+/// migration and this part continues that handoff.
+pub fn start(
+    g: &Guest,
+    waiter: &mut GuestWaiter,
+    region: Region,
+    resume: Option<&Resume>,
+) -> Result<Live> {
     let dir = claim_dir(&g.cfg.outroot, &g.name)?;
     let out = dir.path().to_path_buf();
     announce(g, &region, &out);
+    let mut reader = Reader::new(region);
+    let resumed = match resume {
+        Some((path, h)) => {
+            let r = reader
+                .resume(h)
+                .with_context(|| format!("cannot resume from {}", path.display()))?;
+            g.log(&format!(
+                "part {} of the trace: {} packets the previous part already holds skipped",
+                r.part, r.already_recorded
+            ));
+            Some((path.clone(), r))
+        }
+        None => None,
+    };
+    let part = resumed.as_ref().map_or(0, |(_, r)| r.part);
+    let region = reader.region();
     let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
     let kick_fd = g.interrupts.first();
     let clock = GuestClock::start(
-        &region,
+        region,
         g.peer.pid,
         kick_fd.is_some(),
         g.cfg.sync_interval,
@@ -97,13 +129,14 @@ pub fn start(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Live
     );
     g.log(&clock.describe());
     let (host, stream) = host_side(g, &dir)?;
-    let mut writer = session::ctf_writer_named(
-        &region,
+    let mut writer = session::ctf_writer_part(
+        region,
         &dir,
         &clock.initial_mapping(),
         &g.name,
         g.cfg.limits,
         "serve",
+        part,
     );
     let tap = g.cfg.relay.as_ref().map(|hub| {
         let freq = region.header().clock.freq_hz;
@@ -116,44 +149,57 @@ pub fn start(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Live
     });
     let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
     Ok(Live {
-        core: Core::new(Reader::new(region), output),
+        core: Core::new(reader, output),
         clock,
         host,
         stream,
         out,
         dir,
+        part,
+        resumed,
         doorbell,
         notify_before: waiter.stats(),
         received: 0,
+        handoff: false,
         tap,
     })
 }
 
-/// Serve's hooks for one step of `live` (they borrow the guest's channels;
-/// the doorbell count lives in `live` between steps).
-fn hooks<'a>(g: &'a Guest, live: &Live) -> ServeHooks<'a> {
+/// Serve's hooks for one step (they borrow the guest's channels and the
+/// trace directory's name; the doorbell count and a requested handoff
+/// live in [`Live`] between steps).
+fn hooks<'a>(
+    g: &'a Guest,
+    host: &HostSide,
+    stream: usize,
+    out: &'a Path,
+    (received, handoff): (u64, bool),
+) -> ServeHooks<'a> {
     ServeHooks {
         requests: &g.requests,
         status: &g.status,
         stop: &g.stop,
         kick: g.interrupts.first().map(|fd| &**fd),
-        host: Arc::clone(live.host.trace()),
-        stream: live.stream,
-        received: live.received,
+        host: Arc::clone(host.trace()),
+        stream,
+        received,
         safety_timeout: g.cfg.safety_timeout,
+        out,
+        handoff,
     }
 }
 
 /// One engine step ([`Core::step`]).
 pub fn step(g: &Guest, waiter: &mut GuestWaiter, live: &mut Live) -> Result<Step> {
-    let mut h = hooks(g, live);
+    let carried = (live.received, live.handoff);
+    let mut h = hooks(g, &live.host, live.stream, &live.out, carried);
     let mut parts = Parts {
         clock: &mut live.clock,
         wait: waiter,
         hooks: &mut h,
     };
     let step = live.core.step(&mut parts);
-    live.received = h.received;
+    (live.received, live.handoff) = (h.received, h.handoff);
     step
 }
 
@@ -164,14 +210,15 @@ pub fn woke(
     live: &mut Live,
     woken: Result<ivtrace_engine::Woken>,
 ) -> Result<()> {
-    let mut h = hooks(g, live);
+    let carried = (live.received, live.handoff);
+    let mut h = hooks(g, &live.host, live.stream, &live.out, carried);
     let mut parts = Parts {
         clock: &mut live.clock,
         wait: waiter,
         hooks: &mut h,
     };
     let res = live.core.woke(&mut parts, woken);
-    live.received = h.received;
+    (live.received, live.handoff) = (h.received, h.handoff);
     res
 }
 
@@ -187,23 +234,18 @@ pub fn end(
         core,
         mut clock,
         host,
+        stream,
         out,
         dir,
+        part,
+        resumed,
         doorbell,
         notify_before,
+        received,
+        handoff,
         tap,
-        ..
     } = live;
-    let mut h = ServeHooks {
-        requests: &g.requests,
-        status: &g.status,
-        stop: &g.stop,
-        kick: g.interrupts.first().map(|fd| &**fd),
-        host: Arc::clone(host.trace()),
-        stream: 0,
-        received: live.received,
-        safety_timeout: g.cfg.safety_timeout,
-    };
+    let mut h = hooks(g, &host, stream, &out, (received, handoff));
     let mut parts = Parts {
         clock: &mut clock,
         wait: waiter,
@@ -215,6 +257,8 @@ pub fn end(
     let mut observed = Observed {
         out,
         dir,
+        part,
+        resumed: resumed.as_ref().map(|(p, r)| (p.as_path(), *r)),
         doorbell,
         received,
         notify: notify_since(waiter.stats(), notify_before, &rec, received),
@@ -225,6 +269,31 @@ pub fn end(
         vm_view: None,
     };
     finish(g, rec, &clock, host, &mut observed)
+}
+
+/// A migrated guest's part: the handoff it leaves when it handed off, its
+/// trace UUID and the sidecar's `migration` section.
+fn migration_sidecar(
+    sidecar: &mut Sidecar,
+    rec: &Recorded<Delivering>,
+    observed: &Observed,
+) -> Result<()> {
+    let handed_off = rec.reason == StopReason::Handoff;
+    if handed_off {
+        migration::write_handoff(&observed.dir, &rec.reader.handoff(observed.part))?;
+    }
+    if observed.part == 0 && !handed_off {
+        return Ok(());
+    }
+    let uuid = migration::part_uuid(rec.reader.region().header().uuid, observed.part);
+    sidecar.trace_uuid = ivtrace_region::region::format_uuid(&uuid);
+    let file = observed.out.join(migration::HANDOFF_NAME);
+    sidecar.migration = Some(migration::migration_section(
+        observed.part,
+        observed.resumed.as_ref().map(|(p, r)| (*p, r)),
+        handed_off.then_some(file.as_path()),
+    ));
+    Ok(())
 }
 
 fn announce(g: &Guest, region: &Region, out: &Path) {
@@ -358,6 +427,7 @@ fn finish(
         .host_event_stats
         .as_ref()
         .map(crate::record::host_lost);
+    migration_sidecar(&mut sidecar, &rec, observed)?;
     if rec.output_error.is_some() {
         sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
     }
