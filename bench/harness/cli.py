@@ -10,6 +10,8 @@ Presets:
   doorbell    guest -> host doorbells: rate, round trip, doorbells per MB of trace
   soak        ivtrace serve for a long time (--duration): guests coming and going, a
               never-idle writer, a disk that fills; memory, descriptors, CPU sampled
+  relay       1, 8 and 64 simulated guests through ivtrace serve to disk and to lttng-relayd:
+              events/s, MB/s, daemon CPU per GB, memory per guest
 
 Every preset takes --quick (a short smoke run, written as *-quick.json: never cited) and
 -o FILE (default bench/results/PRESET/<date>-<host>[-quick].json). A full run written to
@@ -28,10 +30,10 @@ from pathlib import Path
 
 import ivtvm
 
-from . import (BenchError, Prerequisite, doorbell, evaluation, guest, history, native, results,
-               soak)
+from . import (BenchError, Prerequisite, doorbell, evaluation, guest, history, native, relay,
+               results, soak)
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay)}
 ALIASES = {"eval": "evaluation"}
 
 

@@ -21,10 +21,20 @@
 //!
 //! Kernel packets (stream class 0) are staged in their wire form in
 //! `DIR/.kernel-wire/` while recording and expanded into `DIR/kernel/` by
-//! [`CtfWriter::finish`] (see [`crate::kernel`] for why).
+//! [`CtfWriter::finish`] (see [`crate::kernel`] for why), unless the
+//! writer streams ([`CtfWriter::set_tap`], a relay connection): then they
+//! are expanded as they arrive ([`crate::kernel::online`]), written to
+//! `DIR/kernel/` at once, and the kernel metadata grows (by whole event
+//! declarations) as system calls appear.
+//!
+//! A [`PacketTap`] gets every packet exactly as it is handed to its file
+//! (before the commit: a packet a failed write rolls back from the local
+//! file may have reached the relay), and every metadata text as it is
+//! written.
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -33,12 +43,32 @@ use ivtrace_region::classes::{EventClasses, StreamClasses};
 use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::PacketSink;
 
+use crate::kernel::online::OnlineKernel;
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::outdir::OutDir;
 use crate::sidecar::{Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME, STATE_RECORDING};
 use crate::streams::{Limits, StreamFiles, StreamStats};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
 use ivtrace_time::ClockMapping;
+
+/// Who else gets the packets and metadata a [`CtfWriter`] writes (a relay
+/// connection): `trace` is the trace's directory name (`kernel`, `user`,
+/// `host`), `file` the stream file's name.
+pub trait PacketTap: Send + Sync {
+    /// The trace's whole metadata as just written; `classes`: its event
+    /// classes (None for a trace whose metadata never changes).
+    fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>);
+    /// One packet as written to `file`, holding `events` events.
+    fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], events: u64);
+}
+
+/// The online kernel expansion of a streaming writer.
+struct Online {
+    kernel: OnlineKernel,
+    /// Events of kernel packets that did not walk, per channel (in every
+    /// later packet's `events_discarded`).
+    lost: BTreeMap<u32, u64>,
+}
 
 /// Space set aside at the start of a recording and given back when a
 /// write fails, so that the final metadata and sidecar still fit on a
@@ -151,6 +181,9 @@ pub struct CtfWriter {
     name_table: Option<NameTable>,
     /// Channels of the region (index `nr_channels`: the no-channel stream).
     nr_channels: u32,
+    /// Set when streaming: kernel packets are expanded as they arrive.
+    online: Option<Online>,
+    tap: Option<Arc<dyn PacketTap>>,
 }
 
 /// The user trace's, the kernel trace's and the clock's uuids.
@@ -194,7 +227,25 @@ impl CtfWriter {
             reserve,
             name_table: None,
             nr_channels,
+            online: None,
+            tap: None,
         }
+    }
+
+    /// Streams: every packet and metadata text written from now on goes to
+    /// `tap` too, and kernel packets are expanded as they arrive (call
+    /// before the first packet).
+    pub fn set_tap(&mut self, tap: Arc<dyn PacketTap>) {
+        self.tap = Some(tap);
+        self.online = Some(Online {
+            kernel: OnlineKernel::default(),
+            lost: BTreeMap::new(),
+        });
+    }
+
+    /// Whether kernel packets are staged for the expansion at the end.
+    fn staging(&self) -> bool {
+        self.kernel.is_none() && self.online.is_none()
     }
 
     /// Writes the sidecar in its `recording` state whenever the metadata
@@ -210,15 +261,33 @@ impl CtfWriter {
         stream: u32,
         classes: &'a EventClasses,
     ) -> &'a StreamClasses {
-        match &self.kernel {
-            Some(k) if stream == abi::IVT_STREAM_KERNEL => &k.classes,
-            _ => classes.stream(stream),
+        if stream != abi::IVT_STREAM_KERNEL {
+            return classes.stream(stream);
+        }
+        match (&self.kernel, &self.online) {
+            (Some(k), _) => &k.classes,
+            (None, Some(o)) => o.kernel.classes(),
+            (None, None) => classes.stream(stream),
         }
     }
 
-    /// What the kernel expansion did, once it ran.
+    /// What the kernel expansion did: once it ran, or so far when online.
     pub fn kernel_expansion(&self) -> Option<&KernelExpansion> {
-        self.kernel.as_ref().map(|k| &k.stats)
+        let slot = abi::IVT_STREAM_KERNEL as usize;
+        match (&self.kernel, &self.online) {
+            (Some(k), _) => Some(&k.stats),
+            (None, Some(o)) => self.metadata_generation[slot].map(|_| &o.kernel.stats),
+            (None, None) => None,
+        }
+    }
+
+    /// The generation a stream class's metadata follows: the online kernel
+    /// expansion's output classes grow on their own.
+    fn generation_of(&self, stream: u32, classes: &EventClasses) -> u64 {
+        match &self.online {
+            Some(o) if stream == abi::IVT_STREAM_KERNEL => o.kernel.generation(),
+            _ => classes.generation(),
+        }
     }
 
     pub fn root(&self) -> &OutDir {
@@ -291,18 +360,19 @@ impl CtfWriter {
             clock: &self.clock,
             env: &self.env,
         };
-        let text = tsdl::metadata(&desc, stream, self.output_classes(stream, classes));
+        let output = self.output_classes(stream, classes);
+        let text = tsdl::metadata(&desc, stream, output);
         // Staged wire packets get their metadata under another name, so
         // CTF readers do not take the staging directory for a trace.
-        let name = if kernel && self.kernel.is_none() {
-            WIRE_METADATA
-        } else {
-            "metadata"
-        };
+        let staged = kernel && self.staging();
+        let name = if staged { WIRE_METADATA } else { "metadata" };
         let dir = self.dirs[stream as usize].as_ref().expect("created");
         dir.write_atomically(name, text.as_bytes())
             .map_err(write_err(dir.join(name).display()))?;
-        self.metadata_generation[stream as usize] = Some(classes.generation());
+        if let (Some(tap), false) = (&self.tap, staged) {
+            tap.metadata(stream_dir(stream), &text, Some(output));
+        }
+        self.metadata_generation[stream as usize] = Some(self.generation_of(stream, classes));
         Ok(())
     }
 
@@ -336,10 +406,10 @@ impl CtfWriter {
     fn ensure_metadata(&mut self, stream: u32, classes: &EventClasses) -> Result<(), CtfError> {
         let slot = stream.min(1) as usize;
         match self.metadata_generation[slot] {
-            Some(g) if g == classes.generation() => return Ok(()),
+            Some(g) if g == self.generation_of(stream, classes) => return Ok(()),
             Some(_) => {}
             None => {
-                let name = match stream == abi::IVT_STREAM_KERNEL {
+                let name = match stream == abi::IVT_STREAM_KERNEL && self.staging() {
                     true => STAGING_DIR,
                     false => stream_dir(stream),
                 };
@@ -397,6 +467,9 @@ impl CtfWriter {
     /// that no naming event in the trace names (a salvaged flight
     /// recorder). Call before [`CtfWriter::finish`].
     pub fn set_thread_name_table(&mut self, table: NameTable) {
+        if let Some(o) = &mut self.online {
+            o.kernel.set_table(&table);
+        }
         self.name_table = Some(table);
     }
 
@@ -429,7 +502,7 @@ impl CtfWriter {
     /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
     fn expand_kernel(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         let slot = abi::IVT_STREAM_KERNEL as usize;
-        if self.kernel.is_some() || self.metadata_generation[slot].is_none() {
+        if !self.staging() || self.metadata_generation[slot].is_none() {
             return Ok(());
         }
         // The wire metadata stays next to the staged packets until the end.
@@ -550,6 +623,14 @@ impl PacketSink for CtfWriter {
                 source: io::Error::other("kernel packet after the kernel stream was expanded"),
             });
         }
+        let expanded;
+        let bytes = match &mut self.online {
+            Some(o) if stream == abi::IVT_STREAM_KERNEL => {
+                expanded = o.packet(chan, bytes, classes);
+                &expanded[..]
+            }
+            _ => bytes,
+        };
         self.ensure_metadata(stream, classes)?;
         let name = channel_file_name(stream, chan, self.nr_channels);
         let path = || {
@@ -566,6 +647,59 @@ impl PacketSink for CtfWriter {
                 .map_err(create_err(path()))?;
             self.stream_of[chan as usize] = Some(stream);
         }
-        self.files.write(chan, bytes).map_err(write_err(path()))
+        self.files.write(chan, bytes).map_err(write_err(path()))?;
+        if let Some(tap) = &self.tap {
+            let events = kernel::wire::le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
+            tap.packet(stream_dir(stream), &name, bytes, events);
+        }
+        Ok(())
+    }
+}
+
+impl Online {
+    /// A kernel packet, expanded; one that does not walk becomes an empty
+    /// packet with its header (the stream's sequence has no gap) and its
+    /// events are counted as lost, in every later packet's
+    /// `events_discarded` too.
+    fn packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
+        let wire = classes.stream(abi::IVT_STREAM_KERNEL);
+        let mut out = match self.kernel.packet(wire, classes.generation(), bytes) {
+            Some(p) => p.to_vec(),
+            None => self.skipped(chan, bytes),
+        };
+        if let Some(&lost) = self.lost.get(&chan) {
+            let at = abi::pkt::EVENTS_DISCARDED;
+            let v = kernel::wire::le_u64(&out, at)
+                .saturating_add(lost)
+                .min(i64::MAX as u64);
+            abi::put_u64(&mut out, at, v);
+        }
+        out
+    }
+
+    fn skipped(&mut self, chan: u32, pkt: &[u8]) -> Vec<u8> {
+        use ivtrace_region::packet::PacketHeader;
+        let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
+        let events = match h.event_count {
+            abi::IVT_EVENT_COUNT_UNKNOWN => 0,
+            n => n as u64,
+        };
+        let stats = &mut self.kernel.stats;
+        stats.packets_skipped += 1;
+        stats.events_lost = stats.events_lost.saturating_add(events);
+        let n = stats.lost_by_channel.entry(chan).or_default();
+        *n = n.saturating_add(events);
+        let n = self.lost.entry(chan).or_default();
+        *n = n.saturating_add(events);
+        let empty = PacketHeader {
+            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            event_count: 0,
+            timestamp_end: h.timestamp_begin,
+            ..h
+        };
+        let mut out = vec![0u8; abi::PACKET_HDR_SIZE];
+        empty.write(&mut out);
+        out
     }
 }

@@ -10,6 +10,7 @@ pub mod ctl;
 pub mod qmp;
 pub mod record;
 pub mod recover;
+pub mod relayd;
 pub mod report;
 pub mod serve;
 pub mod snapshot;
