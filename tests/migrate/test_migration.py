@@ -30,8 +30,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "serve"))
-import serve as s  # noqa: E402  (tests/serve/serve.py: Server, ivtvm)
+from serve import serve as s  # noqa: E402  (tests/serve/serve.py; a bare "serve" is the package)
 from migrate.qmp import QMP  # noqa: E402
 
 NAME = "movenest-mig"

@@ -29,12 +29,11 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE.parent / "serve"))
 sys.path.insert(0, str(HERE))
 import ctf  # noqa: E402
 import loadgen_pattern as pattern  # noqa: E402
 import nest  # noqa: E402
-import serve as s  # noqa: E402
+from serve import serve as s  # noqa: E402  (tests/serve/serve.py; a bare "serve" is the package)
 
 EVENTS = 20
 SIZE = 24
