@@ -11,6 +11,8 @@
  * When a process's last file is released (after its mappings are gone),
  * user channels it left ACTIVE are retired: a thread that died without
  * ivt_thread_release() does not leak its channel.
+ *
+ * ioctl() serves the ftrace relay (include/ivtrace_ioctl.h, ivtk_relay.c).
  */
 #include <linux/capability.h>
 #include <linux/fs.h>
@@ -69,6 +71,7 @@ static int ivtk_release(struct inode *inode, struct file *file)
 	struct ivtk_dev *d;
 	bool last = true;
 
+	ivtk_relay_release(f);
 	mutex_lock(&ivtk_files_lock);
 	list_del(&f->node);
 	list_for_each_entry(o, &ivtk_files, node)
@@ -98,11 +101,20 @@ static int ivtk_mmap(struct file *file, struct vm_area_struct *vma)
 	return ret;
 }
 
+static long ivtk_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct ivtk_file *f = file->private_data;
+
+	return ivtk_relay_ioctl(f, f->gen, cmd, arg);
+}
+
 static const struct file_operations ivtk_fops = {
 	.owner = THIS_MODULE,
 	.open = ivtk_open,
 	.release = ivtk_release,
 	.mmap = ivtk_mmap,
+	.unlocked_ioctl = ivtk_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
 	.llseek = noop_llseek,
 };
 
