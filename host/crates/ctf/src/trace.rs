@@ -12,7 +12,9 @@
 //!
 //! Kernel packets (stream class 0) are staged in their wire form in
 //! `DIR/.kernel-wire/` while recording and expanded into `DIR/kernel/` by
-//! [`CtfWriter::finish`] (see [`crate::kernel`] for why).
+//! [`CtfWriter::finish`] (see [`crate::kernel`] for why); so are the ftrace
+//! relay's pages (stream class 2), which an [`FtraceExpand`] decodes into
+//! more streams of the kernel trace ([`crate::ftrace`]).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -25,6 +27,7 @@ use ivtrace_region::classes::{EventClasses, StreamClasses};
 use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::PacketSink;
 
+use crate::ftrace::{FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats};
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::sidecar::{Sidecar, SIDECAR_NAME};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
@@ -43,9 +46,10 @@ pub enum CtfError {
     Json(#[from] serde_json::Error),
 }
 
-/// Directory name of a stream class (host constant, never guest text).
+/// Directory name of a stream class (host constant, never guest text):
+/// the ftrace stream is part of the kernel trace.
 pub fn stream_dir(stream: u32) -> &'static str {
-    if stream == abi::IVT_STREAM_KERNEL {
+    if stream == abi::IVT_STREAM_KERNEL || stream == abi::IVT_STREAM_FTRACE {
         "kernel"
     } else {
         "user"
@@ -54,6 +58,9 @@ pub fn stream_dir(stream: u32) -> &'static str {
 
 /// Stream file name of channel `chan` (from the trusted index only).
 pub fn stream_file_name(stream: u32, chan: u32) -> String {
+    if stream == abi::IVT_STREAM_FTRACE {
+        return format!("ftrace_chan{chan}");
+    }
     format!("{}_chan{chan}", stream_dir(stream))
 }
 
@@ -84,6 +91,10 @@ pub struct CtfWriter {
     kernel: Option<Expanded>,
     /// The guest's thread name table, if the front end read one.
     name_table: Option<NameTable>,
+    /// Decodes the ftrace relay's pages at the end (installed by the engine).
+    ftrace: Option<Box<dyn FtraceExpand>>,
+    /// The ftrace stream once expanded.
+    ftrace_out: Option<FtraceOutput>,
 }
 
 pub(crate) fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
@@ -97,6 +108,14 @@ pub(crate) fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ 
     move |source| CtfError::Write {
         path: path.display().to_string(),
         source,
+    }
+}
+
+/// Creates `dir` unless it exists already.
+fn create_dir_once(dir: &Path) -> Result<(), CtfError> {
+    match fs::create_dir(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(create_err(dir)(e)),
+        _ => Ok(()),
     }
 }
 
@@ -145,12 +164,30 @@ impl CtfWriter {
             files: (0..nr_channels).map(|_| None).collect(),
             kernel: None,
             name_table: None,
+            ftrace: None,
+            ftrace_out: None,
         }
+    }
+
+    /// Decode the ftrace relay's pages with `e` when the recording ends.
+    pub fn set_ftrace_expander(&mut self, e: Box<dyn FtraceExpand>) {
+        self.ftrace = Some(e);
+    }
+
+    /// What the ftrace expansion did, once it ran.
+    pub fn ftrace_stats(&self) -> Option<&FtraceStats> {
+        self.ftrace_out.as_ref().map(|f| &f.stats)
+    }
+
+    /// Is this stream class still staged (not yet expanded)?
+    fn staged(&self, stream: u32) -> bool {
+        (stream == abi::IVT_STREAM_KERNEL && self.kernel.is_none())
+            || (stream == abi::IVT_STREAM_FTRACE && self.ftrace_out.is_none())
     }
 
     /// Directory a stream class's files are written to while recording.
     fn write_dir(&self, stream: u32) -> PathBuf {
-        if stream == abi::IVT_STREAM_KERNEL && self.kernel.is_none() {
+        if self.staged(stream) {
             self.root.join(STAGING_DIR)
         } else {
             self.root.join(stream_dir(stream))
@@ -164,8 +201,9 @@ impl CtfWriter {
         stream: u32,
         classes: &'a EventClasses,
     ) -> &'a StreamClasses {
-        match &self.kernel {
-            Some(k) if stream == abi::IVT_STREAM_KERNEL => &k.classes,
+        match (&self.kernel, &self.ftrace_out) {
+            (Some(k), _) if stream == abi::IVT_STREAM_KERNEL => &k.classes,
+            (_, Some(f)) if stream == abi::IVT_STREAM_FTRACE => &f.classes,
             _ => classes.stream(stream),
         }
     }
@@ -215,7 +253,10 @@ impl CtfWriter {
             clock: &self.clock,
             env: &self.env,
         };
-        let text = tsdl::metadata(&desc, stream, self.output_classes(stream, classes));
+        let mut text = tsdl::metadata(&desc, stream, self.output_classes(stream, classes));
+        if let Some(f) = self.ftrace_out.as_ref().filter(|_| kernel) {
+            tsdl::append_stream(&mut text, abi::IVT_STREAM_FTRACE, &f.classes);
+        }
         // Staged wire packets get their metadata under another name, so
         // CTF readers do not take the staging directory for a trace.
         let name = if kernel && self.kernel.is_none() {
@@ -236,8 +277,8 @@ impl CtfWriter {
             Some(g) if g == classes.generation() => Ok(()),
             Some(_) => self.write_stream_metadata(stream, classes),
             None => {
-                let dir = self.write_dir(stream);
-                fs::create_dir(&dir).map_err(create_err(&dir))?;
+                // The staging directory may exist already (ftrace pages).
+                create_dir_once(&self.write_dir(stream))?;
                 self.write_stream_metadata(stream, classes)
             }
         }
@@ -291,14 +332,80 @@ impl CtfWriter {
         self.name_table = Some(table);
     }
 
-    /// Flushes every stream file, expands the staged kernel stream into
-    /// `DIR/kernel/` and rewrites the metadata.
+    /// Flushes every stream file, expands the staged kernel stream and
+    /// the ftrace stream into `DIR/kernel/` and rewrites the metadata.
     pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         for f in self.files.iter_mut().flatten() {
             f.out.flush().map_err(write_err(&f.path))?;
         }
         self.expand_kernel(classes)?;
+        self.expand_ftrace(classes)?;
+        if !self.staged(abi::IVT_STREAM_KERNEL) && !self.staged(abi::IVT_STREAM_FTRACE) {
+            kernel::remove_staging(&self.root.join(STAGING_DIR));
+        }
         self.write_metadata(classes)
+    }
+
+    /// The staged files of stream class `stream`: (channel, staged path,
+    /// final path).
+    fn staged_files(&self, stream: u32) -> Vec<(u32, PathBuf, PathBuf)> {
+        self.files
+            .iter()
+            .enumerate()
+            .filter_map(|(c, f)| {
+                let f = f.as_ref().filter(|f| f.stream == stream)?;
+                Some((c as u32, f.path.clone(), self.root.join(&f.rel)))
+            })
+            .collect()
+    }
+
+    /// The files of `stream` are where [`CtfWriter::finish`] put them.
+    fn mark_expanded(&mut self, stream: u32) {
+        for f in self.files.iter_mut().flatten() {
+            if f.stream == stream {
+                f.path = self.root.join(&f.rel);
+            }
+        }
+    }
+
+    /// Decodes the staged ftrace pages into `DIR/kernel/ftrace_chanN`,
+    /// once; without an expander they stay staged (with a warning).
+    fn expand_ftrace(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+        let staged: Vec<FtraceStaged> = self
+            .staged_files(abi::IVT_STREAM_FTRACE)
+            .into_iter()
+            .map(|(chan, wire, out)| FtraceStaged { chan, wire, out })
+            .collect();
+        if self.ftrace_out.is_some() || staged.is_empty() {
+            return Ok(());
+        }
+        let Some(expander) = self.ftrace.as_mut() else {
+            eprintln!(
+                "ivtrace: warning: no ftrace decoder: the relay's pages stay in {}",
+                self.root.join(STAGING_DIR).display()
+            );
+            return Ok(());
+        };
+        let out_dir = self.root.join(stream_dir(abi::IVT_STREAM_KERNEL));
+        create_dir_once(&out_dir)?;
+        let input = FtraceInput {
+            wire: classes.stream(abi::IVT_STREAM_FTRACE),
+            formats: &classes.ftrace,
+            files: &staged,
+        };
+        let out = expander.expand(&input).map_err(write_err(&out_dir))?;
+        self.ftrace_out = Some(out);
+        self.mark_expanded(abi::IVT_STREAM_FTRACE);
+        if self.kernel.is_none() {
+            // No native kernel packet: the kernel trace holds the ftrace
+            // streams alone (stream class 0 declared, without events).
+            self.kernel = Some(Expanded {
+                classes: StreamClasses::default(),
+                stats: KernelExpansion::default(),
+            });
+        }
+        self.metadata_generation[abi::IVT_STREAM_KERNEL as usize] = Some(classes.generation());
+        Ok(())
     }
 
     /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
@@ -309,34 +416,19 @@ impl CtfWriter {
         }
         // The wire metadata stays next to the staged packets until the end.
         self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)?;
-        let staging = self.root.join(STAGING_DIR);
         let out_dir = self.root.join(stream_dir(abi::IVT_STREAM_KERNEL));
-        fs::create_dir(&out_dir).map_err(create_err(&out_dir))?;
+        create_dir_once(&out_dir)?;
         let staged: Vec<Staged> = self
-            .files
-            .iter()
-            .enumerate()
-            .filter_map(|(c, f)| {
-                let f = f.as_ref().filter(|f| f.stream == abi::IVT_STREAM_KERNEL)?;
-                Some(Staged {
-                    chan: c as u32,
-                    wire: f.path.clone(),
-                    out: self.root.join(&f.rel),
-                })
-            })
+            .staged_files(abi::IVT_STREAM_KERNEL)
+            .into_iter()
+            .map(|(chan, wire, out)| Staged { chan, wire, out })
             .collect();
         let wire = classes.stream(abi::IVT_STREAM_KERNEL);
         let expanded =
             kernel::expand(wire, &staged, self.name_table.as_ref()).map_err(write_err(&out_dir))?;
         self.kernel = Some(expanded);
-        for f in self.files.iter_mut().flatten() {
-            if f.stream == abi::IVT_STREAM_KERNEL {
-                f.path = self.root.join(&f.rel);
-            }
-        }
-        self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)?;
-        kernel::remove_staging(&staging);
-        Ok(())
+        self.mark_expanded(abi::IVT_STREAM_KERNEL);
+        self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)
     }
 
     /// Writes the sidecar (atomically).
@@ -357,13 +449,20 @@ impl PacketSink for CtfWriter {
         bytes: &[u8],
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        if stream == abi::IVT_STREAM_KERNEL && self.kernel.is_some() {
+        if (stream == abi::IVT_STREAM_KERNEL || stream == abi::IVT_STREAM_FTRACE)
+            && !self.staged(stream)
+        {
             return Err(CtfError::Write {
                 path: self.root.join(STAGING_DIR).display().to_string(),
                 source: io::Error::other("kernel packet after the kernel stream was expanded"),
             });
         }
-        self.ensure_metadata(stream, classes)?;
+        if stream == abi::IVT_STREAM_FTRACE {
+            // Staged without metadata: decoded at the end.
+            create_dir_once(&self.write_dir(stream))?;
+        } else {
+            self.ensure_metadata(stream, classes)?;
+        }
         self.stream_file(chan, stream)?;
         let f = self.files[chan as usize]
             .as_mut()

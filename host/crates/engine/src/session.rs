@@ -216,7 +216,9 @@ pub fn ctf_writer(region: &Region, out: &Path, clock: &ClockMapping) -> CtfWrite
     ctf_writer_named(region, out, clock, &default_host_name(region))
 }
 
-/// A fresh writer for `region` into `out` whose traces name `host`.
+/// A fresh writer for `region` into `out` whose traces name `host`; the
+/// ftrace relay's pages, if any, are decoded with the guest's formats
+/// (ivtrace-tracefs's relay) when it finishes.
 pub fn ctf_writer_named(
     region: &Region,
     out: &Path,
@@ -224,13 +226,15 @@ pub fn ctf_writer_named(
     host: &str,
 ) -> CtfWriter {
     let env = trace_env_named(region, out, clock, host);
-    CtfWriter::new(
+    let mut w = CtfWriter::new(
         out,
         region.header().uuid,
         clock.clone(),
         env,
         region.layout().nr_channels,
-    )
+    );
+    w.set_ftrace_expander(Box::new(ivtrace_tracefs::relay::RelayExpander));
+    w
 }
 
 /// Counters of one channel, as the sidecar stores them.
@@ -271,6 +275,7 @@ fn meta_counters(m: &MetaStats) -> BTreeMap<String, u64> {
         ("uncommitted_skipped", m.skipped_uncommitted),
         ("renamed", m.renamed),
         ("unknown_kinds", m.unknown_kind),
+        ("ftrace_files", m.ftrace_files),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -298,12 +303,14 @@ pub fn build_sidecar(
         "default_mode": if h.default_mode == abi::IVT_MODE_OVERWRITE { "overwrite" } else { "discard" },
         "nr_channels": l.nr_channels,
         "nr_kernel_channels": l.nr_kernel_channels,
+        "nr_ftrace_channels": l.nr_ftrace_channels,
         "nr_subbufs": l.nr_subbufs,
         "subbuf_size": l.subbuf_size,
         "owner_pid": h.owner_pid,
     });
-    let streams = (0..2u32)
+    let streams = (0..abi::IVT_STREAM_CLASSES)
         .filter(|&s| writer.root().join(stream_dir(s)).is_dir())
+        .filter(|&s| s != abi::IVT_STREAM_FTRACE || writer.ftrace_stats().is_some())
         .map(|s| {
             StreamLayout::from_classes(s, stream_dir(s), writer.output_classes(s, reader.classes()))
         })
@@ -327,6 +334,7 @@ pub fn build_sidecar(
         metadata: meta_counters(&reader.meta().stats),
         warnings: reader.meta().warnings.clone(),
         kernel_expansion: writer.kernel_expansion().cloned(),
+        ftrace: writer.ftrace_stats().cloned(),
     }
 }
 

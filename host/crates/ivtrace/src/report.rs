@@ -153,10 +153,8 @@ fn ratio(a: f64, b: f64) -> f64 {
 pub fn build(dir: &Path) -> Result<Report> {
     let sidecar = read_sidecar(dir)?;
     let classes = sidecar.event_classes();
-    let mut counts = [
-        Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]),
-        Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]),
-    ];
+    let mut counts: [Counts; abi::IVT_STREAM_CLASSES as usize] =
+        std::array::from_fn(|_| Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]));
     let mut channels = Vec::new();
     let mut lost = Lost::default();
     for c in &sidecar.channels {
@@ -164,7 +162,7 @@ pub fn build(dir: &Path) -> Result<Report> {
         if c.file.is_none() {
             continue;
         }
-        let stream = c.stream_class.min(1);
+        let stream = c.stream_class.min(abi::IVT_STREAM_CLASSES - 1);
         let mut r = walk_channel(
             dir,
             stream,
@@ -210,9 +208,12 @@ pub fn build(dir: &Path) -> Result<Report> {
     })
 }
 
-fn event_types(classes: &EventClasses, counts: &[Counts; 2]) -> Vec<EventTypeReport> {
+fn event_types(
+    classes: &EventClasses,
+    counts: &[Counts; abi::IVT_STREAM_CLASSES as usize],
+) -> Vec<EventTypeReport> {
     let mut out = Vec::new();
-    for stream in 0..2u32 {
+    for stream in 0..abi::IVT_STREAM_CLASSES {
         for class in classes.stream(stream).iter() {
             out.push(EventTypeReport {
                 stream_class: stream,
@@ -264,7 +265,7 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
             "  {:<8} {:>4} {:<32} {:>12}",
-            stream_dir(e.stream_class),
+            stream_label(e.stream_class),
             e.id,
             e.name,
             e.count
@@ -288,6 +289,16 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The stream column of the table: the ftrace streams are in the kernel
+/// trace, but their own stream class.
+fn stream_label(stream: u32) -> &'static str {
+    if stream == abi::IVT_STREAM_FTRACE {
+        "ftrace"
+    } else {
+        stream_dir(stream)
+    }
 }
 
 /// Runs `ivtrace report`. Returns the events found plus those the trace

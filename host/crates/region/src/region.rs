@@ -59,8 +59,8 @@ pub enum RegionError {
     ChannelSize { found: u32, expected: u32 },
     #[error("{found} channels (allowed 1..={max})")]
     ChannelCount { found: u32, max: u32 },
-    #[error("{kernel} kernel channels but only {total} channels")]
-    KernelChannels { kernel: u32, total: u32 },
+    #[error("{kernel} kernel and {ftrace} ftrace channels but only {total} channels")]
+    KernelChannels { kernel: u32, ftrace: u32, total: u32 },
     #[error("{what} {value} is not a power of two in [{min}, {max}]")]
     Geometry {
         what: &'static str,
@@ -99,6 +99,9 @@ pub struct Layout {
     pub meta_size: u32,
     pub nr_channels: u32,
     pub nr_kernel_channels: u32,
+    /// The ftrace relay's channels, right after the kernel ones (ABI 1.2;
+    /// `nr_ftrace_channels` of the header, outside `struct ivt_layout`).
+    pub nr_ftrace_channels: u32,
     pub nr_subbufs: u32,
     pub subbuf_size: u32,
 }
@@ -121,6 +124,8 @@ impl Layout {
     pub fn stream_of(&self, chan: u32) -> u32 {
         if chan < self.nr_kernel_channels {
             abi::IVT_STREAM_KERNEL
+        } else if chan - self.nr_kernel_channels < self.nr_ftrace_channels {
+            abi::IVT_STREAM_FTRACE
         } else {
             abi::IVT_STREAM_USER
         }
@@ -450,6 +455,7 @@ fn placeholder_header() -> Header {
             meta_size: 0,
             nr_channels: 0,
             nr_kernel_channels: 0,
+            nr_ftrace_channels: 0,
             nr_subbufs: 0,
             subbuf_size: 0,
         },
@@ -485,7 +491,10 @@ pub fn parse_header(page: &[u8], actual: u64) -> Result<Header, RegionError> {
     if !region_size.is_power_of_two() {
         return Err(RegionError::NotPowerOfTwo(region_size));
     }
-    let layout = parse_layout(&page[hdr::LAYOUT..hdr::LAYOUT + 48], region_size)?;
+    // A region of ABI 1.0 or 1.1 has zeros where 1.2 says how many
+    // channels the ftrace relay has.
+    let nr_ftrace = le_u32(page, hdr::NR_FTRACE_CHANNELS);
+    let layout = parse_layout(&page[hdr::LAYOUT..hdr::LAYOUT + 48], nr_ftrace, region_size)?;
     Ok(Header {
         abi_major,
         abi_minor: le_u16(page, hdr::ABI_MINOR),
@@ -511,7 +520,7 @@ fn parse_clock(b: &[u8]) -> ClockRef {
     }
 }
 
-fn parse_layout(b: &[u8], region: u64) -> Result<Layout, RegionError> {
+fn parse_layout(b: &[u8], nr_ftrace: u32, region: u64) -> Result<Layout, RegionError> {
     use abi::layout as l;
     let channel_size = le_u32(b, l::CHANNEL_SIZE);
     if channel_size as u64 != abi::CHANNEL_SIZE {
@@ -527,6 +536,7 @@ fn parse_layout(b: &[u8], region: u64) -> Result<Layout, RegionError> {
         meta_size: le_u32(b, l::META_SIZE),
         nr_channels: le_u32(b, l::NR_CHANNELS),
         nr_kernel_channels: le_u32(b, l::NR_KERNEL_CHANNELS),
+        nr_ftrace_channels: nr_ftrace,
         nr_subbufs: le_u32(b, l::NR_SUBBUFS),
         subbuf_size: le_u32(b, l::SUBBUF_SIZE),
     };
@@ -542,9 +552,12 @@ fn check_counts(l: &Layout) -> Result<(), RegionError> {
             max: abi::IVT_CHANNELS_MAX,
         });
     }
-    if l.nr_kernel_channels > l.nr_channels {
+    if l.nr_kernel_channels > l.nr_channels
+        || l.nr_ftrace_channels > l.nr_channels - l.nr_kernel_channels
+    {
         return Err(RegionError::KernelChannels {
             kernel: l.nr_kernel_channels,
+            ftrace: l.nr_ftrace_channels,
             total: l.nr_channels,
         });
     }

@@ -25,7 +25,9 @@ impl FieldFmt {
     /// The element type is `char` (text).
     pub fn is_char(&self) -> bool {
         let t = self.decl.trim_start_matches("__data_loc ");
-        t.starts_with("char ") || t.starts_with("const char ") || t.starts_with("unsigned char ")
+        let t = t.trim_start_matches("const ").trim_start_matches("unsigned ");
+        // `char name[16]`, and a dynamic string's `__data_loc char[] name`.
+        t.starts_with("char ") || t.starts_with("char[")
     }
 }
 

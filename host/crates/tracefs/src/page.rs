@@ -78,6 +78,15 @@ fn missed(page: &[u8], hp: &HeaderPage, commit: u64) -> (Option<u64>, bool) {
     (count.or(Some(0)), false)
 }
 
+/// Events the kernel says it lost before this page (0 when none, or when
+/// it flagged a loss without storing the count).
+pub fn missed_before(page: &[u8], hp: &HeaderPage) -> u64 {
+    match header(page, hp) {
+        Some((_, commit, _)) => missed(page, hp, commit).0.unwrap_or(0),
+        None => 0,
+    }
+}
+
 /// What the event word at a position of the data turned out to be.
 enum Step<'a> {
     /// Padding or a time word (the timestamp is updated): go on at `next`.
