@@ -31,6 +31,6 @@ pub mod region;
 pub mod sanitize;
 
 pub use classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
-pub use protocol::{Ack, Command, ControlError, Protocol};
+pub use protocol::{Ack, Command, ControlError, FtraceAck, FtraceError, Protocol};
 pub use reader::{PacketSink, Reader};
 pub use region::{Access, Header, Region, RegionError};

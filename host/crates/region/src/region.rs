@@ -400,6 +400,29 @@ impl Region {
     }
 }
 
+impl Region {
+    /// Copies `src` into the region at `off` (a host-owned area, e.g. the
+    /// text of a control command). Returns false (and writes nothing) on a
+    /// read-only region or a range not inside it. Plain stores: the caller
+    /// publishes them with a later store-release.
+    pub(crate) fn copy_in(&self, off: u64, src: &[u8]) -> bool {
+        let end = off.checked_add(src.len() as u64);
+        if self.access != Access::ReadWrite || end.is_none_or(|e| e > self.len as u64) {
+            return false;
+        }
+        if let Backing::Mapped(_, file) = &self.backing {
+            // pwrite(2) into the same pages the guest maps (a shared file).
+            return file.write_all_at(src, off).is_ok();
+        }
+        // SAFETY: in range (checked above), a private copy the caller owns
+        // (Backing::Owned), `src` cannot overlap it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base().add(off as usize), src.len());
+        }
+        true
+    }
+}
+
 fn open_file(path: &Path, access: Access) -> Result<File, RegionError> {
     let shown = path.display().to_string();
     let res = std::fs::OpenOptions::new()

@@ -23,7 +23,7 @@ use nix::sys::eventfd::EventFd;
 
 use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
 use ivtrace_engine::{Backoff, RegionWait, StopReason, Wait, Woken};
-use ivtrace_region::{Ack, Command, RegionError};
+use ivtrace_region::{Ack, Command, FtraceAck, RegionError};
 
 use crate::serve::proto::PeerInfo;
 use crate::serve::{recording, ServeConfig};
@@ -45,6 +45,11 @@ pub enum Request {
     },
     Status {
         reply: Sender<GuestStatus>,
+    },
+    /// One ftrace request (docs/ftrace.md), its text as the guest gets it.
+    Ftrace {
+        text: String,
+        reply: Sender<Result<FtraceAck, String>>,
     },
 }
 
@@ -312,6 +317,11 @@ impl Guest {
         loop {
             match self.requests.try_recv() {
                 Ok(Request::Control { reply, .. }) => {
+                    let _ = reply.send(Err(
+                        "the guest module has not formatted the region yet".into()
+                    ));
+                }
+                Ok(Request::Ftrace { reply, .. }) => {
                     let _ = reply.send(Err(
                         "the guest module has not formatted the region yet".into()
                     ));

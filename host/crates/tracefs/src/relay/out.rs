@@ -102,7 +102,23 @@ impl StreamOut {
     }
 
     /// Writes the packet being built (header, content, padding to 8 bytes).
+    /// Losses before the stream's first packet get an empty packet of their
+    /// own first: CTF readers count discarded events between two packets
+    /// (babeltrace2 gives no count for a first packet's).
     fn flush(&mut self) -> io::Result<()> {
+        if self.seq == 0 && self.discarded > 0 {
+            let (events, discarded) = (std::mem::take(&mut self.buf), self.discarded);
+            let count = std::mem::take(&mut self.count);
+            self.discarded = 0;
+            let ts = self.ts_begin;
+            self.begin(self.cpu, ts);
+            self.write_packet()?;
+            (self.buf, self.count, self.discarded) = (events, count, discarded);
+        }
+        self.write_packet()
+    }
+
+    fn write_packet(&mut self) -> io::Result<()> {
         let content = self.buf.len();
         let size = content.next_multiple_of(8);
         self.buf.resize(size, 0);
@@ -111,7 +127,11 @@ impl StreamOut {
             stream_id: abi::IVT_STREAM_FTRACE,
             stream_instance_id: self.chan as u64,
             timestamp_begin: self.ts_begin,
-            timestamp_end: self.last_ts.max(self.ts_begin),
+            timestamp_end: if self.count == 0 {
+                self.ts_begin
+            } else {
+                self.last_ts.max(self.ts_begin)
+            },
             content_size: content as u64 * 8,
             packet_size: size as u64 * 8,
             packet_seq_num: self.seq,
