@@ -185,6 +185,11 @@ impl CtfWriter {
             || (stream == abi::IVT_STREAM_FTRACE && self.ftrace_out.is_none())
     }
 
+    /// Does the staging directory still hold files of this stream class?
+    fn still_staged(&self, stream: u32) -> bool {
+        self.staged(stream) && self.files.iter().flatten().any(|f| f.stream == stream)
+    }
+
     /// Directory a stream class's files are written to while recording.
     fn write_dir(&self, stream: u32) -> PathBuf {
         if self.staged(stream) {
@@ -340,7 +345,8 @@ impl CtfWriter {
         }
         self.expand_kernel(classes)?;
         self.expand_ftrace(classes)?;
-        if !self.staged(abi::IVT_STREAM_KERNEL) && !self.staged(abi::IVT_STREAM_FTRACE) {
+        if !self.still_staged(abi::IVT_STREAM_KERNEL) && !self.still_staged(abi::IVT_STREAM_FTRACE)
+        {
             kernel::remove_staging(&self.root.join(STAGING_DIR));
         }
         self.write_metadata(classes)

@@ -213,7 +213,11 @@ fn run_ftrace(args: &CtlArgs, path: Option<PathBuf>) -> Result<u64> {
                 path,
                 guest: args.guest.clone(),
             };
-            ftrace::run(&link, &cmd, args.guest.as_deref().unwrap_or("(the only one)"))
+            ftrace::run(
+                &link,
+                &cmd,
+                args.guest.as_deref().unwrap_or("(the only one)"),
+            )
         }
         (None, None) => bail!("no target: --socket or --shm"),
     }
@@ -225,7 +229,9 @@ pub fn run(args: &CtlArgs) -> Result<u64> {
     let verb = words.first().map(String::as_str).unwrap_or("");
     if ftrace::is_ftrace(words) {
         let path = args.ctl_socket.clone().or_else(|| {
-            args.socket.as_ref().map(|s| crate::serve::default_ctl_path(s))
+            args.socket
+                .as_ref()
+                .map(|s| crate::serve::default_ctl_path(s))
         });
         return run_ftrace(args, path);
     }

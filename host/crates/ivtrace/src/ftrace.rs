@@ -32,7 +32,11 @@ pub enum FtraceCommand {
 /// directory under tracefs.
 fn event_dir(spec: &str) -> Result<String> {
     let (sys, ev) = spec.split_once(':').unwrap_or((spec, "*"));
-    let ok = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
     match (sys, ev) {
         ("all" | "*", "*") => Ok("events".into()),
         (s, "*") if ok(s) => Ok(format!("events/{s}")),
@@ -47,7 +51,10 @@ fn rest(words: &[String]) -> String {
 
 /// A probe name: `[A-Za-z_][A-Za-z0-9_]*`.
 fn probe_name(n: &str) -> Result<&str> {
-    let ok = n.bytes().next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+    let ok = n
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
     if !ok {
         bail!("`{n}` is not a probe name ([A-Za-z_][A-Za-z0-9_]*)");
@@ -78,7 +85,8 @@ fn probe(kind: &str, args: &[String]) -> Result<Vec<String>> {
 /// The requests of `ftrace SUB ARGS...`.
 fn ftrace_requests(sub: &str, a: &[String]) -> Result<Vec<String>> {
     let one = |what: &str| -> Result<&String> {
-        a.first().with_context(|| format!("`ftrace {sub}` needs {what}"))
+        a.first()
+            .with_context(|| format!("`ftrace {sub}` needs {what}"))
     };
     Ok(match sub {
         "enable" => {
@@ -129,14 +137,21 @@ pub fn parse(words: &[String]) -> Result<FtraceCommand> {
             path: path.clone(),
             glob: None,
         }),
-        [v, sub, args @ ..] if v == "ftrace" => Ok(FtraceCommand::Requests(ftrace_requests(sub, args)?)),
-        _ => bail!("`ftrace` needs a command, e.g. `ftrace enable block:block_rq_issue 'nr_sector > 8'`"),
+        [v, sub, args @ ..] if v == "ftrace" => {
+            Ok(FtraceCommand::Requests(ftrace_requests(sub, args)?))
+        }
+        _ => bail!(
+            "`ftrace` needs a command, e.g. `ftrace enable block:block_rq_issue 'nr_sector > 8'`"
+        ),
     }
 }
 
 /// Is this a command of this module?
 pub fn is_ftrace(words: &[String]) -> bool {
-    matches!(words.first().map(String::as_str), Some("ftrace" | "list-events"))
+    matches!(
+        words.first().map(String::as_str),
+        Some("ftrace" | "list-events")
+    )
 }
 
 /// `*` and `?` globbing.
@@ -193,7 +208,10 @@ pub struct Reply {
 impl Reply {
     pub fn from_json(v: &Value) -> Result<Reply> {
         if v.get("ack_status").is_none() {
-            let err = v.get("error").and_then(Value::as_str).unwrap_or("the server refused the request");
+            let err = v
+                .get("error")
+                .and_then(Value::as_str)
+                .unwrap_or("the server refused the request");
             bail!("{err}");
         }
         Ok(Reply {
@@ -226,7 +244,10 @@ pub fn run(to: &dyn FtraceLink, cmd: &FtraceCommand, guest: &str) -> Result<u64>
         FtraceCommand::Read { path, glob } => {
             let text = read_all(to, path)?;
             for line in text.lines() {
-                if glob.as_ref().is_none_or(|g| glob_match(g.as_bytes(), line.as_bytes())) {
+                if glob
+                    .as_ref()
+                    .is_none_or(|g| glob_match(g.as_bytes(), line.as_bytes()))
+                {
                     println!("{line}");
                 }
             }
@@ -235,9 +256,17 @@ pub fn run(to: &dyn FtraceLink, cmd: &FtraceCommand, guest: &str) -> Result<u64>
         FtraceCommand::Requests(reqs) => {
             for (i, r) in reqs.iter().enumerate() {
                 let a = to.send(r)?;
-                println!("guest {guest}: {r} -> {} in {:.0} ms", errno_text(a.status), a.latency.as_secs_f64() * 1e3);
+                println!(
+                    "guest {guest}: {r} -> {} in {:.0} ms",
+                    errno_text(a.status),
+                    a.latency.as_secs_f64() * 1e3
+                );
                 if a.status != 0 {
-                    bail!("the guest refused `{r}` ({}); {} later request(s) not sent", errno_text(a.status), reqs.len() - i - 1);
+                    bail!(
+                        "the guest refused `{r}` ({}); {} later request(s) not sent",
+                        errno_text(a.status),
+                        reqs.len() - i - 1
+                    );
                 }
             }
             Ok(reqs.len() as u64)
@@ -264,24 +293,45 @@ mod tests {
     fn commands_become_requests() {
         assert_eq!(
             reqs("ftrace enable block:block_rq_issue nr_sector > 8"),
-            ["write events/block/block_rq_issue/filter nr_sector > 8", "write events/block/block_rq_issue/enable 1"]
+            [
+                "write events/block/block_rq_issue/filter nr_sector > 8",
+                "write events/block/block_rq_issue/enable 1"
+            ]
         );
         assert_eq!(reqs("ftrace enable sched"), ["write events/sched/enable 1"]);
         assert_eq!(reqs("ftrace disable all"), ["write events/enable 0"]);
         assert_eq!(
             reqs("ftrace tracer function_graph vfs_read vfs_write"),
-            ["write set_ftrace_filter vfs_read vfs_write", "write current_tracer function_graph"]
+            [
+                "write set_ftrace_filter vfs_read vfs_write",
+                "write current_tracer function_graph"
+            ]
         );
         assert_eq!(
             reqs("ftrace kprobe myopen do_sys_openat2 name=+0(%si):ustring"),
-            ["append kprobe_events p:kprobes/myopen do_sys_openat2 name=+0(%si):ustring", "write events/kprobes/myopen/enable 1"]
+            [
+                "append kprobe_events p:kprobes/myopen do_sys_openat2 name=+0(%si):ustring",
+                "write events/kprobes/myopen/enable 1"
+            ]
         );
-        assert_eq!(reqs("ftrace pid 12 13"), ["write set_event_pid 12 13", "write set_ftrace_pid 12 13"]);
+        assert_eq!(
+            reqs("ftrace pid 12 13"),
+            ["write set_event_pid 12 13", "write set_ftrace_pid 12 13"]
+        );
         assert_eq!(
             parse(&w("list-events block:*")).unwrap(),
-            FtraceCommand::Read { path: "available_events".into(), glob: Some("block:*".into()) }
+            FtraceCommand::Read {
+                path: "available_events".into(),
+                glob: Some("block:*".into())
+            }
         );
-        for bad in ["ftrace enable ../x", "ftrace kprobe 9x foo", "ftrace kprobe x", "ftrace bogus", "ftrace"] {
+        for bad in [
+            "ftrace enable ../x",
+            "ftrace kprobe 9x foo",
+            "ftrace kprobe x",
+            "ftrace bogus",
+            "ftrace",
+        ] {
             assert!(parse(&w(bad)).is_err(), "{bad}");
         }
     }

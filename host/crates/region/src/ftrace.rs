@@ -87,7 +87,9 @@ fn system_name(raw: &[u8]) -> String {
 /// bytes, `rec` possibly shorter if the copy was capped).
 pub fn parse_record(rec: &[u8], len: u32) -> Result<FtraceText, String> {
     if rec.len() < abi::FTRACE_REC_SIZE {
-        return Err(format!("ftrace record of {len} bytes is shorter than its header"));
+        return Err(format!(
+            "ftrace record of {len} bytes is shorter than its header"
+        ));
     }
     let file = match le_u16(rec, abi::ftrace_rec::WHAT) {
         abi::IVT_FTRACE_HEADER_PAGE => FtraceFile::HeaderPage,

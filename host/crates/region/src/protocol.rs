@@ -363,8 +363,10 @@ impl Protocol<'_> {
         // (flock), so its last value is ours or an earlier controller's.
         let last = self.region.load_relaxed_u64(control(abi::control::CMD_SEQ));
         let seq = last.wrapping_add(1).max(1);
-        self.region.store_relaxed_u32(control(abi::control::CMD), code);
-        self.region.store_relaxed_u64(control(abi::control::ARG), arg);
+        self.region
+            .store_relaxed_u32(control(abi::control::CMD), code);
+        self.region
+            .store_relaxed_u64(control(abi::control::ARG), arg);
         // Publishes cmd and arg: pairs with the writer's load-acquire of
         // cmd_seq in ivtk_ctl_poll() (guest/kmod/ivtk_ctl.c).
         self.region
@@ -415,9 +417,7 @@ pub struct FtraceAck {
 /// Why an ftrace request could not be posted or got no answer.
 #[derive(Debug, Error)]
 pub enum FtraceError {
-    #[error(
-        "this region has no ftrace relay (no IVT_FEAT_FTRACE: load ivtrace.ko with ftrace=1)"
-    )]
+    #[error("this region has no ftrace relay (no IVT_FEAT_FTRACE: load ivtrace.ko with ftrace=1)")]
     NoRelay,
     #[error("the request is {0} bytes; at most {max} fit", max = abi::IVT_CTL_REQ_MAX)]
     TooLong(usize),
@@ -457,10 +457,17 @@ impl Protocol<'_> {
         }
         let ack = self.post_and_wait(abi::IVT_CMD_FTRACE, request.len() as u64, kick, timeout)?;
         // Relaxed: ordered after post_and_wait's load-acquire of ack_seq.
-        let len = self.region.load_relaxed_u32(ctl_text(abi::ctl_text::RESP_LEN)) as usize;
-        let flags = self.region.load_relaxed_u32(ctl_text(abi::ctl_text::RESP_FLAGS));
+        let len = self
+            .region
+            .load_relaxed_u32(ctl_text(abi::ctl_text::RESP_LEN)) as usize;
+        let flags = self
+            .region
+            .load_relaxed_u32(ctl_text(abi::ctl_text::RESP_FLAGS));
         let mut text = vec![0u8; len.min(abi::IVT_CTL_RESP_MAX)];
-        if !self.region.copy_out(ctl_text(abi::ctl_text::RESP), &mut text) {
+        if !self
+            .region
+            .copy_out(ctl_text(abi::ctl_text::RESP), &mut text)
+        {
             text.clear();
         }
         Ok(FtraceAck {
@@ -616,6 +623,52 @@ mod tests {
         assert_eq!((a.seq, a.status), (2, -22));
         let silent = p.send_command(Command::Flush, &|| {}, Duration::from_millis(1));
         assert!(matches!(silent, Err(ControlError::NoAck { seq: 3, .. })));
+    }
+
+    /// The module and relay's half of an ftrace request, played by the kick:
+    /// the request text read after the acquire of cmd_seq, a read's answer
+    /// written before the release of ack_seq.
+    fn answer_ftrace(r: &Region) {
+        let seq = r.load_acquire_u64(control(abi::control::CMD_SEQ));
+        let len = r.load_relaxed_u64(control(abi::control::ARG)) as usize;
+        let mut req = vec![0u8; len];
+        assert!(r.copy_out(ctl_text(abi::ctl_text::REQ), &mut req));
+        assert_eq!(req, b"read available_events 0");
+        assert!(r.copy_in(ctl_text(abi::ctl_text::RESP), b"block:block_rq_issue\n"));
+        r.store_relaxed_u32(ctl_text(abi::ctl_text::RESP_LEN), 21);
+        r.store_relaxed_u32(ctl_text(abi::ctl_text::RESP_FLAGS), abi::IVT_CTL_RESP_MORE);
+        r.store_relaxed_u32(control(abi::control::ACK_STATUS), 0);
+        r.store_release_u64(control(abi::control::ACK_SEQ), seq);
+    }
+
+    #[test]
+    fn an_ftrace_request_carries_its_text_both_ways() {
+        let mut b = RegionBuilder::new(1, 2, 4096);
+        b.features |= abi::IVT_FEAT_CONTROL;
+        let r = Region::from_bytes(&b.build(), Access::ReadWrite).unwrap();
+        let p = r.protocol();
+        let req = b"read available_events 0";
+        let err = p.send_ftrace(req, &|| {}, Duration::ZERO).unwrap_err();
+        assert!(matches!(err, FtraceError::NoRelay), "{err}");
+        b.features |= abi::IVT_FEAT_FTRACE;
+        let r = Region::from_bytes(&b.build(), Access::ReadWrite).unwrap();
+        let p = r.protocol();
+        let a = p
+            .send_ftrace(req, &|| answer_ftrace(&r), Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(
+            (a.ack.status, a.text.as_slice(), a.more),
+            (0, &b"block:block_rq_issue\n"[..], true)
+        );
+        let long = vec![b'x'; abi::IVT_CTL_REQ_MAX + 1];
+        let err = p.send_ftrace(&long, &|| {}, Duration::ZERO).unwrap_err();
+        assert!(matches!(err, FtraceError::TooLong(_)), "{err}");
+        let ro = Region::from_bytes(&b.build(), Access::ReadOnly).unwrap();
+        let err = ro
+            .protocol()
+            .send_ftrace(req, &|| {}, Duration::ZERO)
+            .unwrap_err();
+        assert!(matches!(err, FtraceError::Write), "{err}");
     }
 
     #[test]

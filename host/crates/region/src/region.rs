@@ -60,7 +60,11 @@ pub enum RegionError {
     #[error("{found} channels (allowed 1..={max})")]
     ChannelCount { found: u32, max: u32 },
     #[error("{kernel} kernel and {ftrace} ftrace channels but only {total} channels")]
-    KernelChannels { kernel: u32, ftrace: u32, total: u32 },
+    KernelChannels {
+        kernel: u32,
+        ftrace: u32,
+        total: u32,
+    },
     #[error("{what} {value} is not a power of two in [{min}, {max}]")]
     Geometry {
         what: &'static str,

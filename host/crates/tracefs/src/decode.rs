@@ -179,8 +179,17 @@ pub fn class_with(
             continue;
         };
         let (ty, op) = match op {
-            Op::Int { off, size, .. } => (ty, Op::Int { off, size, adjust: p.adjust }),
-            Op::Chars { off, n } if p.adjust == Adjust::Rwbs => (FieldType::U32, Op::Rwbs { off, n }),
+            Op::Int { off, size, .. } => (
+                ty,
+                Op::Int {
+                    off,
+                    size,
+                    adjust: p.adjust,
+                },
+            ),
+            Op::Chars { off, n } if p.adjust == Adjust::Rwbs => {
+                (FieldType::U32, Op::Rwbs { off, n })
+            }
             o => (ty, o),
         };
         let hex = matches!(op, Op::Int { .. }) && p.hex;
@@ -337,6 +346,27 @@ mod tests {
     use ivtrace_testutil::LTTNG_SCHED_SWITCH_FIELDS;
 
     const SCHED_SWITCH: &str = include_str!("../tests/fixtures/tracefs/sched_switch.format");
+
+    #[test]
+    fn rwbs_text_becomes_lttngs_flag_bits() {
+        use super::rwbs::*;
+        for (text, want) in [
+            (&b"R\0\0\0"[..], READ),
+            (b"W", WRITE),
+            (b"WS", WRITE | SYNC),
+            (b"RA", READ | RAHEAD),
+            (b"RM", READ | META),
+            (b"FWFS", PREFLUSH | WRITE | FUA | SYNC),
+            (b"F", FLUSH),
+            (b"FF", PREFLUSH | FLUSH),
+            (b"D", DISCARD),
+            (b"DE", DISCARD | SECURE),
+            (b"N", 0),
+            (b"", 0),
+        ] {
+            assert_eq!(rwbs_flags(text), want, "{}", String::from_utf8_lossy(text));
+        }
+    }
 
     #[test]
     fn sched_switch_takes_lttng_names_and_values() {

@@ -113,8 +113,18 @@ pub fn trace_name(system: &str, event: &str) -> String {
 fn guest_hex(name: &str) -> bool {
     matches!(
         name,
-        "ip" | "parent_ip" | "func" | "call_site" | "ptr" | "skbaddr" | "page" | "function"
-            | "work" | "hrtimer" | "addr" | "caller" | "callback"
+        "ip" | "parent_ip"
+            | "func"
+            | "call_site"
+            | "ptr"
+            | "skbaddr"
+            | "page"
+            | "function"
+            | "work"
+            | "hrtimer"
+            | "addr"
+            | "caller"
+            | "callback"
     ) || name.ends_with("_addr")
         || name.ends_with("_ptr")
         || name.ends_with("_ip")
@@ -128,7 +138,10 @@ fn guest_plan(fmt: &EventFmt, f: &FieldFmt) -> FieldPlan {
     if block && name == "rwbs" && f.is_char() {
         adjust = Adjust::Rwbs;
     }
-    if block && name == "error" && matches!(fmt.name.as_str(), "block_rq_complete" | "block_rq_requeue") {
+    if block
+        && name == "error"
+        && matches!(fmt.name.as_str(), "block_rq_complete" | "block_rq_requeue")
+    {
         name = "errors".into();
     }
     let hex = guest_hex(&name);
@@ -140,8 +153,14 @@ fn guest_plan(fmt: &EventFmt, f: &FieldFmt) -> FieldPlan {
 fn guest_class(fmt: &EventFmt, id: u32, taken: &mut HashSet<String>) -> (EventClass, EventDecoder) {
     let raw = trace_name(&fmt.system, &fmt.name);
     let name = sanitize::dedupe(sanitize::event_name(raw.as_bytes(), id).0, taken).0;
-    let (class, dec) = class_with(fmt, id, abi::IVT_STREAM_FTRACE, name, &|f| guest_plan(fmt, f));
-    let tid_name = if LTTNG_SYSTEMS.contains(&fmt.system.as_str()) { "tid" } else { "common_pid" };
+    let (class, dec) = class_with(fmt, id, abi::IVT_STREAM_FTRACE, name, &|f| {
+        guest_plan(fmt, f)
+    });
+    let tid_name = if LTTNG_SYSTEMS.contains(&fmt.system.as_str()) {
+        "tid"
+    } else {
+        "common_pid"
+    };
     let mut names = HashSet::new();
     let mut fields = vec![Field::new(tid_name, FieldType::S32, false)];
     names.insert(tid_name.to_string());
@@ -204,7 +223,11 @@ fn each_wire(path: &std::path::Path, mut f: impl FnMut(u32, Wire)) -> io::Result
 }
 
 /// Pass 1: how often each ftrace type occurs in every staged page.
-fn count_types(files: &[FtraceStaged], hp: &HeaderPage, dec: &Decoder) -> io::Result<HashMap<u16, u64>> {
+fn count_types(
+    files: &[FtraceStaged],
+    hp: &HeaderPage,
+    dec: &Decoder,
+) -> io::Result<HashMap<u16, u64>> {
     let mut counts: HashMap<u16, u64> = HashMap::new();
     for f in files {
         each_wire(&f.wire, |_, w| {
@@ -222,7 +245,10 @@ fn count_types(files: &[FtraceStaged], hp: &HeaderPage, dec: &Decoder) -> io::Re
 
 /// The classes of the types that occur and have a format, the most
 /// frequent first (compact headers), and their decoder.
-fn plan_classes(cat: &Catalog, counts: &HashMap<u16, u64>) -> (StreamClasses, Decoder, HashMap<u16, String>) {
+fn plan_classes(
+    cat: &Catalog,
+    counts: &HashMap<u16, u64>,
+) -> (StreamClasses, Decoder, HashMap<u16, String>) {
     let mut types: Vec<(u16, u64)> = counts
         .iter()
         .filter(|(ty, _)| cat.by_id.contains_key(ty))
@@ -306,13 +332,25 @@ fn account(acc: &mut FtraceCpu, stats: Option<[u64; abi::IVT_FTRACE_STAT_COUNT]>
     acc.clock_reset = s[6];
     let read = s[4];
     acc.read_not_recorded = read.saturating_sub(acc.recorded);
-    acc.lost = [acc.overrun, acc.commit_overrun, acc.dropped, acc.clock_reset, acc.read_not_recorded]
-        .iter()
-        .fold(0u64, |a, &b| a.saturating_add(b))
-        .max(missed);
-    acc.produced = [acc.entries, acc.overrun, read, acc.dropped, acc.commit_overrun]
-        .iter()
-        .fold(0u64, |a, &b| a.saturating_add(b));
+    acc.lost = [
+        acc.overrun,
+        acc.commit_overrun,
+        acc.dropped,
+        acc.clock_reset,
+        acc.read_not_recorded,
+    ]
+    .iter()
+    .fold(0u64, |a, &b| a.saturating_add(b))
+    .max(missed);
+    acc.produced = [
+        acc.entries,
+        acc.overrun,
+        read,
+        acc.dropped,
+        acc.commit_overrun,
+    ]
+    .iter()
+    .fold(0u64, |a, &b| a.saturating_add(b));
 }
 
 /// Both passes over every staged channel.

@@ -86,7 +86,9 @@ fn answer(req: &Value, registry: &Registry) -> Value {
         "status" => status(&guest),
         "control" => control(req, &guest),
         "ftrace" => ftrace(req, &guest),
-        _ => json!({"ok": false, "error": format!("unknown op `{op}` (list, status, control, ftrace)")}),
+        _ => {
+            json!({"ok": false, "error": format!("unknown op `{op}` (list, status, control, ftrace)")})
+        }
     }
 }
 

@@ -85,13 +85,18 @@ impl StreamOut {
         if self.count == 0 {
             self.begin(cpu, ts);
         }
-        let prev = if self.count == 0 { self.ts_begin } else { self.last_ts };
+        let prev = if self.count == 0 {
+            self.ts_begin
+        } else {
+            self.last_ts
+        };
         self.buf.resize(align4(self.buf.len()), 0);
         if id <= abi::IVT_EV_COMPACT_MAX_ID && ts - prev <= abi::IVT_EV_TS_MASK {
             let word = id | ((ts & abi::IVT_EV_TS_MASK) as u32) << abi::IVT_EV_ID_BITS;
             self.buf.extend_from_slice(&word.to_le_bytes());
         } else {
-            self.buf.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
+            self.buf
+                .extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
             self.buf.extend_from_slice(&id.to_le_bytes());
             self.buf.extend_from_slice(&ts.to_le_bytes());
         }
