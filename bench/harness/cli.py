@@ -8,6 +8,9 @@ Presets:
               over the network, SSH, 9p and virtio-serial, five workloads, in one guest
               (alias: eval)
   doorbell    guest -> host doorbells: rate, round trip, doorbells per MB of trace
+  ftrace      the ftrace relay against ftrace to a guest file and over virtio-serial (the
+              virtio-trace path): events/s carried and cost per event, block I/O and
+              function tracing, in one guest
 
 Every preset takes --quick (a short smoke run, written as *-quick.json: never cited) and
 -o FILE (default bench/results/PRESET/<date>-<host>[-quick].json). A full run written to
@@ -26,9 +29,9 @@ from pathlib import Path
 
 import ivtvm
 
-from . import BenchError, Prerequisite, doorbell, evaluation, guest, history, native, results
+from . import BenchError, Prerequisite, doorbell, evaluation, ftrace, guest, history, native, results
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, ftrace)}
 ALIASES = {"eval": "evaluation"}
 
 

@@ -72,8 +72,16 @@ def doorbell_headline(data: dict) -> dict:
             "rtt_p50_us_host_busy_reads": p50("host busy-reads")}
 
 
+def ftrace_headline(data: dict) -> dict:
+    fn = data.get("summary", {}).get("function", {})
+    return {"function_carried_k_per_s": {c: r(x["carried_per_s"] / 1e3, 1)
+                                         for c, x in fn.items() if c.startswith("ft-")
+                                         and c != "ft-ring" and x.get("carried_per_s")}}
+
+
 HEADLINES = {"native": native_headline, "guest": guest_headline,
-             "evaluation": evaluation_headline, "doorbell": doorbell_headline}
+             "evaluation": evaluation_headline, "doorbell": doorbell_headline,
+             "ftrace": ftrace_headline}
 
 
 def entry(rec: dict, path: Path) -> dict:

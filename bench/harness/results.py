@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 SCHEMA = "ivtrace-bench/2"
-PRESETS = ("native", "guest", "evaluation", "doorbell")
+PRESETS = ("native", "guest", "evaluation", "doorbell", "ftrace")
 
 # Per-run temporary directories, named after a pid or a random suffix: never useful in a
 # committed document, so they are written as placeholders.
