@@ -14,13 +14,20 @@
 #                 guest), then docs/performance.md and its plots (bench/report; ~45 min, TCG)
 #   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
 #   make lint-host  clippy (warnings as errors) and rustfmt --check on host/
+#   make gen-docs man pages and bash/zsh/fish completions from the CLI definition, in
+#                 build/gen-docs/ (host's gen-docs example; the packages run it too)
+#   make deb      the Debian packages (ivtrace, ivtrace-dkms, libivtrace0, libivtrace-dev) in
+#                 build/deb/, then lintian (scripts/build-deb; docs/install.md)
+#   make test-deb the packages installed on this machine (apt-get install ./build/deb/*.deb):
+#                 contents, the service as its unit runs it, DKMS for the guest kernel,
+#                 pkg-config, then a real libvirtd domain traced through the packaged serve
 SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval \
 	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback bench eval fuzz clean
+	demo demo-loopback bench eval fuzz clean deb test-deb gen-docs
 
 all: host lib
 
@@ -44,7 +51,7 @@ guest:
 	vm/build --all
 
 # lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
-test: deps all tracecompass test-abi test-lib test-host test-py test-eval lint
+test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-deb lint
 
 test-abi:
 	$(MAKE) -C abi test
@@ -55,8 +62,21 @@ test-lib:
 test-host:
 	$(CARGO) test --release --locked --manifest-path host/Cargo.toml
 
+# tests/deb and tests/libvirt need the packages: test-deb runs them.
 test-py: all
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q tests --ignore=tests/deb --ignore=tests/libvirt
+
+deb:
+	scripts/build-deb
+
+gen-docs:
+	$(CARGO) run --release --locked --manifest-path host/Cargo.toml -p ivtrace \
+		--example gen-docs -- build/gen-docs
+
+# Installs the packages on this machine (as an administrator would) and checks them;
+# then the libvirt test, whose serve is the installed one run as its unit runs it.
+test-deb: deb guest
+	$(PYTHON) -m pytest -q tests/deb tests/libvirt
 
 # The evaluation's quick mode: every tracing state and transport once, short workloads
 # (~2-3 min); fails only when something could not be measured, never on a timing. Its

@@ -4,12 +4,15 @@
 set -euo pipefail
 
 # zlib1g-dev: the evaluation's static gzip workload; openssh-client: its SSH transport.
+# dpkg-dev .. lintian: `make deb`; libvirt-daemon-system: the libvirt test (tests/libvirt).
 APT_PACKAGES=(
 	build-essential pkg-config zlib1g-dev openssh-client
 	qemu-system-x86 busybox-static cpio zstd xz-utils
 	babeltrace2 python3-bt2 babeltrace python3-pytest python3-matplotlib
 	lttng-tools liblttng-ust-dev trace-cmd hyperfine
 	linux-perf procps util-linux
+	dpkg-dev debhelper dh-dkms dkms lintian
+	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
 )
 
 missing=()

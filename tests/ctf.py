@@ -4,6 +4,8 @@ Nothing in this module knows ivtrace's wire format: babeltrace2 decodes, these
 helpers only turn its messages into plain Python values.
 """
 
+import re
+import subprocess
 from dataclasses import dataclass
 
 import bt2
@@ -63,3 +65,13 @@ def discarded(path):
             assert m.count is not None, "discarded-events message without a count"
             total += m.count
     return total
+
+
+def babeltrace2_discarded(path):
+    """Discarded events the `babeltrace2` command warns about when it prints every trace under
+    `path` (its text output; it must succeed). Its warnings read
+    `WARNING: Tracer discarded N events between [...] and [...] in trace ...` ("1 event")."""
+    p = subprocess.run(["babeltrace2", str(path)], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=600)
+    assert p.returncode == 0, f"babeltrace2 {path} failed:\n{p.stderr[-3000:]}"
+    return sum(int(n) for n in re.findall(r"Tracer discarded (\d+) events?\b", p.stderr))

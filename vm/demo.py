@@ -274,6 +274,7 @@ def summarize(res: dict, out: Path) -> None:
         say("  events per type:")
     streams = {0: "kernel", 1: "user"}
     sys_entry, sys_exit = {}, {}
+    width = max([40] + [len(e["name"]) + 2 for e in rep["event_types"]])
     for e in sorted(rep["event_types"], key=lambda e: -e["count"]):
         m = re.fullmatch(r"syscall_(entry|exit)_(\w+)", e["name"])
         if m and e["count"]:
@@ -281,7 +282,7 @@ def summarize(res: dict, out: Path) -> None:
             d[m.group(2)] = d.get(m.group(2), 0) + e["count"]
         elif e["count"]:
             say(f"    {streams.get(e['stream_class'], e['stream_class']):<7}"
-                f"{e['name']:<40}{e['count']:>12,}")
+                f"{e['name']:<{width}}{e['count']:>12,}")
     if sys_entry or sys_exit:
         # LTTng names system calls per call (syscall_entry_<name>): one line for them all
         top = sorted(sys_entry.items(), key=lambda kv: -kv[1])[:6]

@@ -6,8 +6,9 @@
  * lttng-modules way; no EXPORT_TRACEPOINT_SYMBOL needed) and attached with
  * tracepoint_probe_register(), which cannot check a probe's prototype:
  * every probe below is declared from the TP_PROTO of Linux 6.1's
- * include/trace/events/{sched,task,irq,timer,kmem,syscalls}.h, with the
- * version-dependent ones in wrapper/compat.h.
+ * include/trace/events/{sched,task,irq,timer,kmem,syscalls}.h and
+ * arch/x86/include/asm/trace/irq_vectors.h, with the version-dependent
+ * ones in wrapper/compat.h.
  *
  * Probes run with preemption disabled and may nest in interrupts (the
  * printk one even in NMIs); each one writes with interrupts off
@@ -283,6 +284,26 @@ static void ivtk_softirq_exit(void *data, unsigned int vec)
 	ivtk_emit_u8(IVT_KEV_SOFTIRQ_EXIT, vec);
 }
 
+/*
+ * Every x86 interrupt vector's entry and exit (irq_vectors:*_entry/_exit):
+ * @data is the event id, given at registration (ivtk_probes[]).
+ */
+static void ivtk_irq_vector(void *data, int vector)
+{
+	struct ivt_writer *w;
+	unsigned long flags;
+	u8 *p;
+
+	local_irq_save(flags);
+	p = ivtk_reserve(&w, (u32)(uintptr_t)data,
+			 IVT_KEV_LOCAL_TIMER_ENTRY_SIZE);
+	if (p) {
+		p = ivt_put_u32(p, vector);
+		ivtk_commit(w, p);
+	}
+	local_irq_restore(flags);
+}
+
 /* ---- timer ------------------------------------------------------------ */
 
 static void ivtk_hrtimer_expire_entry(void *data, struct hrtimer *t,
@@ -413,8 +434,10 @@ static void ivtk_printk_console(void *data, const char *text, size_t len)
 struct ivtk_probe {
 	const char *tp_name;
 	void *func;
+	void *data;			/* the probe's first argument */
 	u32 group;
 	const bool *only_if;		/* attach only when *only_if, if set */
+	bool optional;			/* absent in some configurations */
 	struct tracepoint *tp;		/* found at init, NULL if absent */
 	bool registered;		/* under ivtk_mutex */
 };
@@ -424,6 +447,14 @@ struct ivtk_probe {
 #define PROBE_IF(_tp, _func, _group, _cond) \
 	{ .tp_name = #_tp, .func = _func, .group = IVTRACE_GROUP_##_group, \
 	  .only_if = _cond }
+/*
+ * An x86 vector's entry or exit tracepoint, writing its own event. Linux
+ * declares the MCE, thermal and SMP ones only in some configurations.
+ */
+#define VECTOR_PROBE(_tp, _id) \
+	{ .tp_name = #_tp, .func = ivtk_irq_vector, \
+	  .data = (void *)(uintptr_t)IVT_KEV_##_id, \
+	  .group = IVTRACE_GROUP_IRQ, .optional = true }
 
 static struct ivtk_probe ivtk_probes[] = {
 	PROBE(sched_switch, ivtk_sched_switch, SCHED),
@@ -438,6 +469,28 @@ static struct ivtk_probe ivtk_probes[] = {
 	PROBE(irq_handler_exit, ivtk_irq_handler_exit, IRQ),
 	PROBE(softirq_entry, ivtk_softirq_entry, IRQ),
 	PROBE(softirq_exit, ivtk_softirq_exit, IRQ),
+	VECTOR_PROBE(local_timer_entry, LOCAL_TIMER_ENTRY),
+	VECTOR_PROBE(local_timer_exit, LOCAL_TIMER_EXIT),
+	VECTOR_PROBE(reschedule_entry, RESCHEDULE_ENTRY),
+	VECTOR_PROBE(reschedule_exit, RESCHEDULE_EXIT),
+	VECTOR_PROBE(call_function_single_entry, CALL_FUNCTION_SINGLE_ENTRY),
+	VECTOR_PROBE(call_function_single_exit, CALL_FUNCTION_SINGLE_EXIT),
+	VECTOR_PROBE(call_function_entry, CALL_FUNCTION_ENTRY),
+	VECTOR_PROBE(call_function_exit, CALL_FUNCTION_EXIT),
+	VECTOR_PROBE(irq_work_entry, IRQ_WORK_ENTRY),
+	VECTOR_PROBE(irq_work_exit, IRQ_WORK_EXIT),
+	VECTOR_PROBE(x86_platform_ipi_entry, IPI_ENTRY),
+	VECTOR_PROBE(x86_platform_ipi_exit, IPI_EXIT),
+	VECTOR_PROBE(spurious_apic_entry, SPURIOUS_APIC_ENTRY),
+	VECTOR_PROBE(spurious_apic_exit, SPURIOUS_APIC_EXIT),
+	VECTOR_PROBE(error_apic_entry, ERROR_APIC_ENTRY),
+	VECTOR_PROBE(error_apic_exit, ERROR_APIC_EXIT),
+	VECTOR_PROBE(threshold_apic_entry, THRESHOLD_APIC_ENTRY),
+	VECTOR_PROBE(threshold_apic_exit, THRESHOLD_APIC_EXIT),
+	VECTOR_PROBE(deferred_error_apic_entry, DEFERRED_ERROR_APIC_ENTRY),
+	VECTOR_PROBE(deferred_error_apic_exit, DEFERRED_ERROR_APIC_EXIT),
+	VECTOR_PROBE(thermal_apic_entry, THERMAL_APIC_ENTRY),
+	VECTOR_PROBE(thermal_apic_exit, THERMAL_APIC_EXIT),
 	PROBE(hrtimer_expire_entry, ivtk_hrtimer_expire_entry, TIMER),
 	PROBE(hrtimer_expire_exit, ivtk_hrtimer_expire_exit, TIMER),
 	PROBE(kmalloc, ivtk_kmalloc, KMEM),
@@ -467,7 +520,8 @@ int ivtk_probes_init(void)
 	for (i = 0; i < ARRAY_SIZE(ivtk_probes); i++) {
 		if (ivtk_probes[i].tp)
 			found++;
-		else if (ivtk_probes[i].only_if && !*ivtk_probes[i].only_if)
+		else if ((ivtk_probes[i].only_if && !*ivtk_probes[i].only_if) ||
+			 ivtk_probes[i].optional)
 			continue;
 		else
 			pr_warn("ivtrace: tracepoint %s not found; its events (group %s) will be missing\n",
@@ -521,7 +575,7 @@ static void ivtk_group_detach(u32 group)
 
 		if (p->group != group || !p->registered)
 			continue;
-		ret = tracepoint_probe_unregister(p->tp, p->func, NULL);
+		ret = tracepoint_probe_unregister(p->tp, p->func, p->data);
 		WARN_ON_ONCE(ret);
 		p->registered = false;
 	}
@@ -538,7 +592,7 @@ static int ivtk_group_attach(u32 group)
 		if (p->group != group || p->registered || !p->tp ||
 		    (p->only_if && !*p->only_if))
 			continue;
-		ret = tracepoint_probe_register(p->tp, p->func, NULL);
+		ret = tracepoint_probe_register(p->tp, p->func, p->data);
 		if (ret) {
 			pr_err("ivtrace: tracepoint_probe_register(%s) failed: %d\n",
 			       p->tp_name, ret);

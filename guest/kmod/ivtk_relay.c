@@ -20,6 +20,7 @@
  * that loads ivtrace.ko ftrace=1 from its initramfs relays ftrace from then
  * on with nothing else to start.
  */
+#include <linux/capability.h>
 #include <linux/kmod.h>
 #include <linux/mutex.h>
 #include <linux/sched.h>
@@ -276,12 +277,19 @@ static long ivtk_relay_doorbell(const void *file)
 	return ret;
 }
 
-/* /dev/ivtrace ioctls (ivtk_cdev.c); @file identifies the opener. */
+/*
+ * /dev/ivtrace ioctls (ivtk_cdev.c); @file identifies the opener. They
+ * need CAP_SYS_ADMIN even when dev_access=file lets others open the node:
+ * the relay takes the host's tracefs requests and publishes the formats
+ * the host decodes with, which an unprivileged writer must not.
+ */
 long ivtk_relay_ioctl(const void *file, unsigned int gen, unsigned int cmd,
 		      unsigned long arg)
 {
 	void __user *u = (void __user *)arg;
 
+	if (!capable(CAP_SYS_ADMIN))
+		return -EPERM;
 	switch (cmd) {
 	case IVTRACE_IOC_RELAY_ATTACH:
 		return ivtk_relay_attach(file, gen);

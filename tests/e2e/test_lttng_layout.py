@@ -7,8 +7,8 @@ writes on x86-64:
   - every syscall_entry_<name> / syscall_exit_<name> with abi/syscalls/lttng-x86_64.tsv, the
     table of LTTng's system call events (derived from an lttng-modules 2.10 trace's metadata):
     event name, field names in order, field types (size, sign, base, strings, arrays);
-  - the scheduler, interrupt, memory and state dump events with LTTNG_FIELDS below (the same
-    facts for those events, in our words);
+  - the scheduler, interrupt (x86 vectors included), memory and state dump events with
+    LTTNG_FIELDS below (the same facts for those events, in our words);
   - the values: path names are the strings the workload used, a preempted task's prev_state
     is TASK_REPORT_MAX, the state dump names threads in the initial pid namespace and the
     files they had open.
@@ -68,6 +68,14 @@ LTTNG_FIELDS = {
     "lttng_statedump_block_device": [("dev", "u32"), ("diskname", "string")],
     "lttng_statedump_interrupt": [("irq", "u32"), ("name", "string"), ("action", "string")],
 }
+# lttng-modules' x86 interrupt vector events (instrumentation/events/arch/x86/irq_vectors.h):
+# one `int vector` each; `ipi` is Linux's x86_platform_ipi.
+LTTNG_FIELDS.update({
+    f"x86_irq_vectors_{kind}_{side}": [("vector", "s32")]
+    for kind in ("local_timer", "reschedule", "spurious_apic", "error_apic", "ipi", "irq_work",
+                 "call_function", "call_function_single", "threshold_apic",
+                 "deferred_error_apic", "thermal_apic")
+    for side in ("entry", "exit")})
 FORK_FIELDS = [("parent_comm", COMM), ("parent_tid", "s32"), ("parent_pid", "s32"),
                ("parent_ns_inum", "u32"), ("child_comm", COMM), ("child_tid", "s32"),
                ("_vtids_length", "u8"), ("vtids", "s32[]"), ("child_pid", "s32"),

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import abi, assert_no_panic, run
 import ctf
+import losses
 
 HDR_LAYOUT = abi("offsetof.ivt_region_hdr.layout")
 CHAN_SIZE = abi("sizeof.ivt_channel")
@@ -151,6 +152,7 @@ def test_corrupt_packet_is_counted_and_skipped(tools, shm, region, tmp_path, cas
     evs = ctf.events(out)
     assert 0 < len(evs) < 600, "good packets are kept, the bad one is not"
     assert ctf.discarded(out) == 600 - len(evs), "the skipped events are counted as lost"
+    losses.assert_every_loss_is_in_the_ctf(out, want=("corrupt",))
     assert_only_inside(out)
 
 

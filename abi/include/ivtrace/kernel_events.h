@@ -189,7 +189,34 @@
 	EV(STATEDUMP_BLOCK_DEVICE, lttng_statedump_block_device, ALWAYS, "") \
 		F(dev, U32, PLAIN, 0)					\
 		F(diskname, STRING, PLAIN, 0)				\
-	END(STATEDUMP_BLOCK_DEVICE)
+	END(STATEDUMP_BLOCK_DEVICE)					\
+	IVT_KEV_VECTOR(EV, F, END, LOCAL_TIMER, local_timer)		\
+	IVT_KEV_VECTOR(EV, F, END, RESCHEDULE, reschedule)		\
+	IVT_KEV_VECTOR(EV, F, END, CALL_FUNCTION_SINGLE, call_function_single) \
+	IVT_KEV_VECTOR(EV, F, END, CALL_FUNCTION, call_function)	\
+	IVT_KEV_VECTOR(EV, F, END, IRQ_WORK, irq_work)			\
+	IVT_KEV_VECTOR(EV, F, END, IPI, ipi)				\
+	IVT_KEV_VECTOR(EV, F, END, SPURIOUS_APIC, spurious_apic)	\
+	IVT_KEV_VECTOR(EV, F, END, ERROR_APIC, error_apic)		\
+	IVT_KEV_VECTOR(EV, F, END, THRESHOLD_APIC, threshold_apic)	\
+	IVT_KEV_VECTOR(EV, F, END, DEFERRED_ERROR_APIC, deferred_error_apic) \
+	IVT_KEV_VECTOR(EV, F, END, THERMAL_APIC, thermal_apic)
+
+/*
+ * An x86 interrupt vector's entry and exit (IRQ group), as lttng-modules
+ * names them: x86_irq_vectors_<kind>_entry / _exit, one field `vector`
+ * (int). Linux's tracepoints are <tracepoint>_entry / _exit; `ipi` is
+ * Linux's x86_platform_ipi. Trace Compass shows them as IRQs of the CPU
+ * they ran on. Ordered by how often a guest takes them: the first three
+ * get the last compact ids.
+ */
+#define IVT_KEV_VECTOR(EV, F, END, ID, kind)				\
+	EV(ID##_ENTRY, x86_irq_vectors_##kind##_entry, IRQ, "")	\
+		F(vector, S32, PLAIN, 0)				\
+	END(ID##_ENTRY)							\
+	EV(ID##_EXIT, x86_irq_vectors_##kind##_exit, IRQ, "")		\
+		F(vector, S32, PLAIN, 0)				\
+	END(ID##_EXIT)
 
 /* Internal helpers, don't use directly: the expansions below. */
 #define __IVT_KEV_NOTHING(...)

@@ -36,7 +36,7 @@
 #include <ivtrace/abi.h>	/* IVT_FT_*, IVT_FF_*, IVT_NAME_MAX, ... */
 
 /* Event ids below this are the module's own kernel events (docs/abi.md). */
-#define IVTRACE_KAPI_FIRST_ID	28u
+#define IVTRACE_KAPI_FIRST_ID	50u
 /* Registrations ivtrace.ko keeps (ids IVTRACE_KAPI_FIRST_ID + 0..N-1). */
 #define IVTRACE_KAPI_MAX	128u
 

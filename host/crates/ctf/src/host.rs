@@ -32,6 +32,9 @@ use crate::tsdl::{host_metadata, EnvValue};
 pub const PACKET_HDR: usize = 4 + 4 + 8 + 8 * 6 + 4;
 /// A packet is written once its content reaches this size.
 const PACKET_TARGET: usize = 64 << 10;
+/// The largest `events_discarded` (babeltrace2 takes 2^64-1 for
+/// "unknown"; Trace Compass reads the field as a signed long).
+const DISCARDED_MAX: u64 = i64::MAX as u64;
 
 /// Stream class of host kernel (tracefs) events.
 pub const STREAM_KERNEL: u32 = 0;
@@ -81,6 +84,8 @@ struct HStream {
     events_in_packet: u64,
     /// Running count of events lost (CTF `events_discarded`).
     discarded: u64,
+    /// The count the last packet written carried.
+    carried: u64,
     seq: u64,
     events: u64,
 }
@@ -173,6 +178,7 @@ impl HostTrace {
             last_ts: 0,
             events_in_packet: 0,
             discarded: 0,
+            carried: 0,
             seq: 0,
             events: 0,
         });
@@ -210,10 +216,23 @@ impl HostTrace {
         Ok(())
     }
 
-    /// Counts `n` events lost on `stream` (shown by the next packet).
-    pub fn discarded(&mut self, stream: usize, n: u64) {
+    /// Counts `n` events lost on `stream` before the events that follow:
+    /// the open packet is written first, so the next packet announces the
+    /// loss between the events around it (and [`HostTrace::finish`]
+    /// writes an empty packet for a loss no later packet announces).
+    pub fn discarded(&mut self, stream: usize, n: u64) -> Result<(), CtfError> {
         let s = &mut self.streams[stream];
-        s.discarded = s.discarded.saturating_add(n);
+        if n == 0 {
+            return Ok(());
+        }
+        Self::write_packet(s)?;
+        s.discarded = s.discarded.saturating_add(n).min(DISCARDED_MAX);
+        Ok(())
+    }
+
+    /// Events lost on `stream` so far (what its packets carry at the end).
+    pub fn discarded_count(&self, stream: usize) -> u64 {
+        self.streams[stream].discarded
     }
 
     /// Events written so far on `stream`.
@@ -221,29 +240,69 @@ impl HostTrace {
         self.streams[stream].events
     }
 
+    /// Writes the open packet, if it has events.
     fn write_packet(s: &mut HStream) -> Result<(), CtfError> {
         if s.events_in_packet == 0 {
             return Ok(());
         }
-        let bits = ((PACKET_HDR + s.content.len()) * 8) as u64;
-        let mut p = Vec::with_capacity(PACKET_HDR + s.content.len());
+        Self::lead_packet(s, s.ts_begin)?;
+        let (begin, end) = (s.ts_begin, s.last_ts);
+        let content = std::mem::take(&mut s.content);
+        let written = Self::put_packet(s, begin, end, &content);
+        s.content = content;
+        s.content.clear();
+        s.events_in_packet = 0;
+        written
+    }
+
+    /// babeltrace2 gives no count for losses a stream's first packet
+    /// announces: a stream whose first packet would carry some starts with
+    /// an empty packet that carries none.
+    fn lead_packet(s: &mut HStream, ts: u64) -> Result<(), CtfError> {
+        if s.seq > 0 || s.discarded == 0 {
+            return Ok(());
+        }
+        let discarded = std::mem::replace(&mut s.discarded, 0);
+        let written = Self::put_packet(s, ts, ts, &[]);
+        s.discarded = discarded;
+        written
+    }
+
+    /// Writes one packet of `content` carrying the stream's loss count.
+    fn put_packet(s: &mut HStream, begin: u64, end: u64, content: &[u8]) -> Result<(), CtfError> {
+        let bits = ((PACKET_HDR + content.len()) * 8) as u64;
+        let mut p = Vec::with_capacity(PACKET_HDR + content.len());
         p.extend_from_slice(&IVT_CTF_MAGIC.to_le_bytes());
         p.extend_from_slice(&s.class.to_le_bytes());
         p.extend_from_slice(&s.instance.to_le_bytes());
-        p.extend_from_slice(&s.ts_begin.to_le_bytes());
-        p.extend_from_slice(&s.last_ts.to_le_bytes());
+        p.extend_from_slice(&begin.to_le_bytes());
+        p.extend_from_slice(&end.to_le_bytes());
         p.extend_from_slice(&bits.to_le_bytes());
         p.extend_from_slice(&bits.to_le_bytes());
         p.extend_from_slice(&s.seq.to_le_bytes());
         p.extend_from_slice(&s.discarded.to_le_bytes());
         p.extend_from_slice(&s.cpu.to_le_bytes());
         debug_assert_eq!(p.len(), PACKET_HDR);
-        p.extend_from_slice(&s.content);
+        p.extend_from_slice(content);
         s.file.write_all(&p).map_err(write_err(&s.path))?;
-        s.content.clear();
-        s.events_in_packet = 0;
         s.seq += 1;
+        s.carried = s.discarded;
         Ok(())
+    }
+
+    /// Losses that no packet announced yet get an empty packet of their
+    /// own, at the stream's last time (or now, if it never had an event).
+    fn write_trailing_losses(s: &mut HStream) -> Result<(), CtfError> {
+        if s.discarded <= s.carried {
+            return Ok(());
+        }
+        let ts = match s.last_ts {
+            0 => ivtrace_time::timebase::host_now_ns(),
+            t => t,
+        };
+        s.last_ts = ts;
+        Self::lead_packet(s, ts)?;
+        Self::put_packet(s, ts, ts, &[])
     }
 
     /// Writes every open packet (so readers see everything so far).
@@ -254,11 +313,15 @@ impl HostTrace {
         Ok(())
     }
 
-    /// Flushes and closes. Streams that never got an event are removed
-    /// (babeltrace2 reads an empty stream file as an error-free nothing,
-    /// but nobody needs it). Returns the events written per stream.
+    /// Flushes and closes: every loss is in a packet. Streams that never
+    /// got a packet are removed (babeltrace2 reads an empty stream file as
+    /// an error-free nothing, but nobody needs it). Returns the events
+    /// written per stream.
     pub fn finish(mut self) -> Result<Vec<u64>, CtfError> {
         self.flush()?;
+        for s in &mut self.streams {
+            Self::write_trailing_losses(s)?;
+        }
         let mut counts = Vec::new();
         for s in &self.streams {
             if s.seq == 0 {
@@ -268,6 +331,47 @@ impl HostTrace {
         }
         Ok(counts)
     }
+}
+
+/// Events the host trace in `dir` says it lost: per stream file, the
+/// `events_discarded` of its last packet (a running count), summed. For
+/// `ivtrace report`, which checks it against the recorded reasons.
+pub fn trace_discarded(dir: &Path) -> std::io::Result<u64> {
+    let mut total = 0u64;
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name == "metadata" || name.starts_with('.') || !entry.file_type()?.is_file() {
+            continue;
+        }
+        total = total.saturating_add(stream_discarded(&entry.path())?);
+    }
+    Ok(total)
+}
+
+/// The last packet's `events_discarded` of one host stream file (packets
+/// are found by their `packet_size`; a cut last packet ends the walk).
+fn stream_discarded(path: &Path) -> std::io::Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = File::open(path)?;
+    let len = f.metadata()?.len();
+    let (mut off, mut last) = (0u64, 0u64);
+    let mut hdr = [0u8; PACKET_HDR];
+    while off + PACKET_HDR as u64 <= len {
+        f.seek(SeekFrom::Start(off))?;
+        f.read_exact(&mut hdr)?;
+        let field = |at: usize| u64::from_le_bytes(hdr[at..at + 8].try_into().expect("8 bytes"));
+        let size = field(40) / 8;
+        if u32::from_le_bytes(hdr[..4].try_into().expect("4 bytes")) != IVT_CTF_MAGIC
+            || size < PACKET_HDR as u64
+        {
+            break;
+        }
+        last = field(56);
+        off = off.saturating_add(size);
+    }
+    Ok(last)
 }
 
 #[cfg(test)]
@@ -318,16 +422,118 @@ mod tests {
         p.extend_from_slice(&5i32.to_le_bytes());
         p.extend_from_slice(b"hi\0");
         t.event(b, 100, 7, 42, &p).unwrap();
-        t.discarded(b, 3);
+        t.discarded(b, 3).unwrap();
         t.event(b, 100, 5, 42, &p).unwrap(); // clamped to 7
         assert_eq!(t.finish().unwrap(), vec![1, 2, 0]);
+        // The loss sits between the two events: each has a packet, the
+        // second announces it.
         let f = fs::read(dir.join("host_cpu1")).unwrap();
-        assert_eq!(f.len(), PACKET_HDR + 2 * (12 + 4 + 16 + 4 + 3));
+        let ev = 12 + 4 + 16 + 4 + 3;
+        assert_eq!(f.len(), 2 * (PACKET_HDR + ev));
         assert_eq!(u64::from_le_bytes(f[16..24].try_into().unwrap()), 7);
-        assert_eq!(u64::from_le_bytes(f[56..64].try_into().unwrap()), 3);
+        assert_eq!(u64::from_le_bytes(f[56..64].try_into().unwrap()), 0);
+        let second = PACKET_HDR + ev;
+        let at = |o: usize| u64::from_le_bytes(f[second + o..second + o + 8].try_into().unwrap());
+        assert_eq!((at(16), at(48), at(56)), (7, 1, 3));
         assert!(!dir.join("host_cpu2").exists());
         let m = fs::read_to_string(dir.join("metadata")).unwrap();
         assert!(m.contains("name = \"sched_switch\";") && m.contains("_tid;"));
         assert!(m.contains("absolute = TRUE;") && m.contains("ivtrace_x = 1;"));
+    }
+
+    /// (seq, ts_begin, ts_end, content bits, discarded) of every packet.
+    fn headers(f: &[u8]) -> Vec<(u64, u64, u64, u64, u64)> {
+        let at = |o: usize| u64::from_le_bytes(f[o..o + 8].try_into().unwrap());
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < f.len() {
+            out.push((
+                at(off + 48),
+                at(off + 16),
+                at(off + 24),
+                at(off + 32),
+                at(off + 56),
+            ));
+            off += at(off + 40) as usize / 8;
+        }
+        out
+    }
+
+    #[test]
+    fn every_loss_reaches_a_packet_and_the_first_packet_carries_none() {
+        let tmp = tempfile::tempdir().unwrap();
+        let desc = HostTraceDesc {
+            hostname: "h",
+            trace_name: "t",
+            error_ns: 5,
+            env: vec![],
+        };
+        let classes = vec![EventClass::new(7, STREAM_KERNEL, "e".into(), vec![])];
+        let dir = tmp.path().join("host");
+        let mut t = HostTrace::create(&dir, &desc, classes).unwrap();
+        let early = t.add_stream(STREAM_KERNEL, 0, "host_cpu0").unwrap();
+        let late = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
+        let only = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();
+        // Lost before the first event, then again after the last one.
+        t.discarded(early, 4).unwrap();
+        t.event(early, 7, 100, 1, &[]).unwrap();
+        t.event(early, 7, 110, 1, &[]).unwrap();
+        t.discarded(early, 2).unwrap();
+        // Events, then a loss no later event announces.
+        t.event(late, 7, 200, 1, &[]).unwrap();
+        t.discarded(late, 5).unwrap();
+        // Nothing but a loss.
+        t.discarded(only, u64::MAX).unwrap();
+        let before = ivtrace_time::timebase::host_now_ns();
+        t.finish().unwrap();
+        let hdr = PACKET_HDR as u64 * 8;
+        let ev = hdr + 2 * 16 * 8;
+        let read = |n: &str| headers(&fs::read(dir.join(n)).unwrap());
+        assert_eq!(
+            read("host_cpu0"),
+            vec![
+                (0, 100, 100, hdr, 0),
+                (1, 100, 110, ev, 4),
+                (2, 110, 110, hdr, 6)
+            ]
+        );
+        assert_eq!(
+            read("host_cpu1"),
+            vec![(0, 200, 200, hdr + 16 * 8, 0), (1, 200, 200, hdr, 5)]
+        );
+        assert_eq!(trace_discarded(&dir).unwrap(), 6 + 5 + DISCARDED_MAX);
+        let only = read("host_cpu2");
+        assert_eq!(only.len(), 2);
+        assert_eq!(
+            (only[0].0, only[0].4, only[1].0, only[1].4),
+            (0, 0, 1, DISCARDED_MAX)
+        );
+        assert!(
+            only[1].1 >= before,
+            "a stream without events announces at the end's time"
+        );
+        if let Some(n) = babeltrace2_discarded(&dir) {
+            assert_eq!(n, 6 + 5 + DISCARDED_MAX, "babeltrace2 counts every loss");
+        }
+    }
+
+    /// The discarded events babeltrace2's text output warns about (None
+    /// without babeltrace2).
+    fn babeltrace2_discarded(dir: &Path) -> Option<u64> {
+        if !ivtrace_testutil::have_tool("babeltrace2") {
+            eprintln!("SKIP: babeltrace2 is not installed");
+            return None;
+        }
+        let o = std::process::Command::new("babeltrace2")
+            .arg(dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stderr);
+        let counts = text.lines().filter_map(|l| {
+            let rest = l.split("Tracer discarded ").nth(1)?;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        });
+        Some(counts.fold(0u64, u64::saturating_add))
     }
 }

@@ -114,6 +114,17 @@ pub struct ChannelSummary {
     pub last_ts: Option<u64>,
 }
 
+/// The host trace's losses (`DIR/host/`, host events from tracefs).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostLost {
+    /// Events the host kernel's ring buffer dropped, by its pages' counts:
+    /// the host trace's streams carry them as discarded events.
+    pub missed: u64,
+    /// Pages that said events were dropped before them without saying how
+    /// many (reported; no count a CTF reader could be given).
+    pub missed_uncounted_pages: u64,
+}
+
 /// The whole sidecar.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sidecar {
@@ -128,10 +139,18 @@ pub struct Sidecar {
     pub channels: Vec<ChannelSummary>,
     /// Events dropped because no channel was free (region-wide).
     pub lost_no_channel: u64,
+    /// The user trace's stream whose discarded events they are
+    /// (`user/user_no_channel`), once it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_channel_stream: Option<String>,
     pub elapsed_s: f64,
     pub stop_reason: String,
     pub metadata: BTreeMap<String, u64>,
     pub warnings: Vec<String>,
+    /// What the host trace (`DIR/host/`) lost, if the recording had host
+    /// events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_lost: Option<HostLost>,
     /// The kernel stream's expansion to LTTng's layout, if it had packets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_expansion: Option<crate::kernel::KernelExpansion>,

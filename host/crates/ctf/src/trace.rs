@@ -64,6 +64,20 @@ pub fn stream_file_name(stream: u32, chan: u32) -> String {
     format!("{}_chan{chan}", stream_dir(stream))
 }
 
+/// The user trace's stream of events no channel could take (the reader's
+/// no-channel stream, index `nr_channels`; docs/abi.md "Lost events").
+pub const NO_CHANNEL_FILE: &str = "user_no_channel";
+
+/// Stream file of index `chan` of a region with `nr_channels` channels:
+/// a channel's, or the no-channel stream's.
+fn channel_file_name(stream: u32, chan: u32, nr_channels: u32) -> String {
+    if chan == nr_channels {
+        NO_CHANNEL_FILE.to_string()
+    } else {
+        stream_file_name(stream, chan)
+    }
+}
+
 struct StreamFile {
     /// Where the file ends up, relative to the root.
     rel: String,
@@ -161,7 +175,8 @@ impl CtfWriter {
             clock,
             env,
             metadata_generation: [None, None],
-            files: (0..nr_channels).map(|_| None).collect(),
+            // One more than the channels: the no-channel stream.
+            files: (0..=nr_channels).map(|_| None).collect(),
             kernel: None,
             name_table: None,
             ftrace: None,
@@ -291,7 +306,8 @@ impl CtfWriter {
 
     fn stream_file(&mut self, chan: u32, stream: u32) -> Result<(), CtfError> {
         if self.files[chan as usize].is_none() {
-            let name = stream_file_name(stream, chan);
+            let nr_channels = self.files.len() as u32 - 1;
+            let name = channel_file_name(stream, chan, nr_channels);
             let rel = format!("{}/{name}", stream_dir(stream));
             let path = self.write_dir(stream).join(&name);
             let f = OpenOptions::new()

@@ -240,19 +240,25 @@ pub fn ctf_writer_named(
 /// Counters of one channel, as the sidecar stores them.
 fn channel_summary(reader: &Reader, writer: &CtfWriter, c: u32) -> ChannelSummary {
     let s = reader.channel_stats(c);
+    // Staged kernel packets the expansion could not walk count as corrupt:
+    // their events are in the kernel stream's events_discarded too.
+    let unexpanded = writer
+        .kernel_expansion()
+        .and_then(|k| k.lost_by_channel.get(&c).copied())
+        .unwrap_or(0);
     let lost = Lost {
         full: s.writer_lost.full,
         too_big: s.writer_lost.too_big,
         nested: s.writer_lost.nested,
         overwritten: s.host_lost.overwritten,
         torn: s.host_lost.torn,
-        corrupt: s.host_lost.corrupt,
+        corrupt: s.host_lost.corrupt.saturating_add(unexpanded),
     };
     ChannelSummary {
         channel: c,
         stream_class: reader.region().layout().stream_of(c),
         file: writer.file_of(c).map(str::to_string),
-        events: s.events,
+        events: s.events.saturating_sub(unexpanded),
         packets: s.packets,
         partial_packets: s.partial_packets,
         bytes: s.bytes_out,
@@ -315,7 +321,10 @@ pub fn build_sidecar(
             StreamLayout::from_classes(s, stream_dir(s), writer.output_classes(s, reader.classes()))
         })
         .collect();
-    let lost_no_channel = reader.region().protocol().lost_no_channel();
+    let lost_no_channel = reader.lost_no_channel();
+    let no_channel_stream = writer
+        .file_of(reader.no_channel_stream())
+        .map(str::to_string);
     Sidecar {
         format: SIDECAR_FORMAT.into(),
         tracer_version: env!("CARGO_PKG_VERSION").into(),
@@ -329,10 +338,12 @@ pub fn build_sidecar(
             .filter(|c| c.packets > 0 || c.lost.total() > 0 || !c.skipped_packets.is_empty())
             .collect(),
         lost_no_channel,
+        no_channel_stream,
         elapsed_s: elapsed.as_secs_f64(),
         stop_reason: stop_reason.into(),
         metadata: meta_counters(&reader.meta().stats),
         warnings: reader.meta().warnings.clone(),
+        host_lost: None,
         kernel_expansion: writer.kernel_expansion().cloned(),
         ftrace: writer.ftrace_stats().cloned(),
     }

@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_engine::host::HostSide;
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{abi, Reader, Region, RegionError};
-use ivtrace_tracefs::host::{process_mapping, HostEvents};
+use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
 use crate::summary;
@@ -190,20 +191,28 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
-    let seen = record_region(region, args, &out, &stop, &host);
-    if let Some(h) = host_side {
-        finish_host_events(h)?;
-    }
-    seen
+    let names = Names {
+        out: &out,
+        host: &host,
+    };
+    record_region(region, args, names, &stop, host_side)
+}
+
+/// Where a recording goes and what its traces call the guest.
+#[derive(Clone, Copy)]
+struct Names<'a> {
+    out: &'a Path,
+    host: &'a str,
 }
 
 fn record_region(
     region: Region,
     args: &RecordArgs,
-    out: &Path,
+    names: Names,
     stop: &Stop,
-    host: &str,
+    host_side: Option<HostSide>,
 ) -> Result<u64> {
+    let Names { out, host } = names;
     let mut clock = ivtrace_time::estimator_for(region.header());
     let writer = session::ctf_writer_named(&region, out, &clock.initial(), host);
     let h = region.header();
@@ -227,16 +236,18 @@ fn record_region(
     if rec.reason == StopReason::Withdrawn {
         eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
     }
-    finish_trace(rec, args, out, host)
+    finish_trace(rec, args, names, host_side)
 }
 
-/// The recorded trace's env and metadata, the sidecar, the summary.
+/// The recorded trace's env and metadata, the host trace, the sidecar,
+/// the summary.
 fn finish_trace(
     rec: Recorded<ivtrace_ctf::CtfWriter>,
     args: &RecordArgs,
-    out: &Path,
-    host: &str,
+    names: Names,
+    host_side: Option<HostSide>,
 ) -> Result<u64> {
+    let Names { out, host } = names;
     let Recorded {
         reader,
         output: mut writer,
@@ -247,7 +258,8 @@ fn finish_trace(
     } = rec;
     let env = session::trace_env_named(reader.region(), out, &clock, host);
     Output::finish(&mut writer, &clock, env, reader.classes())?;
-    let sidecar = session::build_sidecar(
+    let host_lost = host_side.map(finish_host_events).transpose()?;
+    let mut sidecar = session::build_sidecar(
         &reader,
         &writer,
         &args.shm,
@@ -256,6 +268,7 @@ fn finish_trace(
         elapsed,
         describe(reason),
     );
+    sidecar.host_lost = host_lost;
     writer.write_sidecar(&sidecar)?;
     summary::print(&sidecar, out, args.json)?;
     Ok(session::events_seen(&sidecar))
@@ -290,13 +303,15 @@ fn start_host_events(
     Ok(side)
 }
 
-/// Stops the host events, closes the host trace, says what was recorded.
-fn finish_host_events(mut side: HostSide) -> Result<()> {
+/// Stops the host events, closes the host trace, says what was recorded;
+/// the host trace's losses.
+fn finish_host_events(mut side: HostSide) -> Result<HostLost> {
     let stats = side.stop_events().context("host events never started")??;
     let dir = side.dir().to_path_buf();
     side.finish()?;
     eprintln!(
-        "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed -> {}",
+        "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed ({} pages \
+         without a count) -> {}",
         stats.events,
         stats.qemu_pid,
         stats.threads.len(),
@@ -306,7 +321,16 @@ fn finish_host_events(mut side: HostSide) -> Result<()> {
             "; no `CPU n/...` thread names: all threads (start QEMU with -name NAME,debug-threads=on)"
         },
         stats.missed,
+        stats.missed_uncounted_pages,
         dir.display()
     );
-    Ok(())
+    Ok(host_lost(&stats))
+}
+
+/// The sidecar's account of what the host trace lost.
+pub fn host_lost(stats: &HostEventStats) -> HostLost {
+    HostLost {
+        missed: stats.missed,
+        missed_uncounted_pages: stats.missed_uncounted_pages,
+    }
 }

@@ -9,8 +9,8 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use ivtrace_ctf::sidecar::{Lost, Sidecar, SIDECAR_NAME};
-use ivtrace_ctf::trace::{stream_dir, stream_file_name};
+use ivtrace_ctf::sidecar::{HostLost, Lost, Sidecar, SIDECAR_NAME};
+use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
 use ivtrace_region::packet::{EventVisitor, PacketHeader};
 use ivtrace_region::reader::walk_own_packet;
 use ivtrace_region::{abi, EventClasses};
@@ -58,9 +58,24 @@ pub struct EventTypeReport {
 pub struct Report {
     pub trace_uuid: String,
     pub events: u64,
+    /// Every loss the traces announce to a CTF reader (the streams' last
+    /// `events_discarded`: channels, the no-channel stream, the host trace).
     pub discarded: u64,
+    /// Every loss recorded, by reason (`lost_by_reason`, `lost_no_channel`,
+    /// `host_lost.missed`, `lost_ftrace`): equal to `discarded` unless a
+    /// count was clamped.
+    pub lost_total: u64,
     pub lost_by_reason: Lost,
     pub lost_no_channel: u64,
+    /// ftrace's events the relay's streams lost (the sidecar's
+    /// `ftrace.cpus[].lost`, docs/ftrace.md "Losses"; also in `lost_total`).
+    pub lost_ftrace: u64,
+    /// What the host trace lost, if the recording had host events.
+    pub host_lost: Option<HostLost>,
+    /// What the no-channel stream and the host trace announce (also in
+    /// `discarded`).
+    pub discarded_no_channel: u64,
+    pub discarded_host: u64,
     pub first_realtime_ns: Option<i128>,
     pub last_realtime_ns: Option<i128>,
     pub span_s: f64,
@@ -103,14 +118,29 @@ fn next_packet(f: &mut impl Read, buf: &mut Vec<u8>) -> Result<bool> {
     Ok(true)
 }
 
+/// A stream file of the guest's traces: `rel` (from trusted names only)
+/// under `dir`, reported as channel `chan`.
+struct StreamFile {
+    rel: String,
+    chan: u32,
+}
+
+impl StreamFile {
+    fn channel(stream: u32, chan: u32) -> StreamFile {
+        StreamFile {
+            rel: format!("{}/{}", stream_dir(stream), stream_file_name(stream, chan)),
+            chan,
+        }
+    }
+}
+
 fn walk_channel(
     dir: &Path,
-    stream: u32,
-    chan: u32,
+    file: StreamFile,
     classes: &EventClasses,
     counts: &mut Counts,
 ) -> Result<ChannelReport> {
-    let rel = format!("{}/{}", stream_dir(stream), stream_file_name(stream, chan));
+    let StreamFile { rel, chan } = file;
     let path = dir.join(&rel);
     let mut f = BufReader::with_capacity(
         1 << 20,
@@ -158,18 +188,17 @@ pub fn build(dir: &Path) -> Result<Report> {
     let mut channels = Vec::new();
     let mut lost = Lost::default();
     for c in &sidecar.channels {
-        lost.add(&c.lost);
+        // A relay channel's losses are pages, counted again in events by
+        // ftrace's accounting (`lost_ftrace`), unless nothing was decoded.
+        if c.stream_class != abi::IVT_STREAM_FTRACE || sidecar.ftrace.is_none() {
+            lost.add(&c.lost);
+        }
         if c.file.is_none() {
             continue;
         }
         let stream = c.stream_class.min(abi::IVT_STREAM_CLASSES - 1);
-        let mut r = walk_channel(
-            dir,
-            stream,
-            c.channel,
-            &classes,
-            &mut counts[stream as usize],
-        )?;
+        let file = StreamFile::channel(stream, c.channel);
+        let mut r = walk_channel(dir, file, &classes, &mut counts[stream as usize])?;
         let span = match (r.first_ts, r.last_ts) {
             (Some(a), Some(b)) => sidecar.clock.ticks_to_ns(b.saturating_sub(a)) / 1e9,
             _ => 0.0,
@@ -188,14 +217,31 @@ pub fn build(dir: &Path) -> Result<Report> {
     let events: u64 = channels.iter().map(|c| c.events).sum();
     let event_bytes: u64 = channels.iter().map(|c| c.event_bytes).sum();
     let header_bytes: u64 = channels.iter().map(|c| c.header_bytes).sum();
+    let extra = other_losses(dir, &sidecar, &classes)?;
+    let discarded = channels
+        .iter()
+        .fold(0u64, |a, c| a.saturating_add(c.discarded))
+        .saturating_add(extra.no_channel)
+        .saturating_add(extra.host);
+    let host_missed = sidecar.host_lost.as_ref().map_or(0, |h| h.missed);
+    let lost_ftrace = sidecar.ftrace.as_ref().map_or(0, |f| {
+        f.cpus.iter().fold(0u64, |a, c| a.saturating_add(c.lost))
+    });
     Ok(Report {
         trace_uuid: sidecar.trace_uuid.clone(),
         events,
-        discarded: channels
-            .iter()
-            .fold(0u64, |a, c| a.saturating_add(c.discarded)),
+        discarded,
+        lost_total: lost
+            .total()
+            .saturating_add(sidecar.lost_no_channel)
+            .saturating_add(host_missed)
+            .saturating_add(lost_ftrace),
         lost_by_reason: lost,
         lost_no_channel: sidecar.lost_no_channel,
+        lost_ftrace,
+        host_lost: sidecar.host_lost.clone(),
+        discarded_no_channel: extra.no_channel,
+        discarded_host: extra.host,
         first_realtime_ns: first.map(|t| sidecar.clock.realtime_ns(t)),
         last_realtime_ns: last.map(|t| sidecar.clock.realtime_ns(t)),
         span_s,
@@ -206,6 +252,39 @@ pub fn build(dir: &Path) -> Result<Report> {
         channels,
         clock: sidecar.clock.clone(),
     })
+}
+
+/// Losses announced by streams that are no channel's.
+struct OtherLosses {
+    no_channel: u64,
+    host: u64,
+}
+
+/// The no-channel stream's count (`user/user_no_channel`, if the sidecar
+/// says it was written) and the host trace's (`DIR/host/`, if present).
+fn other_losses(dir: &Path, sidecar: &Sidecar, classes: &EventClasses) -> Result<OtherLosses> {
+    let no_channel = match sidecar.no_channel_stream {
+        Some(_) => {
+            let file = StreamFile {
+                rel: format!("{}/{NO_CHANNEL_FILE}", stream_dir(abi::IVT_STREAM_USER)),
+                chan: sidecar
+                    .region
+                    .get("nr_channels")
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0) as u32,
+            };
+            let mut none = Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]);
+            walk_channel(dir, file, classes, &mut none)?.discarded
+        }
+        None => 0,
+    };
+    let host_dir = dir.join("host");
+    let host = match host_dir.is_dir() {
+        true => ivtrace_ctf::host::trace_discarded(&host_dir)
+            .with_context(|| format!("cannot read the host trace {}", host_dir.display()))?,
+        false => 0,
+    };
+    Ok(OtherLosses { no_channel, host })
 }
 
 fn event_types(
@@ -254,8 +333,7 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
             ""
         }
     )?;
-    let l = &r.lost_by_reason;
-    writeln!(out, "lost events: {} in CTF (events_discarded); by reason: full={} too_big={} nested={} overwritten={} torn={} corrupt={}; no_channel={}", r.discarded, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt, r.lost_no_channel)?;
+    print_losses(r, out)?;
     writeln!(
         out,
         "\n  {:<8} {:>4} {:<32} {:>12}",
@@ -299,6 +377,42 @@ fn stream_label(stream: u32) -> &'static str {
     } else {
         stream_dir(stream)
     }
+}
+
+/// The loss line: what CTF readers are told, by reason; a warning when
+/// the two differ (a count past what CTF readers accept was clamped).
+fn print_losses(r: &Report, out: &mut impl Write) -> io::Result<()> {
+    let l = &r.lost_by_reason;
+    let host = r.host_lost.as_ref().map_or(String::new(), |h| {
+        format!(
+            "; host trace: missed={} (+{} pages without a count)",
+            h.missed, h.missed_uncounted_pages
+        )
+    });
+    writeln!(
+        out,
+        "lost events: {} in CTF (events_discarded), {} recorded; by reason: full={} too_big={} \
+         nested={} overwritten={} torn={} corrupt={}; no_channel={}; ftrace={}{host}",
+        r.discarded,
+        r.lost_total,
+        l.full,
+        l.too_big,
+        l.nested,
+        l.overwritten,
+        l.torn,
+        l.corrupt,
+        r.lost_no_channel,
+        r.lost_ftrace
+    )?;
+    if r.discarded != r.lost_total {
+        eprintln!(
+            "ivtrace: warning: the traces announce {} discarded events but {} losses were \
+             recorded (see the sidecar's warnings: a count past what CTF readers accept is \
+             clamped)",
+            r.discarded, r.lost_total
+        );
+    }
+    Ok(())
 }
 
 /// Runs `ivtrace report`. Returns the events found plus those the trace

@@ -229,8 +229,9 @@ fn print_expansion(out: &mut impl Write, k: &KernelExpansion) -> io::Result<()> 
     if k.names_dropped > 0 || k.packets_skipped > 0 {
         eprintln!(
             "ivtrace: warning: kernel expansion: {} thread-name changes past the table's \
-             limit ignored, {} staged packets skipped",
-            k.names_dropped, k.packets_skipped
+             limit ignored, {} staged packets skipped (their {} events are counted as \
+             corrupt and announced as discarded)",
+            k.names_dropped, k.packets_skipped, k.events_lost
         );
     }
     Ok(())

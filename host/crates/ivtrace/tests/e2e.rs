@@ -330,6 +330,45 @@ fn losses_before_the_first_packet_are_counted_by_bt2() {
     }
 }
 
+/// Events that no channel could take (`lost_no_channel`) are the
+/// discarded events of the user trace's no-channel stream, whether or not
+/// any user channel wrote an event; report, babeltrace2 and bt2 agree.
+#[test]
+fn events_no_channel_could_take_are_discarded_events_of_their_own_stream() {
+    for with_events in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let shm = tmp.path().join("region");
+        let (kept, dropped) = match with_events {
+            true => model_region(&shm, 600),
+            false => {
+                let mut r = RegionBuilder::new(2, 2, 4096).build_region();
+                r.close_region();
+                std::fs::write(&shm, &r.bytes).unwrap();
+                (0, 0)
+            }
+        };
+        let mut bytes = std::fs::read(&shm).unwrap();
+        abi::put_u64(&mut bytes, abi::hdr::LOST_NO_CHANNEL, 77);
+        std::fs::write(&shm, &bytes).unwrap();
+        let out = tmp.path().join("trace");
+        let o = run(&mut ivtrace_shm(&["record"], &shm, &out));
+        assert_eq!(o.status.code(), Some(0));
+        assert!(out.join("user/user_no_channel").is_file());
+        let rep = report_json(&out);
+        assert_eq!(rep["events"], kept);
+        assert_eq!(rep["lost_no_channel"], 77);
+        assert_eq!(rep["discarded_no_channel"], 77);
+        assert_eq!(rep["discarded"], dropped + 77);
+        assert_eq!(rep["lost_total"], dropped + 77);
+        if let Some(n) = babeltrace_events(&out) {
+            assert_eq!(n, kept, "the no-channel stream has no event");
+        }
+        if let Some((ev, disc)) = bt2_counts(&out) {
+            assert_eq!((ev, disc), (kept, dropped + 77));
+        }
+    }
+}
+
 #[test]
 fn a_region_whose_size_disagrees_with_its_header_is_an_error() {
     let tmp = tempfile::tempdir().unwrap();

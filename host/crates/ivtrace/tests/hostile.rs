@@ -90,6 +90,7 @@ fn assert_only_expected_files(root: &Path, out: &Path) {
                 for f in std::fs::read_dir(e.path()).unwrap() {
                     let f = f.unwrap().file_name().into_string().unwrap();
                     let ok = f == "metadata"
+                        || (name == "user" && f == ivtrace_ctf::trace::NO_CHANNEL_FILE)
                         || f.strip_prefix(&format!("{name}_chan"))
                             .is_some_and(|n| n.parse::<u32>().is_ok());
                     assert!(ok, "unexpected file {name}/{f}");

@@ -15,6 +15,8 @@
 
 use std::collections::BTreeMap;
 
+mod no_channel;
+
 use crate::abi;
 use crate::classes::EventClasses;
 use crate::meta::{MetaParser, ScanMode};
@@ -196,6 +198,8 @@ pub struct Reader {
     classes: EventClasses,
     meta: MetaParser,
     channels: Vec<ChannelState>,
+    /// `lost_no_channel` as a stream of its own ([`no_channel`]).
+    no_channel: no_channel::NoChannelStream,
     scratch: Vec<u8>,
 }
 
@@ -213,6 +217,7 @@ impl Reader {
             classes: EventClasses::default(),
             meta: MetaParser::new(),
             channels,
+            no_channel: Default::default(),
             scratch: vec![0u8; layout.subbuf_size as usize + 8],
         }
     }
@@ -266,6 +271,7 @@ impl Reader {
             pass.packets += p.packets;
             pass.bytes += p.bytes;
         }
+        self.account_no_channel(sink, false)?;
         Ok(pass)
     }
 
@@ -554,7 +560,68 @@ impl Reader {
             ch.writer_discarded = ch.writer_discarded.max(losses.total());
             self.emit_trailing_drops(c, sink)?;
         }
+        self.account_no_channel(sink, true)
+    }
+
+    /// The CTF stream index of the no-channel stream ([`no_channel`]): one
+    /// past the last channel. [`PacketSink::packet`] gets it as `chan`.
+    pub fn no_channel_stream(&self) -> u32 {
+        self.layout.nr_channels
+    }
+
+    /// Events no channel could take: what the no-channel stream carries
+    /// once it has a packet (after [`Reader::finish`], the count CTF
+    /// readers see), else the region's counter.
+    pub fn lost_no_channel(&self) -> u64 {
+        match self.no_channel.carried() {
+            0 => self.region.protocol().lost_no_channel(),
+            n => n,
+        }
+    }
+
+    /// Writes the no-channel stream's packets when `lost_no_channel` grew
+    /// (while recording at most one per 0.1 s of writer time; `last`: the
+    /// final accounting, always).
+    fn account_no_channel<S: PacketSink>(
+        &mut self,
+        sink: &mut S,
+        last: bool,
+    ) -> Result<(), S::Error> {
+        // Relaxed: a statistic the writers bump with relaxed fetch-adds.
+        let count = self.region.protocol().lost_no_channel();
+        if count <= self.no_channel.carried() {
+            return Ok(()); // the common case: one load per pass
+        }
+        let ts = self.latest_ts();
+        let rate_limit = (!last).then_some(self.region.header().clock.freq_hz / 10);
+        if !self.no_channel.due(count, ts, rate_limit) {
+            return Ok(());
+        }
+        let instance = self.no_channel_stream();
+        for p in self.no_channel.packets(count, ts, instance) {
+            sink.packet(instance, abi::IVT_STREAM_USER, &p, &self.classes)?;
+        }
         Ok(())
+    }
+
+    /// The latest writer time the trace has reached: the newest event or
+    /// packet end of any channel, else the region's format time.
+    fn latest_ts(&self) -> u64 {
+        let seen = self
+            .channels
+            .iter()
+            .map(|ch| {
+                ch.stats
+                    .last_ts
+                    .max(ch.last_written.map_or(0, |l| l.ts_end))
+            })
+            .max()
+            .unwrap_or(0);
+        if seen > 0 {
+            seen
+        } else {
+            self.region.header().clock.ref_ticks
+        }
     }
 
     fn emit_trailing_drops<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<(), S::Error> {

@@ -606,8 +606,33 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
             "lttng_statedump_block_device",
             &[("dev", U32, 0, 0), ("diskname", STR, 0, 0)],
         ),
+        ("x86_irq_vectors_local_timer_entry", VECTOR),
+        ("x86_irq_vectors_local_timer_exit", VECTOR),
+        ("x86_irq_vectors_reschedule_entry", VECTOR),
+        ("x86_irq_vectors_reschedule_exit", VECTOR),
+        ("x86_irq_vectors_call_function_single_entry", VECTOR),
+        ("x86_irq_vectors_call_function_single_exit", VECTOR),
+        ("x86_irq_vectors_call_function_entry", VECTOR),
+        ("x86_irq_vectors_call_function_exit", VECTOR),
+        ("x86_irq_vectors_irq_work_entry", VECTOR),
+        ("x86_irq_vectors_irq_work_exit", VECTOR),
+        ("x86_irq_vectors_ipi_entry", VECTOR),
+        ("x86_irq_vectors_ipi_exit", VECTOR),
+        ("x86_irq_vectors_spurious_apic_entry", VECTOR),
+        ("x86_irq_vectors_spurious_apic_exit", VECTOR),
+        ("x86_irq_vectors_error_apic_entry", VECTOR),
+        ("x86_irq_vectors_error_apic_exit", VECTOR),
+        ("x86_irq_vectors_threshold_apic_entry", VECTOR),
+        ("x86_irq_vectors_threshold_apic_exit", VECTOR),
+        ("x86_irq_vectors_deferred_error_apic_entry", VECTOR),
+        ("x86_irq_vectors_deferred_error_apic_exit", VECTOR),
+        ("x86_irq_vectors_thermal_apic_entry", VECTOR),
+        ("x86_irq_vectors_thermal_apic_exit", VECTOR),
     ]
 };
+
+/// The one field of every x86 interrupt vector event.
+const VECTOR: &[FlaggedFieldSpec<'static>] = &[("vector", abi::IVT_FT_S32, 0, 0)];
 
 /// lttng-modules' `sched_switch` payload fields, in order: what both the
 /// guest's expanded kernel trace and the host trace present.

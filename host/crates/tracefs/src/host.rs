@@ -187,7 +187,12 @@ pub struct HostEventStats {
     pub events_enabled: Vec<String>,
     pub events: u64,
     pub pages: u64,
+    /// Events the host kernel's ring buffer dropped (the pages' counts;
+    /// the host trace carries them as discarded events).
     pub missed: u64,
+    /// Pages that say events were dropped before them without a count
+    /// (no number a CTF reader could be given).
+    pub missed_uncounted_pages: u64,
     pub malformed_pages: u64,
     pub unknown_records: u64,
 }
@@ -392,6 +397,12 @@ impl HostEvents {
     ) -> Result<()> {
         stats.pages += 1;
         let mut t = trace.lock().expect("not poisoned");
+        // Lost before this page: counted before its events, so the host
+        // trace announces the loss where it happened.
+        let (missed, missed_uncounted) = page::missed_before(page, &self.hp);
+        stats.missed += missed.unwrap_or(0);
+        stats.missed_uncounted_pages += missed_uncounted as u64;
+        t.discarded(stream, missed.unwrap_or(0))?;
         let mut err = None;
         let mut unknown = 0u64;
         let info = page::walk(page, &self.hp, |ts, rec| {
@@ -415,10 +426,6 @@ impl HostEvents {
         stats.unknown_records += unknown;
         if info.malformed {
             stats.malformed_pages += 1;
-        }
-        if let Some(n) = info.missed {
-            stats.missed += n;
-            t.discarded(stream, n);
         }
         Ok(())
     }

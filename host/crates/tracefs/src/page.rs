@@ -78,12 +78,13 @@ fn missed(page: &[u8], hp: &HeaderPage, commit: u64) -> (Option<u64>, bool) {
     (count.or(Some(0)), false)
 }
 
-/// Events the kernel says it lost before this page (0 when none, or when
-/// it flagged a loss without storing the count).
-pub fn missed_before(page: &[u8], hp: &HeaderPage) -> u64 {
+/// Events lost before `page` (read from its header alone, so a reader
+/// can count them before the page's events): (the stored count, a flag
+/// without one). A page too short for its header says nothing.
+pub fn missed_before(page: &[u8], hp: &HeaderPage) -> (Option<u64>, bool) {
     match header(page, hp) {
-        Some((_, commit, _)) => missed(page, hp, commit).0.unwrap_or(0),
-        None => 0,
+        Some((_, commit, _)) => missed(page, hp, commit),
+        None => (None, false),
     }
 }
 

@@ -289,7 +289,7 @@ fn write_channel(
             acc.cpu = cpu;
             acc.pages += 1;
             // The page's lost events came before its first one.
-            missed = missed.saturating_add(page::missed_before(p, hp));
+            missed = missed.saturating_add(page::missed_before(p, hp).0.unwrap_or(0));
             out.set_discarded(missed);
             let info = page::walk(p, hp, |ts, rec| {
                 let Some(d) = dec.decode(rec) else {

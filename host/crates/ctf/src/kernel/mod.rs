@@ -58,7 +58,7 @@ pub mod wire;
 mod tests;
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::fs::OpenOptions;
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -68,6 +68,7 @@ use serde::{Deserialize, Serialize};
 
 use ivtrace_region::abi::{self, put_u64};
 use ivtrace_region::classes::StreamClasses;
+use ivtrace_region::packet::PacketHeader;
 
 use lttng::SyscallWire;
 
@@ -95,8 +96,14 @@ pub struct Staged {
 pub struct KernelExpansion {
     pub events: u64,
     pub packets: u64,
-    /// Staged packets that could not be walked (not written).
+    /// Staged packets that could not be walked: each is written empty,
+    /// its events counted as lost (the packets after it carry them in
+    /// `events_discarded`), per channel in `lost_by_channel`.
     pub packets_skipped: u64,
+    #[serde(default)]
+    pub events_lost: u64,
+    #[serde(default)]
+    pub lost_by_channel: BTreeMap<u32, u64>,
     pub bytes_in: u64,
     pub bytes_out: u64,
     /// Threads with at least one name, and the name changes kept.
@@ -331,19 +338,53 @@ impl Expander<'_> {
             .create_new(true)
             .open(&f.out)?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
+        // Events of this channel's skipped packets so far: every later
+        // packet's running events_discarded includes them.
+        let mut lost = 0u64;
         while input.next_packet()? {
             self.stats.bytes_in += input.buf.len() as u64;
             match self.packet(&input.buf, out) {
                 Some(events) => {
                     self.stats.events += events;
                     self.stats.packets += 1;
-                    self.stats.bytes_out += out.len() as u64;
-                    w.write_all(out)?;
                 }
-                None => self.stats.packets_skipped += 1,
+                None => {
+                    self.stats.packets_skipped += 1;
+                    lost = lost.saturating_add(self.skipped(f.chan, &input.buf, out));
+                }
             }
+            add_discarded(out, lost);
+            self.stats.bytes_out += out.len() as u64;
+            w.write_all(out)?;
         }
         w.flush()
+    }
+
+    /// A staged packet that does not walk (the drain validated it, so a
+    /// host bug or a damaged file): its events are lost and counted, and an
+    /// empty packet with its header takes its place in `out`, so the
+    /// stream's sequence has no gap and the loss reaches CTF readers.
+    /// Returns the events lost.
+    fn skipped(&mut self, chan: u32, pkt: &[u8], out: &mut Vec<u8>) -> u64 {
+        let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
+        let events = match h.event_count {
+            abi::IVT_EVENT_COUNT_UNKNOWN => 0,
+            n => n as u64,
+        };
+        let empty = PacketHeader {
+            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            event_count: 0,
+            timestamp_end: h.timestamp_begin,
+            ..h
+        };
+        out.clear();
+        out.resize(abi::PACKET_HDR_SIZE, 0);
+        empty.write(out);
+        self.stats.events_lost = self.stats.events_lost.saturating_add(events);
+        let n = self.stats.lost_by_channel.entry(chan).or_default();
+        *n = n.saturating_add(events);
+        events
     }
 
     #[inline]
@@ -483,6 +524,20 @@ impl Expander<'_> {
             }
         }
     }
+}
+
+/// Adds `lost` (events of skipped packets before this one) to the running
+/// `events_discarded` of the packet in `out`, within what CTF readers
+/// accept (babeltrace2 takes 2^64-1 for "unknown").
+fn add_discarded(out: &mut [u8], lost: u64) {
+    if lost == 0 {
+        return;
+    }
+    let at = abi::pkt::EVENTS_DISCARDED;
+    let v = wire::le_u64(out, at)
+        .saturating_add(lost)
+        .min(i64::MAX as u64);
+    put_u64(out, at, v);
 }
 
 /// Writes the header of an event whose class id changes to `id`: the

@@ -15,10 +15,13 @@
 //! stop every guest, each finalizing its trace, then remove the sockets.
 //!
 //! Both sockets are created mode 0600 (umask while binding): only the
-//! owner (normally root, who runs QEMU) may connect. A path where a server
+//! owner (normally root, who runs QEMU) may connect, unless a group is
+//! given access ([`access`]: `--socket-group`, `--ctl-group`, mode 0660).
+//! A path where a server
 //! still answers is refused; a stale socket file (nobody listening) is
 //! replaced; anything else at the path is refused.
 
+pub mod access;
 pub mod ctlsock;
 pub mod guest;
 pub mod hostlog;
@@ -59,8 +62,8 @@ ping-pong through the region) and writes DIR/host/ (what serve saw: doorbells
 received, packets delivered, clock sync points; --host-events adds host
 kernel events). A guest that exits, is killed or misbehaves only ends its own
 trace, which is finalized. Ctrl-C/SIGTERM finalize every trace and exit.
-Sockets are created mode 0600; a live socket path is refused, a stale one
-replaced.
+Sockets are created mode 0600 (0660 for the group given with --socket-group or
+--ctl-group); a live socket path is refused, a stale one replaced.
 
 Examples:
   ivtrace serve --socket /run/ivtrace.sock -o /var/tmp/traces &
@@ -96,6 +99,14 @@ pub struct ServeArgs {
     /// Control socket for `ivtrace ctl` [default: PATH.ctl].
     #[arg(long, value_name = "PATH")]
     pub ctl_socket: Option<PathBuf>,
+    /// Let this group connect to the server socket (mode 0660): the group QEMU
+    /// runs as, e.g. libvirt-qemu. Name or gid; empty: owner only (0600).
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
+    /// Let this group use the control socket (`ivtrace ctl`, mode 0660), e.g.
+    /// ivtrace. Name or gid; empty: owner only (0600).
+    #[arg(long, value_name = "GROUP")]
+    pub ctl_group: Option<String>,
     /// Directory of the region files (tmpfs, so QEMU's mapping is shared memory).
     #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
     pub shm_dir: PathBuf,
@@ -275,6 +286,8 @@ impl Sockets {
             .ctl_socket
             .clone()
             .unwrap_or_else(|| default_ctl_path(&args.socket));
+        let qemu_group = access::resolve_group("--socket-group", args.socket_group.as_deref())?;
+        let ctl_group = access::resolve_group("--ctl-group", args.ctl_group.as_deref())?;
         let listener = bind_socket(&args.socket)?;
         let ctl_listener = match bind_socket(&ctl_path) {
             Ok(l) => l,
@@ -283,6 +296,14 @@ impl Sockets {
                 return Err(e);
             }
         };
+        // Both paths are ours now: on failure remove both.
+        let granted = access::grant(&args.socket, qemu_group)
+            .and_then(|()| access::grant(&ctl_path, ctl_group));
+        if let Err(e) = granted {
+            let _ = fs::remove_file(&args.socket);
+            let _ = fs::remove_file(&ctl_path);
+            return Err(e);
+        }
         listener.set_nonblocking(true)?;
         ctl_listener.set_nonblocking(true)?;
         Ok(Sockets {

@@ -201,7 +201,7 @@ fn finish(
     Output::finish(output, mapping, env, reader.classes())?;
     observed.host_event_stats = stop_host_events(g, &mut host);
     observed.host_counts = host.finish()?;
-    let sidecar = session::build_sidecar(
+    let mut sidecar = session::build_sidecar(
         &rec.reader,
         &rec.output.writer,
         &g.shm_path,
@@ -210,6 +210,10 @@ fn finish(
         rec.elapsed,
         describe(rec.reason),
     );
+    sidecar.host_lost = observed
+        .host_event_stats
+        .as_ref()
+        .map(crate::record::host_lost);
     let doc = sidecar_with_serve_sections(g, &sidecar, &rec, clock, observed)?;
     if let Ok(mut s) = g.status.lock() {
         s.clock_method = Some(rec.clock.method.clone());
