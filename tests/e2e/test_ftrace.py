@@ -25,6 +25,7 @@ import subprocess
 
 import pytest
 
+import losses
 from e2e import guest as g
 from serve import serve as s
 
@@ -344,3 +345,10 @@ def test_relay_saturated_recorded_plus_lost_equals_produced(saturated):
                                                                          discarded)
     assert sum(st["overrun"] for st in stats.values()) > 0, "the relay kept up: not saturated"
     assert sum(recorded.values()) > 10_000, recorded
+
+
+def test_relay_losses_agree_in_every_reader(saturated):
+    """ftrace's losses are lost events like the others: bt2's discarded-event counts, the
+    babeltrace2 command's warnings and `ivtrace report` (the traces' announcement and the
+    recorded total, with ftrace's as a reason of its own) agree (tests/losses.py)."""
+    losses.assert_every_loss_is_in_the_ctf(saturated["out"], want=("ftrace",))
