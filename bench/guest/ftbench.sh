@@ -8,8 +8,8 @@
 # CONFIGS (comma-separated) from:
 #   off        nothing traces (the workload's bare score)
 #   ft-ring    ftrace records into its per-CPU ring, nobody reads (overwrite): ftrace's own cost
-#   ft-file    + `cat per_cpu/cpuN/trace_pipe_raw > /tmp/...` per CPU (plain ftrace to a file)
-#   ft-vserial + `cat per_cpu/cpuN/trace_pipe_raw > /dev/vportXpY` per CPU: one virtio-serial
+#   ft-file    + `dd if=per_cpu/cpuN/trace_pipe_raw of=/tmp/...` per CPU (ftrace to a file)
+#   ft-vserial + `dd if=per_cpu/cpuN/trace_pipe_raw of=/dev/vportXpY` per CPU: one virtio-serial
 #              port per CPU to the host (the virtio-trace path)
 #   ft-relay   + ivtrace-ftrace moving the pages into the region (ivtrace.ko ftrace=1 loaded
 #              with events=none; `ivtrace record` drains it on the host)
@@ -22,7 +22,7 @@
 #   FB m rep=R config=C load=L ops=N seconds=S produced=P read=D overrun=O dropped=X bytes=B
 # (P, D, O, X: ftrace's own counters of all CPUs, per_cpu/cpuN/stats; B: what the reader
 # wrote: file bytes, or the relay's pages x 4096; the host counts what reached it).
-REPS=${1:-3} IOS=${2:-4000} SYSCALLS=${3:-20000} BUF_KB=${4:-1024}
+REPS=${1:-3} IOS=${2:-3000} SYSCALLS=${3:-100000} BUF_KB=${4:-1024}
 CONFIGS=${5:-off,ft-ring,ft-file,ft-vserial,ft-relay} LOADS=${6:-block,function}
 T=/sys/kernel/tracing
 W=/tmp/ftbench
@@ -66,16 +66,28 @@ workload() {
 	esac
 }
 
+# One CPU's copy: dd reads with read(2), page by page, as a reader that stops must to get the
+# last, partly filled page (busybox cat uses sendfile, i.e. splice, and ftrace splices whole
+# pages only). ftrace's read sometimes returns 0 (end of file) while it still holds events:
+# dd then ends and the loop starts another, as a reader that polls would read again.
+copier() {
+	while :; do dd if=$1 bs=4096 2>/dev/null || break; sleep 0.01; done
+}
+
+# (Shell functions share variables: the loops here use names of their own.)
 reader_start() {
+	READERS=
 	case $1 in
 	ft-file | ft-vserial)
-		for c in $T/per_cpu/cpu*; do
-			n=${c##*/cpu}
+		for cpudir in $T/per_cpu/cpu*; do
+			n=${cpudir##*/cpu}
 			if [ $1 = ft-file ]; then out=$W/cpu$n.raw; else out=$(vport ivtft$n); fi
-			cat $c/trace_pipe_raw > $out &
+			copier $cpudir/trace_pipe_raw > $out &
+			READERS="$READERS $!"
 		done ;;
 	ft-relay)
 		ivtrace-ftrace --flush-ms 100 2>$W/relay.log &
+		READERS=$!
 		sleep 1 ;;
 	esac
 }
@@ -85,10 +97,10 @@ reader_stop() {
 	case $1 in off | ft-ring) return ;; esac
 	i=0
 	while [ "$(stat_sum entries)" != 0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-	case $1 in
-	ft-relay) killall ivtrace-ftrace; while pidof ivtrace-ftrace >/dev/null; do sleep 0.1; done ;;
-	*) killall cat 2>/dev/null; wait ;;
-	esac
+	[ $i -lt 100 ] || echo "FB info $1: ftrace still holds $(stat_sum entries) events after 10 s"
+	kill $READERS 2>/dev/null
+	wait $READERS 2>/dev/null
+	killall dd 2>/dev/null	# the copies' (the workload's ended)
 }
 
 reader_bytes() {

@@ -46,7 +46,7 @@ RE_M = re.compile(r"^FB m rep=(\d+) config=(\S+) load=(\S+) ops=(\d+) seconds=([
 def add_arguments(ap):
     ap.add_argument("--reps", type=int, default=3, help="repetitions (rotated order)")
     ap.add_argument("--ios", type=int, default=3000, help="4 KiB direct reads per block run")
-    ap.add_argument("--syscalls", type=int, default=20000, help="getppid() per function run")
+    ap.add_argument("--syscalls", type=int, default=100000, help="getppid() per function run")
     ap.add_argument("--buf-kb", type=int, default=1024, help="ftrace's per-CPU buffer, KiB")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--loads", default=",".join(LOADS))
@@ -218,7 +218,19 @@ def run(a, rec) -> list[str]:
                  "relay_host_lost": host.get("lost"), "vserial_bytes": vserial},
         "summary": summarize(ms),
     }
+    return problems_of(rec["data"])
+
+
+def problems_of(d: dict) -> list[str]:
+    """What could not be measured: a transport that carried nothing, a relay recording
+    without its ftrace section, virtio-serial ports that brought no byte."""
     problems = []
-    if host.get("recorded") is None:
+    for load, rows in d["summary"].items():
+        for c, row in rows.items():
+            if c not in ("off", "ft-ring") and not row["read"]:
+                problems.append(f"{c} read no event of ftrace's under the {load} load")
+    if "ft-relay" in d["params"]["configs"] and d["host"]["relay_recorded"] is None:
         problems.append("the recording of the relay's channels has no ftrace section")
+    if "ft-vserial" in d["params"]["configs"] and not d["host"]["vserial_bytes"]:
+        problems.append("the virtio-serial ports brought no byte to the host")
     return problems

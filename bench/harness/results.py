@@ -44,6 +44,8 @@ PRESETS = ("native", "guest", "evaluation", "doorbell", "ftrace")
 TEMP_DIRS = [
     (re.compile(r"/var/tmp/ivtrace-eval-\d+"), "$WORK"),
     (re.compile(r"/tmp/ivtvm-[A-Za-z0-9_]+"), "$TMP"),
+    (re.compile(r"/tmp/ivt-ftbench-[A-Za-z0-9_]+"), "$TMP"),
+    (re.compile(r"/dev/shm/ivt-ftbench-\d+"), "$SHM"),
 ]
 
 
