@@ -16,9 +16,10 @@
 # LOADS from:
 #   block      ftrace's block events; `dd` of IOS 4 KiB direct reads of the virtio-blk disk
 #   function   the function tracer on every kernel function; SYSCALLS getppid() calls
-# Per repetition the configurations run in an order rotated by one. Per run: ftrace's buffer
-# emptied, the reader started, tracing on, the workload, tracing off, the reader drains what
-# ftrace holds (up to 10 s), stops. Output: one line per run,
+# Per repetition and load: `off` first, then the load's events (or the function tracer) on
+# and the traced configurations in an order rotated by one. Per run: ftrace's buffer emptied,
+# the reader started, tracing on, the workload, tracing off, the reader drains what ftrace
+# holds (up to 10 s), stops. Output: one line per run,
 #   FB m rep=R config=C load=L ops=N seconds=S produced=P read=D overrun=O dropped=X bytes=B
 # (P, D, O, X: ftrace's own counters of all CPUs, per_cpu/cpuN/stats; B: what the reader
 # wrote: file bytes, or the relay's pages x 4096; the host counts what reached it).
@@ -43,9 +44,11 @@ vport() {
 	die "no virtio-serial port $1"
 }
 
+# The load's events or tracer stay on through all traced runs of a repetition: switching the
+# function tracer patches every function's call site, a heavy step under TCG that once hung
+# the guest's kernel (a soft lockup) between two runs.
 load_on() {
 	echo 0 > $T/tracing_on
-	echo $BUF_KB > $T/buffer_size_kb
 	case $1 in
 	block) echo 1 > $T/events/block/enable ;;
 	function) echo > $T/set_ftrace_filter; echo function > $T/current_tracer ;;
@@ -113,7 +116,6 @@ reader_bytes() {
 
 run() { # rep config load
 	r=$1 c=$2 l=$3
-	if [ $c != off ]; then load_on $l; fi
 	echo > $T/trace
 	reader_start $c
 	[ $c != off ] && echo 1 > $T/tracing_on
@@ -125,19 +127,25 @@ run() { # rep config load
 	e=$(stat_sum entries) o=$(stat_sum overrun) d=$(stat_sum "read events")
 	x=$(( $(stat_sum "dropped events") + $(stat_sum "commit overrun") ))
 	b=$(reader_bytes $c)
-	load_off
 	echo "FB m rep=$r config=$c load=$l ops=$ops seconds=$(awk "BEGIN {print $t1 - $t0}") produced=$((e + o + d + x)) read=$d overrun=$o dropped=$x bytes=$b"
 }
 
+echo 0 > $T/tracing_on
+echo $BUF_KB > $T/buffer_size_kb
 echo "FB info kernel=$(uname -r) cpus=$(nproc) clock=$(cat $T/trace_clock) buf_kb=$BUF_KB"
 for l in $(echo $LOADS | tr ',' ' '); do workload $l > /dev/null; done	# warm-up (TCG)
-ncfg=$(echo "$CONFIGS" | tr ',' '\n' | grep -c .)
+TRACED=$(echo "$CONFIGS" | tr ',' '\n' | grep -v '^off$')
+ntr=$(echo "$TRACED" | grep -c .)
 r=1
 while [ $r -le "$REPS" ]; do
-	order=$(echo "$CONFIGS" | tr ',' '\n' | awk -v k=$(( (r - 1) % ncfg )) -v n=$ncfg \
+	# Per load: the untraced run, then the traced ones in an order rotated by one per rep.
+	order=$(echo "$TRACED" | awk -v k=$(( (r - 1) % ntr )) -v n=$ntr \
 		'{a[NR - 1] = $0} END {for (j = 0; j < n; j++) print a[(j + k) % n]}')
 	for l in $(echo $LOADS | tr ',' ' '); do
+		echo "$CONFIGS" | tr ',' '\n' | grep -qx off && run $r off $l
+		load_on $l
 		for c in $order; do run $r $c $l; done
+		load_off
 	done
 	r=$((r + 1))
 done

@@ -50,7 +50,7 @@ def add_arguments(ap):
     ap.add_argument("--buf-kb", type=int, default=1024, help="ftrace's per-CPU buffer, KiB")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--loads", default=",".join(LOADS))
-    ap.add_argument("--timeout", type=float, default=5400)
+    ap.add_argument("--timeout", type=float, default=1800, help="the whole boot, seconds")
     guests.add_arguments(ap, smp=2)
 
 
@@ -159,7 +159,7 @@ def boot(a, guest, work: Path, command: str) -> tuple:
     vm = ivtvm.VM(command, shm=str(shm), shm_size="64M", shm_clear=True, smp=a.smp,
                   mem=a.mem, accel=a.accel, modules=["ivtrace"],
                   modopts={"ivtrace": "ftrace=1 events=none ftrace_relay= printk_source=console"},
-                  append="trace_clock=x86-tsc", extra_args=extra,
+                  append="trace_clock=x86-tsc", extra_args=extra, quiet=False,
                   add=guest.add("ivtrace.ko", "ivtwl", "ivtrace-ftrace") +
                   [f"{SCRIPT}:/bench/ftbench.sh"])
     try:
@@ -178,6 +178,16 @@ def boot(a, guest, work: Path, command: str) -> tuple:
     return r, sinks, vm
 
 
+def first_oops(text: str) -> str:
+    """The guest kernel's first complaint (a soft lockup, an oops) with its backtrace: the
+    console's tail only repeats the complaint."""
+    m = re.search(r"^.*(BUG:|WARNING:|Oops).*$", text, re.M)
+    if not m:
+        return ""
+    return "the guest kernel's first complaint:\n" + "\n".join(
+        text[m.start():].splitlines()[:60]) + "\n...\n"
+
+
 def run(a, rec) -> list[str]:
     if a.quick:
         a.reps, a.ios, a.syscalls = 1, 500, 3000
@@ -193,7 +203,8 @@ def run(a, rec) -> list[str]:
         text = r.console_text
         errs = re.findall(r"^FB error (.*)$", text, re.M)
         if errs or "FB done" not in text or not r.ok:
-            raise BenchError(f"the ftrace bench failed: {errs or r.summary()}\n{r.tail(40)}")
+            raise BenchError(f"the ftrace bench failed: {errs or r.summary()}\n"
+                             f"{first_oops(text)}{r.tail(40)}")
         host = host_recorded(work / "rec")
         vserial = sum(s.bytes for s in sinks)
     finally:

@@ -35,7 +35,8 @@ def section(out: list, rec: dict, src: str) -> None:
     out.append("")
     out.append(
         f"Method (bench/harness/ftrace.py, bench/guest/ftbench.sh): one guest, every "
-        f"configuration in it; per repetition ({p['reps']}) the configurations run in a "
+        f"configuration in it; per repetition ({p['reps']}) and load the untraced run, then "
+        f"the load's events or the function tracer on and the traced configurations in a "
         f"rotated order. Per run ftrace's buffer ({p['buf_kb']} KiB per CPU, overwrite) is "
         f"emptied, the reader started, tracing turned on for the workload and off after it, "
         f"then the reader moves what ftrace still holds and stops. ftrace's own per-CPU "
