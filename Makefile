@@ -8,6 +8,8 @@
 #   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
 #   make demo     install what is missing, build, record a real guest (vm/demo), summary
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
+#   make demo-vmview  the guest seen from the host: a host CPU hog pinned to a vCPU's CPU, and
+#                 the guest threads that lost time to it (vm/demo-vmview, ~1 min, root)
 #   make bench    the native benchmarks (bench/run native), then docs/performance.md
 #   make eval     the whole performance page from scratch: bench/run native, doorbell and
 #                 evaluation (ivtrace's states vs ftrace over net/SSH/9p/virtio-serial in a real
@@ -27,7 +29,7 @@ PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval \
 	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback bench eval fuzz clean deb test-deb gen-docs
+	demo demo-loopback demo-vmview bench eval fuzz clean deb test-deb gen-docs
 
 all: host lib
 
@@ -123,6 +125,9 @@ demo:
 
 demo-loopback: deps all
 	scripts/demo.sh
+
+demo-vmview:
+	vm/demo-vmview
 
 bench: deps all
 	$(MAKE) -C bench

@@ -299,6 +299,12 @@ long ivtk_relay_ioctl(const void *file, unsigned int gen, unsigned int cmd,
 void ivtk_relay_release(const void *file);
 void ivtk_relay_spawn(struct ivtk_dev *d, const char *path);
 
+/* ---- ivtk_hypercall.c: hypercall channel and vmsync (KVM only) -------- */
+
+void ivtk_hypercall_init(void);
+void ivtk_vmsync_start(struct ivtk_dev *d);
+void ivtk_vmsync_stop(void);
+
 /* ---- ivtk_kapi.c ------------------------------------------------------ */
 
 int ivtk_kapi_publish_all(struct ivtk_dev *d);

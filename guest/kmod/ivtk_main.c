@@ -88,6 +88,7 @@ static const char *ivtk_mode_name(u32 m)
 static void ivtk_stop(struct ivtk_dev *d)
 {
 	lockdep_assert_held(&ivtk_mutex);
+	ivtk_vmsync_stop();
 	ivtk_console_unregister(d);
 	ivtk_groups_disable(IVTK_GROUPS_ALL);
 	/* No probe runs any more once this returns. */
@@ -130,6 +131,7 @@ static int ivtk_start(struct ivtk_dev *d)
 	 */
 	ivtk_statedump(d);
 	ivtk_console_register(d);
+	ivtk_vmsync_start(d);
 	return 0;
 err:
 	ivtk_stop(d);
@@ -389,6 +391,7 @@ static int __init ivtk_init(void)
 		pr_err("ivtrace: no tracepoint found (CONFIG_TRACEPOINTS?)\n");
 		return ret;
 	}
+	ivtk_hypercall_init();
 	return pci_register_driver(&ivtk_driver);
 }
 

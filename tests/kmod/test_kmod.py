@@ -5,7 +5,9 @@ The guest (vm/ivtvm.py, ivshmem-plain backed by a /dev/shm file) runs GUEST_SCRI
      through the region (ivshmem-plain: the module polls them); /dev/ivtrace and the console
      exist; ivtrace_test.ko writes 100 events (+10 blobs) through the kernel API;
   2. rmmod/insmod ivtrace.ko twice;
-  3. the last load in overwrite mode with every group, 100 test events again, a crit-level
+  3. the last load in overwrite mode with every group and vmsync every 10 ms, 100 test events
+     again, 5 hypercalls through the kernel API (KVM only: under TCG the module must refuse
+     them and keep vmsync off, never execute vmcall, which raises #UD there), a crit-level
      line into the kernel log, a dmesg check (BUG/WARNING/Oops) done in the guest;
   4. a kernel panic (sysrq c), so the host salvages a region whose writer died.
 The host then checks the region header and the published event descriptions against
@@ -72,10 +74,13 @@ for i in 1 2; do
     ok insmod $M/ivtrace.ko
 done
 ok rmmod ivtrace
-ok insmod $M/ivtrace.ko mode=overwrite events=all
+ok insmod $M/ivtrace.ko mode=overwrite events=all vmsync_ms=10
 ok insmod $M/ivtrace_test.ko
 echo 100 > /proc/ivtrace-test
 echo "KMOD: test2 $(cat /proc/ivtrace-test)"
+echo hc 5 > /proc/ivtrace-test
+sleep 0.2
+echo "KMOD: hc $(cat /proc/ivtrace-test)"
 echo "<2>ivtrace-kmod-test: before the crash" > /dev/kmsg
 sleep 0.2
 echo "KMOD: dmesg-problems $(dmesg | grep -c -E 'BUG|WARNING|Oops|Call Trace|refcount_t')"
@@ -176,6 +181,25 @@ def test_kernel_api_counts(booted):
     # discard mode without a reader may drop, never error; overwrite never drops
     assert int(m1[1]) + int(m1[2]) == 110 and m1[3] == "0", t1
     assert (m2[1], m2[2], m2[3]) == ("110", "0", "0"), t2
+
+
+def test_hypercalls_only_under_kvm(booted):
+    """The hypercall channel and vmsync follow kvm_para_available(): under TCG the API says
+    -ENODEV (19), the module says why, and no vmcall runs (it would raise #UD: the dmesg
+    check above counts Oops lines); under KVM the 5 calls are made."""
+    r, _, _ = booted
+    hc = marks(r, "hc")
+    assert hc, r.tail(60)
+    m = re.search(r"hypercalls (\d+) hypercall_ret (-?\d+)", hc[0])
+    assert m, hc
+    lines = r.console_text
+    if r.accel == "kvm":
+        assert (m[1], m[2]) == ("5", "0"), hc
+        assert "hypercall channel on (KVM)" in lines and "vmsync every 10 ms" in lines
+    else:
+        assert (m[1], m[2]) == ("0", "-19"), hc
+        assert "hypercall channel off: not a KVM guest" in lines, r.tail(80)
+        assert "vmsync off: not a KVM guest" in lines, r.tail(80)
 
 
 def region(shm):
@@ -308,6 +332,19 @@ def test_snapshot_events(snapshot):
     assert any(t == 0 and c.startswith("swapper/") for t, c in comms), sorted(comms)[:10]
     dump = [e.payload for e in snapshot if e.name == "lttng_statedump_process_state"]
     assert any(d["tid"] == 1 and d["name"] == "init" for d in dump), dump[:3]
+
+
+def test_vmsync_events_only_under_kvm(booted, snapshot):
+    """vmsync_gh_guest/vmsync_hg_guest (around the vmsync hypercall, every 10 ms in the last
+    load) exist under KVM only, in pairs cnt, cnt + 1."""
+    r, _, _ = booted
+    gh = [e.payload for e in snapshot if e.name == "vmsync_gh_guest"]
+    hg = [e.payload for e in snapshot if e.name == "vmsync_hg_guest"]
+    if r.accel != "kvm":
+        assert gh == [] and hg == [], (gh[:3], hg[:3])
+        return
+    assert gh and len(hg) == len(gh)
+    assert all(b["cnt"] == a["cnt"] + 1 and b["vm_uid"] == a["vm_uid"] for a, b in zip(gh, hg))
 
 
 def test_snapshot_test_payloads(snapshot):

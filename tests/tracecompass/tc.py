@@ -106,11 +106,12 @@ def record_demo(tmp: Path, add, seconds):
             "before_ns": before, "after_ns": time.time_ns()}
 
 
-def record_serve(tmp: Path, add, seconds, name):
-    """One `ivtrace serve` recording of the demo workload: OUT/<name>/{kernel,user,host}."""
+def record_serve(tmp: Path, add, seconds, name, extra=()):
+    """One `ivtrace serve` recording of the demo workload: OUT/<name>/{kernel,user,host}
+    (and vm/ with `extra=("--host-events",)`)."""
     out = tmp / "serve"
     before = time.time_ns()
-    srv = s.Server(out, "--size", "64M")
+    srv = s.Server(out, "--size", "64M", *extra)
     try:
         with s.ivtvm.VM(demo_script(seconds), doorbell=str(srv.sock), vectors=2, smp=2,
                         modules=["ivtrace"], modopts={"ivtrace": f"events={GROUPS}"},

@@ -154,6 +154,21 @@ struct ivt_sync {
 					 * one tracefs operation for the ftrace relay
 					 * (ivtrace/ftrace.h); the answer in ctl_text.resp (1.2) */
 
+/*
+ * Hypercall numbers (KVM guests only; docs/kvm.md "The hypercall channel").
+ * A guest issues `vmcall`/`vmmcall` with RAX = nr and RBX, RCX, RDX, RSI =
+ * four arguments. KVM traces every hypercall as kvm:kvm_hypercall before it
+ * looks at the number, then answers an unknown one with -KVM_ENOSYS: these
+ * numbers are ours, far above KVM's own (1-12), so the call has no effect
+ * in the hypervisor and exists only to be seen by the host. The host
+ * aggregates kvm_exit + kvm_hypercall + kvm_entry into one event. Under TCG
+ * `vmcall` raises #UD: a guest issues these only when kvm_para_available().
+ */
+#define IVT_HC_BASE		0x49560000u	/* 'I' 'V' << 16 */
+#define IVT_HC_VMSYNC		(IVT_HC_BASE + 0u)	/* a0 = cnt, a1 = vm_uid (vmsync) */
+#define IVT_HC_EVENT_FIRST	(IVT_HC_BASE + 0x100u)	/* guest events: nr in FIRST..LAST */
+#define IVT_HC_EVENT_LAST	(IVT_HC_BASE + 0xffffu)
+
 struct ivt_control {
 	uint64_t cmd_seq;		/* host writes (release) */
 	uint32_t cmd;			/* IVT_CMD_* */

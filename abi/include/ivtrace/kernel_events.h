@@ -200,7 +200,17 @@
 	IVT_KEV_VECTOR(EV, F, END, ERROR_APIC, error_apic)		\
 	IVT_KEV_VECTOR(EV, F, END, THRESHOLD_APIC, threshold_apic)	\
 	IVT_KEV_VECTOR(EV, F, END, DEFERRED_ERROR_APIC, deferred_error_apic) \
-	IVT_KEV_VECTOR(EV, F, END, THERMAL_APIC, thermal_apic)
+	IVT_KEV_VECTOR(EV, F, END, THERMAL_APIC, thermal_apic)	\
+	EV(VMSYNC_GH_GUEST, vmsync_gh_guest, ALWAYS,			\
+	   "before the vmsync hypercall (KVM only, docs/kvm.md)")	\
+		F(cnt, U32, PLAIN, 0)					\
+		F(vm_uid, U64, PLAIN, 0)				\
+	END(VMSYNC_GH_GUEST)						\
+	EV(VMSYNC_HG_GUEST, vmsync_hg_guest, ALWAYS,			\
+	   "after it, cnt + 1 (KVM only)")				\
+		F(cnt, U32, PLAIN, 0)					\
+		F(vm_uid, U64, PLAIN, 0)				\
+	END(VMSYNC_HG_GUEST)
 
 /*
  * An x86 interrupt vector's entry and exit (IRQ group), as lttng-modules

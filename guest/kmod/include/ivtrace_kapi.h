@@ -36,7 +36,7 @@
 #include <ivtrace/abi.h>	/* IVT_FT_*, IVT_FF_*, IVT_NAME_MAX, ... */
 
 /* Event ids below this are the module's own kernel events (docs/abi.md). */
-#define IVTRACE_KAPI_FIRST_ID	50u
+#define IVTRACE_KAPI_FIRST_ID	52u
 /* Registrations ivtrace.ko keeps (ids IVTRACE_KAPI_FIRST_ID + 0..N-1). */
 #define IVTRACE_KAPI_MAX	128u
 
@@ -103,5 +103,29 @@ int ivtrace_event_register(const char *name, const struct ivtrace_field *fields,
  *          larger than a packet, or nested in another write on this CPU).
  */
 int ivtrace_write(u32 id, const void *buf, u32 size);
+
+/**
+ * ivtrace_hypercall() - an event the host sees the moment it happens
+ * @nr: the event's number, IVT_HC_EVENT_FIRST..IVT_HC_EVENT_LAST
+ * @a0: first argument (RBX)
+ * @a1: second argument (RCX)
+ * @a2: third argument (RDX)
+ * @a3: fourth argument (RSI)
+ *
+ * KVM guests only: a hypercall, traced by the host's kvm:kvm_hypercall,
+ * which ivtrace aggregates with the exit and entry around it into one
+ * `vm_hypercall` event (nr, arguments, vCPU, guest rip, exit overhead)
+ * on the guest's timeline (docs/kvm.md "The hypercall channel"). Costs a
+ * VM exit: for rare, synchronous events; the rings are for the rest.
+ * Without KVM (TCG) it does nothing: the instruction would fault there.
+ * Any context.
+ *
+ * Return:
+ *  0 on success (the hypercall was made).
+ * -ENODEV not a KVM guest (kvm_para_available() is false).
+ * -EINVAL @nr outside ivtrace's event range.
+ */
+int ivtrace_hypercall(unsigned long nr, unsigned long a0, unsigned long a1,
+		      unsigned long a2, unsigned long a3);
 
 #endif /* IVTRACE_KAPI_H */

@@ -5,7 +5,8 @@
  * end-to-end tests (the lttng-modules src/tests/probes/lttng-test.c way).
  *
  *	echo 1000 > /proc/ivtrace-test     # 1000 ivtrace_test_event + blobs
- *	cat /proc/ivtrace-test             # "written W dropped D errors E last_seq S"
+ *	echo hc 10 > /proc/ivtrace-test    # 10 ivtrace_hypercall()s (KVM only)
+ *	cat /proc/ivtrace-test             # "written W dropped D errors E ..."
  *
  * For write number i (0-based, counting from module load), it writes
  *	ivtrace_test_event { seq = i, magic = IVTRACE_TEST_MAGIC,
@@ -13,12 +14,17 @@
  * and, every 10th i, one
  *	ivtrace_test_blob { seq = i, tag = "ivtblob" (char[8]),
  *			    data = i % 64 bytes, byte k = (i + k) & 0xff }
+ *
+ * Hypercall number j (0-based) is ivtrace_hypercall(IVT_HC_EVENT_FIRST + 1,
+ * j, IVTRACE_TEST_MAGIC, cpu, 0); the line then says how many were made
+ * and what the last call returned (-ENODEV without KVM: never a fault).
  */
 #include <linux/kernel.h>
 #include <linux/module.h>
 #include <linux/proc_fs.h>
 #include <linux/seq_file.h>
 #include <linux/smp.h>
+#include <linux/string.h>
 #include <linux/uaccess.h>
 
 #include <ivtrace_kapi.h>
@@ -42,6 +48,8 @@ static const struct ivtrace_field ivtt_blob_fields[] = {
 
 static u32 ivtt_event_id, ivtt_blob_id;
 static u64 ivtt_seq, ivtt_written, ivtt_dropped, ivtt_errors;
+static u64 ivtt_hypercalls;
+static int ivtt_hypercall_ret;
 static DEFINE_MUTEX(ivtt_lock);
 
 struct ivtt_event {
@@ -89,17 +97,47 @@ static void ivtt_emit(u64 i)
 				 offsetof(struct ivtt_blob, data) + n));
 }
 
+/* `hc N`: N hypercalls. Under ivtt_lock. */
+static void ivtt_hypercalls_do(unsigned long n)
+{
+	unsigned long i;
+
+	for (i = 0; i < n; i++) {
+		ivtt_hypercall_ret = ivtrace_hypercall(IVT_HC_EVENT_FIRST + 1,
+						       ivtt_hypercalls,
+						       IVTRACE_TEST_MAGIC,
+						       raw_smp_processor_id(), 0);
+		if (ivtt_hypercall_ret)
+			return;
+		ivtt_hypercalls++;
+	}
+}
+
 static ssize_t ivtt_write(struct file *file, const char __user *ubuf,
 			  size_t count, loff_t *ppos)
 {
+	char buf[32];
 	unsigned long n, i;
+	bool hc;
 	int ret;
 
-	ret = kstrtoul_from_user(ubuf, count, 0, &n);
+	if (count >= sizeof(buf))
+		return -EINVAL;
+	if (copy_from_user(buf, ubuf, count))
+		return -EFAULT;
+	buf[count] = 0;
+	hc = !strncmp(buf, "hc ", 3);
+	ret = kstrtoul(strim(buf + (hc ? 3 : 0)), 0, &n);
 	if (ret)
 		return ret;
 	if (n > IVTRACE_TEST_MAX)
 		return -EINVAL;
+	if (hc) {
+		mutex_lock(&ivtt_lock);
+		ivtt_hypercalls_do(n);
+		mutex_unlock(&ivtt_lock);
+		return count;
+	}
 	mutex_lock(&ivtt_lock);
 	for (i = 0; i < n; i++) {
 		ivtt_emit(ivtt_seq++);
@@ -113,9 +151,10 @@ static ssize_t ivtt_write(struct file *file, const char __user *ubuf,
 static int ivtt_show(struct seq_file *m, void *v)
 {
 	mutex_lock(&ivtt_lock);
-	seq_printf(m, "written %llu dropped %llu errors %llu next_seq %llu event_id %u blob_id %u\n",
+	seq_printf(m, "written %llu dropped %llu errors %llu next_seq %llu event_id %u blob_id %u hypercalls %llu hypercall_ret %d\n",
 		   ivtt_written, ivtt_dropped, ivtt_errors, ivtt_seq,
-		   ivtt_event_id, ivtt_blob_id);
+		   ivtt_event_id, ivtt_blob_id, ivtt_hypercalls,
+		   ivtt_hypercall_ret);
 	mutex_unlock(&ivtt_lock);
 	return 0;
 }

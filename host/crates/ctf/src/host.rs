@@ -131,8 +131,20 @@ impl HostTrace {
         desc: &HostTraceDesc,
         classes: Vec<EventClass>,
     ) -> Result<HostTrace, CtfError> {
-        fs::create_dir(dir).map_err(create_err(dir))?;
         let text = host_metadata(desc, &random_uuid(), &classes);
+        HostTrace::create_with_metadata(dir, text, classes)
+    }
+
+    /// Creates `dir` (must not exist) with `text` as its metadata: another
+    /// trace in this packet layout on another clock (the VM view's,
+    /// [`crate::vm`]). `text` must declare `classes` and the stream classes
+    /// [`STREAM_KERNEL`] (with a `_tid` context) and [`STREAM_IVTRACE`].
+    pub fn create_with_metadata(
+        dir: &Path,
+        text: String,
+        classes: Vec<EventClass>,
+    ) -> Result<HostTrace, CtfError> {
+        fs::create_dir(dir).map_err(create_err(dir))?;
         write_atomically(dir, "metadata", text.as_bytes())?;
         Ok(HostTrace {
             dir: dir.to_path_buf(),
@@ -152,6 +164,11 @@ impl HostTrace {
 
     pub fn class(&self, id: u32) -> Option<&EventClass> {
         self.classes.iter().find(|c| c.id == id)
+    }
+
+    /// Every event class the metadata declares.
+    pub fn classes(&self) -> &[EventClass] {
+        &self.classes
     }
 
     /// Adds a stream file `name` (host-chosen, e.g. `host_cpu3`).

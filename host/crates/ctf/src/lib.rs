@@ -8,16 +8,19 @@
 //! block. The kernel stream is staged in its wire form and expanded to
 //! LTTng's layout at the end ([`kernel`]); the ftrace relay's pages are
 //! staged too and decoded into more streams of the kernel trace
-//! ([`ftrace`]). [`host::HostTrace`] writes
-//! `DIR/host/`, the host's own events on the host time base; every
-//! trace's metadata comes from [`tsdl`].
+//! ([`ftrace`]). [`host::HostTrace`] writes `DIR/host/`, the host's own
+//! events on the host time base, and [`host_read`] reads such traces back;
+//! [`vm`] is the metadata of the VM view (`DIR/vm/`, the same packets on
+//! the guest's clock); every trace's metadata comes from [`tsdl`].
 
 pub mod ftrace;
 pub mod host;
+pub mod host_read;
 pub mod kernel;
 pub mod sidecar;
 pub mod trace;
 pub mod tsdl;
+pub mod vm;
 
 pub use ivtrace_time::ClockMapping;
 pub use sidecar::Sidecar;

@@ -237,6 +237,18 @@ impl CtfWriter {
         &self.root
     }
 
+    /// The UUID of the guest traces' clock: another trace on the guest's
+    /// time base (the VM view) names the same clock with it, so readers
+    /// (Trace Compass: one machine per clock UUID) put them together.
+    pub fn clock_uuid(&self) -> &str {
+        &self.clock_uuid
+    }
+
+    /// The `hostname` the guest traces carry.
+    pub fn host_name(&self) -> &str {
+        &self.env.hostname
+    }
+
     /// Replaces the clock mapping (final estimate); rewrite the metadata
     /// with [`CtfWriter::write_metadata`] afterwards.
     pub fn set_clock(&mut self, clock: ClockMapping) {

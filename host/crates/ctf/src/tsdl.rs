@@ -184,7 +184,7 @@ pub fn write_env_entries(t: &mut String, entries: &[(String, EnvValue)]) {
 }
 
 /// Why the clock offset has the form it has (a TSDL comment).
-fn offset_comment(c: &ClockMapping) -> &'static str {
+pub(crate) fn offset_comment(c: &ClockMapping) -> &'static str {
     if c.offset_fits_cycles() {
         "the whole offset from the epoch is in cycles, for Trace Compass < 6.3 ignores offset_s"
     } else {
@@ -341,7 +341,7 @@ pub fn host_metadata(desc: &HostTraceDesc, uuid: &str, classes: &[EventClass]) -
 }
 
 /// Every host integer is byte-aligned: host packets need no padding.
-const HOST_PRELUDE: &str = "\
+pub(crate) const HOST_PRELUDE: &str = "\
 typealias integer { size = 8; align = 8; signed = false; } := h_u8;
 typealias integer { size = 32; align = 8; signed = false; } := h_u32;
 typealias integer { size = 64; align = 8; signed = false; } := h_u64;
@@ -386,7 +386,7 @@ fn write_host_clock(t: &mut String, desc: &HostTraceDesc) {
 
 /// A host stream class: the packet context of [`crate::host`]'s packets,
 /// a u32 id + u64 timestamp event header, and `ctx` (an event context).
-fn write_host_stream(t: &mut String, id: u32, ctx: &str) {
+pub(crate) fn write_host_stream(t: &mut String, id: u32, ctx: &str) {
     let _ = write!(
         t,
         "stream {{\n\tid = {id};\n\tpacket.context := struct {{\n\

@@ -2,17 +2,22 @@
 //! `HostTrace`, on the host time base) and, when asked, the host's own
 //! kernel events of the guest's QEMU in it (ivtrace-tracefs). `ivtrace
 //! record --host-events` and `ivtrace serve` set it up the same way; serve
-//! adds its own stream of what it observed.
+//! adds its own stream of what it observed. With host events, the end of
+//! the recording derives the VM view from them and the guest kernel
+//! trace (ivtrace-vmview: `DIR/vm/`, vmsync events in `DIR/host/`).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
 
 use ivtrace_ctf::host::{HostTrace, HostTraceDesc};
-use ivtrace_ctf::{CtfError, EnvValue};
-use ivtrace_region::EventClass;
+use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, EnvValue};
+use ivtrace_region::classes::StreamClasses;
+use ivtrace_region::{abi, EventClass, EventClasses};
 use ivtrace_tracefs::host::{HostEventStats, HostEvents, Running};
+use ivtrace_vmview::derive::{derive, Derived, GuestTraces, Request};
 
 use crate::session::this_host;
 
@@ -21,6 +26,33 @@ pub struct HostSide {
     trace: Arc<Mutex<HostTrace>>,
     events: Option<Running>,
     dir: PathBuf,
+    /// The QEMU whose host events were started.
+    qemu_pid: Option<i32>,
+}
+
+/// What the VM view needs to know of a finished recording's guest traces.
+pub struct GuestOutput {
+    pub root: PathBuf,
+    /// The expanded kernel trace's classes.
+    pub kernel_classes: StreamClasses,
+    pub clock: ClockMapping,
+    pub clock_uuid: String,
+    pub hostname: String,
+}
+
+impl GuestOutput {
+    /// From the guest traces' writer once it finished (kernel expanded).
+    pub fn of(writer: &CtfWriter, classes: &EventClasses, clock: &ClockMapping) -> GuestOutput {
+        GuestOutput {
+            root: writer.root().to_path_buf(),
+            kernel_classes: writer
+                .output_classes(abi::IVT_STREAM_KERNEL, classes)
+                .clone(),
+            clock: clock.clone(),
+            clock_uuid: writer.clock_uuid().to_string(),
+            hostname: writer.host_name().to_string(),
+        }
+    }
 }
 
 impl HostSide {
@@ -45,6 +77,7 @@ impl HostSide {
             trace: Arc::new(Mutex::new(trace)),
             events: None,
             dir,
+            qemu_pid: None,
         })
     }
 
@@ -62,6 +95,7 @@ impl HostSide {
         if self.events.is_some() {
             bail!("host events are already being recorded");
         }
+        self.qemu_pid = Some(prepared.pid());
         self.events = Some(prepared.start(Arc::clone(&self.trace))?);
         Ok(())
     }
@@ -70,6 +104,40 @@ impl HostSide {
     /// None if none were started.
     pub fn stop_events(&mut self) -> Option<Result<HostEventStats>> {
         self.events.take().map(Running::stop)
+    }
+
+    /// The VM view of the recording, if host events were recorded: call it
+    /// once the guest traces are finished (the kernel trace expanded) and
+    /// the host events stopped, before [`HostSide::finish`]. `vcpus` maps
+    /// vCPU thread ids to vCPU indexes when they are known from outside
+    /// (QMP); else the threads' names (`debug-threads=on`) or KVM's
+    /// `vcpu_id` tell. `source` says which, for the trace and the summary.
+    pub fn vm_view(
+        &mut self,
+        guest: &GuestOutput,
+        vcpus: HashMap<i32, u32>,
+        source: &str,
+    ) -> Option<Result<Derived>> {
+        let pid = self.qemu_pid?;
+        if self.events.is_some() {
+            return Some(Err(anyhow::anyhow!(
+                "the VM view needs the host events stopped first"
+            )));
+        }
+        let traces = GuestTraces {
+            root: &guest.root,
+            kernel_classes: &guest.kernel_classes,
+            clock: &guest.clock,
+            clock_uuid: &guest.clock_uuid,
+            hostname: &guest.hostname,
+        };
+        let req = Request {
+            qemu_pid: Some(pid),
+            vcpus,
+            vcpu_source: source.to_string(),
+        };
+        let mut trace = self.trace.lock().expect("not poisoned");
+        Some(derive(&traces, &mut trace, &req))
     }
 
     /// Stops the host events if still running, writes every open packet

@@ -19,6 +19,9 @@ Output layout:
   DIR/user/metadata, DIR/user/user_chanN    CTF trace of user-space channels
   DIR/kernel/metadata, DIR/kernel/...       CTF trace of guest kernel channels
   DIR/ivtrace.json                          summary and event layouts (sidecar)
+  DIR/host/, DIR/vm/                        with --host-events: the host's events of the QEMU,
+                                            and the VM view (vCPUs preempted/blocked/in KVM,
+                                            hypercalls) on the guest's clock
 
 Exit status:
   0  success: events were recorded (or reported)
@@ -95,11 +98,17 @@ pub struct RecordArgs {
     /// Also record host events into DIR/host (same time base, so `babeltrace2 DIR`
     /// merges them): sched_switch of the QEMU's vCPU threads, and
     /// kvm_exit/kvm_entry/kvm_hypercall where KVM runs the guest. Needs tracefs (root).
+    /// At the end the VM view is derived from them into DIR/vm.
     #[arg(long)]
     pub host_events: bool,
     /// The QEMU process for --host-events [default: the process that maps --shm].
     #[arg(long, value_name = "PID", requires = "host_events")]
     pub qemu_pid: Option<i32>,
+    /// QEMU's QMP socket (`-qmp unix:PATH,server=on,wait=off`): the vCPU threads come
+    /// from `query-cpus-fast` for the VM view when QEMU does not name them
+    /// (`-name NAME,debug-threads=on` does).
+    #[arg(long, value_name = "PATH", requires = "host_events")]
+    pub qmp: Option<PathBuf>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,

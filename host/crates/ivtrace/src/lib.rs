@@ -9,6 +9,7 @@ pub mod cli;
 pub mod control;
 pub mod ctl;
 pub mod ftrace;
+pub mod qmp;
 pub mod record;
 pub mod report;
 pub mod serve;

@@ -2,6 +2,7 @@
 //! closed or the user stops, flush what was committed, summarize. The
 //! recording itself is ivtrace-engine's loop, polling with a backoff.
 
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +14,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use ivtrace_ctf::sidecar::HostLost;
-use ivtrace_engine::host::HostSide;
+use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{abi, Reader, Region, RegionError};
 use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
@@ -187,10 +188,15 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     };
     raise_file_limit();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
+    let vcpus = match &args.qmp {
+        Some(path) => crate::qmp::vcpu_threads(path)?,
+        None => HashMap::new(),
+    };
     let host_side = match args.host_events {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
+    let host_side = host_side.map(|side| HostRun { side, vcpus });
     let names = Names {
         out: &out,
         host: &host,
@@ -210,7 +216,7 @@ fn record_region(
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
-    host_side: Option<HostSide>,
+    host_side: Option<HostRun>,
 ) -> Result<u64> {
     let Names { out, host } = names;
     let mut clock = ivtrace_time::estimator_for(region.header());
@@ -239,13 +245,13 @@ fn record_region(
     finish_trace(rec, args, names, host_side)
 }
 
-/// The recorded trace's env and metadata, the host trace, the sidecar,
-/// the summary.
+/// The recorded trace's env and metadata, the host trace and VM view, the
+/// sidecar, the summary.
 fn finish_trace(
     rec: Recorded<ivtrace_ctf::CtfWriter>,
     args: &RecordArgs,
     names: Names,
-    host_side: Option<HostSide>,
+    host_side: Option<HostRun>,
 ) -> Result<u64> {
     let Names { out, host } = names;
     let Recorded {
@@ -258,7 +264,10 @@ fn finish_trace(
     } = rec;
     let env = session::trace_env_named(reader.region(), out, &clock, host);
     Output::finish(&mut writer, &clock, env, reader.classes())?;
-    let host_lost = host_side.map(finish_host_events).transpose()?;
+    let guest = GuestOutput::of(&writer, reader.classes(), &clock);
+    let host_lost = host_side
+        .map(|h| finish_host_events(h, &guest))
+        .transpose()?;
     let mut sidecar = session::build_sidecar(
         &reader,
         &writer,
@@ -303,12 +312,20 @@ fn start_host_events(
     Ok(side)
 }
 
-/// Stops the host events, closes the host trace, says what was recorded;
-/// the host trace's losses.
-fn finish_host_events(mut side: HostSide) -> Result<HostLost> {
+/// The host side of a recording and the vCPU threads QMP named (empty
+/// without --qmp).
+struct HostRun {
+    side: HostSide,
+    vcpus: HashMap<i32, u32>,
+}
+
+/// Stops the host events, derives the VM view from them and the finished
+/// guest traces, closes the host trace, says what was recorded; the host
+/// trace's losses.
+fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostLost> {
+    let HostRun { mut side, vcpus } = run;
     let stats = side.stop_events().context("host events never started")??;
     let dir = side.dir().to_path_buf();
-    side.finish()?;
     eprintln!(
         "ivtrace: host events: {} events of QEMU pid {} ({} threads{}), {} missed ({} pages \
          without a count) -> {}",
@@ -324,6 +341,13 @@ fn finish_host_events(mut side: HostSide) -> Result<HostLost> {
         stats.missed_uncounted_pages,
         dir.display()
     );
+    let source = vcpu_source(!vcpus.is_empty(), stats.vcpu_names);
+    match side.vm_view(guest, vcpus, source) {
+        Some(Ok(d)) => crate::summary::print_vm_view(&d),
+        Some(Err(e)) => eprintln!("ivtrace: warning: no VM view: {e:#}"),
+        None => {}
+    }
+    side.finish()?;
     Ok(host_lost(&stats))
 }
 
@@ -332,5 +356,14 @@ pub fn host_lost(stats: &HostEventStats) -> HostLost {
     HostLost {
         missed: stats.missed,
         missed_uncounted_pages: stats.missed_uncounted_pages,
+    }
+}
+
+/// How the VM view knows the vCPU threads.
+pub fn vcpu_source(qmp: bool, named: bool) -> &'static str {
+    match (qmp, named) {
+        (true, _) => "qmp query-cpus-fast",
+        (false, true) => "thread names (CPU n/...)",
+        (false, false) => "kvm_entry vcpu_id only (no CPU n/... thread names)",
     }
 }

@@ -14,6 +14,9 @@ use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
 use ivtrace_region::packet::{EventVisitor, PacketHeader};
 use ivtrace_region::reader::walk_own_packet;
 use ivtrace_region::{abi, EventClasses};
+use ivtrace_vmview::model::comm_str;
+use ivtrace_vmview::report::VmReport;
+use ivtrace_vmview::timeline::NOT_TRACED;
 
 use crate::cli::ReportArgs;
 use crate::summary::si;
@@ -86,6 +89,10 @@ pub struct Report {
     /// The writer-clock -> host-time mapping the traces carry, with its bound.
     pub clock: ivtrace_ctf::ClockMapping,
     pub channels: Vec<ChannelReport>,
+    /// The VM view (`DIR/vm/`, recorded with host events): vCPUs preempted,
+    /// blocked, in the hypervisor; guest threads that lost time; host tasks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_view: Option<VmReport>,
 }
 
 fn read_sidecar(dir: &Path) -> Result<Sidecar> {
@@ -251,7 +258,17 @@ pub fn build(dir: &Path) -> Result<Report> {
         event_types,
         channels,
         clock: sidecar.clock.clone(),
+        vm_view: vm_view(dir)?,
     })
+}
+
+/// `DIR/vm/` read back, if the recording has one.
+fn vm_view(dir: &Path) -> Result<Option<VmReport>> {
+    let vm = dir.join("vm");
+    if !vm.join("metadata").is_file() {
+        return Ok(None);
+    }
+    Ok(Some(ivtrace_vmview::report::summarize(&vm)?))
 }
 
 /// Losses announced by streams that are no channel's.
@@ -379,6 +396,109 @@ fn stream_label(stream: u32) -> &'static str {
     }
 }
 
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+/// The VM view's part of the table: per vCPU, the guest threads that lost
+/// the most, the host tasks that ran meanwhile, exits, hypercalls.
+fn print_vm_view(v: &VmReport, out: &mut impl Write) -> io::Result<()> {
+    let s = &v.summary;
+    writeln!(out, "\nVM view ({}): {} events", v.dir, v.events)?;
+    writeln!(
+        out,
+        "  {:<6} {:>14} {:>8} {:>12} {:>12} {:>14} {:>7}",
+        "vCPU", "preempted ms", "count", "longest ms", "blocked ms", "hypervisor ms", "exits"
+    )?;
+    for c in &s.vcpus {
+        writeln!(
+            out,
+            "  {:<6} {:>14.3} {:>8} {:>12.3} {:>12.3} {:>14.3} {:>7}",
+            c.vcpu,
+            ms(c.preempted_ns),
+            c.preempted_count,
+            ms(c.preempted_longest_ns),
+            ms(c.blocked_ns),
+            ms(c.hypervisor_ns),
+            c.exits
+        )?;
+    }
+    writeln!(out, "  guest threads that lost the most time to the host:")?;
+    for t in &s.guest_threads {
+        writeln!(
+            out,
+            "    {:<16} tid {:<7} {:>12.3} ms preempted ({} times), {:.3} ms in the hypervisor",
+            t.comm,
+            t.tid,
+            ms(t.preempted_ns),
+            t.preempted_count,
+            ms(t.hypervisor_ns)
+        )?;
+    }
+    print_host_tasks(s, out)?;
+    for c in s.vcpus.iter().filter(|c| c.untraced_count > 0) {
+        writeln!(
+            out,
+            "  vCPU {}: {} waits whose end the host kernel did not trace: at most {:.3} ms more preempted",
+            c.vcpu,
+            c.untraced_count,
+            ms(c.untraced_max_ns)
+        )?;
+    }
+    for e in &s.exits {
+        writeln!(
+            out,
+            "  exit {:<20} {:>9} exits {:>12.3} ms total {:>9.3} us mean",
+            e.name,
+            e.count,
+            ms(e.total_ns),
+            e.mean_ns as f64 / 1e3
+        )?;
+    }
+    let h = &s.hypercalls;
+    if h.count > 0 {
+        writeln!(
+            out,
+            "  hypercalls: {} ({} without entry), exit overhead {:.3} us mean, {:.3} us max",
+            h.count,
+            h.incomplete,
+            (h.exit_overhead_total_ns as f64 / 1e3) / (h.count - h.incomplete).max(1) as f64,
+            h.exit_overhead_max_ns as f64 / 1e3
+        )?;
+    }
+    for e in &v.errors {
+        writeln!(out, "  warning: {e}")?;
+    }
+    Ok(())
+}
+
+/// The host tasks that ran while a vCPU thread waited, most time first.
+fn print_host_tasks(s: &ivtrace_vmview::stats::Summary, out: &mut impl Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "  host tasks that ran on a CPU a vCPU thread waited for:"
+    )?;
+    for t in &s.host_tasks {
+        writeln!(
+            out,
+            "    {:<16} tid {:<7} {:>12.3} ms (took the CPU {} times)",
+            t.comm,
+            t.tid,
+            ms(t.ns),
+            t.took_cpu
+        )?;
+    }
+    if s.host_tasks.iter().any(|t| t.tid == NOT_TRACED.tid) {
+        writeln!(
+            out,
+            "    ({}: host tasks that handed the CPU among themselves meanwhile; the host \
+             trace keeps only the vCPU threads' switches)",
+            comm_str(&NOT_TRACED.comm)
+        )?;
+    }
+    Ok(())
+}
+
 /// The loss line: what CTF readers are told, by reason; a warning when
 /// the two differ (a count past what CTF readers accept was clamped).
 fn print_losses(r: &Report, out: &mut impl Write) -> io::Result<()> {
@@ -426,6 +546,9 @@ pub fn run(args: &ReportArgs) -> Result<u64> {
         writeln!(out)?;
     } else {
         print_table(&r, &mut out)?;
+        if let Some(v) = &r.vm_view {
+            print_vm_view(v, &mut out)?;
+        }
     }
     Ok(r.events.saturating_add(r.discarded))
 }

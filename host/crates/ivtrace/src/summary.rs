@@ -236,3 +236,36 @@ fn print_expansion(out: &mut impl Write, k: &KernelExpansion) -> io::Result<()> 
     }
     Ok(())
 }
+
+/// What the VM view found (stderr, after the host events' line).
+pub fn print_vm_view(d: &ivtrace_vmview::derive::Derived) {
+    let Some(dir) = &d.dir else {
+        eprintln!(
+            "ivtrace: vm view: nothing derived ({} host events read, vCPU threads: {})",
+            d.host_records, d.vcpu_source
+        );
+        return;
+    };
+    eprintln!(
+        "ivtrace: vm view: {} intervals, {} hypercalls, {} vmsync events (vCPU threads: {}) -> {}",
+        d.intervals,
+        d.hypercalls,
+        d.vmsync,
+        d.vcpu_source,
+        dir.display()
+    );
+    for line in ivtrace_vmview::derive::describe(d) {
+        eprintln!("ivtrace:   {line}");
+    }
+    let c = &d.counters;
+    if c.inconsistent + c.exits_without_entry + c.entries_without_exit > 0 {
+        eprintln!(
+            "ivtrace:   host events that did not add up (lost by tracefs?): {} transitions, \
+             {} exits without entry, {} entries without exit",
+            c.inconsistent, c.exits_without_entry, c.entries_without_exit
+        );
+    }
+    for e in &d.read_errors {
+        eprintln!("ivtrace: warning: vm view: {e}");
+    }
+}

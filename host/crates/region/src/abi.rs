@@ -57,6 +57,15 @@ pub const IVT_CTL_REQ_MAX: usize = 1024;
 pub const IVT_CTL_RESP_MAX: usize = 2048;
 pub const IVT_CTL_RESP_MORE: u32 = 1;
 
+/// Hypercall numbers (docs/kvm.md "The hypercall channel"): far above
+/// KVM's own, so KVM only traces them.
+pub const IVT_HC_BASE: u64 = 0x4956_0000;
+/// The vmsync hypercall: a0 = cnt, a1 = vm_uid.
+pub const IVT_HC_VMSYNC: u64 = IVT_HC_BASE;
+/// Guest events by hypercall: nr in FIRST..=LAST.
+pub const IVT_HC_EVENT_FIRST: u64 = IVT_HC_BASE + 0x100;
+pub const IVT_HC_EVENT_LAST: u64 = IVT_HC_BASE + 0xffff;
+
 pub const IVT_CTF_MAGIC: u32 = 0xC1FC_1FC1;
 pub const IVT_EVENT_COUNT_UNKNOWN: u32 = 0xFFFF_FFFF;
 
@@ -312,6 +321,10 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("IVT_STREAM_USER", IVT_STREAM_USER as u64),
     ("IVT_STREAM_COUNT", IVT_STREAM_COUNT as u64),
     ("IVT_CLOCK_TSC", IVT_CLOCK_TSC as u64),
+    ("IVT_HC_BASE", IVT_HC_BASE),
+    ("IVT_HC_VMSYNC", IVT_HC_VMSYNC),
+    ("IVT_HC_EVENT_FIRST", IVT_HC_EVENT_FIRST),
+    ("IVT_HC_EVENT_LAST", IVT_HC_EVENT_LAST),
     ("IVT_CTF_MAGIC", IVT_CTF_MAGIC as u64),
     ("IVT_EVENT_COUNT_UNKNOWN", IVT_EVENT_COUNT_UNKNOWN as u64),
     ("IVT_EV_ID_BITS", IVT_EV_ID_BITS as u64),

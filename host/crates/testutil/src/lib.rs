@@ -628,6 +628,14 @@ pub const KERNEL_EVENTS: &[(&str, &[FlaggedFieldSpec<'static>])] = {
         ("x86_irq_vectors_deferred_error_apic_exit", VECTOR),
         ("x86_irq_vectors_thermal_apic_entry", VECTOR),
         ("x86_irq_vectors_thermal_apic_exit", VECTOR),
+        (
+            "vmsync_gh_guest",
+            &[("cnt", U32, 0, 0), ("vm_uid", U64, 0, 0)],
+        ),
+        (
+            "vmsync_hg_guest",
+            &[("cnt", U32, 0, 0), ("vm_uid", U64, 0, 0)],
+        ),
     ]
 };
 

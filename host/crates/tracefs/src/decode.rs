@@ -2,7 +2,8 @@
 //!
 //! Names follow LTTng's kernel tracer so Trace Compass's analyses apply:
 //! `sched_switch` with `prev_tid`/`next_tid` (tracefs says `*_pid`),
-//! priorities minus 100 (`MAX_RT_PRIO`) and `prev_state` 0 for a preempted
+//! `sched_wakeup` / `sched_migrate_task` with `tid`, priorities minus 100
+//! (`MAX_RT_PRIO`) and `prev_state` 0 for a preempted
 //! task (tracefs reports `TASK_REPORT_MAX` then; the low 8 bits are the
 //! task state), `kvm_x86_exit` / `kvm_x86_entry` / `kvm_x86_hypercall`
 //! for kvm_exit / kvm_entry / kvm_hypercall. Every other field is carried
@@ -26,6 +27,21 @@ pub fn lttng_name(fmt: &EventFmt) -> String {
         ("kvm", "kvm_entry") => "kvm_x86_entry".into(),
         ("kvm", "kvm_hypercall") => "kvm_x86_hypercall".into(),
         (_, n) => n.into(),
+    }
+}
+
+/// LTTng's name and value adjustment of a `sched` event's field: thread
+/// ids are `tid` (tracefs says `pid`), priorities lose `MAX_RT_PRIO`.
+fn sched_field(event: &str, field: &str) -> (Option<&'static str>, Adjust) {
+    match (event, field) {
+        (_, "prev_pid") => (Some("prev_tid"), Adjust::None),
+        (_, "next_pid") => (Some("next_tid"), Adjust::None),
+        ("sched_switch", "prev_state") => (None, Adjust::State),
+        ("sched_wakeup" | "sched_waking" | "sched_migrate_task", "pid") => {
+            (Some("tid"), Adjust::None)
+        }
+        (_, "prio" | "prev_prio" | "next_prio") => (None, Adjust::Prio),
+        _ => (None, Adjust::None),
     }
 }
 
@@ -136,19 +152,17 @@ fn is_hex(name: &str) -> bool {
         || name.starts_with("addr")
 }
 
-/// The host's plan for a field: LTTng's sched_switch names and values.
+/// The host's plan for a field: LTTng's names and values of the `sched`
+/// events ([`sched_field`]).
 fn host_plan(fmt: &EventFmt, f: &FieldFmt) -> FieldPlan {
-    let sched_switch = fmt.system == "sched" && fmt.name == "sched_switch";
     let mut name = f.name.clone();
     let mut adjust = Adjust::None;
-    if sched_switch {
-        match name.as_str() {
-            "prev_pid" => name = "prev_tid".into(),
-            "next_pid" => name = "next_tid".into(),
-            "prev_prio" | "next_prio" => adjust = Adjust::Prio,
-            "prev_state" => adjust = Adjust::State,
-            _ => {}
+    if fmt.system == "sched" {
+        let (renamed, adj) = sched_field(&fmt.name, &name);
+        if let Some(r) = renamed {
+            name = r.into();
         }
+        adjust = adj;
     }
     let hex = is_hex(&name);
     FieldPlan { name, adjust, hex }
@@ -346,6 +360,30 @@ mod tests {
     use ivtrace_testutil::LTTNG_SCHED_SWITCH_FIELDS;
 
     const SCHED_SWITCH: &str = include_str!("../tests/fixtures/tracefs/sched_switch.format");
+    const SCHED_WAKEUP: &str = include_str!("../tests/fixtures/tracefs/sched_wakeup.format");
+    const MIGRATE: &str = include_str!("../tests/fixtures/tracefs/sched_migrate_task.format");
+
+    #[test]
+    fn wakeups_and_migrations_take_lttng_names() {
+        let w = parse_event("sched", SCHED_WAKEUP).unwrap();
+        let m = parse_event("sched", MIGRATE).unwrap();
+        let (d, classes) = Decoder::new(&[(w.clone(), 101), (m, 102)]);
+        let names = |i: usize| -> Vec<String> {
+            classes[i].fields.iter().map(|f| f.name.clone()).collect()
+        };
+        assert_eq!(names(0), ["comm", "tid", "prio", "target_cpu"]);
+        assert_eq!(names(1), ["comm", "tid", "prio", "orig_cpu", "dest_cpu"]);
+        let mut rec = vec![0u8; 36];
+        rec[0..2].copy_from_slice(&w.id.to_le_bytes());
+        rec[8..12].copy_from_slice(b"CPU ");
+        rec[24..28].copy_from_slice(&4242i32.to_le_bytes());
+        rec[28..32].copy_from_slice(&120i32.to_le_bytes());
+        rec[32..36].copy_from_slice(&1i32.to_le_bytes());
+        let p = d.decode(&rec).unwrap().payload;
+        assert_eq!(i32::from_le_bytes(p[16..20].try_into().unwrap()), 4242);
+        assert_eq!(i32::from_le_bytes(p[20..24].try_into().unwrap()), 20);
+        assert_eq!(i32::from_le_bytes(p[24..28].try_into().unwrap()), 1);
+    }
 
     #[test]
     fn rwbs_text_becomes_lttngs_flag_bits() {

@@ -24,6 +24,7 @@ pub struct FieldFmt {
 impl FieldFmt {
     /// The element type is `char` (text).
     pub fn is_char(&self) -> bool {
+        // `__data_loc char[] comm` (sched_migrate_task since 6.x) too.
         let t = self.decl.trim_start_matches("__data_loc ");
         let t = t
             .trim_start_matches("const ")

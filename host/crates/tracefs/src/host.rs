@@ -17,10 +17,14 @@
 //! or `CPU n/KVM` (QEMU names them with `-name ...,debug-threads=on`);
 //! without names every thread of the process is traced, and the summary
 //! says so. The set is re-read every second (filters rewritten on change).
-//! Under this machine's PVM-backed /dev/kvm, and under TCG, kvm_* events
-//! never fire for the guest; they are enabled anyway (cheap) when the
-//! kernel has them.
+//! Their context switches, wake-ups and migrations are recorded (what the
+//! VM view needs to tell a preempted vCPU from a blocked one), and a
+//! `host_statedump` stream names every thread of the QEMU with its pid
+//! (new threads at the next re-read). Under this machine's PVM-backed
+//! /dev/kvm, and under TCG, kvm_* events never fire for the guest; they
+//! are enabled anyway (cheap) when the kernel has them.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
@@ -42,10 +46,16 @@ use ivtrace_time::timebase::mono_to_host;
 use crate::decode::Decoder;
 use crate::format::{self, EventFmt, HeaderPage};
 use crate::page;
+use crate::statedump::{self, pid_ns_inum, process_state_payload, threads_of};
 
-/// Events recorded, by tracefs system and name.
+/// Events recorded, by tracefs system and name. The wake-ups and
+/// migrations of the vCPU threads complete their scheduling (the VM view
+/// needs when a blocked vCPU thread became runnable: from then on it waits
+/// for a host CPU, as the kernel's run-queue wait counts it).
 pub const EVENTS: &[(&str, &str)] = &[
     ("sched", "sched_switch"),
+    ("sched", "sched_wakeup"),
+    ("sched", "sched_migrate_task"),
     ("kvm", "kvm_exit"),
     ("kvm", "kvm_entry"),
     ("kvm", "kvm_hypercall"),
@@ -186,6 +196,8 @@ pub struct HostEventStats {
     pub vcpu_names: bool,
     pub events_enabled: Vec<String>,
     pub events: u64,
+    /// `lttng_statedump_process_state` events written (threads of the QEMU).
+    pub statedump_threads: u64,
     pub pages: u64,
     /// Events the host kernel's ring buffer dropped (the pages' counts;
     /// the host trace carries them as discarded events).
@@ -210,6 +222,16 @@ pub struct HostEvents {
 pub struct Running {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<Result<HostEventStats>>,
+}
+
+/// The fields that name the thread an event is about: the switched
+/// threads, the woken or migrated one, else the writing thread.
+fn filter_fields(fmt: &EventFmt) -> (&'static str, Option<&'static str>) {
+    match (fmt.system.as_str(), fmt.name.as_str()) {
+        ("sched", "sched_switch") => ("prev_pid", Some("next_pid")),
+        ("sched", "sched_wakeup" | "sched_migrate_task") => ("pid", None),
+        _ => ("common_pid", None),
+    }
 }
 
 fn filter(field: &str, other: Option<&str>, tids: &[i32]) -> String {
@@ -250,6 +272,7 @@ impl HostEvents {
             .collect();
         let (decoder, new) = Decoder::new(&with_ids);
         classes.extend(new);
+        classes.extend(statedump::classes());
         Ok(HostEvents {
             root,
             pid,
@@ -259,21 +282,24 @@ impl HostEvents {
         })
     }
 
+    /// The QEMU whose threads are traced.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
     fn set_filters(&self, inst: &Instance, tids: &[i32]) -> Result<()> {
         for f in &self.fmts {
             let rel = format!("events/{}/{}/filter", f.system, f.name);
-            let expr = if f.name == "sched_switch" {
-                filter("prev_pid", Some("next_pid"), tids)
-            } else {
-                filter("common_pid", None, tids)
-            };
+            let (field, other) = filter_fields(f);
+            let expr = filter(field, other, tids);
             inst.write(&rel, if expr.is_empty() { "0" } else { &expr })?;
         }
         Ok(())
     }
 
     /// Creates the instance, starts tracing and the reader thread, which
-    /// writes per-CPU streams `host_cpuN` of `trace`.
+    /// writes per-CPU streams `host_cpuN` of `trace` (and `host_statedump`:
+    /// the QEMU's threads, now and as they appear).
     pub fn start(self, trace: Arc<Mutex<HostTrace>>) -> Result<Running> {
         let inst = Instance::create(&self.root)?;
         inst.write("tracing_on", "0")?;
@@ -286,45 +312,29 @@ impl HostEvents {
             inst.write(&format!("events/{}/{}/enable", f.system, f.name), "1")?;
             enabled.push(format!("{}:{}", f.system, f.name));
         }
-        let mut cpus = Vec::new();
-        for e in fs::read_dir(inst.dir.join("per_cpu"))?.flatten() {
-            if let Some(n) = e
-                .file_name()
-                .to_string_lossy()
-                .strip_prefix("cpu")
-                .and_then(|n| n.parse::<u32>().ok())
-            {
-                cpus.push(n);
-            }
-        }
-        cpus.sort_unstable();
-        let mut readers = Vec::new();
-        {
+        let (readers, dump) = {
             let mut t = trace.lock().expect("not poisoned");
-            for &cpu in &cpus {
-                let path = inst.dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
-                let file = fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NONBLOCK)
-                    .open(&path)
-                    .with_context(|| format!("cannot open {}", path.display()))?;
-                let stream = t.add_stream(STREAM_KERNEL, cpu, &format!("host_cpu{cpu}"))?;
-                readers.push((cpu, file, stream));
-            }
-        }
+            let readers = open_readers(&inst, &mut t)?;
+            (readers, StateDump::start(&mut t, self.pid)?)
+        };
         inst.write("tracing_on", "1")?;
-        let stats = HostEventStats {
-            qemu_pid: self.pid,
-            threads: tids.clone(),
-            vcpu_names: named,
-            events_enabled: enabled,
-            ..Default::default()
+        let state = LoopState {
+            stats: HostEventStats {
+                qemu_pid: self.pid,
+                threads: tids.clone(),
+                vcpu_names: named,
+                events_enabled: enabled,
+                statedump_threads: dump.dumped.len() as u64,
+                ..Default::default()
+            },
+            tids,
+            dump,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("ivt-hostev".into())
-            .spawn(move || self.read_loop(inst, readers, trace, stop2, stats, tids))
+            .spawn(move || self.read_loop(inst, readers, trace, stop2, state))
             .context("cannot start the host events thread")?;
         Ok(Running { stop, thread })
     }
@@ -335,8 +345,7 @@ impl HostEvents {
         mut readers: Vec<(u32, fs::File, usize)>,
         trace: Arc<Mutex<HostTrace>>,
         stop: Arc<AtomicBool>,
-        mut stats: HostEventStats,
-        mut tids: Vec<i32>,
+        mut state: LoopState,
     ) -> Result<HostEventStats> {
         let sub = inst.subbuf_size().max(4096);
         let mut page = vec![0u8; sub];
@@ -364,7 +373,7 @@ impl HostEvents {
                         Err(e) => return Err(e).context("reading trace_pipe_raw"),
                     };
                     page[n..].fill(0);
-                    self.page(&page, *stream, &trace, &mut stats)?;
+                    self.page(&page, *stream, &trace, &mut state.stats)?;
                 }
             }
             if stopping {
@@ -372,20 +381,34 @@ impl HostEvents {
             }
             if last_scan.elapsed() >= RESCAN {
                 last_scan = Instant::now();
-                let (now, named) = vcpu_threads(self.pid);
-                if !now.is_empty() && now != tids {
-                    self.set_filters(&inst, &now)?;
-                    stats.threads = now.clone();
-                    stats.vcpu_names = named;
-                    tids = now;
-                }
+                self.rescan(&inst, &trace, &mut state)?;
             }
         }
         // Close the per-CPU files first: the kernel refuses to remove an
         // instance whose buffers are open.
         drop(readers);
         drop(inst);
-        Ok(stats)
+        Ok(state.stats)
+    }
+
+    /// The QEMU's threads again: filters follow a changed vCPU set, new
+    /// threads get their state dump.
+    fn rescan(
+        &self,
+        inst: &Instance,
+        trace: &Mutex<HostTrace>,
+        state: &mut LoopState,
+    ) -> Result<()> {
+        let (now, named) = vcpu_threads(self.pid);
+        if !now.is_empty() && now != state.tids {
+            self.set_filters(inst, &now)?;
+            state.stats.threads = now.clone();
+            state.stats.vcpu_names = named;
+            state.tids = now;
+        }
+        let mut t = trace.lock().expect("not poisoned");
+        state.stats.statedump_threads += state.dump.dump_new(&mut t, self.pid)?;
+        Ok(())
     }
 
     fn page(
@@ -428,6 +451,78 @@ impl HostEvents {
             stats.malformed_pages += 1;
         }
         Ok(())
+    }
+}
+
+/// What the reader thread keeps between passes.
+struct LoopState {
+    stats: HostEventStats,
+    tids: Vec<i32>,
+    dump: StateDump,
+}
+
+/// One non-blocking `trace_pipe_raw` per CPU of the instance, each with
+/// its stream `host_cpuN` in `t`.
+fn open_readers(inst: &Instance, t: &mut HostTrace) -> Result<Vec<(u32, fs::File, usize)>> {
+    let mut cpus = Vec::new();
+    for e in fs::read_dir(inst.dir.join("per_cpu"))?.flatten() {
+        if let Some(n) = e
+            .file_name()
+            .to_string_lossy()
+            .strip_prefix("cpu")
+            .and_then(|n| n.parse::<u32>().ok())
+        {
+            cpus.push(n);
+        }
+    }
+    cpus.sort_unstable();
+    let mut readers = Vec::new();
+    for &cpu in &cpus {
+        let path = inst.dir.join(format!("per_cpu/cpu{cpu}/trace_pipe_raw"));
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let stream = t.add_stream(STREAM_KERNEL, cpu, &format!("host_cpu{cpu}"))?;
+        readers.push((cpu, file, stream));
+    }
+    Ok(readers)
+}
+
+/// The `host_statedump` stream: one `lttng_statedump_process_state` per
+/// thread of the QEMU, when it is first seen. A stream of its own (not the
+/// per-CPU ones): its events are stamped when /proc is read, which may be
+/// after tracefs events of the same CPU still waiting to be read.
+struct StateDump {
+    stream: usize,
+    dumped: HashSet<i32>,
+    ns_inum: u32,
+}
+
+impl StateDump {
+    fn start(t: &mut HostTrace, pid: i32) -> Result<StateDump> {
+        let mut d = StateDump {
+            stream: t.add_stream(STREAM_KERNEL, 0, "host_statedump")?,
+            dumped: HashSet::new(),
+            ns_inum: pid_ns_inum(pid),
+        };
+        d.dump_new(t, pid)?;
+        Ok(d)
+    }
+
+    /// Dumps the threads of `pid` not dumped yet; how many.
+    fn dump_new(&mut self, t: &mut HostTrace, pid: i32) -> Result<u64> {
+        let now = mono_to_host(ivtrace_time::timebase::mono_ns());
+        let mut n = 0;
+        for th in threads_of(pid) {
+            if self.dumped.insert(th.tid) {
+                let p = process_state_payload(&th, self.ns_inum);
+                t.event(self.stream, statedump::PROCESS_STATE, now, 0, &p)?;
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 }
 

@@ -3,6 +3,7 @@
 //! trace, `ivtrace.json` with serve's own sections), on ivtrace-engine's
 //! loop with serve's waiter, clock, output and hooks.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use serde_json::{json, Value};
 use ivtrace_ctf::host::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::EnvValue;
-use ivtrace_engine::host::HostSide;
+use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Engine, Output, Recorded, StopReason};
 use ivtrace_region::{abi, Reader, Region};
@@ -55,6 +56,7 @@ struct Observed {
     notify: NotifyStats,
     host_counts: Vec<u64>,
     host_event_stats: Option<ivtrace_tracefs::host::HostEventStats>,
+    vm_view: Option<ivtrace_vmview::derive::Derived>,
 }
 
 /// Records one formatted region until something ends it.
@@ -96,6 +98,7 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
         notify: notify_since(waiter.stats(), notify_before, &rec, received),
         host_counts: Vec::new(),
         host_event_stats: None,
+        vm_view: None,
     };
     finish(g, rec, &clock, host, &mut observed)
 }
@@ -200,6 +203,7 @@ fn finish(
     } = &mut rec;
     Output::finish(output, mapping, env, reader.classes())?;
     observed.host_event_stats = stop_host_events(g, &mut host);
+    observed.vm_view = vm_view(g, &mut host, &rec, observed.host_event_stats.as_ref());
     observed.host_counts = host.finish()?;
     let mut sidecar = session::build_sidecar(
         &rec.reader,
@@ -282,7 +286,32 @@ fn serve_section(g: &Guest, observed: &Observed) -> Value {
         "host_trace_events": observed.host_counts,
         "host_events": g.cfg.host_events,
         "host_event_stats": observed.host_event_stats,
+        "vm_view": observed.vm_view,
     })
+}
+
+/// The VM view of the recording (when host events were recorded), logged.
+fn vm_view(
+    g: &Guest,
+    host: &mut HostSide,
+    rec: &Recorded<Delivering>,
+    stats: Option<&ivtrace_tracefs::host::HostEventStats>,
+) -> Option<ivtrace_vmview::derive::Derived> {
+    let guest = GuestOutput::of(&rec.output.writer, rec.reader.classes(), &rec.clock);
+    let named = stats.is_some_and(|s| s.vcpu_names);
+    let source = crate::record::vcpu_source(false, named);
+    match host.vm_view(&guest, HashMap::new(), source)? {
+        Ok(d) => {
+            for line in ivtrace_vmview::derive::describe(&d) {
+                g.log(&format!("vm view: {line}"));
+            }
+            Some(d)
+        }
+        Err(e) => {
+            g.log(&format!("no VM view: {e:#}"));
+            None
+        }
+    }
 }
 
 fn notification_section(rec: &Recorded<Delivering>, observed: &Observed, complete: u64) -> Value {

@@ -1,0 +1,60 @@
+//! The VM view read back for `ivtrace report`: `DIR/vm/`'s events
+//! (the classes of [`crate::classes`]) summed into the same [`Summary`]
+//! the derivation printed at the end of the recording.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use ivtrace_ctf::host_read::{stream_files, Classes, StreamReader};
+
+use crate::classes::{self, read_host_ran, read_hypercall, read_interval};
+use crate::stats::{Aggregator, Summary};
+
+/// What `DIR/vm/` holds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VmReport {
+    pub dir: String,
+    pub events: u64,
+    pub summary: Summary,
+    /// Streams that did not read to their end, and why.
+    pub errors: Vec<String>,
+}
+
+/// Reads every stream of the VM view in `dir`.
+pub fn summarize(dir: &Path) -> Result<VmReport> {
+    let shared = Classes::new(&classes::classes());
+    let mut agg = Aggregator::default();
+    let mut r = VmReport {
+        dir: dir.display().to_string(),
+        ..VmReport::default()
+    };
+    let files = stream_files(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    for path in files {
+        let mut s = StreamReader::open(&path, Arc::clone(&shared))
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        loop {
+            let rec = match s.next_record() {
+                Ok(Some(rec)) => rec,
+                Ok(None) => break,
+                Err(e) => {
+                    r.errors.push(e.to_string());
+                    break;
+                }
+            };
+            r.events += 1;
+            // Durations are in the payloads: times need no mapping here.
+            if let Some((i, g)) = read_interval(&rec, rec.cpu, 0) {
+                agg.interval(&i, &g);
+            } else if let Some((t, ns)) = read_host_ran(&rec) {
+                agg.host_ran(&t, ns);
+            } else if let Some((h, _)) = read_hypercall(&rec, 0) {
+                agg.hypercall(&h);
+            }
+        }
+    }
+    r.summary = agg.summary();
+    Ok(r)
+}
