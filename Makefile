@@ -1,8 +1,10 @@
 # ivtrace - top-level build. `make` leaves the tools in bin/.
-#   make          build bin/ivtrace and bin/ivtrace-loadgen (and libivtrace)
+#   make          build bin/ivtrace, bin/ivtrace-loadgen, bin/ivtrace-forward (and libivtrace)
 #   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
 #                 the static guest tools and the workloads (vm/build --all)
 #   make test     install what is missing, build, run every test, then `make lint`
+#   make test-nested  the whole nest: L0 records L1, a TCG guest running QEMU for L2 and
+#                 forwarding L2's trace (tests/nested/full_nest.py; 5-20+ min, so not in `make test`)
 #   make lint     clippy -D warnings and rustfmt --check on host/, checkpatch on guest/kmod,
 #                 the C tests of abi/ and guest/lib built with ASan+UBSan and with TSan
 #   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
@@ -11,10 +13,14 @@
 #   make demo-vmview  the guest seen from the host: a host CPU hog pinned to a vCPU's CPU, and
 #                 the guest threads that lost time to it (vm/demo-vmview, ~1 min, root)
 #   make bench    the native benchmarks (bench/run native), then docs/performance.md
-#   make eval     the whole performance page from scratch: bench/run native, doorbell and
+#   make soak     serve for 30 min under churn, a never-idle writer and a full disk
+#                 (bench/run soak), then docs/performance.md
+#   make eval     the whole performance page from scratch: bench/run native, doorbell,
 #                 evaluation (ivtrace's states vs ftrace over net/SSH/9p/virtio-serial in a real
-#                 guest), then docs/performance.md and its plots (bench/report; ~45 min, TCG)
-#   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600)
+#                 guest) and guest (ivtrace.ko vs LTTng, ftrace and perf in one guest), then
+#                 docs/performance.md and its plots (bench/report; ~80 min, TCG)
+#   make fuzz     fuzz the host reader (FUZZ_SECONDS, default 600 per target); `make test`
+#                 runs each target for 10 s (test-fuzz)
 #   make lint-host  clippy (warnings as errors) and rustfmt --check on host/
 #   make gen-docs man pages and bash/zsh/fish completions from the CLI definition, in
 #                 build/gen-docs/ (host's gen-docs example; the packages run it too)
@@ -27,9 +33,9 @@ SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval \
+.PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
 	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback demo-vmview bench eval fuzz clean deb test-deb gen-docs
+	demo demo-loopback demo-vmview bench eval soak fuzz clean deb test-deb gen-docs test-nested
 
 all: host lib
 
@@ -42,7 +48,7 @@ host:
 
 lib:
 	$(MAKE) -C guest/lib
-	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen bin/ivtrace-loadgen
+	@mkdir -p bin && cp guest/lib/build/ivtrace-loadgen guest/lib/build/ivtrace-forward bin/
 
 # Trace Compass as a reader in the tests: bullseye's eclipse-tracecompass jars through apt,
 # on bookworm's Eclipse libraries (scripts/install-tracecompass; cached, quick when present).
@@ -53,7 +59,14 @@ guest:
 	vm/build --all
 
 # lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
-test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-deb lint
+test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
+	test-deb lint
+
+# L2 is TCG inside TCG: minutes of boot on a 2-core machine, beyond make test's budget.
+# tests/nested/test_forward.py (in make test) checks the forwarding path at one level.
+test-nested: all
+	$(MAKE) -C guest/lib build/ivtrace-forward-static
+	$(PYTHON) -m pytest -q -s tests/nested/full_nest.py
 
 test-abi:
 	$(MAKE) -C abi test
@@ -86,6 +99,18 @@ test-deb: deb guest
 test-eval: all
 	mkdir -p build/eval
 	bench/run evaluation --quick -o build/eval/quick.json
+
+# The soak benchmark's quick mode: 90 s of serve with guests coming and going, a never-idle
+# writer and a full disk; fails when serve's memory or descriptors grow or an event goes
+# uncounted (bench/harness/soak.py), never on a timing. Results in build/soak/quick.json.
+test-soak: all
+	mkdir -p build/soak
+	bench/run soak --quick -o build/soak/quick.json
+
+# Every fuzz target of host/fuzz for a few seconds (cargo-fuzz on nightly; long runs:
+# `make fuzz`, docs/fuzzing.md).
+test-fuzz:
+	$(MAKE) -C host fuzz-smoke
 
 # ---- lint: every part runs, then the failed ones are named --------------------------------
 LINT_PARTS := lint-rust lint-kmod lint-sanitizers
@@ -137,6 +162,11 @@ eval: deps all
 	bench/run native
 	bench/run doorbell
 	bench/run evaluation
+	bench/run guest
+	bench/report
+
+soak: deps all
+	bench/run soak
 	bench/report
 
 fuzz:

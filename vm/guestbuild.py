@@ -689,7 +689,8 @@ class Part:
     files: dict[str, str] = field(default_factory=dict)  # name -> path in the repository
 
 
-EV_WORKLOADS = ("ev-int", "ev-syscall", "ev-tar", "ev-gzip", "ev-forkexec", "ev-nop", "ev-helper")
+EV_WORKLOADS = ("ev-int", "ev-syscall", "ev-tar", "ev-gzip", "ev-forkexec", "ev-nop", "ev-helper",
+                "gb-work")
 
 PARTS = (
     Part("ivtrace.ko and its test module, against the guest kernel",
@@ -717,6 +718,7 @@ class GuestBuild:
     manifest: dict
     files: dict[str, Path]
     stale: list[dict]
+    tracers: "object | None" = None   # tracers.Tracers when built with tracers=True
 
     @property
     def kernel_version(self) -> str:
@@ -752,10 +754,13 @@ def make_part(part: Part, kver: str, log_file: Path | None) -> str | None:
 
 
 def build_guest(*, reuse_stale: bool = False, out: Path = DEFAULT_OUT,
-                log_file: Path | None = None) -> GuestBuild:
+                log_file: Path | None = None, tracers: bool = False) -> GuestBuild:
     """`make guest`: the kernel and initramfs, then ivtrace.ko against that kernel, the static
     guest tools and the workloads. Every Python caller (vm/demo, the tests, bench/run) builds
-    the guest through this function.
+    the guest through this function. tracers=True (`vm/build --all --tracers`, the guest
+    benchmark) also builds the tracers it compares ivtrace.ko with: LTTng's kernel tracer
+    against the guest kernel, LTTng's and perf's user space (vm/tracers.py; minutes the
+    first time, cached after).
 
     A part whose build fails is an error (BuildError, with make's output). reuse_stale=True
     (`bench/run --reuse-stale-binaries`) uses the files an earlier build left instead, when
@@ -782,7 +787,11 @@ def build_guest(*, reuse_stale: bool = False, out: Path = DEFAULT_OUT,
                 stale.append({"part": part.what, "files": sorted(part.files.values()),
                               "error": error.splitlines()[0]})
             files.update(paths)
-    return GuestBuild(manifest, files, stale)
+    built = GuestBuild(manifest, files, stale)
+    if tracers:
+        import tracers as comparison  # vm/tracers.py: only the guest benchmark needs it
+        built.tracers = comparison.build(manifest, files["ivtrace.ko"], out)
+    return built
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -809,6 +818,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true",
                     help="then build what runs in the guest: ivtrace.ko against that kernel, "
                          "the static guest tools and the workloads (`make guest`)")
+    ap.add_argument("--tracers", action="store_true",
+                    help="with --all: also LTTng's kernel tracer (lttng-modules built against "
+                         "the guest kernel), LTTng's and perf's user space (vm/tracers.py)")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     try:
@@ -817,7 +829,7 @@ def main(argv: list[str] | None = None) -> int:
         m = build(a.add, out=Path(a.out), kernel=a.kernel, headers=not a.no_headers,
                   allow_update=not a.no_update, force_update=a.update,
                   extra_modules=a.module, offline=a.offline, final=bool(a.add) or not a.all)
-        software = build_guest(out=Path(a.out)) if a.all else None
+        software = build_guest(out=Path(a.out), tracers=a.tracers) if a.all else None
     except BuildError as e:
         log(f"ERROR: {e}")
         return 1
@@ -836,6 +848,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"modules:   {' '.join(m['modules'])}")
         for name, path in (software.files.items() if software else ()):
             print(f"{name + ':':<25}{path.relative_to(REPO)}")
+        if software and software.tracers:
+            print(f"{'tracers:':<25}{software.tracers.root.relative_to(REPO)} "
+                  f"({software.tracers.info['root_mb']} MB)")
     return 0
 
 

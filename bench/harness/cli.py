@@ -11,6 +11,8 @@ Presets:
   ftrace      the ftrace relay against ftrace to a guest file and over virtio-serial (the
               virtio-trace path): events/s carried and cost per event, block I/O and
               function tracing, in one guest
+  soak        ivtrace serve for a long time (--duration): guests coming and going, a
+              never-idle writer, a disk that fills; memory, descriptors, CPU sampled
 
 Every preset takes --quick (a short smoke run, written as *-quick.json: never cited) and
 -o FILE (default bench/results/PRESET/<date>-<host>[-quick].json). A full run written to
@@ -29,9 +31,10 @@ from pathlib import Path
 
 import ivtvm
 
-from . import BenchError, Prerequisite, doorbell, evaluation, ftrace, guest, history, native, results
+from . import (BenchError, Prerequisite, doorbell, evaluation, ftrace, guest, history, native,
+               results, soak)
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, ftrace)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, ftrace)}
 ALIASES = {"eval": "evaluation"}
 
 

@@ -23,10 +23,11 @@ def add_arguments(ap, smp: int = 1, mem: str = "512M") -> None:
                          "in the results' build.stale); without it a failed build is an error")
 
 
-def build(a, rec: dict, host_tools: bool) -> guestbuild.GuestBuild:
-    """The host tools (make all, when the preset runs bin/ivtrace) and the guest. Failures
-    are errors, unless --reuse-stale-binaries finds files of an earlier build: then those
-    are measured and listed in rec["build"]["stale"]."""
+def build(a, rec: dict, host_tools: bool, tracers: bool = False) -> guestbuild.GuestBuild:
+    """The host tools (make all, when the preset runs bin/ivtrace) and the guest (with the
+    tracers ivtrace.ko is compared with, when asked). Failures are errors, unless
+    --reuse-stale-binaries finds files of an earlier build: then those are measured and
+    listed in rec["build"]["stale"]."""
     stale = rec["build"]["stale"]
     if host_tools:
         p = subprocess.run(["make", "-C", str(ROOT), "all"], capture_output=True, text=True,
@@ -38,7 +39,7 @@ def build(a, rec: dict, host_tools: bool) -> guestbuild.GuestBuild:
             stale.append({"part": "the host tools (make all)", "files": ["bin/ivtrace"],
                           "error": f"make all failed (exit {p.returncode})"})
     try:
-        guest = guestbuild.build_guest(reuse_stale=a.reuse_stale_binaries)
+        guest = guestbuild.build_guest(reuse_stale=a.reuse_stale_binaries, tracers=tracers)
     except guestbuild.BuildError as e:
         raise Prerequisite(str(e)) from e
     stale.extend(guest.stale)

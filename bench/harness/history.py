@@ -42,6 +42,15 @@ def native_headline(data: dict) -> dict:
 
 
 def guest_headline(data: dict) -> dict:
+    table = data.get("summary", {}).get("table")
+    if table is not None:  # the four-tracer preset: ns per event in the traced task, getppid
+        row = table.get("getppid", {})
+        out = {}
+        for name, c in (("ivtrace", "ivt-flight"), ("lttng", "lttng-snapshot"),
+                        ("ftrace", "ft-ring"), ("perf", "perf-record")):
+            x = (row.get(c) or {}).get("added_cpu_per_event")
+            out[f"{name}_ns_per_event"] = r(x and x["median"], 0)
+        return out
     row = data.get("summary", {}).get("syscall", {})
     out = {}
     for t in ("ivtrace", "ftrace"):
@@ -79,9 +88,19 @@ def ftrace_headline(data: dict) -> dict:
                                          and c != "ft-ring" and x.get("carried_per_s")}}
 
 
+def soak_headline(data: dict) -> dict:
+    s, acc = data.get("summary", {}), data.get("accounting", {})
+    return {"minutes": r(data["params"]["duration_s"] / 60, 0),
+            "rss_mib_first_last_max": [r(s.get("rss_kib", {}).get(k, 0) / 1024, 1)
+                                       for k in ("first", "last", "max")],
+            "fds_first_last_max": [s.get("fds", {}).get(k) for k in ("first", "last", "max")],
+            "recordings": acc.get("recordings"), "disk_full_stops": acc.get("disk_full"),
+            "mismatches": len(acc.get("mismatches", []))}
+
+
 HEADLINES = {"native": native_headline, "guest": guest_headline,
              "evaluation": evaluation_headline, "doorbell": doorbell_headline,
-             "ftrace": ftrace_headline}
+             "soak": soak_headline, "ftrace": ftrace_headline}
 
 
 def entry(rec: dict, path: Path) -> dict:

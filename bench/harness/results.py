@@ -3,7 +3,7 @@
 A results file is one JSON object:
 
     schema       "ivtrace-bench/2"
-    preset       native | guest | evaluation | doorbell
+    preset       native | guest | evaluation | doorbell | soak
     quick        a short smoke run (written as *-quick.json, never cited, never in history)
     date         ISO 8601, when the run started; duration_s
     command      how to reproduce it, from the repository root (bench/run PRESET ...)
@@ -18,7 +18,8 @@ A results file is one JSON object:
     data         the preset's own measurements
 
 Paths are written relative to the repository; the harness's temporary directories are
-written as $WORK (the evaluation's work directory) and $TMP (a per-boot directory).
+written as $WORK (the evaluation's and the guest preset's work directory), $TMP (a per-boot
+directory) and $SHM (the guest preset's ivshmem region file).
 """
 
 from __future__ import annotations
@@ -37,12 +38,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 SCHEMA = "ivtrace-bench/2"
-PRESETS = ("native", "guest", "evaluation", "doorbell", "ftrace")
+PRESETS = ("native", "guest", "evaluation", "doorbell", "soak", "ftrace")
+# Presets that run on the host alone (their record has no guest).
+HOST_PRESETS = ("native", "soak")
 
 # Per-run temporary directories, named after a pid or a random suffix: never useful in a
 # committed document, so they are written as placeholders.
 TEMP_DIRS = [
     (re.compile(r"/var/tmp/ivtrace-eval-\d+"), "$WORK"),
+    (re.compile(r"/var/tmp/ivtrace-guest-\d+"), "$WORK"),
+    (re.compile(r"/dev/shm/ivt-guestbench-\d+"), "$SHM"),
     (re.compile(r"/tmp/ivtvm-[A-Za-z0-9_]+"), "$TMP"),
     (re.compile(r"/tmp/ivt-ftbench-[A-Za-z0-9_]+"), "$TMP"),
     (re.compile(r"/dev/shm/ivt-ftbench-\d+"), "$SHM"),

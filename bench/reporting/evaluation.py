@@ -107,8 +107,16 @@ def per_event_ns(guest_src: str | None):
     if not guest_src:
         return None
     g = results.load(ROOT / guest_src)
-    row = g["data"].get("summary", {}).get("syscall", {})
     out = {"source": guest_src, "accel": g["accelerator"]["name"]}
+    table = g["data"].get("summary", {}).get("table")
+    if table is not None:  # the four-tracer guest preset: flight recorders, getppid loop
+        row = table.get("getppid", {})
+        for t, c in (("ivtrace", "ivt-flight"), ("ftrace", "ft-ring")):
+            x = (row.get(c) or {}).get("added_wall_per_event")
+            if x:
+                out[t] = x["median"]
+        return out if "ivtrace" in out else None
+    row = g["data"].get("summary", {}).get("syscall", {})
     for t in ("ivtrace", "ftrace"):
         x = row.get(t)
         if x and x.get("added_ns") and x.get("events_per_op"):
@@ -158,8 +166,8 @@ def part_header(out: list, e) -> None:
     m, acc, guest = rec["machine"], rec["accelerator"], rec["guest"]
     out.append(f"From `{e.src}` (run of {rec['date']}, {rec['duration_s'] / 60:.0f} min, "
                f"one boot{', **quick smoke run: 1 repetition, short workloads; not for quoting**' if e.quick else ''}). "
-               f"Reproduce: `{rec['command']}` (or `make eval`, which also reruns the native "
-               f"and doorbell benchmarks), as root.\n")
+               f"Reproduce: `{rec['command']}` (or `make eval`, which also reruns the native, "
+               f"doorbell and guest benchmarks), as root.\n")
     hyper = "hypervisor" in m["cpu"].get("flags_of_interest", [])
     out.append("| | |\n|---|---|")
     out.append(f"| accelerator | **{acc['name']}**: {acc['reason']} |")

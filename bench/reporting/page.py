@@ -20,7 +20,7 @@ from harness import history, results
 from harness.results import ROOT, RESULTS, portable
 from harness.stats import summarize
 
-from . import doorbell, evaluation, ftrace, guest, native, plots
+from . import doorbell, evaluation, ftrace, guest, native, plots, soak
 
 PAGE = ROOT / "docs" / "performance.md"
 
@@ -45,8 +45,9 @@ def intro(out: list, nat: dict | None) -> None:
                "shared machine, never pass/fail tests; every claim below is a ratio measured "
                "side by side in the same run.\n")
     out.append("`make eval` reruns everything on this page (the native benchmarks, the doorbell "
-               "benchmark, the evaluation matrix in a real guest) and regenerates it and its "
-               "plots from scratch.\n")
+               "benchmark, the evaluation matrix in a real guest, ivtrace.ko against LTTng, "
+               "ftrace and perf in a real guest) and regenerates it and its plots from "
+               "scratch.\n")
     if nat:
         out.append(f"Reproduce the native sections: `{nat['command']}` at the top of the "
                    f"repository, as root, then `bench/report`. The per-event tables alone "
@@ -108,6 +109,9 @@ def headline(e: dict) -> str:
                 f"{h['lttng_ust_p50_group_ns']} ns ({h['lttng_ust_over_ivtrace']}x); batch "
                 f"{h['ivtrace_batch_ns']} ns; drain: small events "
                 f"{h['drain_small_M_events_per_s']} M/s, 1 KiB events {large or '–'}")
+    if e["preset"] == "guest" and "perf_ns_per_event" in h:
+        return ("ns per event in the traced task (getppid): " + ", ".join(
+            f"{t} {h.get(f'{t}_ns_per_event')}" for t in ("ivtrace", "lttng", "ftrace", "perf")))
     if e["preset"] == "guest":
         return (f"per event: ivtrace {h.get('ivtrace_ns_per_event')} ns, ftrace "
                 f"{h.get('ftrace_ns_per_event')} ns; syscall added cost ivtrace/ftrace "
@@ -118,6 +122,10 @@ def headline(e: dict) -> str:
     if e["preset"] == "evaluation":
         return "ev-int overhead: " + ", ".join(f"{c} {v} %" for c, v in
                                                h["int_overhead_pct"].items())
+    if e["preset"] == "soak":
+        return (f"{h['minutes']} min: RSS MiB first/last/max {h['rss_mib_first_last_max']}, "
+                f"descriptors {h['fds_first_last_max']}; {h['recordings']} recordings, "
+                f"{h['disk_full_stops']} stopped by the full disk, {h['mismatches']} mismatches")
     return (f"ring {h['ring_k_per_s']} k/s; round trip p50 {h['rtt_p50_us_host_blocks']} us "
             f"(host blocks), {h['rtt_p50_us_host_busy_reads']} us (host busy-reads)")
 
@@ -158,6 +166,9 @@ def render(write_plots: bool) -> str:
         guest.section(recs["guest"], rel["guest"], out)
     if "doorbell" in recs:
         doorbell.section(out, recs["doorbell"], rel["doorbell"])
+    if "soak" in recs:
+        png = plot_for(src["soak"], soak.plot, recs["soak"], write_plots)
+        soak.section(out, recs["soak"], rel["soak"], png)
     if "ftrace" in recs:
         ftrace.section(out, recs["ftrace"], rel["ftrace"])
     section_history(out)

@@ -98,6 +98,7 @@ struct ivtk_dev {
 	bool doorbell;			/* ivshmem-doorbell: MSI-X + BAR0 doorbell */
 	int irq;			/* MSI-X vector 0, or -1 (poll only) */
 	int hp_state;			/* cpuhp dynamic state, or 0 */
+	int hp_dead_state;		/* cpuhp state closing a dead CPU's packet */
 	bool console_on, cdev_on, ctl_on;
 
 	struct delayed_work ctl_work;	/* control poll, every poll_jiffies */

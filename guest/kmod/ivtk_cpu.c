@@ -12,6 +12,13 @@
  * events within two intervals (discard mode; in overwrite mode packets
  * fill up, keeping the longest history). Hotplug starts the timer when a CPU comes
  * online and stops it (and closes the CPU's packet) when it goes away.
+ *
+ * A CPU going down still runs after its online-state teardown (the
+ * scheduler switching to the stopper and to idle, interrupts until they
+ * are migrated away) and writes those events into a new open packet.
+ * Once the CPU is dead, a second state's teardown closes that packet from
+ * the control CPU, so the host sees everything the CPU wrote while it is
+ * away, and a CPU that never returns leaves no open packet behind.
  */
 #include <linux/cpu.h>
 #include <linux/jiffies.h>
@@ -134,6 +141,26 @@ static int ivtk_cpu_offline(unsigned int cpu)
 	return 0;
 }
 
+/* cpuhp (BP, dead): runs on the control CPU after @cpu is dead. The
+ * channel has one writer, @cpu, and it is gone: closing its packet here
+ * cannot race with it (nor with the host, which only reads committed
+ * bytes). Not called at unbind (the state is removed without calls),
+ * where every CPU is still alive.
+ */
+static int ivtk_cpu_dead(unsigned int cpu)
+{
+	struct ivt_writer *w = per_cpu_ptr(&ivtk_writer, cpu);
+	unsigned long flags;
+
+	local_irq_save(flags);
+	if (ivt_writer_enter(w)) {
+		ivt_writer_flush(w);
+		ivtk_leave(w);
+	}
+	local_irq_restore(flags);
+	return 0;
+}
+
 int ivtk_cpus_start(struct ivtk_dev *d)
 {
 	int ret;
@@ -146,12 +173,24 @@ int ivtk_cpus_start(struct ivtk_dev *d)
 		return ret;
 	}
 	d->hp_state = ret;
+	ret = cpuhp_setup_state_nocalls(CPUHP_BP_PREPARE_DYN, "ivtrace:dead",
+					NULL, ivtk_cpu_dead);
+	if (ret < 0) {
+		dev_err(&d->pdev->dev, "cpuhp_setup_state (dead) failed: %d\n", ret);
+		cpuhp_remove_state(d->hp_state);
+		d->hp_state = 0;
+		return ret;
+	}
+	d->hp_dead_state = ret;
 	return 0;
 }
 
 /* Stop the timers and close every online CPU's packet. */
 void ivtk_cpus_stop(struct ivtk_dev *d)
 {
+	if (d->hp_dead_state > 0)
+		cpuhp_remove_state_nocalls(d->hp_dead_state);
+	d->hp_dead_state = 0;
 	if (d->hp_state > 0)
 		cpuhp_remove_state(d->hp_state);
 	d->hp_state = 0;

@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from harness import history, results  # noqa: E402
 
 # Absolute paths that belong to one machine or one run, never to the repository.
-MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-eval-)")
+MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-eval-|/var/tmp/ivtrace-guest-|/dev/shm/ivt-guestbench-)")
 
 
 def kept_results():
@@ -40,7 +40,7 @@ def test_every_kept_run_follows_the_schema():
         assert rec["command"].startswith(f"bench/run {rec['preset']}"), f
         assert rec["machine"]["cpu"].get("model_name"), f
         assert rec["accelerator"]["name"] in ("none", "tcg", "kvm"), f
-        assert (rec["guest"] is None) == (rec["preset"] == "native"), f
+        assert (rec["guest"] is None) == (rec["preset"] in results.HOST_PRESETS), f
         assert rec["git"]["commit"], f
         assert rec["data"], f
 

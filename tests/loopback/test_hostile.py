@@ -7,7 +7,6 @@ allocation or a file outside the output directory. babeltrace2 must still read
 whatever was written.
 """
 
-import mmap
 import os
 import struct
 
@@ -16,48 +15,8 @@ import pytest
 from conftest import abi, assert_no_panic, run
 import ctf
 import losses
+from regionfile import CHAN_SIZE, HDR_LAYOUT, Region
 
-HDR_LAYOUT = abi("offsetof.ivt_region_hdr.layout")
-CHAN_SIZE = abi("sizeof.ivt_channel")
-
-
-class Region:
-    """Byte-level access to a region file, offsets from abi/vectors.json."""
-
-    def __init__(self, path):
-        self.fd = os.open(path, os.O_RDWR)
-        self.map = mmap.mmap(self.fd, 0)
-
-    def close(self):
-        self.map.close()
-        os.close(self.fd)
-
-    def u32(self, off, value=None):
-        if value is None:
-            return struct.unpack_from("<I", self.map, off)[0]
-        struct.pack_into("<I", self.map, off, value)
-
-    def u64(self, off, value=None):
-        if value is None:
-            return struct.unpack_from("<Q", self.map, off)[0]
-        struct.pack_into("<Q", self.map, off, value)
-
-    def layout(self, field):
-        off = HDR_LAYOUT + abi(f"offsetof.ivt_layout.{field}")
-        size = 8 if field.endswith("_off") else 4
-        return off, (self.u64(off) if size == 8 else self.u32(off))
-
-    def channel(self, idx, field):
-        base = self.layout("channels_off")[1] + idx * CHAN_SIZE
-        return base + abi(f"offsetof.ivt_channel.{field}")
-
-    def packet(self, chan, seq):
-        nr = self.layout("nr_subbufs")[1]
-        size = self.layout("subbuf_size")[1]
-        return self.layout("pool_off")[1] + (chan * nr + seq % nr) * size
-
-    def first_user_channel(self):
-        return self.layout("nr_kernel_channels")[1]
 
 
 @pytest.fixture

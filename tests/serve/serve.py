@@ -51,13 +51,16 @@ class Server:
         self.cmd = [str(IVTRACE), "serve", "--socket", str(self.sock), "-o", str(self.out),
                     "--json", *map(str, extra)]
         with open(self.log, "wb") as se, open(self.stdout, "wb") as so:
-            self.proc = subprocess.Popen(self.cmd, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
+            self.proc = self._spawn(self.cmd, so, se)
         deadline = time.monotonic() + 10
         while not self.sock.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"serve did not start:\n{self.stderr()}")
             time.sleep(0.05)
         self.rc = None
+
+    def _spawn(self, cmd, so, se):
+        return subprocess.Popen(cmd, stdout=so, stderr=se, stdin=subprocess.DEVNULL)
 
     @property
     def pid(self):
@@ -128,8 +131,10 @@ class Server:
 class FakeClient:
     """An ivshmem client that is not QEMU: reads the handshake (keeping the descriptors)."""
 
-    def __init__(self, path, read_handshake=True, vectors=2):
+    def __init__(self, path, read_handshake=True, vectors=2, timeout=30.0):
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        # A server that stops answering fails the caller (TimeoutError) instead of hanging it.
+        self.s.settimeout(timeout)
         self.s.connect(str(path))
         self.msgs = []
         self.fds = []

@@ -2,7 +2,8 @@
 
 A guest whose rings are far too small (2 x 4 KiB per channel) in flight-recorder mode
 (overwrite) writes bursts of kernel-API events (ivtrace_test.ko) with every event group on,
-while `ivtrace serve --host-events --keep-shm` records it: the writer laps the host, so the
+while `ivtrace serve --host-events --shm-dir /dev/shm --keep-shm` records it (the region a
+file, not a sealed memfd, so that it outlives serve): the writer laps the host, so the
 host loses packets it could not copy in time (host-side losses `overwritten`, maybe `torn`).
 babeltrace2 (Python bindings and the command) must announce as many discarded events as
 `ivtrace report` recorded, over the guest's traces and the host trace (tests/losses.py);
@@ -28,7 +29,7 @@ echo "LOSSES: bursts $(cat /proc/ivtrace-test)"
 def run(tmp_path_factory, serve_add):
     tmp = tmp_path_factory.mktemp("serve-losses")
     out = tmp / "traces"
-    srv = s.Server(out, "--size", "16M", "--keep-shm", "--host-events")
+    srv = s.Server(out, "--size", "16M", "--shm-dir", "/dev/shm", "--keep-shm", "--host-events")
     region = None
     try:
         with s.ivtvm.VM(GUEST_SCRIPT, doorbell=str(srv.sock), vectors=2, smp=2,

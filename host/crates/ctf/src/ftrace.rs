@@ -18,19 +18,19 @@
 //! `common_pid`), then the fields its format declares.
 
 use std::io;
-use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use crate::outdir::OutDir;
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::ftrace::FtraceFormats;
 
-/// One relay channel's staged wire file and its output file.
+/// One relay channel's file: its name in the staging directory (wire
+/// packets) and in the kernel trace's (the decoded stream).
 #[derive(Debug, Clone)]
 pub struct FtraceStaged {
     pub chan: u32,
-    pub wire: PathBuf,
-    pub out: PathBuf,
+    pub name: String,
 }
 
 /// What one CPU's pages became.
@@ -89,6 +89,10 @@ pub struct FtraceInput<'a> {
     pub wire: &'a StreamClasses,
     pub formats: &'a FtraceFormats,
     pub files: &'a [FtraceStaged],
+    /// Where the wire files are read and the decoded streams written
+    /// (through directory descriptors, [`crate::outdir`]).
+    pub staging: &'a OutDir,
+    pub out: &'a OutDir,
 }
 
 /// The expanded stream class: its event classes (stream 2) and the facts.

@@ -18,14 +18,15 @@
 //! files only ever receive whole packets: a process killed mid-run leaves
 //! a valid trace of everything written before.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ivtrace_region::abi::IVT_CTF_MAGIC;
 use ivtrace_region::classes::EventClass;
 
-use crate::trace::{create_err, write_atomically, write_err, CtfError};
+use crate::outdir::OutDir;
+use crate::trace::{create_err, write_err, CtfError};
 use crate::tsdl::{host_metadata, EnvValue};
 
 /// Bytes of packet header + context.
@@ -92,7 +93,7 @@ struct HStream {
 
 /// A host trace being written.
 pub struct HostTrace {
-    dir: PathBuf,
+    dir: OutDir,
     classes: Vec<EventClass>,
     streams: Vec<HStream>,
     metadata: String,
@@ -125,29 +126,35 @@ pub(crate) fn random_uuid() -> String {
 }
 
 impl HostTrace {
-    /// Creates `dir` (must not exist) and writes its metadata.
+    /// Creates `parent/name` (must not exist) and writes its metadata.
     pub fn create(
-        dir: &Path,
+        parent: &OutDir,
+        name: &str,
         desc: &HostTraceDesc,
         classes: Vec<EventClass>,
     ) -> Result<HostTrace, CtfError> {
         let text = host_metadata(desc, &random_uuid(), &classes);
-        HostTrace::create_with_metadata(dir, text, classes)
+        HostTrace::create_with_metadata(parent, name, text, classes)
     }
 
-    /// Creates `dir` (must not exist) with `text` as its metadata: another
-    /// trace in this packet layout on another clock (the VM view's,
-    /// [`crate::vm`]). `text` must declare `classes` and the stream classes
-    /// [`STREAM_KERNEL`] (with a `_tid` context) and [`STREAM_IVTRACE`].
+    /// Creates `parent/name` (must not exist) with `text` as its metadata:
+    /// another trace in this packet layout on another clock (the VM view's,
+    /// `ivtrace-vmview`). `text` must declare `classes` and the stream
+    /// classes [`STREAM_KERNEL`] (with a `_tid` context) and
+    /// [`STREAM_IVTRACE`].
     pub fn create_with_metadata(
-        dir: &Path,
+        parent: &OutDir,
+        name: &str,
         text: String,
         classes: Vec<EventClass>,
     ) -> Result<HostTrace, CtfError> {
-        fs::create_dir(dir).map_err(create_err(dir))?;
-        write_atomically(dir, "metadata", text.as_bytes())?;
+        let dir = parent
+            .create_dir(name)
+            .map_err(create_err(parent.join(name).display()))?;
+        dir.write_atomically("metadata", text.as_bytes())
+            .map_err(write_err(dir.join("metadata").display()))?;
         Ok(HostTrace {
-            dir: dir.to_path_buf(),
+            dir,
             classes,
             streams: Vec::new(),
             metadata: text,
@@ -155,6 +162,11 @@ impl HostTrace {
     }
 
     pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The trace directory's descriptor (to rewrite its metadata later).
+    pub fn out_dir(&self) -> &OutDir {
         &self.dir
     }
 
@@ -179,11 +191,10 @@ impl HostTrace {
         name: &str,
     ) -> Result<usize, CtfError> {
         let path = self.dir.join(name);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(create_err(&path))?;
+        let file = self
+            .dir
+            .create_file(name)
+            .map_err(create_err(path.display()))?;
         self.streams.push(HStream {
             class: stream_class,
             instance: self.streams.len() as u64,
@@ -301,7 +312,7 @@ impl HostTrace {
         p.extend_from_slice(&s.cpu.to_le_bytes());
         debug_assert_eq!(p.len(), PACKET_HDR);
         p.extend_from_slice(content);
-        s.file.write_all(&p).map_err(write_err(&s.path))?;
+        s.file.write_all(&p).map_err(write_err(s.path.display()))?;
         s.seq += 1;
         s.carried = s.discarded;
         Ok(())
@@ -342,7 +353,9 @@ impl HostTrace {
         let mut counts = Vec::new();
         for s in &self.streams {
             if s.seq == 0 {
-                let _ = fs::remove_file(&s.path);
+                if let Some(name) = s.path.file_name().and_then(|n| n.to_str()) {
+                    let _ = self.dir.remove_file(name);
+                }
             }
             counts.push(s.events);
         }
@@ -355,7 +368,7 @@ impl HostTrace {
 /// `ivtrace report`, which checks it against the recorded reasons.
 pub fn trace_discarded(dir: &Path) -> std::io::Result<u64> {
     let mut total = 0u64;
-    for entry in fs::read_dir(dir)? {
+    for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
@@ -395,6 +408,7 @@ fn stream_discarded(path: &Path) -> std::io::Result<u64> {
 mod tests {
     use super::*;
     use ivtrace_region::classes::{Field, FieldType};
+    use std::fs;
 
     #[test]
     fn packets_and_metadata_are_consistent() {
@@ -426,8 +440,9 @@ mod tests {
             error_ns: 5,
             env: vec![("ivtrace_x".into(), EnvValue::Int(1))],
         };
+        let root = OutDir::root(tmp.path(), &Default::default()).unwrap();
         let dir = tmp.path().join("host");
-        let mut t = HostTrace::create(&dir, &desc, classes).unwrap();
+        let mut t = HostTrace::create(&root, "host", &desc, classes).unwrap();
         let a = t.add_stream(STREAM_IVTRACE, 0, "ivtrace_host").unwrap();
         let b = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
         let _unused = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();
@@ -486,8 +501,9 @@ mod tests {
             env: vec![],
         };
         let classes = vec![EventClass::new(7, STREAM_KERNEL, "e".into(), vec![])];
+        let root = OutDir::root(tmp.path(), &Default::default()).unwrap();
         let dir = tmp.path().join("host");
-        let mut t = HostTrace::create(&dir, &desc, classes).unwrap();
+        let mut t = HostTrace::create(&root, "host", &desc, classes).unwrap();
         let early = t.add_stream(STREAM_KERNEL, 0, "host_cpu0").unwrap();
         let late = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
         let only = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();

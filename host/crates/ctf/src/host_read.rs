@@ -238,7 +238,8 @@ mod tests {
             error_ns: 1,
             env: vec![],
         };
-        let mut t = HostTrace::create(&dir, &desc, classes()).unwrap();
+        let root = crate::OutDir::root(tmp.path(), &Default::default()).unwrap();
+        let mut t = HostTrace::create(&root, "host", &desc, classes()).unwrap();
         let a = t.add_stream(STREAM_IVTRACE, 0, "ivtrace_host").unwrap();
         let b = t.add_stream(STREAM_KERNEL, 3, "host_cpu3").unwrap();
         let mut p = b"qemu".to_vec();

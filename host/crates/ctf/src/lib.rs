@@ -17,12 +17,16 @@ pub mod ftrace;
 pub mod host;
 pub mod host_read;
 pub mod kernel;
+pub mod outdir;
+pub mod recover;
 pub mod sidecar;
+pub mod streams;
 pub mod trace;
 pub mod tsdl;
 pub mod vm;
 
 pub use ivtrace_time::ClockMapping;
+pub use outdir::{OutDir, OutputPolicy};
 pub use sidecar::Sidecar;
 pub use trace::{CtfError, CtfWriter};
 pub use tsdl::{EnvValue, TraceEnv};

@@ -12,10 +12,22 @@ use ivtrace_region::classes::{EventClass, EventClasses, Field, FieldType, Stream
 
 use ivtrace_time::ClockMapping;
 
+use crate::tsdl::{EnvValue, TraceEnv};
+
 /// File name of the sidecar at the output root.
 pub const SIDECAR_NAME: &str = "ivtrace.json";
 /// Value of [`Sidecar::format`].
 pub const SIDECAR_FORMAT: &str = "ivtrace-sidecar/1";
+/// [`Sidecar::state`] while the recorder runs (or if it died).
+pub const STATE_RECORDING: &str = "recording";
+/// [`Sidecar::state`] of a trace its recorder finished.
+pub const STATE_FINALIZED: &str = "finalized";
+/// [`Sidecar::state`] of a trace `ivtrace recover` finished.
+pub const STATE_RECOVERED: &str = "recovered";
+/// [`Sidecar::state`] of a trace whose output failed (a full disk): it
+/// holds whole packets up to the failure and its kernel stream is still
+/// staged; `ivtrace record --resume` goes on, `ivtrace recover` finishes.
+pub const STATE_INCOMPLETE: &str = "incomplete";
 
 /// One payload field as the sidecar stores it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +38,9 @@ pub struct FieldLayout {
     pub ty: String,
     #[serde(default)]
     pub hex: bool,
+    /// `IVT_FF_TID_COMM` (kernel wire classes, for `ivtrace recover`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tid_comm: bool,
 }
 
 /// One event class as the sidecar stores it.
@@ -60,6 +75,13 @@ pub struct Lost {
     pub torn: u64,
     /// Host: the packet failed validation.
     pub corrupt: u64,
+    /// Host: the recording's output size limit was reached.
+    #[serde(default)]
+    pub over_limit: u64,
+    /// Counted by CTF's `events_discarded` but by no reason the host
+    /// still knows (a recording finished by `ivtrace recover`).
+    #[serde(default)]
+    pub unattributed: u64,
 }
 
 impl Lost {
@@ -72,6 +94,8 @@ impl Lost {
             self.overwritten,
             self.torn,
             self.corrupt,
+            self.over_limit,
+            self.unattributed,
         ]
         .iter()
         .fold(0u64, |a, &b| a.saturating_add(b))
@@ -85,6 +109,8 @@ impl Lost {
         self.overwritten = self.overwritten.saturating_add(o.overwritten);
         self.torn = self.torn.saturating_add(o.torn);
         self.corrupt = self.corrupt.saturating_add(o.corrupt);
+        self.over_limit = self.over_limit.saturating_add(o.over_limit);
+        self.unattributed = self.unattributed.saturating_add(o.unattributed);
     }
 }
 
@@ -114,6 +140,66 @@ pub struct ChannelSummary {
     pub last_ts: Option<u64>,
 }
 
+/// The trace's `env` block, as the sidecar keeps it (`ivtrace recover`
+/// writes the kernel trace's metadata from it).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvRecord {
+    pub hostname: String,
+    pub trace_name: String,
+    pub creation_datetime: String,
+    pub tracer_major: i64,
+    pub tracer_minor: i64,
+    /// Extra keys: strings as JSON strings, integers as numbers.
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+impl From<&TraceEnv> for EnvRecord {
+    fn from(e: &TraceEnv) -> EnvRecord {
+        EnvRecord {
+            hostname: e.hostname.clone(),
+            trace_name: e.trace_name.clone(),
+            creation_datetime: e.creation_datetime.clone(),
+            tracer_major: e.tracer_major,
+            tracer_minor: e.tracer_minor,
+            extra: e
+                .extra
+                .iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        EnvValue::Str(s) => serde_json::Value::from(s.clone()),
+                        EnvValue::Int(i) => serde_json::Value::from(*i),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        }
+    }
+}
+
+impl EnvRecord {
+    pub fn to_env(&self) -> TraceEnv {
+        let extra = self
+            .extra
+            .iter()
+            .filter_map(|(k, v)| {
+                let v = match v {
+                    serde_json::Value::String(s) => EnvValue::Str(s.clone()),
+                    v => EnvValue::Int(v.as_i64()?),
+                };
+                Some((k.clone(), v))
+            })
+            .collect();
+        TraceEnv {
+            hostname: self.hostname.clone(),
+            trace_name: self.trace_name.clone(),
+            creation_datetime: self.creation_datetime.clone(),
+            tracer_major: self.tracer_major,
+            tracer_minor: self.tracer_minor,
+            extra,
+        }
+    }
+}
+
 /// The host trace's losses (`DIR/host/`, host events from tracefs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostLost {
@@ -126,12 +212,16 @@ pub struct HostLost {
 }
 
 /// The whole sidecar.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sidecar {
     pub format: String,
     pub tracer_version: String,
-    /// "record" or "snapshot".
+    /// "record", "serve" or "snapshot".
     pub mode: String,
+    /// [`STATE_RECORDING`], [`STATE_FINALIZED`] or [`STATE_RECOVERED`]
+    /// (older sidecars have none: finalized).
+    #[serde(default = "finalized")]
+    pub state: String,
     pub trace_uuid: String,
     pub region: BTreeMap<String, serde_json::Value>,
     pub clock: ClockMapping,
@@ -157,6 +247,40 @@ pub struct Sidecar {
     /// The ftrace relay's pages decoded (docs/ftrace.md), if it had any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ftrace: Option<crate::ftrace::FtraceStats>,
+    /// The traces' env block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<EnvRecord>,
+    /// Guest-written counters the host had to clamp so that CTF readers
+    /// accept the trace (see docs/hardening.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clamped: Vec<Clamped>,
+    /// What the recording cost (descriptors, buffers, the size limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<serde_json::Value>,
+    /// A guest that migrated: which part of its trace this is, where it
+    /// resumed from and where it handed off (docs/migration.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<serde_json::Value>,
+    /// Nested tracing (docs/migration.md): what this recording forwarded
+    /// (`forwarded`) and the guests forwarded through it (`guests`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested: Option<serde_json::Value>,
+}
+
+fn finalized() -> String {
+    STATE_FINALIZED.into()
+}
+
+/// A guest-written counter that was clamped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Clamped {
+    pub channel: u32,
+    /// What was clamped (`events_discarded`).
+    pub field: String,
+    /// The value the guest's counters gave.
+    pub value: u64,
+    /// The value written.
+    pub written: u64,
 }
 
 impl EventLayout {
@@ -171,6 +295,7 @@ impl EventLayout {
                     name: f.name.clone(),
                     ty: f.ty.name(),
                     hex: f.hex,
+                    tid_comm: f.tid_comm,
                 })
                 .collect(),
         }
@@ -181,7 +306,11 @@ impl EventLayout {
         let fields = self
             .fields
             .iter()
-            .map(|f| Some(Field::new(f.name.clone(), FieldType::parse(&f.ty)?, f.hex)))
+            .map(|f| {
+                let mut field = Field::new(f.name.clone(), FieldType::parse(&f.ty)?, f.hex);
+                field.tid_comm = f.tid_comm;
+                Some(field)
+            })
             .collect::<Option<Vec<_>>>()?;
         Some(EventClass::new(self.id, stream, self.name.clone(), fields))
     }

@@ -2,13 +2,22 @@
 //! (stream class 0), each a CTF 1.8 trace with its own `metadata`, one
 //! stream file per channel, plus `DIR/ivtrace.json`.
 //!
-//! Directories and stream files are created lazily, on the first packet of
-//! their stream class or channel, so babeltrace2 never sees a trace without
-//! data. File names come from trusted indices only (`user_chan12`). Files
-//! are created with `create_new` (never through an existing entry or
-//! symlink) inside the output directory; metadata and the sidecar are
-//! replaced atomically (a hidden temporary, then rename), metadata
-//! whenever new event classes appear.
+//! Everything is created relative to directory descriptors
+//! ([`crate::outdir`]): the output root is held open, its subdirectories
+//! are made and opened relative to it, files are created with
+//! `O_EXCL | O_NOFOLLOW`; nothing is reached through a path another user
+//! could swap. Directories and stream files are created lazily, on the
+//! first packet of their stream class or channel, so babeltrace2 never
+//! sees a trace without data. File names come from trusted indices only
+//! (`user_chan12`). Metadata and the sidecar are replaced atomically (a
+//! hidden temporary, then rename), metadata whenever new event classes
+//! appear; the sidecar is written as soon as the trace has metadata (its
+//! `state` says `recording`), so a recording cut by a crash still
+//! describes itself and `ivtrace recover` can finish it.
+//!
+//! Packets go through [`crate::streams`]: bounded descriptors and buffers,
+//! committed (written) before the engine hands their sub-buffers back,
+//! cut back to whole packets when a write fails.
 //!
 //! Kernel packets (stream class 0) are staged in their wire form in
 //! `DIR/.kernel-wire/` while recording and expanded into `DIR/kernel/` by
@@ -16,9 +25,8 @@
 //! relay's pages (stream class 2), which an [`FtraceExpand`] decodes into
 //! more streams of the kernel trace ([`crate::ftrace`]).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::io;
 
 use thiserror::Error;
 
@@ -29,12 +37,16 @@ use ivtrace_region::reader::PacketSink;
 
 use crate::ftrace::{FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats};
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
-use crate::sidecar::{Sidecar, SIDECAR_NAME};
+use crate::outdir::OutDir;
+use crate::sidecar::{Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME, STATE_RECORDING};
+use crate::streams::{Limits, StreamFiles, StreamStats};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
 use ivtrace_time::ClockMapping;
 
-/// Buffer per stream file; packets larger than this bypass it.
-const STREAM_BUFFER: usize = 1 << 20;
+/// Space set aside at the start of a recording and given back when a
+/// write fails, so that the final metadata and sidecar still fit on a
+/// full disk.
+const RESERVE_NAME: &str = ".ivtrace.reserve";
 
 #[derive(Debug, Error)]
 pub enum CtfError {
@@ -44,6 +56,27 @@ pub enum CtfError {
     Write { path: String, source: io::Error },
     #[error("cannot serialize the sidecar: {0}")]
     Json(#[from] serde_json::Error),
+}
+
+impl CtfError {
+    /// The I/O error underneath, if any.
+    pub fn io(&self) -> Option<&io::Error> {
+        match self {
+            CtfError::Create { source, .. } | CtfError::Write { source, .. } => Some(source),
+            CtfError::Json(_) => None,
+        }
+    }
+
+    /// Whether the file system is full (ENOSPC, EDQUOT, EFBIG).
+    pub fn is_disk_full(&self) -> bool {
+        self.io()
+            .and_then(io::Error::raw_os_error)
+            .is_some_and(|e| {
+                e == nix::errno::Errno::ENOSPC as i32
+                    || e == nix::errno::Errno::EDQUOT as i32
+                    || e == nix::errno::Errno::EFBIG as i32
+            })
+    }
 }
 
 /// Directory name of a stream class (host constant, never guest text):
@@ -70,7 +103,7 @@ pub const NO_CHANNEL_FILE: &str = "user_no_channel";
 
 /// Stream file of index `chan` of a region with `nr_channels` channels:
 /// a channel's, or the no-channel stream's.
-fn channel_file_name(stream: u32, chan: u32, nr_channels: u32) -> String {
+pub fn channel_file_name(stream: u32, chan: u32, nr_channels: u32) -> String {
     if chan == nr_channels {
         NO_CHANNEL_FILE.to_string()
     } else {
@@ -78,18 +111,29 @@ fn channel_file_name(stream: u32, chan: u32, nr_channels: u32) -> String {
     }
 }
 
-struct StreamFile {
-    /// Where the file ends up, relative to the root.
-    rel: String,
-    /// Where it is written while recording (kernel: the staging directory).
-    path: PathBuf,
-    stream: u32,
-    out: BufWriter<File>,
+pub(crate) fn create_err(path: impl std::fmt::Display) -> impl FnOnce(io::Error) -> CtfError {
+    let path = path.to_string();
+    move |source| CtfError::Create { path, source }
+}
+
+pub(crate) fn write_err(path: impl std::fmt::Display) -> impl FnOnce(io::Error) -> CtfError {
+    let path = path.to_string();
+    move |source| CtfError::Write { path, source }
+}
+
+/// What the front end says about the recording in the sidecar written
+/// while it runs.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    /// `record`, `serve`, `snapshot`.
+    pub mode: String,
+    /// The region's description (the sidecar's `region`).
+    pub region: BTreeMap<String, serde_json::Value>,
 }
 
 /// Writes one recording's CTF traces.
 pub struct CtfWriter {
-    root: PathBuf,
+    root: OutDir,
     uuid: String,
     /// The kernel trace's own UUID (babeltrace2 merges same-UUID traces
     /// found under one directory, which fails for two stream classes).
@@ -97,88 +141,73 @@ pub struct CtfWriter {
     clock_uuid: String,
     clock: ClockMapping,
     env: TraceEnv,
+    /// Where each stream class's files go while recording (kernel: the
+    /// staging directory), once created.
+    dirs: [Option<OutDir>; 2],
     /// Generation of event classes each stream class's metadata was
     /// written for (None: directory not created yet).
     metadata_generation: [Option<u64>; 2],
-    files: Vec<Option<StreamFile>>,
+    /// Stream class of each channel that has a file.
+    stream_of: Vec<Option<u32>>,
+    files: StreamFiles,
     /// The kernel stream once expanded (then `DIR/kernel/` exists).
     kernel: Option<Expanded>,
+    progress: Option<Progress>,
+    reserve: bool,
     /// The guest's thread name table, if the front end read one.
     name_table: Option<NameTable>,
+    /// Channels of the region (index `nr_channels`: the no-channel stream).
+    nr_channels: u32,
+    /// The staging directory (kernel and ftrace wire packets), once made.
+    staging: Option<OutDir>,
     /// Decodes the ftrace relay's pages at the end (installed by the engine).
     ftrace: Option<Box<dyn FtraceExpand>>,
     /// The ftrace stream once expanded.
     ftrace_out: Option<FtraceOutput>,
 }
 
-pub(crate) fn create_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
-    move |source| CtfError::Create {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-pub(crate) fn write_err(path: &Path) -> impl FnOnce(io::Error) -> CtfError + '_ {
-    move |source| CtfError::Write {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-/// Creates `dir` unless it exists already.
-fn create_dir_once(dir: &Path) -> Result<(), CtfError> {
-    match fs::create_dir(dir) {
-        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(create_err(dir)(e)),
-        _ => Ok(()),
-    }
-}
-
-/// Replaces `dir/name` with `bytes` through a hidden temporary file.
-pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), CtfError> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let dst = dir.join(name);
-    match fs::remove_file(&tmp) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(create_err(&tmp)(e)),
-        _ => {}
-    }
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(create_err(&tmp))?;
-    f.write_all(bytes).map_err(write_err(&tmp))?;
-    f.sync_data().map_err(write_err(&tmp))?;
-    fs::rename(&tmp, &dst).map_err(write_err(&dst))
+/// The user trace's, the kernel trace's and the clock's uuids.
+pub(crate) fn trace_uuid_strings(uuid: [u8; 16]) -> (String, String, String) {
+    let mut clock_uuid = uuid;
+    clock_uuid[0] ^= 0xc1;
+    clock_uuid[15] ^= 0x0c;
+    let mut kernel_uuid = uuid;
+    kernel_uuid[1] ^= 0x4b;
+    kernel_uuid[14] ^= 0xb4;
+    let f = ivtrace_region::region::format_uuid;
+    (f(&uuid), f(&kernel_uuid), f(&clock_uuid))
 }
 
 impl CtfWriter {
-    /// A writer into `root`, which must exist. `uuid` names the trace (the
-    /// region's uuid).
+    /// A writer into `root`. `uuid` names the trace (the region's uuid).
     pub fn new(
-        root: &Path,
+        root: OutDir,
         uuid: [u8; 16],
         clock: ClockMapping,
         env: TraceEnv,
         nr_channels: u32,
+        limits: Limits,
     ) -> CtfWriter {
-        let mut clock_uuid = uuid;
-        clock_uuid[0] ^= 0xc1;
-        clock_uuid[15] ^= 0x0c;
-        let mut kernel_uuid = uuid;
-        kernel_uuid[1] ^= 0x4b;
-        kernel_uuid[14] ^= 0xb4;
+        let (uuid, kernel_uuid, clock_uuid) = trace_uuid_strings(uuid);
+        let reserve = make_reserve(&root, limits.reserve_bytes);
         CtfWriter {
-            root: root.to_path_buf(),
-            uuid: ivtrace_region::region::format_uuid(&uuid),
-            kernel_uuid: ivtrace_region::region::format_uuid(&kernel_uuid),
-            clock_uuid: ivtrace_region::region::format_uuid(&clock_uuid),
+            root,
+            uuid,
+            kernel_uuid,
+            clock_uuid,
             clock,
             env,
+            dirs: [None, None],
             metadata_generation: [None, None],
             // One more than the channels: the no-channel stream.
-            files: (0..=nr_channels).map(|_| None).collect(),
+            stream_of: vec![None; nr_channels as usize + 1],
+            files: StreamFiles::new(limits, nr_channels + 1),
             kernel: None,
+            progress: None,
+            reserve,
             name_table: None,
+            nr_channels,
+            staging: None,
             ftrace: None,
             ftrace_out: None,
         }
@@ -194,24 +223,31 @@ impl CtfWriter {
         self.ftrace_out.as_ref().map(|f| &f.stats)
     }
 
-    /// Is this stream class still staged (not yet expanded)?
-    fn staged(&self, stream: u32) -> bool {
-        (stream == abi::IVT_STREAM_KERNEL && self.kernel.is_none())
-            || (stream == abi::IVT_STREAM_FTRACE && self.ftrace_out.is_none())
-    }
-
-    /// Does the staging directory still hold files of this stream class?
-    fn still_staged(&self, stream: u32) -> bool {
-        self.staged(stream) && self.files.iter().flatten().any(|f| f.stream == stream)
-    }
-
-    /// Directory a stream class's files are written to while recording.
-    fn write_dir(&self, stream: u32) -> PathBuf {
-        if self.staged(stream) {
-            self.root.join(STAGING_DIR)
-        } else {
-            self.root.join(stream_dir(stream))
+    /// The staging directory, made on first use (the kernel stream's
+    /// metadata or the first ftrace page, whichever comes first).
+    fn staging_dir(&mut self) -> Result<OutDir, CtfError> {
+        if let Some(d) = &self.staging {
+            return Ok(d.clone());
         }
+        let d = match self.root.kind(STAGING_DIR) {
+            // Adopted by --resume: the directory is ours already.
+            Ok(Some(_)) => self.root.open_dir(STAGING_DIR),
+            _ => self.root.create_dir(STAGING_DIR),
+        }
+        .map_err(create_err(self.root.join(STAGING_DIR).display()))?;
+        self.staging = Some(d.clone());
+        Ok(d)
+    }
+
+    /// Does the staging directory still hold ftrace pages to decode?
+    fn ftrace_staged(&self) -> bool {
+        self.ftrace_out.is_none() && self.stream_of.contains(&Some(abi::IVT_STREAM_FTRACE))
+    }
+
+    /// Writes the sidecar in its `recording` state whenever the metadata
+    /// changes (see the module documentation).
+    pub fn set_progress(&mut self, progress: Progress) {
+        self.progress = Some(progress);
     }
 
     /// The event classes a stream class's output declares: the expanded
@@ -233,8 +269,29 @@ impl CtfWriter {
         self.kernel.as_ref().map(|k| &k.stats)
     }
 
-    pub fn root(&self) -> &Path {
+    pub fn root(&self) -> &OutDir {
         &self.root
+    }
+
+    /// Whether stream class `stream` has a trace directory.
+    pub fn has_stream(&self, stream: u32) -> bool {
+        match stream {
+            abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
+            _ => self.metadata_generation[stream.min(1) as usize].is_some(),
+        }
+    }
+
+    /// What the stream files cost (descriptors, buffers, the size limit).
+    pub fn stream_stats(&self) -> &StreamStats {
+        self.files.stats()
+    }
+
+    pub fn clock(&self) -> &ClockMapping {
+        &self.clock
+    }
+
+    pub fn env(&self) -> &TraceEnv {
+        &self.env
     }
 
     /// The UUID of the guest traces' clock: another trace on the guest's
@@ -296,65 +353,99 @@ impl CtfWriter {
         } else {
             "metadata"
         };
-        write_atomically(&self.write_dir(stream), name, text.as_bytes())?;
+        let dir = self.dirs[stream as usize].as_ref().expect("created");
+        dir.write_atomically(name, text.as_bytes())
+            .map_err(write_err(dir.join(name).display()))?;
         self.metadata_generation[stream as usize] = Some(classes.generation());
         Ok(())
     }
 
+    /// The trace's sidecar before the recording is finalized: what
+    /// `ivtrace recover` needs (layouts, clock, env) and the state.
+    fn progress_sidecar(&self, classes: &EventClasses) -> Option<Sidecar> {
+        let p = self.progress.as_ref()?;
+        let streams = (0..abi::IVT_STREAM_CLASSES)
+            .filter(|&s| self.has_stream(s))
+            .map(|s| StreamLayout::from_classes(s, stream_dir(s), self.output_classes(s, classes)))
+            .collect();
+        Some(Sidecar {
+            format: SIDECAR_FORMAT.into(),
+            tracer_version: env!("CARGO_PKG_VERSION").into(),
+            mode: p.mode.clone(),
+            state: STATE_RECORDING.into(),
+            trace_uuid: self.uuid.clone(),
+            region: p.region.clone(),
+            clock: self.clock.clone(),
+            env: Some(crate::sidecar::EnvRecord::from(&self.env)),
+            streams,
+            stop_reason: "recording: not finalized yet (if the recorder died, `ivtrace recover \
+                          DIR` makes the trace whole)"
+                .into(),
+            ..Sidecar::default()
+        })
+    }
+
     /// Creates the stream class directory on first use and keeps its
-    /// metadata in step with the event classes.
+    /// metadata (and the sidecar in progress) in step with the classes.
     fn ensure_metadata(&mut self, stream: u32, classes: &EventClasses) -> Result<(), CtfError> {
         let slot = stream.min(1) as usize;
         match self.metadata_generation[slot] {
-            Some(g) if g == classes.generation() => Ok(()),
-            Some(_) => self.write_stream_metadata(stream, classes),
+            Some(g) if g == classes.generation() => return Ok(()),
+            Some(_) => {}
             None => {
-                // The staging directory may exist already (ftrace pages).
-                create_dir_once(&self.write_dir(stream))?;
-                self.write_stream_metadata(stream, classes)
+                let dir = match stream == abi::IVT_STREAM_KERNEL {
+                    // Shared with the ftrace pages, which may have made it.
+                    true => self.staging_dir()?,
+                    false => {
+                        let name = stream_dir(stream);
+                        self.root
+                            .create_dir(name)
+                            .map_err(create_err(self.root.join(name).display()))?
+                    }
+                };
+                self.dirs[slot] = Some(dir);
             }
         }
-    }
-
-    fn stream_file(&mut self, chan: u32, stream: u32) -> Result<(), CtfError> {
-        if self.files[chan as usize].is_none() {
-            let nr_channels = self.files.len() as u32 - 1;
-            let name = channel_file_name(stream, chan, nr_channels);
-            let rel = format!("{}/{name}", stream_dir(stream));
-            let path = self.write_dir(stream).join(&name);
-            let f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .map_err(create_err(&path))?;
-            self.files[chan as usize] = Some(StreamFile {
-                rel,
-                path,
-                stream,
-                out: BufWriter::with_capacity(STREAM_BUFFER, f),
-            });
+        self.write_stream_metadata(stream, classes)?;
+        match self.progress_sidecar(classes) {
+            Some(s) => self.write_sidecar(&s),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Relative path of channel `chan`'s stream file, if it was created.
-    pub fn file_of(&self, chan: u32) -> Option<&str> {
-        self.files
-            .get(chan as usize)?
-            .as_ref()
-            .map(|f| f.rel.as_str())
+    pub fn file_of(&self, chan: u32) -> Option<String> {
+        let stream = (*self.stream_of.get(chan as usize)?)?;
+        Some(format!(
+            "{}/{}",
+            stream_dir(stream),
+            channel_file_name(stream, chan, self.nr_channels)
+        ))
     }
 
-    /// Flushes every stream file's buffer, so a reader of the files sees
-    /// every packet handed over so far (`ivtrace serve` going idle).
-    pub fn flush_streams(&mut self) -> Result<(), CtfError> {
-        for f in self.files.iter_mut().flatten() {
-            f.out.flush().map_err(|source| CtfError::Write {
-                path: f.rel.clone(),
-                source,
-            })?;
+    /// Writes every packet handed over so far (write(2) returned): the
+    /// engine then hands their sub-buffers back to the writer.
+    pub fn commit(&mut self) -> Result<(), CtfError> {
+        self.files
+            .commit()
+            .map_err(write_err(self.root.path().display()))
+    }
+
+    /// Undoes every packet handed over since the last commit: each stream
+    /// file is cut back to whole committed packets. The space set aside
+    /// for the final metadata and sidecar is given back (a write failed:
+    /// most likely the disk is full).
+    pub fn rollback(&mut self) -> Result<(), CtfError> {
+        self.release_reserve();
+        self.files
+            .rollback()
+            .map_err(write_err(self.root.path().display()))
+    }
+
+    fn release_reserve(&mut self) {
+        if std::mem::take(&mut self.reserve) {
+            let _ = self.root.remove_file(RESERVE_NAME);
         }
-        Ok(())
     }
 
     /// Gives the expansion the guest's thread name table
@@ -365,54 +456,35 @@ impl CtfWriter {
         self.name_table = Some(table);
     }
 
-    /// Flushes every stream file, expands the staged kernel stream and
-    /// the ftrace stream into `DIR/kernel/` and rewrites the metadata.
+    /// Commits and closes every stream file, expands the staged kernel
+    /// stream and the ftrace stream into `DIR/kernel/` and rewrites the
+    /// metadata.
     pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
-        for f in self.files.iter_mut().flatten() {
-            f.out.flush().map_err(write_err(&f.path))?;
-        }
+        self.files
+            .close_all()
+            .map_err(write_err(self.root.path().display()))?;
+        self.release_reserve();
         self.expand_kernel(classes)?;
         self.expand_ftrace(classes)?;
-        if !self.still_staged(abi::IVT_STREAM_KERNEL) && !self.still_staged(abi::IVT_STREAM_FTRACE)
-        {
-            kernel::remove_staging(&self.root.join(STAGING_DIR));
+        if self.staging.is_some() && !self.ftrace_staged() {
+            kernel::remove_staging(&self.root);
         }
         self.write_metadata(classes)
-    }
-
-    /// The staged files of stream class `stream`: (channel, staged path,
-    /// final path).
-    fn staged_files(&self, stream: u32) -> Vec<(u32, PathBuf, PathBuf)> {
-        self.files
-            .iter()
-            .enumerate()
-            .filter_map(|(c, f)| {
-                let f = f.as_ref().filter(|f| f.stream == stream)?;
-                Some((c as u32, f.path.clone(), self.root.join(&f.rel)))
-            })
-            .collect()
-    }
-
-    /// The files of `stream` are where [`CtfWriter::finish`] put them.
-    fn mark_expanded(&mut self, stream: u32) {
-        for f in self.files.iter_mut().flatten() {
-            if f.stream == stream {
-                f.path = self.root.join(&f.rel);
-            }
-        }
     }
 
     /// Decodes the staged ftrace pages into `DIR/kernel/ftrace_chanN`,
     /// once; without an expander they stay staged (with a warning).
     fn expand_ftrace(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
-        let staged: Vec<FtraceStaged> = self
-            .staged_files(abi::IVT_STREAM_FTRACE)
-            .into_iter()
-            .map(|(chan, wire, out)| FtraceStaged { chan, wire, out })
-            .collect();
-        if self.ftrace_out.is_some() || staged.is_empty() {
+        if !self.ftrace_staged() {
             return Ok(());
         }
+        let staged: Vec<FtraceStaged> = (0..self.stream_of.len() as u32)
+            .filter(|&c| self.stream_of[c as usize] == Some(abi::IVT_STREAM_FTRACE))
+            .map(|chan| FtraceStaged {
+                chan,
+                name: stream_file_name(abi::IVT_STREAM_FTRACE, chan),
+            })
+            .collect();
         let Some(expander) = self.ftrace.as_mut() else {
             eprintln!(
                 "ivtrace: warning: no ftrace decoder: the relay's pages stay in {}",
@@ -420,16 +492,27 @@ impl CtfWriter {
             );
             return Ok(());
         };
-        let out_dir = self.root.join(stream_dir(abi::IVT_STREAM_KERNEL));
-        create_dir_once(&out_dir)?;
+        let slot = abi::IVT_STREAM_KERNEL as usize;
+        let out_dir = match (&self.kernel, &self.dirs[slot]) {
+            (Some(_), Some(d)) => d.clone(),
+            _ => {
+                let name = stream_dir(abi::IVT_STREAM_KERNEL);
+                self.root
+                    .create_dir(name)
+                    .map_err(create_err(self.root.join(name).display()))?
+            }
+        };
         let input = FtraceInput {
             wire: classes.stream(abi::IVT_STREAM_FTRACE),
             formats: &classes.ftrace,
             files: &staged,
+            staging: self.staging.as_ref().expect("ftrace pages were staged"),
+            out: &out_dir,
         };
-        let out = expander.expand(&input).map_err(write_err(&out_dir))?;
+        let out = expander
+            .expand(&input)
+            .map_err(write_err(out_dir.path().display()))?;
         self.ftrace_out = Some(out);
-        self.mark_expanded(abi::IVT_STREAM_FTRACE);
         if self.kernel.is_none() {
             // No native kernel packet: the kernel trace holds the ftrace
             // streams alone (stream class 0 declared, without events).
@@ -437,9 +520,25 @@ impl CtfWriter {
                 classes: StreamClasses::default(),
                 stats: KernelExpansion::default(),
             });
+            self.dirs[slot] = Some(out_dir);
         }
-        self.metadata_generation[abi::IVT_STREAM_KERNEL as usize] = Some(classes.generation());
+        self.metadata_generation[slot] = Some(classes.generation());
         Ok(())
+    }
+
+    /// The recording stopped on a failed write: closes the stream files
+    /// (each holds whole packets), gives the reserve back and rewrites the
+    /// metadata with the final clock; the kernel stream stays staged
+    /// (expanding it needs as much room again). Best effort past the
+    /// first error: the sidecar that follows must still say why.
+    pub fn finish_incomplete(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+        self.release_reserve();
+        let closed = self
+            .files
+            .close_all()
+            .map_err(write_err(self.root.path().display()));
+        let metadata = self.write_metadata(classes);
+        closed.and(metadata)
     }
 
     /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
@@ -450,31 +549,112 @@ impl CtfWriter {
         }
         // The wire metadata stays next to the staged packets until the end.
         self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)?;
-        let out_dir = self.root.join(stream_dir(abi::IVT_STREAM_KERNEL));
-        create_dir_once(&out_dir)?;
         let staged: Vec<Staged> = self
-            .staged_files(abi::IVT_STREAM_KERNEL)
-            .into_iter()
-            .map(|(chan, wire, out)| Staged { chan, wire, out })
+            .stream_of
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| **s == Some(abi::IVT_STREAM_KERNEL))
+            .map(|(c, _)| Staged::channel(c as u32))
             .collect();
-        let wire = classes.stream(abi::IVT_STREAM_KERNEL);
-        let expanded =
-            kernel::expand(wire, &staged, self.name_table.as_ref()).map_err(write_err(&out_dir))?;
-        self.kernel = Some(expanded);
-        self.mark_expanded(abi::IVT_STREAM_KERNEL);
+        let staging = self.dirs[slot].clone().expect("created with the metadata");
+        let expanded = kernel::expand_dir(
+            &self.root,
+            &staging,
+            classes.stream(abi::IVT_STREAM_KERNEL),
+            &staged,
+            self.name_table.as_ref(),
+        )?;
+        self.dirs[slot] = Some(expanded.1);
+        self.kernel = Some(expanded.0);
         self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)
     }
 
     /// Writes the sidecar (atomically).
     pub fn write_sidecar(&self, sidecar: &Sidecar) -> Result<(), CtfError> {
-        let mut text = serde_json::to_vec_pretty(sidecar)?;
-        text.push(b'\n');
-        write_atomically(&self.root, SIDECAR_NAME, &text)
+        write_json(&self.root, sidecar)
     }
+
+    /// Adopts the stream files of an interrupted recording of the same
+    /// region (`ivtrace record --resume`): `files` lists (channel, stream
+    /// class, length of its whole packets); the directories exist.
+    pub fn adopt(
+        &mut self,
+        files: &[(u32, u32, u64)],
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        for s in 0..2u32 {
+            let name = if s == abi::IVT_STREAM_KERNEL {
+                STAGING_DIR
+            } else {
+                stream_dir(s)
+            };
+            if self.root.kind(name).ok().flatten().is_some() {
+                let dir = match s == abi::IVT_STREAM_KERNEL {
+                    true => self.staging_dir()?,
+                    false => self
+                        .root
+                        .open_dir(name)
+                        .map_err(create_err(self.root.join(name).display()))?,
+                };
+                self.dirs[s as usize] = Some(dir);
+                self.write_stream_metadata(s, classes)?;
+            }
+        }
+        for &(chan, stream, len) in files {
+            let dir = match stream == abi::IVT_STREAM_FTRACE {
+                true => self.staging_dir()?,
+                false => self.dirs[stream.min(1) as usize]
+                    .clone()
+                    .expect("adopted directory"),
+            };
+            self.files.adopt(
+                chan,
+                &dir,
+                &channel_file_name(stream, chan, self.nr_channels),
+                len,
+            );
+            self.stream_of[chan as usize] = Some(stream);
+        }
+        Ok(())
+    }
+}
+
+/// Writes `sidecar` as `dir/ivtrace.json`, atomically.
+pub fn write_json(dir: &OutDir, sidecar: &Sidecar) -> Result<(), CtfError> {
+    let mut text = serde_json::to_vec_pretty(sidecar)?;
+    text.push(b'\n');
+    dir.write_atomically(SIDECAR_NAME, &text)
+        .map_err(write_err(dir.join(SIDECAR_NAME).display()))
+}
+
+/// Sets space aside for the end of the recording (best effort: a file
+/// system without fallocate just has no reserve).
+fn make_reserve(root: &OutDir, bytes: u64) -> bool {
+    if bytes == 0 {
+        return false;
+    }
+    let Ok(f) = root.create_file(RESERVE_NAME) else {
+        return false;
+    };
+    use std::os::fd::AsRawFd;
+    let len = bytes.min(i64::MAX as u64) as i64;
+    if nix::fcntl::posix_fallocate(f.as_raw_fd(), 0, len).is_err() {
+        let _ = root.remove_file(RESERVE_NAME);
+        return false;
+    }
+    true
 }
 
 impl PacketSink for CtfWriter {
     type Error = CtfError;
+
+    fn accepts(&mut self, _chan: u32, len: usize) -> bool {
+        self.files.accepts(len)
+    }
+
+    fn commit(&mut self) -> Result<(), CtfError> {
+        CtfWriter::commit(self)
+    }
 
     fn packet(
         &mut self,
@@ -483,24 +663,39 @@ impl PacketSink for CtfWriter {
         bytes: &[u8],
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        if (stream == abi::IVT_STREAM_KERNEL || stream == abi::IVT_STREAM_FTRACE)
-            && !self.staged(stream)
-        {
+        let expanded = match stream {
+            abi::IVT_STREAM_KERNEL => self.kernel.is_some(),
+            abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
+            _ => false,
+        };
+        if expanded {
             return Err(CtfError::Write {
                 path: self.root.join(STAGING_DIR).display().to_string(),
                 source: io::Error::other("kernel packet after the kernel stream was expanded"),
             });
         }
-        if stream == abi::IVT_STREAM_FTRACE {
+        let dir = match stream == abi::IVT_STREAM_FTRACE {
             // Staged without metadata: decoded at the end.
-            create_dir_once(&self.write_dir(stream))?;
-        } else {
-            self.ensure_metadata(stream, classes)?;
+            true => self.staging_dir()?,
+            false => {
+                self.ensure_metadata(stream, classes)?;
+                self.dirs[stream.min(1) as usize].clone().expect("created")
+            }
+        };
+        let name = channel_file_name(stream, chan, self.nr_channels);
+        let path = || {
+            self.root
+                .join(stream_dir(stream))
+                .join(&name)
+                .display()
+                .to_string()
+        };
+        if !self.files.has(chan) {
+            self.files
+                .create(chan, &dir, &name)
+                .map_err(create_err(path()))?;
+            self.stream_of[chan as usize] = Some(stream);
         }
-        self.stream_file(chan, stream)?;
-        let f = self.files[chan as usize]
-            .as_mut()
-            .expect("created by stream_file");
-        f.out.write_all(bytes).map_err(write_err(&f.path))
+        self.files.write(chan, bytes).map_err(write_err(path()))
     }
 }

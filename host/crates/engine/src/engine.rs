@@ -2,7 +2,10 @@
 //!
 //! ```text
 //! loop:
-//!   drain every channel once (output gets the packets), beat the heartbeat
+//!   drain every channel once (output gets the packets), commit them (the
+//!   output writes them), then hand their sub-buffers back; beat the heartbeat
+//!   output failed (a full disk)?      -> undo the uncommitted packets, stop
+//!   region shrank under us?                                    -> stop
 //!   stop requested (signal, deadline, server stopping)?        -> stop
 //!   writer closed the region?                 -> one more pass, stop
 //!   every 100 ms: region withdrawn?                            -> stop
@@ -54,8 +57,20 @@ pub enum StopReason {
     Disconnected,
     /// The peer violated the protocol and was disconnected.
     Misbehaved,
+    /// The guest migrated to another host, whose recorder continues the
+    /// trace: the last pass takes complete packets only and the reader's
+    /// [`Reader::handoff`] says where the next part starts
+    /// (docs/migration.md).
+    Handoff,
     /// The region was withdrawn for reformatting (its magic is gone).
     Withdrawn,
+    /// The region's file shrank under the reader (truncated by another
+    /// process): what it still held was recorded.
+    Shrunk,
+    /// The output could not be written (a full disk): every packet it did
+    /// not take is still in the region ([`Recorded::output_error`] says
+    /// why).
+    OutputFailed,
 }
 
 impl StopReason {
@@ -71,8 +86,12 @@ impl StopReason {
 /// Where the packets go: the CTF directory writer today, a relay
 /// connection later. Packets arrive through [`PacketSink`].
 pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
-    /// The recording is idle: make what was handed over visible (flush
-    /// files, log deliveries). Nothing by default.
+    /// Undoes every packet handed over since the last commit (a write
+    /// failed): the output keeps whole committed packets only.
+    fn rollback(&mut self) -> Result<()>;
+
+    /// The recording is idle: make what was handed over visible (log
+    /// deliveries). Nothing by default.
     fn idle(&mut self) -> Result<()> {
         Ok(())
     }
@@ -86,9 +105,23 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
     /// The recording is over: the final clock and env, the metadata.
     fn finish(&mut self, clock: &ClockMapping, env: TraceEnv, classes: &EventClasses)
         -> Result<()>;
+
+    /// The recording stopped because the output failed: make what it holds
+    /// readable without writing more than needed (no kernel expansion:
+    /// `ivtrace recover` or `record --resume` do it once there is room).
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()>;
 }
 
 impl Output for CtfWriter {
+    fn rollback(&mut self) -> Result<()> {
+        Ok(CtfWriter::rollback(self)?)
+    }
+
     fn thread_names(&mut self, table: NameTable) {
         self.set_thread_name_table(table);
     }
@@ -102,6 +135,18 @@ impl Output for CtfWriter {
         self.set_clock(clock.clone());
         self.set_env(env);
         CtfWriter::finish(self, classes)?;
+        Ok(())
+    }
+
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()> {
+        self.set_clock(clock.clone());
+        self.set_env(env);
+        CtfWriter::finish_incomplete(self, classes)?;
         Ok(())
     }
 }
@@ -163,6 +208,10 @@ pub struct Recorded<O> {
     /// Bytes handed to the output by the loop's passes.
     pub bytes: u64,
     pub handshake: HandshakeStats,
+    /// Why the output failed ([`StopReason::OutputFailed`]), or a failure
+    /// while finalizing (the kernel expansion on a full disk): the trace
+    /// holds whole packets up to it.
+    pub output_error: Option<String>,
 }
 
 /// One recording: a reader, an output and the front end's parts.
@@ -176,6 +225,7 @@ pub struct Engine<'a, O: Output> {
     heartbeat: u64,
     bytes: u64,
     handshake: HandshakeStats,
+    output_error: Option<String>,
 }
 
 /// What the checks after a pass decided.
@@ -204,14 +254,34 @@ impl<'a, O: Output> Engine<'a, O> {
             heartbeat: 0,
             bytes: 0,
             handshake: HandshakeStats::default(),
+            output_error: None,
         }
     }
 
     /// Drains until something ends the recording, then flushes what was
     /// committed and takes the final clock mapping.
     pub fn run(mut self) -> Result<Recorded<O>> {
-        let reason = self.drain_until_stopped()?;
+        let reason = match self.drain_until_stopped() {
+            Ok(reason) => reason,
+            Err(e) => self.output_failed(e)?,
+        };
         self.finalize(reason)
+    }
+
+    /// A pass or a commit failed: undo what the output did not take (it
+    /// stays in the region), remember why, stop.
+    fn output_failed(&mut self, e: anyhow::Error) -> Result<StopReason> {
+        if !is_output_error(&e) {
+            return Err(e);
+        }
+        self.reader.rollback_unwritten();
+        let undo = self.output.rollback();
+        let mut why = format!("{e:#}");
+        if let Err(u) = undo {
+            why = format!("{why}; then {u:#}");
+        }
+        self.output_error = Some(why);
+        Ok(StopReason::OutputFailed)
     }
 
     fn drain_until_stopped(&mut self) -> Result<StopReason> {
@@ -219,6 +289,9 @@ impl<'a, O: Output> Engine<'a, O> {
         let mut last_slow = Instant::now();
         loop {
             let pass = self.pass()?;
+            if self.reader.region().shrunk() {
+                return Ok(StopReason::Shrunk);
+            }
             self.heartbeat += 1;
             self.reader.region().protocol().heartbeat(self.heartbeat);
             if let Some(reason) = ending {
@@ -243,9 +316,17 @@ impl<'a, O: Output> Engine<'a, O> {
         }
     }
 
-    /// One drain pass over every channel.
+    /// One drain pass over every channel; what it found is committed
+    /// (written), then handed back to the writer.
     fn pass(&mut self) -> Result<Pass> {
-        let pass = self.reader.drain_available(&mut self.output)?;
+        let pass = self
+            .reader
+            .drain_available(&mut self.output)
+            .map_err(OutputError::wrap)?;
+        if pass.packets > 0 {
+            self.output.commit().map_err(OutputError::wrap)?;
+            self.reader.commit_written();
+        }
         self.bytes += pass.bytes;
         Ok(pass)
     }
@@ -297,7 +378,11 @@ impl<'a, O: Output> Engine<'a, O> {
         if doorbell {
             self.handshake.sleep_attempts += 1;
             self.reader.region().protocol().announce_sleep();
-            if self.pass()?.packets > 0 {
+            let recheck = self.pass();
+            if recheck.is_err() {
+                self.reader.region().protocol().awake();
+            }
+            if recheck?.packets > 0 {
                 self.handshake.recheck_hits += 1;
                 self.reader.region().protocol().awake();
                 return Ok(None);
@@ -312,13 +397,49 @@ impl<'a, O: Output> Engine<'a, O> {
         Ok(woken.ending)
     }
 
-    fn finalize(mut self, reason: StopReason) -> Result<Recorded<O>> {
-        self.reader.flush_partial(&mut self.output)?;
-        self.reader.finish(&mut self.output)?;
+    /// The committed prefixes of open packets and the final losses, each
+    /// committed; on a failed output only the accounting (nothing more is
+    /// written).
+    fn flush_final(&mut self, reason: StopReason) -> Result<()> {
+        if reason == StopReason::OutputFailed {
+            self.reader.account_final();
+            return Ok(());
+        }
+        let last_pass = match reason {
+            // The open packets go on filling on the next host.
+            StopReason::Handoff => self.reader.drain_for_handoff(&mut self.output),
+            _ => self.reader.flush_partial(&mut self.output),
+        };
+        let flushed = last_pass
+            .map_err(OutputError::wrap)
+            .and_then(|_| self.output.commit().map_err(OutputError::wrap))
+            .and_then(|()| {
+                self.reader
+                    .finish(&mut self.output)
+                    .map_err(OutputError::wrap)
+            })
+            .and_then(|()| self.output.commit().map_err(OutputError::wrap));
+        match flushed {
+            Ok(()) => {
+                self.reader.commit_written();
+                self.output.idle()
+            }
+            Err(e) => {
+                self.output_failed(e)?;
+                self.reader.account_final();
+                Ok(())
+            }
+        }
+    }
+
+    fn finalize(mut self, mut reason: StopReason) -> Result<Recorded<O>> {
+        self.flush_final(reason)?;
+        if self.output_error.is_some() {
+            reason = StopReason::OutputFailed;
+        }
         if let Some(table) = read_thread_names(self.reader.region()) {
             self.output.thread_names(table);
         }
-        self.output.idle()?;
         let elapsed = self.started.elapsed();
         let clock = self
             .clock
@@ -331,6 +452,31 @@ impl<'a, O: Output> Engine<'a, O> {
             elapsed,
             bytes: self.bytes,
             handshake: self.handshake,
+            output_error: self.output_error,
         })
     }
+}
+
+/// An error of the output (as opposed to the engine or the front end):
+/// the recording stops and finalizes what was written.
+#[derive(Debug)]
+pub struct OutputError(anyhow::Error);
+
+impl std::fmt::Display for OutputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The output's own message (CtfError names the file and the cause).
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::error::Error for OutputError {}
+
+impl OutputError {
+    fn wrap<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
+        OutputError(anyhow::Error::new(e)).into()
+    }
+}
+
+fn is_output_error(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<OutputError>().is_some()
 }

@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+use ivtrace_ctf::outdir::OutDir;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
@@ -32,7 +34,7 @@ pub struct HostSide {
 
 /// What the VM view needs to know of a finished recording's guest traces.
 pub struct GuestOutput {
-    pub root: PathBuf,
+    pub root: OutDir,
     /// The expanded kernel trace's classes.
     pub kernel_classes: StreamClasses,
     pub clock: ClockMapping,
@@ -44,7 +46,7 @@ impl GuestOutput {
     /// From the guest traces' writer once it finished (kernel expanded).
     pub fn of(writer: &CtfWriter, classes: &EventClasses, clock: &ClockMapping) -> GuestOutput {
         GuestOutput {
-            root: writer.root().to_path_buf(),
+            root: writer.root().clone(),
             kernel_classes: writer
                 .output_classes(abi::IVT_STREAM_KERNEL, classes)
                 .clone(),
@@ -60,7 +62,7 @@ impl HostSide {
     /// with `classes`, which must include those of the host events to be
     /// started (`HostEvents::prepare` adds them).
     pub fn create(
-        out: &Path,
+        out: &OutDir,
         guest: &str,
         env: Vec<(String, EnvValue)>,
         classes: Vec<EventClass>,
@@ -71,8 +73,23 @@ impl HostSide {
             error_ns: ivtrace_time::timebase::base().error_ns,
             env,
         };
-        let dir = out.join("host");
-        let trace = HostTrace::create(&dir, &desc, classes)?;
+        // "host", or "host-2"... when a resumed recording has one already.
+        let mut k = 1;
+        let (trace, dir) = loop {
+            let name = if k == 1 {
+                "host".to_string()
+            } else {
+                format!("host-{k}")
+            };
+            match HostTrace::create(out, &name, &desc, classes.clone()) {
+                Err(CtfError::Create { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists && k < 100 =>
+                {
+                    k += 1
+                }
+                r => break (r?, out.join(&name)),
+            }
+        };
         Ok(HostSide {
             trace: Arc::new(Mutex::new(trace)),
             events: None,

@@ -22,6 +22,8 @@
 
 pub mod engine;
 pub mod host;
+pub mod migration;
+pub mod nested;
 pub mod notify;
 pub mod region_wait;
 pub mod session;

@@ -4,18 +4,20 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use serde_json::json;
 use thiserror::Error;
 
+use ivtrace_ctf::outdir::{OutDir, OutDirError, OutputPolicy};
 use ivtrace_ctf::sidecar::{
-    ChannelSummary, Lost, Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME,
+    ChannelSummary, Clamped, EnvRecord, Lost, Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME,
+    STATE_FINALIZED,
 };
-use ivtrace_ctf::trace::stream_dir;
+use ivtrace_ctf::streams::Limits;
+use ivtrace_ctf::trace::{stream_dir, Progress};
 use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue, TraceEnv};
 use ivtrace_region::meta::MetaStats;
 use ivtrace_region::{abi, Access, Reader, Region};
@@ -27,7 +29,10 @@ const OWNED_ENTRIES: &[&str] = &[
     "host",
     SIDECAR_NAME,
     ".ivtrace.json.tmp",
+    ".ivtrace.reserve",
     ivtrace_ctf::kernel::STAGING_DIR,
+    crate::migration::HANDOFF_NAME,
+    crate::nested::NESTED_DIR,
 ];
 
 /// A problem the user can fix, with a hint how.
@@ -38,27 +43,37 @@ pub struct UserError {
     pub hint: String,
 }
 
-/// Creates `dir` if missing; refuses a non-empty one unless `force`, in
-/// which case only ivtrace's own entries are removed.
-pub fn prepare_output(dir: &Path, force: bool) -> Result<PathBuf> {
-    if !dir.exists() {
-        fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create output directory {}", dir.display()))?;
-        return Ok(dir.to_path_buf());
-    }
-    if !dir.is_dir() {
+/// Opens (creating it if missing) the output root `dir` under `policy`
+/// (never through a link; refused if others may write it, unless
+/// allowed): see ivtrace-ctf's `outdir`.
+pub fn open_root(dir: &Path, policy: &OutputPolicy) -> Result<OutDir> {
+    if dir.exists() && !dir.is_dir() {
         return Err(UserError {
             message: format!("{} exists and is not a directory", dir.display()),
             hint: "pass a directory path to -o".into(),
         }
         .into());
     }
-    let entries: Vec<String> = fs::read_dir(dir)
-        .with_context(|| format!("cannot list {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
-        .collect();
+    OutDir::root(dir, policy).map_err(|e: OutDirError| {
+        let hint = e.hint().to_string();
+        UserError {
+            message: e.to_string(),
+            hint,
+        }
+        .into()
+    })
+}
+
+/// Opens the output directory `dir` (see [`open_root`]); refuses a
+/// non-empty one unless `force`, in which case only ivtrace's own entries
+/// are removed.
+pub fn prepare_output(dir: &Path, force: bool, policy: &OutputPolicy) -> Result<OutDir> {
+    let root = open_root(dir, policy)?;
+    let entries = root
+        .entries()
+        .with_context(|| format!("cannot list {}", dir.display()))?;
     if entries.is_empty() {
-        return Ok(dir.to_path_buf());
+        return Ok(root);
     }
     if !force {
         return Err(UserError {
@@ -73,26 +88,11 @@ pub fn prepare_output(dir: &Path, force: bool) -> Result<PathBuf> {
         }
         .into());
     }
-    remove_owned_entries(dir)?;
-    Ok(dir.to_path_buf())
-}
-
-fn remove_owned_entries(dir: &Path) -> Result<()> {
     for name in OWNED_ENTRIES {
-        let path = dir.join(name);
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", path.display())),
-        };
-        let res = if meta.is_dir() {
-            fs::remove_dir_all(&path)
-        } else {
-            fs::remove_file(&path)
-        };
-        res.with_context(|| format!("cannot remove {}", path.display()))?;
+        root.remove_tree(name)
+            .with_context(|| format!("cannot remove {}", root.join(name).display()))?;
     }
-    Ok(())
+    Ok(root)
 }
 
 /// This host's name (`/proc/sys/kernel/hostname`, else `localhost`), as
@@ -212,29 +212,80 @@ pub fn trace_env_named(region: &Region, out: &Path, clock: &ClockMapping, host: 
 }
 
 /// A fresh writer for `region` into `out` (default `hostname`).
-pub fn ctf_writer(region: &Region, out: &Path, clock: &ClockMapping) -> CtfWriter {
-    ctf_writer_named(region, out, clock, &default_host_name(region))
+pub fn ctf_writer(region: &Region, out: &OutDir, clock: &ClockMapping) -> CtfWriter {
+    ctf_writer_named(
+        region,
+        out,
+        clock,
+        &default_host_name(region),
+        Limits::default(),
+        "record",
+    )
 }
 
-/// A fresh writer for `region` into `out` whose traces name `host`; the
-/// ftrace relay's pages, if any, are decoded with the guest's formats
-/// (ivtrace-tracefs's relay) when it finishes.
+/// A fresh writer for `region` into `out` whose traces name `host`,
+/// within `limits`; `mode` (record, serve) goes into the sidecar it
+/// writes while recording.
 pub fn ctf_writer_named(
     region: &Region,
-    out: &Path,
+    out: &OutDir,
     clock: &ClockMapping,
     host: &str,
+    limits: Limits,
+    mode: &str,
 ) -> CtfWriter {
-    let env = trace_env_named(region, out, clock, host);
+    ctf_writer_part(region, out, clock, host, limits, mode, 0)
+}
+
+/// A fresh writer for part `part` of `region`'s trace (a guest that
+/// migrated: [`crate::migration`]); part 0 is [`ctf_writer_named`].
+pub fn ctf_writer_part(
+    region: &Region,
+    out: &OutDir,
+    clock: &ClockMapping,
+    host: &str,
+    limits: Limits,
+    mode: &str,
+    part: u32,
+) -> CtfWriter {
+    let env = trace_env_named(region, out.path(), clock, host);
     let mut w = CtfWriter::new(
-        out,
-        region.header().uuid,
+        out.clone(),
+        crate::migration::part_uuid(region.header().uuid, part),
         clock.clone(),
         env,
         region.layout().nr_channels,
+        limits,
     );
+    // The ftrace relay's pages, if any, are decoded with the guest's
+    // formats (ivtrace-tracefs's relay) when the writer finishes.
     w.set_ftrace_expander(Box::new(ivtrace_tracefs::relay::RelayExpander));
+    w.set_progress(Progress {
+        mode: mode.into(),
+        region: region_section(region, &out.path().display().to_string()),
+    });
     w
+}
+
+/// The sidecar's `region` section.
+fn region_section(region: &Region, path: &str) -> BTreeMap<String, serde_json::Value> {
+    let h = region.header();
+    let l = h.layout;
+    let v = json!({
+        "path": path,
+        "size": h.region_size,
+        "abi": format!("{}.{}", h.abi_major, h.abi_minor),
+        "features": h.features,
+        "loopback": h.is_loopback(),
+        "default_mode": if h.default_mode == abi::IVT_MODE_OVERWRITE { "overwrite" } else { "discard" },
+        "nr_channels": l.nr_channels,
+        "nr_kernel_channels": l.nr_kernel_channels,
+        "nr_ftrace_channels": l.nr_ftrace_channels,
+        "nr_subbufs": l.nr_subbufs,
+        "subbuf_size": l.subbuf_size,
+        "owner_pid": h.owner_pid,
+    });
+    serde_json::from_value(v).expect("an object")
 }
 
 /// Counters of one channel, as the sidecar stores them.
@@ -253,11 +304,13 @@ fn channel_summary(reader: &Reader, writer: &CtfWriter, c: u32) -> ChannelSummar
         overwritten: s.host_lost.overwritten,
         torn: s.host_lost.torn,
         corrupt: s.host_lost.corrupt.saturating_add(unexpanded),
+        over_limit: s.host_lost.over_limit,
+        unattributed: s.host_lost.earlier_run,
     };
     ChannelSummary {
         channel: c,
         stream_class: reader.region().layout().stream_of(c),
-        file: writer.file_of(c).map(str::to_string),
+        file: writer.file_of(c),
         events: s.events.saturating_sub(unexpanded),
         packets: s.packets,
         partial_packets: s.partial_packets,
@@ -299,38 +352,21 @@ pub fn build_sidecar(
     stop_reason: &str,
 ) -> Sidecar {
     let h = reader.region().header();
-    let l = h.layout;
-    let region = json!({
-        "path": shm.display().to_string(),
-        "size": h.region_size,
-        "abi": format!("{}.{}", h.abi_major, h.abi_minor),
-        "features": h.features,
-        "loopback": h.is_loopback(),
-        "default_mode": if h.default_mode == abi::IVT_MODE_OVERWRITE { "overwrite" } else { "discard" },
-        "nr_channels": l.nr_channels,
-        "nr_kernel_channels": l.nr_kernel_channels,
-        "nr_ftrace_channels": l.nr_ftrace_channels,
-        "nr_subbufs": l.nr_subbufs,
-        "subbuf_size": l.subbuf_size,
-        "owner_pid": h.owner_pid,
-    });
     let streams = (0..abi::IVT_STREAM_CLASSES)
-        .filter(|&s| writer.root().join(stream_dir(s)).is_dir())
-        .filter(|&s| s != abi::IVT_STREAM_FTRACE || writer.ftrace_stats().is_some())
+        .filter(|&s| writer.has_stream(s))
         .map(|s| {
             StreamLayout::from_classes(s, stream_dir(s), writer.output_classes(s, reader.classes()))
         })
         .collect();
     let lost_no_channel = reader.lost_no_channel();
-    let no_channel_stream = writer
-        .file_of(reader.no_channel_stream())
-        .map(str::to_string);
+    let no_channel_stream = writer.file_of(reader.no_channel_stream());
     Sidecar {
         format: SIDECAR_FORMAT.into(),
         tracer_version: env!("CARGO_PKG_VERSION").into(),
         mode: mode.into(),
+        state: STATE_FINALIZED.into(),
         trace_uuid: h.uuid_string(),
-        region: serde_json::from_value(region).expect("an object"),
+        region: region_section(reader.region(), &shm.display().to_string()),
         clock: clock.clone(),
         streams,
         channels: (0..reader.nr_channels())
@@ -346,7 +382,30 @@ pub fn build_sidecar(
         host_lost: None,
         kernel_expansion: writer.kernel_expansion().cloned(),
         ftrace: writer.ftrace_stats().cloned(),
+        env: Some(EnvRecord::from(writer.env())),
+        clamped: clamped(reader),
+        resources: Some(json!({
+            "stream_files": writer.stream_stats(),
+            "read_buffer_bytes": reader.region().layout().subbuf_size as u64 + 8,
+        })),
+        migration: None,
+        nested: None,
     }
+}
+
+/// Channels whose running loss count had to be clamped for CTF readers.
+fn clamped(reader: &Reader) -> Vec<Clamped> {
+    (0..reader.nr_channels())
+        .filter_map(|c| {
+            let value = reader.channel_stats(c).discarded_clamped?;
+            Some(Clamped {
+                channel: c,
+                field: "events_discarded".into(),
+                value,
+                written: ivtrace_region::reader::CTF_DISCARDED_MAX,
+            })
+        })
+        .collect()
 }
 
 /// Events a run saw: recorded plus lost (recorded losses are a result too:
@@ -363,13 +422,21 @@ pub fn events_seen(s: &Sidecar) -> u64 {
 pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
     let region = Region::from_bytes(bytes, Access::ReadWrite)?;
     fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let root = open_root(out, &OutputPolicy::default())?;
     let clock = ivtrace_time::estimator::HeaderReference {
         clock: region.header().clock,
     };
     let clock = ivtrace_time::estimator::ClockEstimator::initial(&clock);
-    let mut writer = ctf_writer(&region, out, &clock);
+    let limits = Limits {
+        reserve_bytes: 0,
+        ..Limits::default()
+    };
+    let host = default_host_name(&region);
+    let mut writer = ctf_writer_named(&region, &root, &clock, &host, limits, "record");
     let mut reader = Reader::new(region);
     reader.drain_available(&mut writer)?;
+    writer.commit()?;
+    reader.commit_written();
     reader.flush_partial(&mut writer)?;
     reader.finish(&mut writer)?;
     writer.finish(reader.classes())?;
@@ -395,9 +462,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("keep.txt"), b"x").unwrap();
         fs::create_dir(dir.path().join("user")).unwrap();
-        let err = prepare_output(dir.path(), false).unwrap_err();
+        let policy = OutputPolicy::default();
+        let err = prepare_output(dir.path(), false, &policy).unwrap_err();
         assert!(err.downcast_ref::<UserError>().is_some());
-        prepare_output(dir.path(), true).unwrap();
+        prepare_output(dir.path(), true, &policy).unwrap();
         assert!(
             dir.path().join("keep.txt").exists(),
             "--force leaves foreign files alone"

@@ -75,6 +75,54 @@ Example:
     /// Send a command to a guest (flush, enable/disable groups, mode, statedump) or list guests.
     #[command(after_help = crate::ctl::CTL_HELP)]
     Ctl(crate::ctl::CtlArgs),
+    /// Make a recording whose recorder died (SIGKILL, crash, full disk) whole and readable.
+    #[command(after_help = "\
+Cuts every stream file back to its last whole packet (babeltrace2 refuses a
+trace with one incomplete packet), expands the kernel stream staged in
+DIR/.kernel-wire/ into DIR/kernel/, and rewrites DIR/ivtrace.json with what
+the files hold (state: recovered, and why). Works on `record` and `serve`
+trace directories. To go on recording the same region into DIR instead, run
+`ivtrace record --resume` with the original --shm and -o.
+
+Example:
+  ivtrace recover /var/tmp/traces/web1")]
+    Recover(RecoverArgs),
+}
+
+/// Who may read a trace and where it may be written (record and serve).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OutputAccessArgs {
+    /// Group of every trace directory (mode 0750) and file (0640) created
+    /// [default: this process's group]. A name or a number.
+    #[arg(long, value_name = "GROUP")]
+    pub group: Option<String>,
+    /// Accept an output root that another user owns or that others may write
+    /// (refused by default: they could swap a trace directory for a link).
+    /// Files are still created only through directories ivtrace holds open.
+    #[arg(long)]
+    pub allow_shared_output: bool,
+}
+
+impl OutputAccessArgs {
+    /// The policy these options give (the group looked up).
+    pub fn policy(&self) -> anyhow::Result<ivtrace_ctf::OutputPolicy> {
+        let group = match &self.group {
+            Some(g) => Some(
+                ivtrace_ctf::outdir::resolve_group(g)
+                    .map_err(|e| anyhow::anyhow!("--group {g}: {e}"))?,
+            ),
+            None => None,
+        };
+        Ok(ivtrace_ctf::OutputPolicy {
+            group,
+            allow_shared: self.allow_shared_output,
+        })
+    }
+}
+
+/// `64M`, `1G`, `65536` (as `--size`).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    crate::serve::parse_size(s)
 }
 
 #[derive(Debug, clap::Args)]
@@ -112,6 +160,47 @@ pub struct RecordArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Go on with the recording in DIR of the same region, whose recorder died
+    /// (killed, crashed, out of disk): its stream files are cut back to whole
+    /// packets, and every packet the region still holds is appended once.
+    #[arg(long, conflicts_with = "force")]
+    pub resume: bool,
+    /// Stop writing once the trace's stream files reach SIZE (e.g. 512M, 2G):
+    /// later packets are dropped and counted as lost (`over_limit`).
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub max_size: Option<u64>,
+    /// Continue a migrated guest's trace: wait until FILE (the previous host's
+    /// DIR/handoff.json, or DIR) exists, then record from where that part ended,
+    /// as the next part. SIGUSR1 ends a recording with such a handoff
+    /// (docs/migration.md).
+    #[arg(long, value_name = "FILE", conflicts_with = "resume")]
+    pub resume_from: Option<PathBuf>,
+    /// Map guest time by ping-pong through the region's sync mailbox even
+    /// without doorbells (the module answers at its next poll, every flush_ms:
+    /// load it with a small flush_ms), instead of the header's reference.
+    #[arg(long)]
+    pub clock_sync: bool,
+    /// Nested tracing, inside a guest that is itself traced: also send
+    /// every packet, the event classes and the final clock mapping to
+    /// FIFO, which `ivtrace-forward --in FIFO --shm /dev/ivtrace` writes
+    /// into this guest's own region for the outer host
+    /// (docs/migration.md, "Nested guests").
+    #[arg(long, value_name = "FIFO")]
+    pub forward: Option<PathBuf>,
+    #[command(flatten)]
+    pub access: OutputAccessArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RecoverArgs {
+    /// A trace directory whose recording was not finalized.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Print the resulting summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub access: OutputAccessArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -141,6 +230,8 @@ pub struct SnapshotArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub access: OutputAccessArgs,
 }
 
 #[cfg(test)]
@@ -171,6 +262,32 @@ mod tests {
         };
         assert_eq!(a.duration, Some(1.5));
         assert!(!a.force);
+    }
+
+    #[test]
+    fn output_access_options_parse() {
+        let cli = Cli::try_parse_from([
+            "ivtrace",
+            "record",
+            "--shm",
+            "/dev/shm/x",
+            "-o",
+            "out",
+            "--group",
+            "0",
+            "--allow-shared-output",
+            "--max-size",
+            "2G",
+        ])
+        .unwrap();
+        let Command::Record(a) = cli.command else {
+            panic!("not record")
+        };
+        assert_eq!(a.access.group.as_deref(), Some("0"));
+        assert!(a.access.allow_shared_output);
+        assert_eq!(a.max_size, Some(2 << 30));
+        let policy = a.access.policy().unwrap();
+        assert_eq!(policy.group.map(|g| g.as_raw()), Some(0));
     }
 
     #[test]

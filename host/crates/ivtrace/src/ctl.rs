@@ -47,7 +47,14 @@ Examples:
   ivtrace ctl --socket /run/ivtrace.sock --guest web1 list-events 'block:*'
   ivtrace ctl --shm /dev/shm/guest0 ftrace enable block:block_rq_issue 'nr_sector > 8'
   ivtrace ctl --shm /dev/shm/guest0 ftrace kprobe myopen do_sys_openat2 'name=+0(%si):ustring'
-  ivtrace ctl --shm /dev/shm/guest0 ftrace tracer function_graph 'vfs_*'";
+  ivtrace ctl --shm /dev/shm/guest0 ftrace tracer function_graph 'vfs_*'
+
+A guest that migrates (docs/migration.md): once the migration is over, on the
+source's server `handoff` ends the guest's trace there (DIR/handoff.json), and
+on the destination's server `resume FILE` starts recording the guest that
+arrived (QEMU -incoming) from that handoff:
+  ivtrace ctl --socket /run/a.sock --guest web1 handoff
+  ivtrace ctl --socket /run/b.sock --guest web1 resume /traces-a/web1/handoff.json";
 
 /// What `ivtrace ctl` takes (cli.rs embeds it).
 #[derive(Debug, clap::Args)]
@@ -70,8 +77,9 @@ pub struct CtlArgs {
     #[arg(long)]
     pub json: bool,
     /// flush | enable GROUPS | disable GROUPS | mode discard|overwrite |
-    /// statedump | list | status | list-events [GLOB] | ftrace ... (below).
-    /// GROUPS: sched,irq,timer,kmem,syscall,printk or all.
+    /// statedump | list | status | handoff | resume [HANDOFF] |
+    /// list-events [GLOB] | ftrace ... (below). GROUPS:
+    /// sched,irq,timer,kmem,syscall,printk or all.
     #[arg(value_name = "COMMAND", required = true, num_args = 1.., allow_hyphen_values = true)]
     pub command: Vec<String>,
 }
@@ -109,6 +117,14 @@ fn print_reply(v: &Value, json_out: bool) -> Result<u64> {
             );
         }
         return Ok(gs.len().max(1) as u64);
+    }
+    if let Some(what) = v.get("result").and_then(Value::as_str) {
+        println!(
+            "guest {}: {}: {what}",
+            v["guest"].as_str().unwrap_or("?"),
+            v["op"].as_str().unwrap_or("?")
+        );
+        return Ok(1);
     }
     if let Some(g) = v.get("guest").filter(|g| g.is_object()) {
         println!("{}", serde_json::to_string_pretty(g)?);
@@ -239,7 +255,7 @@ pub fn run(args: &CtlArgs) -> Result<u64> {
         bail!("`{verb}` takes at most one argument");
     }
     if let Some(shm) = &args.shm {
-        if matches!(verb, "list" | "status") {
+        if matches!(verb, "list" | "status" | "handoff" | "resume") {
             bail!("`{verb}` needs a server (--socket); with --shm, send a command");
         }
         let cmd = parse_command(words)?;
@@ -257,6 +273,8 @@ pub fn run(args: &CtlArgs) -> Result<u64> {
     let req = match verb {
         "list" => json!({"op": "list"}),
         "status" => json!({"op": "status", "guest": args.guest}),
+        "handoff" => json!({"op": "handoff", "guest": args.guest}),
+        "resume" => json!({"op": "resume", "guest": args.guest, "from": words.get(1)}),
         _ => {
             parse_command(words)?; // say what is wrong before asking
             json!({"op": "control", "guest": args.guest, "command": words})

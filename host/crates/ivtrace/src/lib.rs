@@ -11,6 +11,7 @@ pub mod ctl;
 pub mod ftrace;
 pub mod qmp;
 pub mod record;
+pub mod recover;
 pub mod report;
 pub mod serve;
 pub mod snapshot;
@@ -26,7 +27,10 @@ pub const EXIT_ERROR: i32 = 2;
 /// A hint for the errors users can do something about.
 pub fn hint_for(err: &anyhow::Error) -> Option<String> {
     use ivtrace_region::RegionError as E;
-    if let Some(u) = err.downcast_ref::<ivtrace_engine::UserError>() {
+    if let Some(u) = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<ivtrace_engine::UserError>())
+    {
         return Some(u.hint.clone());
     }
     let region = err.chain().find_map(|e| e.downcast_ref::<E>())?;

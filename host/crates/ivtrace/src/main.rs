@@ -14,6 +14,7 @@ fn main() {
         Command::Snapshot(a) => ("snapshot failed", snapshot::run(a)),
         Command::Serve(a) => ("serve failed", ivtrace::serve::run(a)),
         Command::Ctl(a) => ("ctl failed", ivtrace::ctl::run(a)),
+        Command::Recover(a) => ("recover failed", ivtrace::recover::run(a)),
     };
     let code = match result {
         Ok(0) => {

@@ -89,6 +89,11 @@ pub struct Report {
     /// The writer-clock -> host-time mapping the traces carry, with its bound.
     pub clock: ivtrace_ctf::ClockMapping,
     pub channels: Vec<ChannelReport>,
+    /// `finalized`, or `recording` / `incomplete` / `recovered`.
+    pub state: String,
+    pub stop_reason: String,
+    /// Guest counters clamped for CTF readers, and other notes.
+    pub notes: Vec<String>,
     /// The VM view (`DIR/vm/`, recorded with host events): vCPUs preempted,
     /// blocked, in the hypervisor; guest threads that lost time; host tasks.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -258,6 +263,9 @@ pub fn build(dir: &Path) -> Result<Report> {
         event_types,
         channels,
         clock: sidecar.clock.clone(),
+        notes: crate::summary::notes(&sidecar),
+        state: sidecar.state.clone(),
+        stop_reason: sidecar.stop_reason.clone(),
         vm_view: vm_view(dir)?,
     })
 }
@@ -351,6 +359,10 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         }
     )?;
     print_losses(r, out)?;
+    writeln!(out, "stopped: {}", r.stop_reason)?;
+    for note in &r.notes {
+        writeln!(out, "note: {note}")?;
+    }
     writeln!(
         out,
         "\n  {:<8} {:>4} {:<32} {:>12}",
@@ -512,7 +524,8 @@ fn print_losses(r: &Report, out: &mut impl Write) -> io::Result<()> {
     writeln!(
         out,
         "lost events: {} in CTF (events_discarded), {} recorded; by reason: full={} too_big={} \
-         nested={} overwritten={} torn={} corrupt={}; no_channel={}; ftrace={}{host}",
+         nested={} overwritten={} torn={} corrupt={} over_limit={} unattributed={}; \
+         no_channel={}; ftrace={}{host}",
         r.discarded,
         r.lost_total,
         l.full,
@@ -521,6 +534,8 @@ fn print_losses(r: &Report, out: &mut impl Write) -> io::Result<()> {
         l.overwritten,
         l.torn,
         l.corrupt,
+        l.over_limit,
+        l.unattributed,
         r.lost_no_channel,
         r.lost_ftrace
     )?;

@@ -15,12 +15,13 @@ use crate::summary;
 pub fn run(args: &SnapshotArgs) -> Result<u64> {
     let region = Region::open(&args.shm, Access::ReadOnly)
         .with_context(|| format!("cannot use region {}", args.shm.display()))?;
-    let out = session::prepare_output(&args.output, args.force)?;
+    let out = session::prepare_output(&args.output, args.force, &args.access.policy()?)?;
     let started = Instant::now();
     let mut estimator = ivtrace_time::estimator_for(region.header());
     let clock = estimator.finish();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
-    let mut writer = session::ctf_writer_named(&region, &out, &clock, &host);
+    let limits = ivtrace_ctf::streams::Limits::default();
+    let mut writer = session::ctf_writer_named(&region, &out, &clock, &host, limits, "snapshot");
     let mut reader = Reader::new(region);
     reader.snapshot(&mut writer)?;
     // Names for the threads whose naming events the rings overwrote.
@@ -38,6 +39,6 @@ pub fn run(args: &SnapshotArgs) -> Result<u64> {
         "snapshot taken",
     );
     writer.write_sidecar(&sidecar)?;
-    summary::print(&sidecar, &out, args.json)?;
+    summary::print(&sidecar, out.path(), args.json)?;
     Ok(session::events_seen(&sidecar))
 }

@@ -59,9 +59,28 @@ pub fn totals(channels: &[ChannelSummary]) -> ChannelSummary {
 
 fn lost_line(l: &Lost, no_channel: u64) -> String {
     format!(
-        "writer: full={} too_big={} nested={}; region: no_channel={}; host: overwritten={} torn={} corrupt={}",
-        l.full, l.too_big, l.nested, no_channel, l.overwritten, l.torn, l.corrupt
+        "writer: full={} too_big={} nested={}; region: no_channel={}; host: overwritten={} torn={} corrupt={} over_limit={} unattributed={}",
+        l.full, l.too_big, l.nested, no_channel, l.overwritten, l.torn, l.corrupt, l.over_limit, l.unattributed
     )
+}
+
+/// The sidecar's notes that need a reader's attention: counters clamped
+/// for CTF readers, a recording that is not finalized.
+pub fn notes(s: &Sidecar) -> Vec<String> {
+    let mut notes: Vec<String> = s
+        .clamped
+        .iter()
+        .map(|c| {
+            format!(
+                "chan{}: the guest's counters put {} at {}; clamped to {} (CTF readers refuse more)",
+                c.channel, c.field, c.value, c.written
+            )
+        })
+        .collect();
+    if s.state != ivtrace_ctf::sidecar::STATE_FINALIZED {
+        notes.push(format!("state: {} ({})", s.state, s.stop_reason));
+    }
+    notes
 }
 
 fn row(out: &mut impl Write, name: &str, c: &ChannelSummary, secs: f64) -> io::Result<()> {
@@ -160,9 +179,12 @@ fn print_losses(out: &mut impl Write, s: &Sidecar, t: &ChannelSummary) -> io::Re
         let l = &c.lost;
         writeln!(
             out,
-            "  chan{}: full={} too_big={} nested={} overwritten={} torn={} corrupt={}",
-            c.channel, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt
+            "  chan{}: full={} too_big={} nested={} overwritten={} torn={} corrupt={} over_limit={} unattributed={}",
+            c.channel, l.full, l.too_big, l.nested, l.overwritten, l.torn, l.corrupt, l.over_limit, l.unattributed
         )?;
+    }
+    for note in notes(s) {
+        writeln!(out, "note: {note}")?;
     }
     if !t.skipped_packets.is_empty() {
         writeln!(out, "skipped packets: {:?}", t.skipped_packets)?;

@@ -281,3 +281,30 @@ mod hostile {
         }
     }
 }
+
+/// The committed seeds of the `kernel` fuzz target reach the expansion:
+/// thread names resolved across CPUs, irq names, per-syscall classes.
+#[test]
+fn the_kernel_fuzz_seed_reaches_the_expansion() {
+    let seed = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fuzz/corpus/kernel/model-two-cpus"
+    ))
+    .unwrap();
+    let region = ivtrace_testutil::kernel_fuzz_region(&seed);
+    let dir = tempfile::tempdir().unwrap();
+    ivtrace_engine::session::drain_bytes_to_dir(&region, dir.path()).unwrap();
+    let side: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("ivtrace.json")).unwrap()).unwrap();
+    let x = &side["kernel_expansion"];
+    assert!(x["events"].as_u64().unwrap() > 50, "{x}");
+    assert!(x["threads"].as_u64().unwrap() >= 3, "{x}");
+    assert_eq!(x["irqs_named"], 1);
+    assert!(x["syscalls_named"].as_u64().unwrap() >= 2, "{x}");
+    assert!(dir.path().join("kernel/metadata").exists());
+    let counts = report_counts(dir.path());
+    assert!(
+        counts["syscall_entry_write"].as_u64().unwrap() >= 1,
+        "{counts}"
+    );
+}

@@ -29,6 +29,7 @@ pub mod protocol;
 pub mod reader;
 pub mod region;
 pub mod sanitize;
+pub mod sigbus;
 
 pub use classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
 pub use protocol::{Ack, Command, ControlError, FtraceAck, FtraceError, Protocol};

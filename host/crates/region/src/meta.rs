@@ -229,8 +229,9 @@ impl MetaParser {
     }
 }
 
-/// A byte field also declares `<name>_len`; both names must be unique.
-fn dedupe_field(
+/// A byte field also declares `<name>_len`; both names must be unique
+/// (also used for event classes forwarded by a nested guest).
+pub fn dedupe_field(
     name: String,
     ty: FieldType,
     taken: &mut std::collections::HashSet<String>,

@@ -233,6 +233,13 @@ fn check_complete(h: &PacketHeader, exp: &Expected) -> Result<usize, PacketFault
 /// Receives every event of a successful walk (report's per-type counts).
 pub trait EventVisitor {
     fn event(&mut self, id: u32, ts: u64);
+
+    /// The same event with its payload bytes (already bounds-checked
+    /// against the packet); nested tracing reads forwarded data from it.
+    #[inline(always)]
+    fn event_payload(&mut self, id: u32, ts: u64, _payload: &[u8]) {
+        self.event(id, ts);
+    }
 }
 
 /// The drain does not look at individual events.
@@ -313,7 +320,7 @@ pub fn walk<V: EventVisitor>(
         if payload_end > len {
             return Err(WalkFault::PayloadOverrun { at });
         }
-        visitor.event(id, ts);
+        visitor.event_payload(id, ts, &content[off..payload_end]);
         sum.events += 1;
         sum.last_ts = ts;
         off = (payload_end + abi::IVT_EV_ALIGN - 1) & !(abi::IVT_EV_ALIGN - 1);

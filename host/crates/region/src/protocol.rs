@@ -281,6 +281,11 @@ pub enum ControlError {
     #[error("cannot lock the region file for a control command: {0}")]
     Lock(nix::Error),
     #[error(
+        "the region file stayed locked for {secs:.1} s: another controller (ivtrace ctl --shm, \
+         or any process holding flock on it) is in the way; command not sent"
+    )]
+    Locked { secs: f64 },
+    #[error(
         "no acknowledgement of command #{seq} within {secs:.1} s (is ivtrace.ko loaded and \
          bound to this device? an ivshmem-plain guest reads commands every flush_ms)"
     )]
@@ -309,7 +314,7 @@ impl Protocol<'_> {
         if self.region.header().features & abi::IVT_FEAT_CONTROL == 0 {
             return Err(ControlError::Unsupported);
         }
-        let _lock = self.lock_controller()?;
+        let _lock = self.lock_controller(timeout)?;
         self.post_and_wait(cmd.code(), cmd.arg(), kick, timeout)
     }
 
@@ -346,22 +351,49 @@ impl Protocol<'_> {
     }
 
     /// The exclusive lock of the region file (none for an in-memory
-    /// region: nobody else can reach it).
-    fn lock_controller(&self) -> Result<Option<Flock<std::fs::File>>, ControlError> {
+    /// region: nobody else can reach it), waited for at most `timeout`:
+    /// anyone who can open the region file can hold its lock forever, and
+    /// a blocking flock would hang the caller (a served guest's thread)
+    /// with it.
+    fn lock_controller(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<Flock<std::fs::File>>, ControlError> {
         let Some(file) = self.region.file() else {
             return Ok(None);
         };
-        let dup = file.try_clone().map_err(ControlError::Duplicate)?;
-        Flock::lock(dup, FlockArg::LockExclusive)
-            .map(Some)
-            .map_err(|(_, e)| ControlError::Lock(e))
+        let mut dup = file.try_clone().map_err(ControlError::Duplicate)?;
+        let t0 = Instant::now();
+        let mut sleep = Duration::from_micros(100);
+        loop {
+            match Flock::lock(dup, FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => return Ok(Some(lock)),
+                Err((f, nix::errno::Errno::EWOULDBLOCK)) if t0.elapsed() < timeout => {
+                    dup = f;
+                    std::thread::sleep(sleep);
+                    sleep = (sleep * 2).min(Duration::from_millis(20));
+                }
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    let secs = timeout.as_secs_f64();
+                    return Err(ControlError::Locked { secs });
+                }
+                Err((f, nix::errno::Errno::EINTR)) => dup = f,
+                Err((_, e)) => return Err(ControlError::Lock(e)),
+            }
+        }
     }
 
     /// Posts a command; returns its sequence number. The caller holds the lock.
     fn post(&self, code: u32, arg: u64) -> u64 {
         // Relaxed: cmd_seq is host-owned; we are the only host writing it
         // (flock), so its last value is ours or an earlier controller's.
-        let last = self.region.load_relaxed_u64(control(abi::control::CMD_SEQ));
+        // ack_seq too: in a migrated region cmd_seq can be older than the
+        // guest's last acknowledgement (see `last_sync_request`), and a
+        // number equal to that ack would be taken as answered at once.
+        let last = self
+            .region
+            .load_relaxed_u64(control(abi::control::CMD_SEQ))
+            .max(self.region.load_relaxed_u64(control(abi::control::ACK_SEQ)));
         let seq = last.wrapping_add(1).max(1);
         self.region
             .store_relaxed_u32(control(abi::control::CMD), code);
@@ -451,7 +483,7 @@ impl Protocol<'_> {
         if request.is_empty() || request.len() > abi::IVT_CTL_REQ_MAX {
             return Err(FtraceError::TooLong(request.len()));
         }
-        let _lock = self.lock_controller()?;
+        let _lock = self.lock_controller(timeout)?;
         if !self.region.copy_in(ctl_text(abi::ctl_text::REQ), request) {
             return Err(FtraceError::Write);
         }
@@ -498,11 +530,18 @@ fn ctl_text(off: usize) -> u64 {
 /// host:  load-acquire resp_seq == n; t4 = now
 /// ```
 impl Protocol<'_> {
-    /// The last request number a host posted. Relaxed: req_seq is
-    /// host-owned; a new host continues after whatever an earlier one
-    /// left (the writer answers any new value).
+    /// The number a new host's requests continue after: the larger of the
+    /// last request posted and the last one answered. Relaxed: both are
+    /// only compared, and the writer answers any value it has not seen.
+    /// The answered one counts too because a migrated region can hold a
+    /// `req_seq` older than the source host's last request (migration
+    /// copies what the guest wrote, not the host's stores): continuing
+    /// after the stale `req_seq` could post exactly the number of the
+    /// guest's last answer, and its stale t2/t3 would pass for a fresh one.
     pub fn last_sync_request(&self) -> u64 {
-        self.region.load_relaxed_u64(sync(abi::sync::REQ_SEQ))
+        let req = self.region.load_relaxed_u64(sync(abi::sync::REQ_SEQ));
+        let resp = self.region.load_relaxed_u64(sync(abi::sync::RESP_SEQ));
+        req.max(resp)
     }
 
     /// Posts request `seq` sent at host time `host_t1`.
@@ -669,6 +708,25 @@ mod tests {
             .send_ftrace(req, &|| {}, Duration::ZERO)
             .unwrap_err();
         assert!(matches!(err, FtraceError::Write), "{err}");
+    }
+
+    #[test]
+    fn a_lock_held_by_someone_else_times_out() {
+        let mut b = RegionBuilder::new(1, 2, 4096);
+        b.features |= abi::IVT_FEAT_CONTROL;
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), b.build()).unwrap();
+        let r = Region::open(f.path(), Access::ReadWrite).unwrap();
+        let holder = std::fs::File::open(f.path()).unwrap();
+        let held = Flock::lock(holder, FlockArg::LockExclusive).unwrap();
+        let t0 = Instant::now();
+        let err = r
+            .protocol()
+            .send_command(Command::Flush, &|| {}, Duration::from_millis(200))
+            .unwrap_err();
+        assert!(matches!(err, ControlError::Locked { .. }), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        drop(held);
     }
 
     #[test]

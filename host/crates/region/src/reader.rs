@@ -15,7 +15,10 @@
 
 use std::collections::BTreeMap;
 
+mod handoff;
 mod no_channel;
+
+pub use handoff::{ChannelHandoff, Handoff, HandoffError, Resumed};
 
 use crate::abi;
 use crate::classes::EventClasses;
@@ -25,9 +28,40 @@ use crate::packet::{
 };
 use crate::region::{Layout, Region};
 
+/// The largest `events_discarded` the host writes. CTF declares it a
+/// 64-bit count, but babeltrace2 2.0 takes 2^64-1 for "unknown" and
+/// aborts on it (an assertion in its message iterator), and Trace Compass
+/// reads the field as a signed long: a running loss count the guest's
+/// counters push past this is clamped here (and reported).
+pub const CTF_DISCARDED_MAX: u64 = i64::MAX as u64;
+
+/// Within a drain pass, the sink commits and the reader hands sub-buffers
+/// back every this many bytes, so a long pass never holds a ring's worth
+/// back from the writer (and write(2) sizes stay what buffered writes
+/// gave before).
+pub const COMMIT_BYTES: u64 = 1 << 20;
+
 /// Receives validated packets, ready to be written as they are.
 pub trait PacketSink {
     type Error;
+
+    /// Whether the sink takes a packet of `len` bytes for channel `chan`
+    /// (an output size limit may refuse it: the reader then counts its
+    /// events as lost, [`HostLoss::OverLimit`]).
+    fn accepts(&mut self, _chan: u32, _len: usize) -> bool {
+        true
+    }
+
+    /// Makes every packet handed over so far durable enough to hand its
+    /// sub-buffer back to the writer (a file sink: write(2) returned).
+    /// The reader calls it every [`COMMIT_BYTES`] of a pass and then
+    /// releases the sub-buffers; the caller commits the rest of a pass
+    /// and calls [`Reader::commit_written`]. Nothing by default (a sink
+    /// that keeps nothing back).
+    fn commit(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// One packet of channel `chan` of stream class `stream`; `classes`
     /// describes every event id it contains.
     fn packet(
@@ -48,6 +82,8 @@ pub enum HostLoss {
     Torn,
     /// The packet failed validation.
     Corrupt,
+    /// The output's size limit refused it.
+    OverLimit,
 }
 
 /// Writer-side drop counters of a channel (`ivt_channel.lost_*`).
@@ -59,6 +95,15 @@ pub struct WriterLosses {
 }
 
 impl WriterLosses {
+    /// The drops after `base` (an earlier part's counts), per reason.
+    pub fn since(&self, base: &WriterLosses) -> WriterLosses {
+        WriterLosses {
+            full: self.full.saturating_sub(base.full),
+            too_big: self.too_big.saturating_sub(base.too_big),
+            nested: self.nested.saturating_sub(base.nested),
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.full
             .saturating_add(self.too_big)
@@ -72,6 +117,10 @@ pub struct HostLosses {
     pub overwritten: u64,
     pub torn: u64,
     pub corrupt: u64,
+    pub over_limit: u64,
+    /// Declared by the packets of an earlier run of a resumed recording
+    /// (their reasons died with that recorder).
+    pub earlier_run: u64,
 }
 
 impl HostLosses {
@@ -79,6 +128,8 @@ impl HostLosses {
         self.overwritten
             .saturating_add(self.torn)
             .saturating_add(self.corrupt)
+            .saturating_add(self.over_limit)
+            .saturating_add(self.earlier_run)
     }
 
     fn add(&mut self, reason: HostLoss, n: u64) {
@@ -86,6 +137,7 @@ impl HostLosses {
             HostLoss::Overwritten => &mut self.overwritten,
             HostLoss::Torn => &mut self.torn,
             HostLoss::Corrupt => &mut self.corrupt,
+            HostLoss::OverLimit => &mut self.over_limit,
         };
         *slot = slot.saturating_add(n);
     }
@@ -114,6 +166,9 @@ pub struct ChannelStats {
     pub skipped: BTreeMap<&'static str, u64>,
     /// Snapshot: events committed before the oldest packet kept.
     pub older_overwritten: u64,
+    /// The largest running loss count the guest's counters gave, when it
+    /// was past [`CTF_DISCARDED_MAX`] (then the packets say that instead).
+    pub discarded_clamped: Option<u64>,
 }
 
 /// Per-channel reading position and loss bookkeeping.
@@ -121,6 +176,9 @@ pub struct ChannelStats {
 struct ChannelState {
     stream: u32,
     next_seq: u64,
+    /// Complete packets below this are done with (written or skipped):
+    /// what the next commit hands back to the writer.
+    complete_upto: u64,
     /// first_event_seq the next packet should carry, if known.
     expected_first_event: Option<u64>,
     /// Skipped packets whose events are not accounted yet, per reason.
@@ -131,6 +189,9 @@ struct ChannelState {
     saw_first_packet: bool,
     /// A packet of this channel was handed to the sink.
     emitted_any: bool,
+    /// Writer drops an earlier host already announced (a guest that
+    /// migrated here: [`handoff`]); this part's packets announce the rest.
+    writer_base: WriterLosses,
     stats: ChannelStats,
 }
 
@@ -149,12 +210,14 @@ impl ChannelState {
         ChannelState {
             stream,
             next_seq: start_seq,
+            complete_upto: start_seq,
             expected_first_event: (start_seq == 0).then_some(0),
             pending: BTreeMap::new(),
             writer_discarded: 0,
             last_written: None,
             saw_first_packet: false,
             emitted_any: false,
+            writer_base: WriterLosses::default(),
             stats: ChannelStats::default(),
         }
     }
@@ -164,6 +227,23 @@ impl ChannelState {
         *n = n.saturating_add(packets);
         let p = self.pending.entry(loss).or_default();
         *p = p.saturating_add(packets);
+    }
+
+    /// The running loss count a packet carries: the writer's drops since
+    /// the part began (all of them without a handoff) plus the host's
+    /// losses, clamped to what CTF readers accept.
+    fn discarded(&mut self) -> u64 {
+        // A migrated guest's later part announces only the drops after the
+        // handoff's ([`Reader::resume`]); writer_base is zero otherwise.
+        let total = self
+            .writer_discarded
+            .saturating_sub(self.writer_base.total())
+            .saturating_add(self.stats.host_lost.total());
+        if total > CTF_DISCARDED_MAX {
+            let seen = self.stats.discarded_clamped.unwrap_or(0).max(total);
+            self.stats.discarded_clamped = Some(seen);
+        }
+        total.min(CTF_DISCARDED_MAX)
     }
 
     /// Attributes the events between the expected and the actual
@@ -198,8 +278,17 @@ pub struct Reader {
     classes: EventClasses,
     meta: MetaParser,
     channels: Vec<ChannelState>,
+    /// Each channel's state at the last commit, if packets were handed to
+    /// the sink since ([`Reader::commit_written`], [`Reader::rollback_unwritten`]).
+    uncommitted: Vec<Option<ChannelState>>,
+    /// Bytes handed to the sink since the last commit.
+    since_commit: u64,
     /// `lost_no_channel` as a stream of its own ([`no_channel`]).
     no_channel: no_channel::NoChannelStream,
+    /// `lost_no_channel` an earlier host already announced ([`handoff`]).
+    no_channel_base: u64,
+    /// The no-channel stream at the last commit, if it wrote since.
+    no_channel_uncommitted: Option<no_channel::NoChannelStream>,
     scratch: Vec<u8>,
 }
 
@@ -208,7 +297,7 @@ impl Reader {
     /// (`consumed`), or at packet 0.
     pub fn new(region: Region) -> Reader {
         let layout = *region.layout();
-        let channels = (0..layout.nr_channels)
+        let channels: Vec<ChannelState> = (0..layout.nr_channels)
             .map(|c| ChannelState::new(layout.stream_of(c), region.protocol().consumed(c)))
             .collect();
         Reader {
@@ -216,10 +305,95 @@ impl Reader {
             layout,
             classes: EventClasses::default(),
             meta: MetaParser::new(),
+            uncommitted: vec![None; channels.len()],
+            since_commit: 0,
             channels,
             no_channel: Default::default(),
+            no_channel_base: 0,
+            no_channel_uncommitted: None,
             scratch: vec![0u8; layout.subbuf_size as usize + 8],
         }
+    }
+
+    /// Remembers channel `c`'s state before the first change since the
+    /// last commit.
+    fn save(&mut self, c: u32) {
+        let slot = &mut self.uncommitted[c as usize];
+        if slot.is_none() {
+            *slot = Some(self.channels[c as usize].clone());
+        }
+    }
+
+    /// The sink has written every packet handed to it (write(2) returned):
+    /// hands their sub-buffers back to the writer. Until this, a writer in
+    /// discard mode cannot reuse them, so a recorder killed before writing
+    /// loses nothing the next one cannot read (docs/hardening.md).
+    pub fn commit_written(&mut self) {
+        self.since_commit = 0;
+        self.no_channel_uncommitted = None;
+        for c in 0..self.layout.nr_channels {
+            let Some(before) = self.uncommitted[c as usize].take() else {
+                continue;
+            };
+            let upto = self.channels[c as usize].complete_upto;
+            if upto > before.complete_upto {
+                self.region.protocol().release_subbufs(c, upto);
+            }
+        }
+    }
+
+    /// The sink could not write what it was handed (a full disk): forget
+    /// every packet since the last commit. They stay in the region,
+    /// unreleased, and the statistics count only what was written.
+    pub fn rollback_unwritten(&mut self) {
+        self.since_commit = 0;
+        if let Some(before) = self.no_channel_uncommitted.take() {
+            self.no_channel = before;
+        }
+        for (ch, saved) in self.channels.iter_mut().zip(self.uncommitted.iter_mut()) {
+            if let Some(before) = saved.take() {
+                *ch = before;
+            }
+        }
+    }
+
+    /// Starts channel `c` after the packets an earlier run of this
+    /// recording wrote (`ivtrace record --resume`): `last` is the header
+    /// of the last packet in its stream file, `events` the events and
+    /// `bytes` the bytes of that file.
+    pub fn resume_channel(
+        &mut self,
+        c: u32,
+        last: &PacketHeader,
+        events: u64,
+        packets: u64,
+        bytes: u64,
+    ) {
+        let writer_now = self.region.protocol().writer_losses(c).total();
+        let ch = &mut self.channels[c as usize];
+        ch.next_seq = last.packet_seq_num.saturating_add(1).max(ch.next_seq);
+        ch.complete_upto = ch.next_seq;
+        let first = last.first_event_seq.saturating_add(last.event_count as u64);
+        ch.expected_first_event = Some(first);
+        // The running loss count goes on from the last packet: what the
+        // writer's counters account for stays the writer's, any excess
+        // was the earlier recorder's own losses.
+        ch.writer_discarded = last.events_discarded.min(writer_now);
+        ch.stats.host_lost.earlier_run = last.events_discarded - ch.writer_discarded;
+        ch.saw_first_packet = true;
+        ch.emitted_any = true;
+        ch.last_written = Some(LastWritten {
+            seq: last.packet_seq_num,
+            ts_end: last.timestamp_end,
+            discarded: last.events_discarded,
+            cpu_id: last.cpu_id,
+            owner_pid: last.owner_pid,
+            owner_tid: last.owner_tid,
+        });
+        ch.stats.events = events;
+        ch.stats.packets = packets;
+        ch.stats.bytes_out = bytes;
+        ch.stats.last_ts = last.timestamp_end;
     }
 
     pub fn region(&self) -> &Region {
@@ -283,15 +457,23 @@ impl Reader {
         if complete <= next {
             return Ok(pass);
         }
+        self.save(c);
         self.skip_lapped(c, complete);
         while self.channels[c as usize].next_seq < complete {
             let seq = self.channels[c as usize].next_seq;
             pass.bytes += self.process(c, seq, Extent::Complete, sink)? as u64;
             pass.packets += 1;
-            self.channels[c as usize].next_seq = seq + 1;
-            // Hand the sub-buffer back (discard mode): our copy above
-            // happens before the writer reuses it.
-            self.region.protocol().release_subbufs(c, seq + 1);
+            let ch = &mut self.channels[c as usize];
+            ch.next_seq = seq + 1;
+            // Handed back to the writer only once written
+            // (commit_written): the copy above happens before the
+            // writer reuses the sub-buffer, and so does the write.
+            ch.complete_upto = seq + 1;
+            if self.since_commit >= COMMIT_BYTES {
+                sink.commit()?;
+                self.commit_written();
+                self.save(c);
+            }
         }
         Ok(pass)
     }
@@ -330,10 +512,15 @@ impl Reader {
             Ok(s) => s,
             Err(fault) => return Ok(self.skip_faulty(c, fault)),
         };
+        if !sink.accepts(c, content.next_multiple_of(8)) {
+            self.refused(c, &header, &summary);
+            return Ok(0);
+        }
         let bytes = self.finalize(c, header, content, extent, &summary);
         let emitted = PacketHeader::parse(&self.scratch[..abi::PACKET_HDR_SIZE]);
         self.lead_packet(c, &emitted, sink)?;
         sink.packet(c, exp.stream, &self.scratch[..bytes], &self.classes)?;
+        self.since_commit += bytes as u64;
         Ok(bytes)
     }
 
@@ -364,6 +551,18 @@ impl Reader {
         lead.write(&mut bytes);
         ch.stats.bytes_out += bytes.len() as u64;
         sink.packet(c, ch.stream, &bytes, &self.classes)
+    }
+
+    /// A valid packet the sink refused (its size limit): its events are
+    /// lost, counted exactly.
+    fn refused(&mut self, c: u32, h: &PacketHeader, s: &WalkSummary) {
+        let max_per_packet = self.max_events_per_packet();
+        let ch = &mut self.channels[c as usize];
+        ch.account_gap(h.first_event_seq, max_per_packet);
+        ch.expected_first_event = Some(h.first_event_seq.saturating_add(s.events));
+        ch.stats.host_lost.add(HostLoss::OverLimit, s.events);
+        let n = ch.stats.skipped.entry("over_limit").or_default();
+        *n = n.saturating_add(1);
     }
 
     fn skip_faulty(&mut self, c: u32, fault: PacketFault) -> usize {
@@ -492,9 +691,7 @@ impl Reader {
         h.stream_instance_id = c as u64;
         h.content_size = content as u64 * 8;
         h.packet_size = padded as u64 * 8;
-        h.events_discarded = ch
-            .writer_discarded
-            .saturating_add(ch.stats.host_lost.total());
+        h.events_discarded = ch.discarded();
         if extent != Extent::Complete || h.end_unknown() {
             h.timestamp_end = s.last_ts;
         }
@@ -529,6 +726,7 @@ impl Reader {
         if within == 0 || seq != self.channels[c as usize].next_seq {
             return Ok(0);
         }
+        self.save(c);
         if (within as usize) < abi::PACKET_HDR_SIZE {
             return Ok(self.skip_faulty(
                 c,
@@ -544,11 +742,10 @@ impl Reader {
         Ok(bytes)
     }
 
-    /// Final accounting: reads the writers' drop counters, attributes
-    /// losses still pending, and emits an empty packet on each channel
-    /// whose discarded count grew after its last packet (so CTF readers
-    /// see every loss).
-    pub fn finish<S: PacketSink>(&mut self, sink: &mut S) -> Result<(), S::Error> {
+    /// The final accounting of [`Reader::finish`] without writing
+    /// anything (the output failed): the losses are counted, no packet
+    /// carries them.
+    pub fn account_final(&mut self) {
         let max_per_packet = self.max_events_per_packet();
         for c in 0..self.layout.nr_channels {
             let losses = self.writer_losses(c);
@@ -557,10 +754,34 @@ impl Reader {
             ch.stats.writer_lost = losses;
             let end = closed.max(ch.expected_first_event.unwrap_or(0));
             ch.account_gap(end, max_per_packet);
+        }
+    }
+
+    /// Final accounting: reads the writers' drop counters, attributes
+    /// losses still pending, and emits an empty packet on each channel
+    /// whose discarded count grew after its last packet (so CTF readers
+    /// see every loss).
+    pub fn finish<S: PacketSink>(&mut self, sink: &mut S) -> Result<(), S::Error> {
+        let max_per_packet = self.max_events_per_packet();
+        for c in 0..self.layout.nr_channels {
+            self.save(c);
+            let losses = self.writer_losses(c);
+            let closed = self.region.protocol().events_closed(c);
+            let ch = &mut self.channels[c as usize];
+            ch.stats.writer_lost = losses.since(&ch.writer_base);
+            let end = closed.max(ch.expected_first_event.unwrap_or(0));
+            ch.account_gap(end, max_per_packet);
             ch.writer_discarded = ch.writer_discarded.max(losses.total());
             self.emit_trailing_drops(c, sink)?;
         }
         self.account_no_channel(sink, true)
+    }
+
+    /// Continues the no-channel stream after the last packet an earlier
+    /// run of this recording wrote (`ivtrace record --resume`).
+    pub fn resume_no_channel(&mut self, last: &PacketHeader) {
+        self.no_channel = no_channel::NoChannelStream::resumed(last);
+        self.no_channel_uncommitted = None;
     }
 
     /// The CTF stream index of the no-channel stream ([`no_channel`]): one
@@ -574,9 +795,16 @@ impl Reader {
     /// readers see), else the region's counter.
     pub fn lost_no_channel(&self) -> u64 {
         match self.no_channel.carried() {
-            0 => self.region.protocol().lost_no_channel(),
+            0 => self.lost_no_channel_now(),
             n => n,
         }
+    }
+
+    /// The region's `lost_no_channel` since this part began.
+    fn lost_no_channel_now(&self) -> u64 {
+        // Relaxed: a statistic the writers bump with relaxed fetch-adds.
+        let count = self.region.protocol().lost_no_channel();
+        count.saturating_sub(self.no_channel_base)
     }
 
     /// Writes the no-channel stream's packets when `lost_no_channel` grew
@@ -587,8 +815,7 @@ impl Reader {
         sink: &mut S,
         last: bool,
     ) -> Result<(), S::Error> {
-        // Relaxed: a statistic the writers bump with relaxed fetch-adds.
-        let count = self.region.protocol().lost_no_channel();
+        let count = self.lost_no_channel_now();
         if count <= self.no_channel.carried() {
             return Ok(()); // the common case: one load per pass
         }
@@ -598,6 +825,9 @@ impl Reader {
             return Ok(());
         }
         let instance = self.no_channel_stream();
+        if self.no_channel_uncommitted.is_none() {
+            self.no_channel_uncommitted = Some(self.no_channel.clone());
+        }
         for p in self.no_channel.packets(count, ts, instance) {
             sink.packet(instance, abi::IVT_STREAM_USER, &p, &self.classes)?;
         }
@@ -626,9 +856,7 @@ impl Reader {
 
     fn emit_trailing_drops<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<(), S::Error> {
         let ch = &mut self.channels[c as usize];
-        let total = ch
-            .writer_discarded
-            .saturating_add(ch.stats.host_lost.total());
+        let total = ch.discarded();
         let written = ch.last_written.map_or(0, |l| l.discarded);
         if total <= written {
             return Ok(());

@@ -19,12 +19,13 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 use thiserror::Error;
 
 use crate::abi::{self, le_u16, le_u32, le_u64};
+use crate::sigbus;
 
 /// Why a region cannot be read (yet, or at all).
 #[derive(Debug, Error)]
@@ -184,8 +185,9 @@ pub fn format_uuid(u: &[u8; 16]) -> String {
 }
 
 enum Backing {
-    /// The mapping (control words) and the file (copies, with pread).
-    Mapped(MmapRaw, File),
+    /// The mapping (control words) and the file (copies, with pread). The
+    /// guard comes first: it unregisters before the mapping goes.
+    Mapped(sigbus::Guard, MmapRaw, File),
     /// u64 words so that the stand-in is as aligned as a mapping.
     Owned(Box<[u64]>),
 }
@@ -196,6 +198,8 @@ pub struct Region {
     len: usize,
     access: Access,
     header: Header,
+    /// A copy came back short: the file is smaller than the mapping.
+    short_read: AtomicBool,
 }
 
 // SAFETY: the region's bytes are only reached through atomics and through
@@ -207,8 +211,14 @@ impl Region {
     /// Maps `path` and validates it. A file that does not exist, is too
     /// small or is not formatted yet gives an error the caller may retry.
     pub fn open(path: &Path, access: Access) -> Result<Region, RegionError> {
-        let shown = path.display().to_string();
         let file = open_file(path, access)?;
+        Self::open_file(file, &path.display().to_string(), access)
+    }
+
+    /// Maps the already open region `file` (`shown` names it in errors)
+    /// and validates it.
+    pub fn open_file(file: File, shown: &str, access: Access) -> Result<Region, RegionError> {
+        let shown = shown.to_string();
         let size = file
             .metadata()
             .map_err(|source| RegionError::Open {
@@ -226,7 +236,10 @@ impl Region {
             source,
         })?;
         let len = map.len();
-        Self::validate(Backing::Mapped(map, file), len, access)
+        // Control words are the only accesses to the mapping: a SIGBUS
+        // there (the file shrank) is caught, see crate::sigbus.
+        let guard = sigbus::register(map.as_mut_ptr(), len);
+        Self::validate(Backing::Mapped(guard, map, file), len, access)
     }
 
     /// Validates a private copy of region bytes (tests, fuzzing, files that
@@ -248,6 +261,7 @@ impl Region {
             len,
             access,
             header: placeholder_header(),
+            short_read: AtomicBool::new(false),
         };
         check_magic(region.protocol().published_magic())?;
         let mut page = vec![0u8; abi::HDR_SIZE];
@@ -278,9 +292,17 @@ impl Region {
         self.access
     }
 
+    /// Whether the region's file shrank under the mapping (a copy came
+    /// back short, or the SIGBUS handler replaced a page). The reader
+    /// should stop: what is past the new end is gone.
+    pub fn shrunk(&self) -> bool {
+        self.short_read.load(Ordering::Relaxed)
+            || matches!(&self.backing, Backing::Mapped(g, _, _) if g.hit())
+    }
+
     fn base(&self) -> *mut u8 {
         match &self.backing {
-            Backing::Mapped(m, _) => m.as_mut_ptr(),
+            Backing::Mapped(_, m, _) => m.as_mut_ptr(),
             Backing::Owned(words) => words.as_ptr() as *mut u8,
         }
     }
@@ -367,7 +389,7 @@ impl Region {
     /// lock.
     pub(crate) fn file(&self) -> Option<&File> {
         match &self.backing {
-            Backing::Mapped(_, file) => Some(file),
+            Backing::Mapped(_, _, file) => Some(file),
             Backing::Owned(_) => None,
         }
     }
@@ -383,10 +405,14 @@ impl Region {
         if end.is_none_or(|e| e > self.len as u64) {
             return false;
         }
-        if let Backing::Mapped(_, file) = &self.backing {
+        if let Backing::Mapped(_, _, file) = &self.backing {
             // pread(2): no page faults in our mapping, and a file that
             // shrank under us gives a short read instead of SIGBUS.
-            return file.read_exact_at(dst, off).is_ok();
+            let ok = file.read_exact_at(dst, off).is_ok();
+            if !ok && file.metadata().is_ok_and(|m| m.len() < self.len as u64) {
+                self.short_read.store(true, Ordering::Relaxed);
+            }
+            return ok;
         }
         // SAFETY: [off, off + len) is inside the mapping (checked above),
         // which outlives this call, and `dst` is private memory that cannot
@@ -414,7 +440,7 @@ impl Region {
         if self.access != Access::ReadWrite || end.is_none_or(|e| e > self.len as u64) {
             return false;
         }
-        if let Backing::Mapped(_, file) = &self.backing {
+        if let Backing::Mapped(_, _, file) = &self.backing {
             // pwrite(2) into the same pages the guest maps (a shared file).
             return file.write_all_at(src, off).is_ok();
         }

@@ -80,6 +80,12 @@ fn discard_drain_keeps_every_event_and_releases_subbuffers() {
     let mut sink = Collect::default();
     let pass = rd.drain_available(&mut sink).unwrap();
     assert_eq!(pass.packets, 3, "three complete packets");
+    assert_eq!(
+        rd.region().protocol().consumed(0),
+        0,
+        "nothing handed back before the sink wrote it"
+    );
+    rd.commit_written();
     let consumed = rd.region().protocol().consumed(0);
     assert_eq!(consumed, 3, "sub-buffers handed back");
     rd.flush_partial(&mut sink).unwrap();

@@ -331,6 +331,8 @@ impl TestRegion {
         let ts = ts.max(w.last_ts);
         let compact = |w: &TestWriter| id <= 30 && ts - w.last_ts <= abi::IVT_EV_TS_MASK;
         let mut hlen = if w.open && compact(w) { 4 } else { 16 };
+        // An event never ends on a packet's last byte: commit_pos ==
+        // (seq + 1) * S means "closed, end fields written" (writer.h).
         if !w.open || w.off + hlen + len >= size {
             self.close(c);
             if !self.open(c, ts) {
@@ -670,4 +672,89 @@ pub fn have_tool(tool: &str) -> bool {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success())
+}
+
+/// A fuzz input as a stream of the guest module's kernel events, so that
+/// every input reaches the kernel stream's expansion (whole regions of
+/// arbitrary bytes almost never hold a valid kernel packet). Format:
+///
+/// ```text
+/// byte 0        CPUs: 1 + b % 4 (kernel channels; one user channel follows)
+/// then events:  cpu (b % CPUs), id (b % (N + 1): 0..N-1 the module's N
+///               events of [`KERNEL_EVENTS`], N an id nobody registered),
+///               dt (ticks since the previous event, << (b >> 6) * 9), then
+///               the fields in class order: integers little-endian in their
+///               width, chars[N] N bytes, strings and byte fields a length
+///               byte L (at most 63) and L bytes
+/// ```
+///
+/// A short input ends the last event with zeros. Channels are closed at
+/// the end, except those whose last event byte is odd (left open: a
+/// committed prefix), and the region is closed.
+pub fn kernel_fuzz_region(input: &[u8]) -> Vec<u8> {
+    let mut inp = input.iter().copied();
+    let cpus = 1 + inp.next().unwrap_or(0) as u32 % 4;
+    let mut r = RegionBuilder::new(cpus + 1, 4, 4096)
+        .kernel(cpus)
+        .build_region();
+    r.register_kernel_events();
+    let mut ts = 1000u64;
+    let mut last = 0u8;
+    while let Some(cpu) = inp.next() {
+        let id = inp.next().unwrap_or(0) as u32 % (KERNEL_EVENTS.len() as u32 + 1);
+        let dt = inp.next().unwrap_or(0);
+        ts = ts.saturating_add((dt as u64 & 0x3f) << ((dt >> 6) * 9));
+        let fields = KERNEL_EVENTS.get(id as usize).map_or(&[][..], |(_, f)| *f);
+        let payload = kernel_payload(fields, &mut inp);
+        last = payload.last().copied().unwrap_or(cpu);
+        r.emit(cpu as u32 % cpus, ts, id, &payload);
+    }
+    for c in 0..cpus {
+        if (last as u32 + c).is_multiple_of(2) {
+            r.close(c);
+        }
+    }
+    r.close_region();
+    r.bytes
+}
+
+/// One payload of `fields`, its values taken from `inp` (see
+/// [`kernel_fuzz_region`]).
+fn kernel_payload(fields: &[FlaggedFieldSpec], inp: &mut impl Iterator<Item = u8>) -> Vec<u8> {
+    let mut p = Vec::new();
+    for &(_, ty, count, _) in fields {
+        let n = match ty {
+            abi::IVT_FT_U8 | abi::IVT_FT_S8 => 1,
+            abi::IVT_FT_U16 | abi::IVT_FT_S16 => 2,
+            abi::IVT_FT_U32 | abi::IVT_FT_S32 => 4,
+            abi::IVT_FT_U64 | abi::IVT_FT_S64 => 8,
+            abi::IVT_FT_CHARS => count as usize,
+            abi::IVT_FT_BYTES => {
+                let len = inp.next().unwrap_or(0) as usize % 64;
+                let bytes: Vec<u8> = inp.by_ref().take(len).collect();
+                p.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                p.extend_from_slice(&bytes);
+                continue;
+            }
+            _ => {
+                let len = inp.next().unwrap_or(0) as usize % 64;
+                p.extend(inp.by_ref().take(len).map(|b| b.max(1)));
+                p.push(0);
+                continue;
+            }
+        };
+        p.extend((0..n).map(|_| inp.next().unwrap_or(0)));
+    }
+    p
+}
+
+/// Encodes events for [`kernel_fuzz_region`] (seeds): `(cpu, id, dt,
+/// field bytes)`, the field bytes already in the input's form.
+pub fn kernel_fuzz_input(cpus: u8, events: &[(u8, u8, u8, Vec<u8>)]) -> Vec<u8> {
+    let mut out = vec![cpus.saturating_sub(1)];
+    for (cpu, id, dt, fields) in events {
+        out.extend_from_slice(&[*cpu, *id, *dt]);
+        out.extend_from_slice(fields);
+    }
+    out
 }

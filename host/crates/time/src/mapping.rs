@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 const OFFSET_HEADROOM_S: i128 = 365 * 24 * 3600;
 
 /// A linear tick -> realtime mapping with an error bound.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClockMapping {
     /// Ticks per second.
     pub freq_hz: u64,

@@ -94,6 +94,37 @@ pub fn tracefs_root() -> Option<PathBuf> {
         .find(|p| p.join("events/header_page").exists())
 }
 
+/// Where tracefs is mounted, mounting it at /sys/kernel/tracing first if
+/// it is not (as trace-cmd does: a machine without systemd, or a
+/// container, may boot without it). Mounting needs root; without it the
+/// error says how.
+pub fn tracefs_root_or_mount() -> Result<PathBuf> {
+    if let Some(root) = tracefs_root() {
+        return Ok(root);
+    }
+    let at = Path::new("/sys/kernel/tracing");
+    let mounted = nix::mount::mount(
+        Some("nodev"),
+        at,
+        Some("tracefs"),
+        nix::mount::MsFlags::empty(),
+        None::<&str>,
+    );
+    match mounted {
+        Ok(()) if at.join("events/header_page").exists() => Ok(at.to_path_buf()),
+        Ok(()) => bail!(
+            "mounted tracefs at {} but it has no events/header_page",
+            at.display()
+        ),
+        Err(e) => bail!(
+            "tracefs is not mounted and mounting it at {} failed ({e}): run \
+             `mount -t tracefs nodev {}` as root (host events need root anyway)",
+            at.display(),
+            at.display()
+        ),
+    }
+}
+
 /// The QEMU threads to trace: vCPU threads by name, else all.
 pub fn vcpu_threads(pid: i32) -> (Vec<i32>, bool) {
     let mut all = Vec::new();
@@ -250,7 +281,7 @@ impl HostEvents {
     /// classes to `classes`.
     pub fn prepare(pid: Option<i32>, classes: &mut Vec<EventClass>) -> Result<HostEvents> {
         let pid = pid.context("no QEMU pid to select the vCPU threads of")?;
-        let root = tracefs_root().context("tracefs is not mounted (/sys/kernel/tracing)")?;
+        let root = tracefs_root_or_mount()?;
         let hp = format::parse_header_page(
             &read_tracefs(&root.join("events/header_page"))
                 .context("cannot read events/header_page")?,

@@ -34,6 +34,7 @@ use ivtrace_ctf::ftrace::{
     FtraceCpu, FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats,
 };
 use ivtrace_ctf::kernel::wire::{align_event, event_header, le_u32, packet_content, PacketFile};
+use ivtrace_ctf::outdir::OutDir;
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats};
@@ -209,9 +210,9 @@ fn wire_events(pkt: &[u8]) -> Option<(u32, Vec<Wire<'_>>)> {
     Some((h.cpu_id, events))
 }
 
-/// Calls `f` for every wire event of a staged file, in order.
-fn each_wire(path: &std::path::Path, mut f: impl FnMut(u32, Wire)) -> io::Result<u64> {
-    let mut file = PacketFile::open(path)?;
+/// Calls `f` for every wire event of the staged file `name`, in order.
+fn each_wire(staging: &OutDir, name: &str, mut f: impl FnMut(u32, Wire)) -> io::Result<u64> {
+    let mut file = PacketFile::new(staging.open_read(name)?, 64 << 10);
     let mut bad = 0u64;
     while file.next_packet()? {
         match wire_events(&file.buf) {
@@ -224,13 +225,13 @@ fn each_wire(path: &std::path::Path, mut f: impl FnMut(u32, Wire)) -> io::Result
 
 /// Pass 1: how often each ftrace type occurs in every staged page.
 fn count_types(
-    files: &[FtraceStaged],
+    input: &FtraceInput,
     hp: &HeaderPage,
     dec: &Decoder,
 ) -> io::Result<HashMap<u16, u64>> {
     let mut counts: HashMap<u16, u64> = HashMap::new();
-    for f in files {
-        each_wire(&f.wire, |_, w| {
+    for f in input.files {
+        each_wire(input.staging, &f.name, |_, w| {
             if let Wire::Page(p) = w {
                 page::walk(p, hp, |_, rec| {
                     if let Some(ty) = dec.type_of(rec) {
@@ -269,21 +270,22 @@ fn plan_classes(
     (classes, decoder, names)
 }
 
-/// Pass 2 over one channel: its pages into `f.out`, its accounting.
+/// Pass 2 over one channel: its pages into `input.out`, its accounting.
 fn write_channel(
+    input: &FtraceInput,
     f: &FtraceStaged,
     hp: &HeaderPage,
     dec: &Decoder,
     by_name: &mut BTreeMap<String, u64>,
     names: &HashMap<u16, String>,
 ) -> io::Result<FtraceCpu> {
-    let mut out = StreamOut::create(&f.out, f.chan)?;
+    let mut out = StreamOut::create(input.out, &f.name, f.chan)?;
     let mut acc = FtraceCpu::default();
     let mut stats = None;
     let mut missed = 0u64;
     let mut payload = Vec::with_capacity(256);
     let mut err = Ok(());
-    let bad = each_wire(&f.wire, |cpu, w| match w {
+    let bad = each_wire(input.staging, &f.name, |cpu, w| match w {
         Wire::Stats(s) => stats = Some(s),
         Wire::Page(p) => {
             acc.cpu = cpu;
@@ -359,7 +361,7 @@ pub fn expand(input: &FtraceInput) -> io::Result<FtraceOutput> {
     let cat = Catalog::new(input.formats);
     let hp = cat.hp;
     let probe = Decoder::empty(cat.first.as_ref());
-    let counts = count_types(input.files, &hp, &probe)?;
+    let counts = count_types(input, &hp, &probe)?;
     let (classes, decoder, names) = plan_classes(&cat, &counts);
     let mut stats = FtraceStats {
         formats: cat.parsed,
@@ -368,7 +370,7 @@ pub fn expand(input: &FtraceInput) -> io::Result<FtraceOutput> {
         ..FtraceStats::default()
     };
     for f in input.files {
-        let cpu = write_channel(f, &hp, &decoder, &mut stats.events_by_name, &names)?;
+        let cpu = write_channel(input, f, &hp, &decoder, &mut stats.events_by_name, &names)?;
         stats.cpus.push(cpu);
     }
     stats.seconds = started.elapsed().as_secs_f64();

@@ -232,7 +232,8 @@ fn write_host_trace(dir: &Path, t0: u64, t1: u64) -> usize {
         error_ns: 1,
         env: vec![],
     };
-    let mut t = HostTrace::create(&dir.join("host"), &desc, classes).unwrap();
+    let root = ivtrace_ctf::OutDir::root(dir, &Default::default()).unwrap();
+    let mut t = HostTrace::create(&root, "host", &desc, classes).unwrap();
     let s0 = t.add_stream(STREAM_KERNEL, 0, "host_cpu0").unwrap();
     let s1 = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
     for (cpu, ts, tid, p) in &events {

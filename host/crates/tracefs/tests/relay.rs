@@ -5,9 +5,11 @@
 //! the relay writes them; the output is walked with the same walker `ivtrace report` uses.
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use ivtrace_ctf::ftrace::{FtraceCpu, FtraceInput, FtraceStaged};
+use ivtrace_ctf::outdir::{OutDir, OutputPolicy};
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats, FtraceText};
@@ -101,18 +103,23 @@ impl EventVisitor for Ids {
 /// Stages `packets` for one channel, expands, walks the output with the output classes.
 fn run(formats: &FtraceFormats, packets: &[Vec<u8>]) -> Run {
     let dir = tempfile::tempdir().unwrap();
-    let wire = dir.path().join("wire");
-    fs::write(&wire, packets.concat()).unwrap();
-    let out = dir.path().join("ftrace_chan2");
+    fs::create_dir(dir.path().join("wire")).unwrap();
+    fs::write(dir.path().join("wire/ftrace_chan2"), packets.concat()).unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o750)).unwrap();
+    let root = OutDir::root(dir.path(), &OutputPolicy::default()).unwrap();
+    let staging = root.open_dir("wire").unwrap();
+    let kernel = root.create_dir("kernel").unwrap();
+    let out = dir.path().join("kernel/ftrace_chan2");
     let files = [FtraceStaged {
         chan: 2,
-        wire,
-        out: out.clone(),
+        name: "ftrace_chan2".into(),
     }];
     let input = FtraceInput {
         wire: &StreamClasses::default(),
         formats,
         files: &files,
+        staging: &staging,
+        out: &kernel,
     };
     let res = expand(&input).unwrap();
     let mut all = EventClasses::default();

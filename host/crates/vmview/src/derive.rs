@@ -7,14 +7,14 @@
 //! written as they come.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
 use ivtrace_ctf::host::{HostTrace, STREAM_KERNEL};
 use ivtrace_ctf::vm::{ticks_at, vm_metadata, VmTraceDesc};
-use ivtrace_ctf::EnvValue;
+use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_time::ClockMapping;
 use ivtrace_tracefs::statedump::{vmsync_payload, VMSYNC_GH_HOST, VMSYNC_HG_HOST};
@@ -28,8 +28,9 @@ use crate::timeline::{Config, Counters, Timeline};
 
 /// The guest traces of the recording, as their writer knows them.
 pub struct GuestTraces<'a> {
-    /// The output directory (`DIR`: `DIR/kernel/` is read, `DIR/vm/` written).
-    pub root: &'a Path,
+    /// The output directory (`DIR`: `DIR/kernel/` is read, `DIR/vm/` written
+    /// through its descriptor, as every trace directory: docs/hardening.md).
+    pub root: &'a OutDir,
     /// The expanded kernel trace's event classes.
     pub kernel_classes: &'a StreamClasses,
     /// The guest clock's final mapping and its CTF clock UUID.
@@ -88,9 +89,8 @@ struct VmWriter {
 
 impl VmWriter {
     fn create(g: &GuestTraces, env: Vec<(String, EnvValue)>) -> Result<VmWriter> {
-        let dir = g.root.join("vm");
         let text = vm_metadata(&vm_desc(g, env), &classes::classes());
-        let trace = HostTrace::create_with_metadata(&dir, text, classes::classes())?;
+        let trace = HostTrace::create_with_metadata(g.root, "vm", text, classes::classes())?;
         Ok(VmWriter {
             trace,
             clock: g.clock.clone(),
@@ -171,11 +171,12 @@ impl VmWriter {
         for (vcpu, (at, t, p)) in ends {
             self.write(vcpu, at, classes::INTERVAL_END, t, &p)?;
         }
-        let dir = self.trace.dir().to_path_buf();
+        let dir = self.trace.out_dir().clone();
         self.trace.finish()?;
         let text = vm_metadata(&vm_desc(g, env), &classes::classes());
-        ivtrace_ctf::trace::write_atomically(&dir, "metadata", text.as_bytes())?;
-        Ok(dir)
+        dir.write_atomically("metadata", text.as_bytes())
+            .with_context(|| format!("cannot write {}", dir.join("metadata").display()))?;
+        Ok(dir.path().to_path_buf())
     }
 }
 
@@ -279,7 +280,7 @@ pub fn derive(guest: &GuestTraces, host: &mut HostTrace, req: &Request) -> Resul
     let mut merge = HostMerge::open(&host_dir, &classes)
         .with_context(|| format!("cannot read the host trace {}", host_dir.display()))?;
     let errors = Errors::default();
-    let kernel_dir = guest.root.join("kernel");
+    let kernel_dir = guest.root.path().join("kernel");
     let switches = if kernel_dir.is_dir() {
         guest_switches(&kernel_dir, guest.kernel_classes, guest.clock, &errors)
             .with_context(|| format!("cannot read the guest trace {}", kernel_dir.display()))?

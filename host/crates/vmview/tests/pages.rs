@@ -226,7 +226,8 @@ fn write_host_trace(dir: &Path) -> HostTrace {
         error_ns: 1,
         env: vec![],
     };
-    let mut t = HostTrace::create(&dir.join("host"), &desc, classes).unwrap();
+    let root = ivtrace_ctf::OutDir::root(dir, &Default::default()).unwrap();
+    let mut t = HostTrace::create(&root, "host", &desc, classes).unwrap();
     let dump = t.add_stream(STREAM_KERNEL, 0, "host_statedump").unwrap();
     for (tid, pid, name) in [
         (A_VCPU0, QEMU_A, "CPU 0/KVM"),
@@ -318,8 +319,9 @@ fn derive_for(dir: &Path, host: &mut HostTrace, pid: i32) -> Derived {
         serde_json::from_slice(&fs::read(dir.join("ivtrace.json")).unwrap()).unwrap();
     let classes = sidecar.event_classes();
     let uuid = clock_uuid(&dir.join("kernel/metadata"));
+    let root = ivtrace_ctf::OutDir::root(dir, &Default::default()).unwrap();
     let guest = GuestTraces {
-        root: dir,
+        root: &root,
         kernel_classes: classes.stream(0),
         clock: &sidecar.clock,
         clock_uuid: &uuid,

@@ -59,9 +59,7 @@ mod tests;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::fs::OpenOptions;
 use std::io::{self, BufWriter, Write};
-use std::path::PathBuf;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -72,6 +70,8 @@ use ivtrace_region::packet::PacketHeader;
 
 use lttng::SyscallWire;
 
+use crate::outdir::OutDir;
+use crate::trace::{create_err, write_err, CtfError};
 use ivtrace_region::names::NameTable;
 use names::{sanitize_comm, swapper, Comm, Name, TableNames, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Op, Out, Output, Plans};
@@ -83,12 +83,50 @@ pub const STAGING_DIR: &str = ".kernel-wire";
 /// CTF readers do not pick the directory up).
 pub const WIRE_METADATA: &str = "metadata.wire";
 
-/// One kernel channel's staged wire file and its output file.
+/// One kernel channel's staged wire file (in the staging directory) and
+/// its output file (in `kernel/`), both named `kernel_chanN`.
 #[derive(Debug, Clone)]
 pub struct Staged {
     pub chan: u32,
-    pub wire: PathBuf,
-    pub out: PathBuf,
+    pub name: String,
+}
+
+impl Staged {
+    pub fn channel(chan: u32) -> Staged {
+        Staged {
+            chan,
+            name: crate::trace::stream_file_name(abi::IVT_STREAM_KERNEL, chan),
+        }
+    }
+}
+
+/// Expands the staged files of `staging` into a new `kernel/` directory
+/// of `root`; returns what the expansion did and that directory.
+pub fn expand_dir(
+    root: &OutDir,
+    staging: &OutDir,
+    wire: &StreamClasses,
+    files: &[Staged],
+    table: Option<&NameTable>,
+) -> Result<(Expanded, OutDir), CtfError> {
+    let name = crate::trace::stream_dir(abi::IVT_STREAM_KERNEL);
+    let shown = root.join(name).display().to_string();
+    let out = root.create_dir(name).map_err(create_err(&shown))?;
+    let dirs = Dirs { staging, out: &out };
+    let expanded = expand(wire, &dirs, files, table).map_err(write_err(&shown))?;
+    Ok((expanded, out))
+}
+
+/// Where the staged files are read and the expanded ones written.
+pub struct Dirs<'a> {
+    pub staging: &'a OutDir,
+    pub out: &'a OutDir,
+}
+
+/// Read buffer per staged file in pass 1 (all are open at once): bounded
+/// in total whatever the number of kernel channels.
+fn read_buffer(files: usize) -> usize {
+    ((16usize << 20) / files.max(1)).clamp(8 << 10, 64 << 10)
 }
 
 /// What the expansion did (the sidecar's `kernel_expansion`).
@@ -149,15 +187,17 @@ pub struct Expanded {
 /// for threads that no naming event in the trace names.
 pub fn expand(
     wire: &StreamClasses,
+    dirs: &Dirs,
     files: &[Staged],
     table: Option<&NameTable>,
 ) -> io::Result<Expanded> {
-    expand_with(wire, files, Facts::default().names, table)
+    expand_with(wire, dirs, files, Facts::default().names, table)
 }
 
 /// [`expand`] with a given (empty) name timeline, e.g. a smaller cap in tests.
 pub fn expand_with(
     wire: &StreamClasses,
+    dirs: &Dirs,
     files: &[Staged],
     names: names::ThreadNamesBuilder,
     table: Option<&NameTable>,
@@ -166,7 +206,7 @@ pub fn expand_with(
     let plans = plan::plan(wire);
     let mut facts = Facts::new(&plans);
     facts.names = names;
-    collect(&plans, files, &mut facts)?;
+    collect(&plans, dirs, files, &mut facts)?;
     let output = plan::output(wire, &plans, &facts);
     let mut stats = KernelExpansion {
         names_repeated: facts.names.repeated,
@@ -190,7 +230,7 @@ pub fn expand_with(
     };
     let mut out = Vec::new();
     for f in files {
-        x.file(f, &mut out)?;
+        x.file(dirs, f, &mut out)?;
     }
     stats.seconds = started.elapsed().as_secs_f64();
     stats.events_per_s = if stats.seconds > 0.0 {
@@ -219,9 +259,9 @@ struct Cursor {
 }
 
 impl Cursor {
-    fn open(f: &Staged) -> io::Result<Cursor> {
+    fn open(dir: &OutDir, f: &Staged, buffer: usize) -> io::Result<Cursor> {
         Ok(Cursor {
-            file: PacketFile::open(&f.wire)?,
+            file: PacketFile::new(dir.open_read(&f.name)?, buffer),
             chan: f.chan,
             content: 0,
             off: 0,
@@ -291,10 +331,11 @@ impl Cursor {
 }
 
 /// Pass 1: every channel's naming events, merged in time order.
-fn collect(plans: &Plans, files: &[Staged], facts: &mut Facts) -> io::Result<()> {
+fn collect(plans: &Plans, dirs: &Dirs, files: &[Staged], facts: &mut Facts) -> io::Result<()> {
+    let buffer = read_buffer(files.len());
     let mut cursors = files
         .iter()
-        .map(Cursor::open)
+        .map(|f| Cursor::open(dirs.staging, f, buffer))
         .collect::<io::Result<Vec<_>>>()?;
     let mut heap: BinaryHeap<Reverse<(NameFact, usize)>> = BinaryHeap::new();
     for (i, c) in cursors.iter_mut().enumerate() {
@@ -331,12 +372,9 @@ struct Expander<'a> {
 }
 
 impl Expander<'_> {
-    fn file(&mut self, f: &Staged, out: &mut Vec<u8>) -> io::Result<()> {
-        let mut input = PacketFile::open(&f.wire)?;
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&f.out)?;
+    fn file(&mut self, dirs: &Dirs, f: &Staged, out: &mut Vec<u8>) -> io::Result<()> {
+        let mut input = PacketFile::new(dirs.staging.open_read(&f.name)?, 64 << 10);
+        let file = dirs.out.create_file(&f.name)?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
         // Events of this channel's skipped packets so far: every later
         // packet's running events_discarded includes them.
@@ -555,8 +593,8 @@ fn put_header(out: &mut Vec<u8>, wire_hdr: &[u8], ts: u64, id: u32) {
     }
 }
 
-/// Removes the staging directory (best effort: a leftover hidden directory
-/// without `metadata` does not disturb CTF readers).
-pub fn remove_staging(dir: &std::path::Path) {
-    let _ = std::fs::remove_dir_all(dir);
+/// Removes the staging directory of `root` (best effort: a leftover hidden
+/// directory without `metadata` does not disturb CTF readers).
+pub fn remove_staging(root: &OutDir) {
+    let _ = root.remove_tree(STAGING_DIR);
 }

@@ -308,7 +308,9 @@ fn record(r: &TestRegion) -> Out {
     };
     let n = region.layout().nr_channels;
     let cpus = region.layout().nr_kernel_channels;
-    let mut writer = CtfWriter::new(dir.path(), region.header().uuid, clock(), env, n);
+    let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
+    let limits = crate::streams::Limits::default();
+    let mut writer = CtfWriter::new(root, region.header().uuid, clock(), env, n, limits);
     let mut reader = Reader::new(region);
     reader.drain_available(&mut writer).unwrap();
     reader.flush_partial(&mut writer).unwrap();
@@ -691,16 +693,21 @@ fn a_flood_of_distinct_threads_is_bounded() {
     reader.drain_available(&mut cap).unwrap();
     reader.flush_partial(&mut cap).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let wire = dir.path().join("wire");
     let bytes: Vec<u8> = cap.0.iter().flat_map(|(_, p)| p.clone()).collect();
-    std::fs::write(&wire, bytes).unwrap();
-    let staged = [Staged {
-        chan: 0,
-        wire,
-        out: dir.path().join("out"),
-    }];
+    let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
+    let (staging, out) = (
+        root.create_dir("wire").unwrap(),
+        root.create_dir("out").unwrap(),
+    );
+    let staged = [Staged::channel(0)];
+    std::fs::write(dir.path().join("wire").join(&staged[0].name), bytes).unwrap();
+    let dirs = super::Dirs {
+        staging: &staging,
+        out: &out,
+    };
     let x = expand_with(
         reader.classes().stream(0),
+        &dirs,
         &staged,
         ThreadNamesBuilder::with_limit(1000),
         None,
@@ -710,7 +717,12 @@ fn a_flood_of_distinct_threads_is_bounded() {
     assert_eq!((x.stats.threads, x.stats.name_changes), (1000, 1000));
     assert_eq!(x.stats.events, n as u64 + 1);
     let mut evs = Vec::new();
-    decode_file(&staged[0].out, 0, &x.classes, &mut evs);
+    decode_file(
+        &dir.path().join("out").join(&staged[0].name),
+        0,
+        &x.classes,
+        &mut evs,
+    );
     let sw = evs.iter().find(|e| e.name == "sched_switch").unwrap();
     assert_eq!(sw.f["prev_comm"].text(), "t"); // kept
     assert_eq!(sw.f["next_comm"].text(), ""); // past the cap: empty
@@ -987,23 +999,28 @@ fn a_staged_packet_that_does_not_walk_becomes_a_counted_loss() {
     let cut = (abi::PACKET_HDR_SIZE as u64 + 2) * 8;
     ivtrace_region::abi::put_u64(&mut cap.0[1].1, abi::pkt::CONTENT_SIZE, cut);
     let dir = tempfile::tempdir().unwrap();
-    let wire = dir.path().join("wire");
     let bytes: Vec<u8> = cap.0.iter().flat_map(|(_, p)| p.clone()).collect();
-    std::fs::write(&wire, bytes).unwrap();
-    let staged = [Staged {
-        chan: 0,
-        wire,
-        out: dir.path().join("out"),
-    }];
+    let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
+    let (staging, out) = (
+        root.create_dir("wire").unwrap(),
+        root.create_dir("out").unwrap(),
+    );
+    let staged = [Staged::channel(0)];
+    std::fs::write(dir.path().join("wire").join(&staged[0].name), bytes).unwrap();
+    let dirs = super::Dirs {
+        staging: &staging,
+        out: &out,
+    };
     let names = ThreadNamesBuilder::with_limit(100);
-    let x = expand_with(reader.classes().stream(0), &staged, names, None).unwrap();
+    let x = expand_with(reader.classes().stream(0), &dirs, &staged, names, None).unwrap();
+    let expanded = dir.path().join("out").join(&staged[0].name);
     assert_eq!((x.stats.packets, x.stats.packets_skipped), (2, 1));
     assert_eq!((x.stats.events, x.stats.events_lost), (10, 5));
     assert_eq!(x.stats.lost_by_channel.get(&0), Some(&5));
     let mut evs = Vec::new();
-    decode_file(&staged[0].out, 0, &x.classes, &mut evs);
+    decode_file(&expanded, 0, &x.classes, &mut evs);
     assert_eq!(evs.len(), 10);
-    let mut file = PacketFile::open(&staged[0].out).unwrap();
+    let mut file = PacketFile::open(&expanded).unwrap();
     let mut seen = Vec::new();
     while file.next_packet().unwrap() {
         let (h, _) = packet_content(&file.buf).unwrap();

@@ -37,13 +37,18 @@ pub struct PacketFile {
 }
 
 impl PacketFile {
-    pub fn open(path: &Path) -> io::Result<PacketFile> {
-        Ok(PacketFile {
-            // Small: pass 1 has one open per kernel channel; packets larger
-            // than the buffer are read straight into `buf`.
-            r: BufReader::with_capacity(64 << 10, File::open(path)?),
+    /// Reads `file` with a `buffer`-byte buffer (small: pass 1 has one
+    /// open per kernel channel; packets larger than the buffer are read
+    /// straight into `buf`).
+    pub fn new(file: File, buffer: usize) -> PacketFile {
+        PacketFile {
+            r: BufReader::with_capacity(buffer, file),
             buf: Vec::new(),
-        })
+        }
+    }
+
+    pub fn open(path: &Path) -> io::Result<PacketFile> {
+        Ok(PacketFile::new(File::open(path)?, 64 << 10))
     }
 
     /// Reads the next packet into `buf`; false at the end of the file.

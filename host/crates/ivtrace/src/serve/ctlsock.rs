@@ -6,6 +6,8 @@
 //! {"op":"status","guest":"web1"}
 //! {"op":"control","guest":"web1","command":["enable","sched,irq"]}
 //! {"op":"ftrace","guest":"web1","request":"write events/block/enable 1"}
+//! {"op":"handoff","guest":"web1"}                       (the guest migrated away)
+//! {"op":"resume","guest":"web1","from":"/path/handoff.json"}  (it arrived)
 //! -> {"ok":true,...}  |  {"ok":false,"error":"..."}
 //! ```
 //!
@@ -15,6 +17,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -86,9 +89,13 @@ fn answer(req: &Value, registry: &Registry) -> Value {
         "status" => status(&guest),
         "control" => control(req, &guest),
         "ftrace" => ftrace(req, &guest),
-        _ => {
-            json!({"ok": false, "error": format!("unknown op `{op}` (list, status, control, ftrace)")})
+        "handoff" => migration(&guest, "handoff", |reply| Request::Handoff { reply }),
+        "resume" => {
+            let from = req.get("from").and_then(Value::as_str).map(PathBuf::from);
+            migration(&guest, "resume", |reply| Request::Resume { from, reply })
         }
+        _ => json!({"ok": false, "error": format!(
+            "unknown op `{op}` (list, status, control, ftrace, handoff, resume)")}),
     }
 }
 
@@ -114,7 +121,7 @@ impl Live {
 /// that says why not.
 fn find_guest(want: Option<&str>, registry: &Registry) -> Result<Live, Value> {
     let guests = registry.guests.lock().expect("lock");
-    let live: Vec<_> = guests.iter().filter(|g| !g.finished()).collect();
+    let live: Vec<_> = guests.iter().collect();
     let found = match want {
         Some(n) => live.iter().find(|g| g.name == n).copied(),
         None if live.len() == 1 => Some(live[0]),
@@ -134,6 +141,26 @@ fn find_guest(want: Option<&str>, registry: &Registry) -> Result<Live, Value> {
         requests: g.requests.clone(),
         wake: Arc::clone(&g.wake),
     })
+}
+
+/// `handoff` and `resume`: asks the guest's thread, relays its answer.
+fn migration(
+    guest: &Live,
+    op: &str,
+    make: impl FnOnce(mpsc::Sender<Result<String, String>>) -> Request,
+) -> Value {
+    let name = &guest.name;
+    let (rtx, rrx) = mpsc::channel();
+    if !guest.ask(make(rtx)) {
+        return json!({"ok": false, "error": format!("guest `{name}` has finished")});
+    }
+    match rrx.recv_timeout(REPLY_TIMEOUT) {
+        Ok(Ok(what)) => json!({"ok": true, "guest": name, "op": op, "result": what}),
+        Ok(Err(e)) => json!({"ok": false, "guest": name, "error": e}),
+        Err(_) => {
+            json!({"ok": false, "guest": name, "error": "the guest thread did not answer in time"})
+        }
+    }
 }
 
 fn status(guest: &Live) -> Value {
@@ -212,31 +239,40 @@ fn ftrace(req: &Value, guest: &Live) -> Value {
 }
 
 fn list(registry: &Registry) -> Value {
-    // Fresh numbers from live guests, the last known state of the others.
+    // The last finished guests (oldest first), then fresh numbers from
+    // the live ones.
+    let mut out: Vec<Value> = registry
+        .finished
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|s| serde_json::to_value(s).unwrap_or(Value::Null))
+        .collect();
     let entries: Vec<_> = {
-        let guests = registry.guests.lock().expect("lock");
-        guests
+        let mut guests: Vec<_> = registry
+            .guests
+            .lock()
+            .expect("lock")
             .iter()
             .map(|g| {
                 (
-                    g.finished(),
+                    g.id,
                     g.requests.clone(),
                     Arc::clone(&g.wake),
                     Arc::clone(&g.status),
                 )
             })
-            .collect()
+            .collect();
+        guests.sort_by_key(|g| g.0);
+        guests
     };
-    let mut out = Vec::new();
-    for (finished, requests, wake, status) in entries {
+    for (_, requests, wake, status) in entries {
         let mut s = status.lock().map(|s| s.clone()).unwrap_or_default();
-        if !finished {
-            let (rtx, rrx) = mpsc::channel();
-            if requests.send(Request::Status { reply: rtx }).is_ok() {
-                let _ = wake.write(1);
-                if let Ok(fresh) = rrx.recv_timeout(REPLY_TIMEOUT) {
-                    s = fresh;
-                }
+        let (rtx, rrx) = mpsc::channel();
+        if requests.send(Request::Status { reply: rtx }).is_ok() {
+            let _ = wake.write(1);
+            if let Ok(fresh) = rrx.recv_timeout(REPLY_TIMEOUT) {
+                s = fresh;
             }
         }
         out.push(serde_json::to_value(s).unwrap_or(Value::Null));

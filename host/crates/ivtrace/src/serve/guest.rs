@@ -8,7 +8,6 @@
 //! Nothing here may take the server down: errors end this guest's
 //! recording (after finalizing what was recorded) and are logged.
 
-use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -25,7 +24,7 @@ use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
 use ivtrace_engine::{Backoff, RegionWait, StopReason, Wait, Woken};
 use ivtrace_region::{Ack, Command, FtraceAck, RegionError};
 
-use crate::serve::proto::PeerInfo;
+use crate::serve::proto::{PeerInfo, Shm};
 use crate::serve::{recording, ServeConfig};
 
 /// Epoll tokens.
@@ -50,6 +49,17 @@ pub enum Request {
     Ftrace {
         text: String,
         reply: Sender<Result<FtraceAck, String>>,
+    },
+    /// The guest migrated away: end the recording with a handoff
+    /// (`ivtrace ctl handoff`). The reply names the trace directory.
+    Handoff {
+        reply: Sender<Result<String, String>>,
+    },
+    /// The guest arrived by migration: record from the previous host's
+    /// handoff (`ivtrace ctl resume FILE`; None: from the region alone).
+    Resume {
+        from: Option<PathBuf>,
+        reply: Sender<Result<String, String>>,
     },
 }
 
@@ -84,6 +94,9 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Closed => "region closed by the guest module (unloaded)",
         StopReason::OwnerGone => "region owner exited without closing",
         StopReason::Withdrawn => "region withdrawn for reformatting",
+        StopReason::Handoff => "handed off: the guest migrated, the next host continues",
+        StopReason::Shrunk => "region shrank under the reader (truncated by another process)",
+        StopReason::OutputFailed => "output failed (the trace holds every whole packet before it)",
     }
 }
 
@@ -95,11 +108,12 @@ fn guest_alive(reason: StopReason) -> bool {
 
 /// Everything one guest thread owns.
 pub struct Guest {
+    /// The registry's id of this guest (the connection number).
+    pub id: u64,
     pub name: String,
     pub peer: PeerInfo,
-    pub shm_path: PathBuf,
-    /// The region file as serve created it (kept open with the guest).
-    pub shm_file: File,
+    /// The region as serve created it (kept open with the guest).
+    pub shm: Shm,
     /// Guest -> host doorbells, vector k (the waiter reads them).
     pub doorbells: Vec<EventFd>,
     /// Host -> guest interrupts, MSI-X vector k (0: control and sync).
@@ -224,9 +238,9 @@ impl Wait for GuestWaiter {
 
 /// Waiting for the guest module to format the region: control requests
 /// are refused, status answered, the peer watched.
-struct AwaitFormat<'a> {
-    guest: &'a Guest,
-    waiter: &'a mut GuestWaiter,
+pub(crate) struct AwaitFormat<'a> {
+    pub(crate) guest: &'a Guest,
+    pub(crate) waiter: &'a mut GuestWaiter,
     said: String,
 }
 
@@ -245,6 +259,14 @@ impl RegionWait for AwaitFormat<'_> {
 
     fn pause(&mut self) -> bool {
         self.guest.answer_requests_without_region();
+        self.idle_wait()
+    }
+}
+
+impl AwaitFormat<'_> {
+    /// Sleeps until a request, the peer or the poll interval wakes us;
+    /// false when the peer is gone or the server stops.
+    pub(crate) fn idle_wait(&mut self) -> bool {
         let wake = match self.waiter.notifier.block(FORMAT_POLL) {
             Ok(w) => w,
             Err(e) => {
@@ -280,7 +302,7 @@ impl Guest {
         }
         self.set_state("done");
         if !self.cfg.keep_shm {
-            let _ = fs::remove_file(&self.shm_path);
+            self.shm.remove();
         }
         self.log("finished");
     }
@@ -296,12 +318,19 @@ impl Guest {
                 waiter,
                 said: String::new(),
             };
-            let region = ivtrace_engine::wait_for_region(&self.shm_path, last_uuid, &mut waiting);
+            let resume = match (self.peer.incoming && last_uuid.is_none(), &mut waiting) {
+                (true, w) => match crate::serve::migration::await_resume(w) {
+                    Some(r) => r,
+                    None => return,
+                },
+                (false, _) => None,
+            };
+            let region = ivtrace_engine::wait_for_region(&self.shm.path, last_uuid, &mut waiting);
             let Ok(Some(region)) = region else {
                 return;
             };
             last_uuid = Some(region.header().uuid);
-            match recording::record(self, waiter, region) {
+            match recording::record(self, waiter, region, resume.as_ref()) {
                 Ok(end) if guest_alive(end) && !self.stop.load(Ordering::Relaxed) => {}
                 Ok(StopReason::Withdrawn) => {}
                 Ok(_) => return,
@@ -314,22 +343,26 @@ impl Guest {
     }
 
     fn answer_requests_without_region(&self) {
-        loop {
-            match self.requests.try_recv() {
-                Ok(Request::Control { reply, .. }) => {
-                    let _ = reply.send(Err(
-                        "the guest module has not formatted the region yet".into()
-                    ));
-                }
-                Ok(Request::Ftrace { reply, .. }) => {
-                    let _ = reply.send(Err(
-                        "the guest module has not formatted the region yet".into()
-                    ));
-                }
-                Ok(Request::Status { reply }) => {
-                    let _ = reply.send(self.status.lock().map(|s| s.clone()).unwrap_or_default());
-                }
-                Err(_) => return,
+        while let Ok(req) = self.requests.try_recv() {
+            self.refuse_without_region(req, "the guest module has not formatted the region yet");
+        }
+    }
+
+    /// Answers a request that needs a recording: status as it is, the
+    /// others refused with `why`.
+    pub(crate) fn refuse_without_region(&self, req: Request, why: &str) {
+        match req {
+            Request::Control { reply, .. } => {
+                let _ = reply.send(Err(why.into()));
+            }
+            Request::Handoff { reply } | Request::Resume { reply, .. } => {
+                let _ = reply.send(Err(why.into()));
+            }
+            Request::Ftrace { reply, .. } => {
+                let _ = reply.send(Err(why.into()));
+            }
+            Request::Status { reply } => {
+                let _ = reply.send(self.status.lock().map(|s| s.clone()).unwrap_or_default());
             }
         }
     }

@@ -22,9 +22,12 @@
 //! replaced; anything else at the path is refused.
 
 pub mod access;
+pub mod admission;
+pub mod connect;
 pub mod ctlsock;
 pub mod guest;
 pub mod hostlog;
+pub mod migration;
 pub mod proto;
 pub mod recording;
 
@@ -42,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::eventfd::EventFd;
 
 use ivtrace_ctf::Sidecar;
 
@@ -107,11 +110,13 @@ pub struct ServeArgs {
     /// ivtrace. Name or gid; empty: owner only (0600).
     #[arg(long, value_name = "GROUP")]
     pub ctl_group: Option<String>,
-    /// Directory of the region files (tmpfs, so QEMU's mapping is shared memory).
-    #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
-    pub shm_dir: PathBuf,
-    /// Keep each guest's region file after its trace is finalized.
-    #[arg(long)]
+    /// Put each guest's region in a file in DIR (tmpfs) instead of a sealed
+    /// memfd: `ivtrace snapshot` can then salvage it by path if serve dies, but
+    /// a client may shrink the file (serve survives it, the guest's trace ends).
+    #[arg(long, value_name = "DIR")]
+    pub shm_dir: Option<PathBuf>,
+    /// Keep each guest's region file (--shm-dir) after its trace is finalized.
+    #[arg(long, requires = "shm_dir")]
     pub keep_shm: bool,
     /// Seconds between clock sync bursts (ping-pong through the region).
     #[arg(long, value_name = "S", default_value_t = 5.0)]
@@ -126,6 +131,16 @@ pub struct ServeArgs {
     /// Print each guest's summary as one JSON object per line on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Per guest recording: stop writing once its stream files reach SIZE
+    /// (e.g. 1G); later packets are dropped and counted as lost (`over_limit`).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
+    /// Longest wait for the guests to finalize their traces after SIGINT/SIGTERM;
+    /// a guest still busy then is left for `ivtrace recover`.
+    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    pub shutdown_timeout: f64,
+    #[command(flatten)]
+    pub access: crate::cli::OutputAccessArgs,
 }
 
 /// `64M`, `1G`, `65536`.
@@ -155,8 +170,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Settings every guest thread shares.
 pub struct ServeConfig {
-    pub outroot: PathBuf,
-    pub shm_dir: PathBuf,
+    /// The output root, held by descriptor.
+    pub outroot: ivtrace_ctf::OutDir,
+    /// Region files go here (None: sealed memfds).
+    pub shm_dir: Option<PathBuf>,
     pub size: u64,
     pub vectors: u32,
     pub keep_shm: bool,
@@ -166,6 +183,8 @@ pub struct ServeConfig {
     /// Longest sleep without a doorbell (catches a region closed while
     /// the host slept, and anything else that does not ring).
     pub safety_timeout: Duration,
+    /// What one recording's output may use.
+    pub limits: ivtrace_ctf::streams::Limits,
     print: Mutex<()>,
 }
 
@@ -185,29 +204,51 @@ impl ServeConfig {
     }
 }
 
-/// One guest as the registry knows it.
+/// One live guest as the registry knows it.
 pub struct GuestEntry {
     pub id: u64,
     pub name: String,
     pub requests: mpsc::Sender<guest::Request>,
     pub wake: Arc<EventFd>,
     pub status: Arc<Mutex<guest::GuestStatus>>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl GuestEntry {
-    pub fn finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(|t| t.is_finished())
-    }
     fn wake(&self) {
         let _ = self.wake.write(1);
     }
 }
 
-/// Every guest of this server.
+/// Finished guests `ctl list` still shows (their last status only: no
+/// descriptor, no thread).
+const FINISHED_KEPT: usize = 256;
+
+/// Every guest of this server: the live ones, and the last finished ones.
 #[derive(Default)]
 pub struct Registry {
     pub guests: Mutex<Vec<GuestEntry>>,
+    pub finished: Mutex<std::collections::VecDeque<guest::GuestStatus>>,
+}
+
+impl Registry {
+    /// Removes guest `id` (its thread is ending): its descriptors go with
+    /// the entry; its last status joins the bounded history.
+    pub fn retire(&self, id: u64) {
+        let entry = {
+            let mut guests = self.guests.lock().expect("lock");
+            let i = guests.iter().position(|g| g.id == id);
+            i.map(|i| guests.swap_remove(i))
+        };
+        let Some(entry) = entry else {
+            return;
+        };
+        let status = entry.status.lock().map(|s| s.clone()).unwrap_or_default();
+        let mut finished = self.finished.lock().expect("lock");
+        if finished.len() == FINISHED_KEPT {
+            finished.pop_front();
+        }
+        finished.push_back(status);
+    }
 }
 
 /// Binds `path` mode 0600, refusing a live server and non-sockets,
@@ -314,9 +355,12 @@ impl Sockets {
     }
 }
 
-fn serve_config(args: &ServeArgs, size: u64) -> ServeConfig {
+/// Stream files a served recording keeps open at once.
+const SERVE_OPEN_FILES: usize = 32;
+
+fn serve_config(args: &ServeArgs, size: u64, outroot: ivtrace_ctf::OutDir) -> ServeConfig {
     ServeConfig {
-        outroot: args.output.clone(),
+        outroot,
         shm_dir: args.shm_dir.clone(),
         size,
         vectors: args.vectors,
@@ -325,6 +369,12 @@ fn serve_config(args: &ServeArgs, size: u64) -> ServeConfig {
         host_events: args.host_events,
         json: args.json,
         safety_timeout: Duration::from_secs(1),
+        limits: ivtrace_ctf::streams::Limits {
+            open_files: SERVE_OPEN_FILES,
+            buffer_total: 8 << 20,
+            max_bytes: args.max_size,
+            ..Default::default()
+        },
         print: Mutex::new(()),
     }
 }
@@ -340,16 +390,20 @@ fn signal_pipe() -> Result<UnixStream> {
     Ok(sig_read)
 }
 
-fn announce(args: &ServeArgs, ctl_path: &Path, size: u64) {
+fn announce(args: &ServeArgs, ctl_path: &Path, size: u64, budget: &admission::Budget) {
+    let regions = match &args.shm_dir {
+        Some(d) => format!("files in {}", d.display()),
+        None => "sealed memfds".into(),
+    };
     eprintln!(
-        "ivtrace serve: listening on {} (control: {}), {} vectors, {} MiB regions in {}, traces in {}",
+        "ivtrace serve: listening on {} (control: {}), {} vectors, {} MiB regions ({regions}), traces in {}",
         args.socket.display(),
         ctl_path.display(),
         args.vectors,
         size >> 20,
-        args.shm_dir.display(),
         args.output.display()
     );
+    eprintln!("ivtrace serve: {}", budget.describe());
     eprintln!(
         "ivtrace serve: start QEMU with -chardev socket,id=ivt,path={} -device ivshmem-doorbell,chardev=ivt,vectors={}",
         args.socket.display(),
@@ -360,23 +414,28 @@ fn announce(args: &ServeArgs, ctl_path: &Path, size: u64) {
 /// Runs `ivtrace serve`. Returns the number of guests served.
 pub fn run(args: &ServeArgs) -> Result<u64> {
     let size = region_size(args)?;
-    fs::create_dir_all(&args.output)
-        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    let policy = args.access.policy()?;
+    let outroot = ivtrace_engine::session::open_root(&args.output, &policy)?;
+    let budget = admission::Budget::new(args.vectors, SERVE_OPEN_FILES);
     let sockets = Sockets::bind(args)?;
     ivtrace_time::timebase::base(); // measure the host time base now
-    let server = Server {
-        cfg: Arc::new(serve_config(args, size)),
+    let mut server = Server {
+        cfg: Arc::new(serve_config(args, size, outroot)),
         stop: Arc::new(AtomicBool::new(false)),
         registry: Arc::new(Registry::default()),
+        threads: Vec::new(),
+        budget,
+        controls: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     };
     let sig_read = signal_pipe()?;
     let deadline = args
         .duration
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
-    announce(args, &sockets.ctl_path, size);
+    announce(args, &sockets.ctl_path, size, &server.budget);
     let mut served = 0u64;
     let result = server.accept_until_stopped(&sockets, &sig_read, deadline, &mut served);
-    server.stop_every_guest();
+    let grace = Duration::from_secs_f64(args.shutdown_timeout.clamp(0.0, 86400.0));
+    server.stop_every_guest(grace);
     let _ = fs::remove_file(&args.socket);
     let _ = fs::remove_file(&sockets.ctl_path);
     drop(sig_read);
@@ -389,13 +448,21 @@ struct Server {
     cfg: Arc<ServeConfig>,
     stop: Arc<AtomicBool>,
     registry: Arc<Registry>,
+    /// Guest threads, connecting or recording (joined when finished).
+    threads: Vec<JoinHandle<()>>,
+    budget: admission::Budget,
+    /// Control connections being answered.
+    controls: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// Control connections answered at once; more are closed.
+const MAX_CONTROLS: usize = 8;
 
 impl Server {
     /// Accepts guests and control connections until a signal or the
     /// deadline; `served` counts the guests.
     fn accept_until_stopped(
-        &self,
+        &mut self,
         sockets: &Sockets,
         sig_read: &UnixStream,
         deadline: Option<Instant>,
@@ -421,164 +488,126 @@ impl Server {
                 eprintln!("ivtrace serve: stopping (signal)");
                 return Ok(());
             }
+            self.reap();
             if new_guest {
                 self.accept_guests(&sockets.listener, served);
             }
             if new_ctl {
                 self.accept_control(&sockets.ctl_listener);
             }
-            reap(&self.registry);
         }
     }
 
-    fn accept_guests(&self, listener: &UnixListener, served: &mut u64) {
-        while let Ok((conn, _)) = listener.accept() {
+    /// Accepts every waiting connection; each gets its own thread (the
+    /// handshake included: a client that stalls never stalls this loop),
+    /// unless the descriptor budget is spent.
+    fn accept_guests(&mut self, listener: &UnixListener, served: &mut u64) {
+        loop {
+            let conn = match listener.accept() {
+                Ok((conn, _)) => conn,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: the connection stays queued; the
+                    // next poll retries once descriptors are free again.
+                    eprintln!("ivtrace serve: cannot accept a connection: {e}");
+                    std::thread::sleep(Duration::from_millis(100));
+                    return;
+                }
+            };
             *served += 1;
-            if let Err(e) = self.accept_guest(conn, *served) {
-                eprintln!("ivtrace serve: connection #{served} refused: {e:#}");
+            let n = *served;
+            self.reap();
+            if let Err(why) = self.budget.admit(self.threads.len()) {
+                eprintln!("ivtrace serve: connection #{n} refused: {why}");
+                drop(conn);
+                continue;
+            }
+            if let Err(e) = self.start_connection(conn, n) {
+                eprintln!("ivtrace serve: connection #{n} refused: {e:#}");
             }
         }
+    }
+
+    fn start_connection(&mut self, conn: UnixStream, n: u64) -> Result<()> {
+        let ctx = connect::Context {
+            cfg: Arc::clone(&self.cfg),
+            stop: Arc::clone(&self.stop),
+            registry: Arc::clone(&self.registry),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("ivt-conn{n}"))
+            .spawn(move || connect::serve_connection(ctx, conn, n))
+            .context("cannot start the guest thread")?;
+        self.threads.push(thread);
+        Ok(())
     }
 
     fn accept_control(&self, ctl_listener: &UnixListener) {
+        use std::sync::atomic::Ordering as O;
         while let Ok((conn, _)) = ctl_listener.accept() {
+            if self.controls.fetch_add(1, O::AcqRel) >= MAX_CONTROLS {
+                self.controls.fetch_sub(1, O::AcqRel);
+                eprintln!("ivtrace serve: control connection refused: {MAX_CONTROLS} already being answered");
+                continue;
+            }
             let reg = Arc::clone(&self.registry);
-            let _ = std::thread::Builder::new()
+            let busy = Arc::clone(&self.controls);
+            let spawned = std::thread::Builder::new()
                 .name("ivtrace-ctl".into())
-                .spawn(move || ctlsock::handle(conn, &reg));
+                .spawn(move || {
+                    ctlsock::handle(conn, &reg);
+                    busy.fetch_sub(1, O::AcqRel);
+                });
+            if spawned.is_err() {
+                self.controls.fetch_sub(1, O::AcqRel);
+            }
         }
     }
 
-    /// Stops every guest; each finalizes its trace.
-    fn stop_every_guest(&self) {
+    /// Joins the guest threads that finished.
+    fn reap(&mut self) {
+        let (done, live): (Vec<_>, Vec<_>) = std::mem::take(&mut self.threads)
+            .into_iter()
+            .partition(|t| t.is_finished());
+        self.threads = live;
+        for t in done {
+            if t.join().is_err() {
+                eprintln!("ivtrace serve: a guest thread panicked");
+            }
+        }
+    }
+
+    /// Stops every guest; each finalizes its trace. Waits at most `grace`:
+    /// a guest thread still busy then (stuck in the kernel on a hung file
+    /// system, say) is named and left; its trace is for `ivtrace recover`.
+    fn stop_every_guest(&mut self, grace: Duration) {
         self.stop.store(true, Ordering::Relaxed);
-        let entries: Vec<GuestEntry> =
-            std::mem::take(&mut *self.registry.guests.lock().expect("lock"));
-        for g in &entries {
+        for g in self.registry.guests.lock().expect("lock").iter() {
             g.wake();
         }
-        for mut g in entries {
-            if let Some(t) = g.thread.take() {
-                if t.join().is_err() {
-                    eprintln!("ivtrace serve: [{}] the guest thread panicked", g.name);
-                }
-            }
+        let until = Instant::now() + grace;
+        while !self.threads.is_empty() && Instant::now() < until {
+            self.reap();
+            std::thread::sleep(Duration::from_millis(20));
         }
-    }
-
-    /// Identifies the peer, creates its region and descriptors, runs the
-    /// handshake and starts its thread.
-    fn accept_guest(&self, conn: UnixStream, n: u64) -> Result<()> {
-        conn.set_nonblocking(false)?;
-        conn.set_write_timeout(Some(Duration::from_secs(2)))?;
-        let peer = proto::peer_info(&conn);
-        let base = peer
-            .qemu_name
-            .clone()
-            .unwrap_or_else(|| format!("guest{n}"));
-        let name = unique_name(&self.registry, &base);
-        let shm_path = self
-            .cfg
-            .shm_dir
-            .join(format!("ivtrace-{}-{n}-{name}", std::process::id()));
-        let shm_file = proto::create_shm(&shm_path, self.cfg.size)?;
-        let fds = match proto::handshake(&conn, &shm_file, self.cfg.vectors) {
-            Ok(f) => f,
-            Err(e) => {
-                let _ = fs::remove_file(&shm_path);
-                return Err(e).context("handshake with the peer failed");
-            }
-        };
-        eprintln!(
-            "ivtrace serve: [{name}] connected: pid {} ({}), region {} ({} MiB), {} vectors",
-            peer.pid.map_or_else(|| "?".into(), |p| p.to_string()),
-            if peer.comm.is_empty() {
-                "?"
-            } else {
-                &peer.comm
-            },
-            shm_path.display(),
-            self.cfg.size >> 20,
-            self.cfg.vectors
-        );
-        let wake = Arc::new(
-            EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-                .context("eventfd")?,
-        );
-        let (tx, rx) = mpsc::channel();
-        let status = Arc::new(Mutex::new(guest::GuestStatus {
-            name: name.clone(),
-            qemu_pid: peer.pid,
-            state: "connected".into(),
-            shm: shm_path.display().to_string(),
-            ..Default::default()
-        }));
-        let entry = GuestEntry {
-            id: n,
-            name: name.clone(),
-            requests: tx,
-            wake: Arc::clone(&wake),
-            status: Arc::clone(&status),
-            thread: None,
-        };
-        let guest = guest::Guest {
-            name,
-            peer,
-            shm_path,
-            shm_file,
-            doorbells: fds.host_rx,
-            interrupts: fds.guest_rx.into_iter().map(Arc::new).collect(),
-            wake,
-            requests: rx,
-            status,
-            cfg: Arc::clone(&self.cfg),
-            stop: Arc::clone(&self.stop),
-        };
-        self.start_guest(guest, conn, entry)
-    }
-
-    /// Starts `guest`'s thread and registers it.
-    fn start_guest(
-        &self,
-        guest: guest::Guest,
-        conn: UnixStream,
-        mut entry: GuestEntry,
-    ) -> Result<()> {
-        let thread = std::thread::Builder::new()
-            .name(format!("ivt-{}", entry.name))
-            .spawn(move || guest.run(conn))
-            .context("cannot start the guest thread")?;
-        entry.thread = Some(thread);
-        self.registry.guests.lock().expect("lock").push(entry);
-        Ok(())
-    }
-}
-
-/// `base`, or `base-2`, `base-3`...: unique among live guests of this
-/// server (directories are claimed separately, with mkdir, when
-/// recording starts).
-fn unique_name(registry: &Registry, base: &str) -> String {
-    let guests = registry.guests.lock().expect("lock");
-    let taken = |s: &str| guests.iter().any(|g| g.name == s && !g.finished());
-    let mut name = base.to_string();
-    let mut k = 2;
-    while taken(&name) {
-        name = format!("{base}-{k}");
-        k += 1;
-    }
-    name
-}
-
-/// Joins finished guest threads (their entries stay for `ctl list`).
-fn reap(registry: &Registry) {
-    let mut guests = registry.guests.lock().expect("lock");
-    for g in guests.iter_mut() {
-        if g.thread.as_ref().is_some_and(|t| t.is_finished()) {
-            if let Some(t) = g.thread.take() {
-                if t.join().is_err() {
-                    eprintln!("ivtrace serve: [{}] the guest thread panicked", g.name);
-                }
-            }
+        self.reap();
+        if !self.threads.is_empty() {
+            let names: Vec<String> = self
+                .registry
+                .guests
+                .lock()
+                .expect("lock")
+                .iter()
+                .map(|g| g.name.clone())
+                .collect();
+            eprintln!(
+                "ivtrace serve: {} guest(s) did not finalize within {:.0} s ({}): exiting anyway; \
+                 `ivtrace recover OUTROOT/<name>` finishes their traces",
+                self.threads.len(),
+                grace.as_secs_f64(),
+                names.join(", ")
+            );
         }
     }
 }

@@ -23,7 +23,7 @@ use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -101,6 +101,10 @@ pub struct PeerInfo {
     pub qemu_name: Option<String>,
     /// The process's executable name (`comm`), for the log.
     pub comm: String,
+    /// QEMU was started with `-incoming`: the guest arrives by migration,
+    /// and its region holds nothing readable until the migration is over
+    /// (docs/migration.md).
+    pub incoming: bool,
 }
 
 /// SO_PEERCRED, then `/proc/<pid>/cmdline` and `comm`.
@@ -117,7 +121,15 @@ pub fn peer_info(sock: &UnixStream) -> PeerInfo {
         uid: cred.map(|c| c.uid()),
         qemu_name: cmdline.as_deref().and_then(qemu_name),
         comm,
+        incoming: cmdline.as_deref().is_some_and(is_incoming),
     }
+}
+
+/// Whether a QEMU command line (NUL-separated) has `-incoming URI`.
+pub fn is_incoming(cmdline: &[u8]) -> bool {
+    cmdline
+        .split(|&b| b == 0)
+        .any(|a| a == b"-incoming" || a == b"--incoming")
 }
 
 /// The guest name in a QEMU command line (NUL-separated arguments):
@@ -178,6 +190,77 @@ pub fn sanitize_name(s: &str) -> Option<String> {
     }
 }
 
+/// A guest's shared memory: a sealed memfd, or a file in `--shm-dir`.
+pub struct Shm {
+    pub file: File,
+    /// Where the region can be opened by path: the file, or the memfd as
+    /// `/proc/<serve pid>/fd/<n>` (for `ivtrace ctl --shm` and the reader).
+    pub path: PathBuf,
+    /// A file in `--shm-dir` (removed when the guest goes, unless kept).
+    pub named: bool,
+}
+
+impl Shm {
+    /// `size` bytes named after `tag`: in `dir` if given, else a memfd
+    /// sealed against shrinking and growing.
+    pub fn create(dir: Option<&Path>, tag: &str, size: u64) -> Result<Shm> {
+        match dir {
+            Some(d) => {
+                let path = d.join(format!("ivtrace-{}-{tag}", std::process::id()));
+                let file = create_shm(&path, size)?;
+                Ok(Shm {
+                    file,
+                    path,
+                    named: true,
+                })
+            }
+            None => {
+                let file = create_sealed_memfd(tag, size)?;
+                let path = PathBuf::from(format!(
+                    "/proc/{}/fd/{}",
+                    std::process::id(),
+                    file.as_raw_fd()
+                ));
+                Ok(Shm {
+                    file,
+                    path,
+                    named: false,
+                })
+            }
+        }
+    }
+
+    /// Removes the region file (nothing for a memfd: it goes with its
+    /// last descriptor and mapping).
+    pub fn remove(&self) {
+        if self.named {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A memfd of `size` bytes whose size nobody can change any more: the
+/// seals F_SEAL_SHRINK | F_SEAL_GROW stop a client that was handed it
+/// from truncating it under our mapping (which would fault, SIGBUS), and
+/// F_SEAL_SEAL stops anyone from adding seals (F_SEAL_WRITE would make
+/// our writes fail). QEMU's ivshmem only maps the descriptor it gets.
+pub fn create_sealed_memfd(tag: &str, size: u64) -> Result<File> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    let name = std::ffi::CString::new(format!("ivtrace-{tag}")).context("region name")?;
+    let fd = memfd_create(
+        &name,
+        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )
+    .context("memfd_create")?;
+    let file = File::from(fd);
+    file.set_len(size)
+        .with_context(|| format!("cannot size the region memfd to {size} bytes"))?;
+    let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+    fcntl(file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).context("sealing the region memfd")?;
+    Ok(file)
+}
+
 /// Creates the region file (must not exist), mode 0600, `size` bytes
 /// (sparse: pages are allocated as the guest writes them).
 pub fn create_shm(path: &Path, size: u64) -> Result<File> {
@@ -228,6 +311,26 @@ mod tests {
         assert_eq!(q(&["qemu", "-name"]), None);
         assert_eq!(sanitize_name("..."), None);
         assert_eq!(sanitize_name(&"x".repeat(200)).unwrap().len(), 64);
+    }
+
+    #[test]
+    fn a_sealed_region_cannot_change_size() {
+        let shm = Shm::create(None, "test", 1 << 16).unwrap();
+        assert!(shm.path.starts_with("/proc"));
+        let again = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&shm.path)
+            .unwrap();
+        assert_eq!(again.metadata().unwrap().len(), 1 << 16);
+        let shrink = again.set_len(4096).unwrap_err();
+        assert_eq!(shrink.raw_os_error(), Some(libc_eperm()));
+        assert!(again.set_len(1 << 20).is_err());
+        assert!(again.set_len(1 << 16).is_ok(), "the same size is no change");
+    }
+
+    fn libc_eperm() -> i32 {
+        nix::errno::Errno::EPERM as i32
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! loop with serve's waiter, clock, output and hooks.
 
 use std::collections::HashMap;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,8 +14,9 @@ use serde_json::{json, Value};
 
 use ivtrace_ctf::host::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
-use ivtrace_ctf::EnvValue;
+use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::migration::{self, Resumed};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Engine, Output, Recorded, StopReason};
 use ivtrace_region::{abi, Reader, Region};
@@ -25,22 +25,26 @@ use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
 use crate::serve::guest::{describe, Guest, GuestWaiter};
 use crate::serve::hostlog::{kick, serve_classes, Delivering, ServeHooks};
+use crate::serve::migration::Resume;
 use crate::serve::proto::{GUEST_ID, HOST_ID};
 use crate::summary;
 
-/// Claims `root/name`, or `name-2`, `name-3`... (atomic `mkdir`).
-pub fn claim_dir(root: &Path, name: &str) -> Result<PathBuf> {
+/// Claims `root/name`, or `name-2`, `name-3`... (atomic `mkdirat`
+/// relative to the root's descriptor, then opened without following a
+/// link: see ivtrace-ctf's `outdir`).
+pub fn claim_dir(root: &OutDir, name: &str) -> Result<OutDir> {
     for k in 1u32.. {
         let n = if k == 1 {
             name.to_string()
         } else {
             format!("{name}-{k}")
         };
-        let p = root.join(&n);
-        match fs::create_dir(&p) {
-            Ok(()) => return Ok(p),
+        match root.create_dir(&n) {
+            Ok(d) => return Ok(d),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(e).with_context(|| format!("cannot create {}", p.display())),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot create {}", root.join(&n).display()))
+            }
         }
     }
     unreachable!("u32 names exhausted")
@@ -48,8 +52,12 @@ pub fn claim_dir(root: &Path, name: &str) -> Result<PathBuf> {
 
 /// What a finished recording adds to the sidecar besides the engine's
 /// results.
-struct Observed {
+struct Observed<'a> {
     out: PathBuf,
+    /// Which part of a migrated guest's trace this is (0: the first).
+    part: u32,
+    resumed: Option<(&'a Path, Resumed)>,
+    dir: OutDir,
     doorbell: bool,
     /// Doorbells received, late ones included.
     received: u64,
@@ -59,23 +67,54 @@ struct Observed {
     vm_view: Option<ivtrace_vmview::derive::Derived>,
 }
 
-/// Records one formatted region until something ends it.
-pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<StopReason> {
-    let out = claim_dir(&g.cfg.outroot, &g.name)?;
+/// Records one formatted region until something ends it; `resume`: the
+/// guest arrived by migration and this part continues that handoff.
+pub fn record(
+    g: &Guest,
+    waiter: &mut GuestWaiter,
+    region: Region,
+    resume: Option<&Resume>,
+) -> Result<StopReason> {
+    let dir = claim_dir(&g.cfg.outroot, &g.name)?;
+    let out = dir.path().to_path_buf();
     announce(g, &region, &out);
+    let mut reader = Reader::new(region);
+    let resumed = match resume {
+        Some((path, h)) => {
+            let r = reader
+                .resume(h)
+                .with_context(|| format!("cannot resume from {}", path.display()))?;
+            g.log(&format!(
+                "part {} of the trace: {} packets the previous part already holds skipped",
+                r.part, r.already_recorded
+            ));
+            Some((path.as_path(), r))
+        }
+        None => None,
+    };
+    let part = resumed.map_or(0, |(_, r)| r.part);
+    let region = reader.region();
     let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
     let kick_fd = g.interrupts.first();
     let mut clock = GuestClock::start(
-        &region,
+        region,
         g.peer.pid,
         kick_fd.is_some(),
         g.cfg.sync_interval,
         clock_kick(kick_fd),
     );
     g.log(&clock.describe());
-    let (host, stream) = host_side(g, &out)?;
-    let writer = session::ctf_writer_named(&region, &out, &clock.initial_mapping(), &g.name);
+    let (host, stream) = host_side(g, &dir)?;
+    let writer = session::ctf_writer_part(
+        region,
+        &dir,
+        &clock.initial_mapping(),
+        &g.name,
+        g.cfg.limits,
+        "serve",
+        part,
+    );
     let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
     let notify_before = waiter.stats();
     let mut hooks = ServeHooks {
@@ -87,12 +126,17 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
         stream,
         received: 0,
         safety_timeout: g.cfg.safety_timeout,
+        out: &out,
+        handoff: false,
     };
-    let rec = Engine::new(Reader::new(region), output, &mut clock, waiter, &mut hooks).run()?;
+    let rec = Engine::new(reader, output, &mut clock, waiter, &mut hooks).run()?;
     let received = hooks.received + waiter.late_doorbells();
     drop(hooks);
     let mut observed = Observed {
         out,
+        dir,
+        part,
+        resumed,
         doorbell,
         received,
         notify: notify_since(waiter.stats(), notify_before, &rec, received),
@@ -101,6 +145,31 @@ pub fn record(g: &Guest, waiter: &mut GuestWaiter, region: Region) -> Result<Sto
         vm_view: None,
     };
     finish(g, rec, &clock, host, &mut observed)
+}
+
+/// A migrated guest's part: the handoff it leaves when it handed off, its
+/// trace UUID and the sidecar's `migration` section.
+fn migration_sidecar(
+    sidecar: &mut Sidecar,
+    rec: &Recorded<Delivering>,
+    observed: &Observed,
+) -> Result<()> {
+    let handed_off = rec.reason == StopReason::Handoff;
+    if handed_off {
+        migration::write_handoff(&observed.dir, &rec.reader.handoff(observed.part))?;
+    }
+    if observed.part == 0 && !handed_off {
+        return Ok(());
+    }
+    let uuid = migration::part_uuid(rec.reader.region().header().uuid, observed.part);
+    sidecar.trace_uuid = ivtrace_region::region::format_uuid(&uuid);
+    let file = observed.out.join(migration::HANDOFF_NAME);
+    sidecar.migration = Some(migration::migration_section(
+        observed.part,
+        observed.resumed.as_ref().map(|(p, r)| (*p, r)),
+        handed_off.then_some(file.as_path()),
+    ));
+    Ok(())
 }
 
 fn announce(g: &Guest, region: &Region, out: &Path) {
@@ -124,7 +193,7 @@ fn clock_kick(fd: Option<&Arc<EventFd>>) -> Kick {
 
 /// `DIR/host/`: serve's stream, and the host events if asked for (a
 /// failure there is logged, the recording goes on without them).
-fn host_side(g: &Guest, out: &Path) -> Result<(HostSide, usize)> {
+fn host_side(g: &Guest, out: &OutDir) -> Result<(HostSide, usize)> {
     let mut classes = serve_classes();
     let events = g.cfg.host_events.then(|| {
         ivtrace_tracefs::host::HostEvents::prepare(g.peer.pid, &mut classes)
@@ -199,25 +268,40 @@ fn finish(
         reader,
         output,
         clock: mapping,
+        output_error,
         ..
     } = &mut rec;
-    Output::finish(output, mapping, env, reader.classes())?;
+    let finished = match output_error {
+        Some(_) => Output::finish_incomplete(output, mapping, env, reader.classes()),
+        None => Output::finish(output, mapping, env, reader.classes()),
+    };
+    if let Err(e) = finished {
+        // A full disk while finishing (the kernel expansion): the sidecar
+        // still says so; `ivtrace recover` finishes the rest.
+        let why = format!("finishing the trace failed: {e:#}");
+        g.log(&why);
+        output_error.get_or_insert(why);
+    }
     observed.host_event_stats = stop_host_events(g, &mut host);
     observed.vm_view = vm_view(g, &mut host, &rec, observed.host_event_stats.as_ref());
     observed.host_counts = host.finish()?;
     let mut sidecar = session::build_sidecar(
         &rec.reader,
         &rec.output.writer,
-        &g.shm_path,
+        &g.shm.path,
         "serve",
         &rec.clock,
         rec.elapsed,
-        describe(rec.reason),
+        &stop_reason(&rec),
     );
     sidecar.host_lost = observed
         .host_event_stats
         .as_ref()
         .map(crate::record::host_lost);
+    migration_sidecar(&mut sidecar, &rec, observed)?;
+    if rec.output_error.is_some() {
+        sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
+    }
     let doc = sidecar_with_serve_sections(g, &sidecar, &rec, clock, observed)?;
     if let Ok(mut s) = g.status.lock() {
         s.clock_method = Some(rec.clock.method.clone());
@@ -270,7 +354,10 @@ fn sidecar_with_serve_sections(
     }
     let mut text = serde_json::to_vec_pretty(&doc)?;
     text.push(b'\n');
-    ivtrace_ctf::trace::write_atomically(&observed.out, SIDECAR_NAME, &text)?;
+    observed
+        .dir
+        .write_atomically(SIDECAR_NAME, &text)
+        .with_context(|| format!("cannot write {}", observed.dir.join(SIDECAR_NAME).display()))?;
     Ok(doc)
 }
 
@@ -343,6 +430,14 @@ fn clock_sync_section(rec: &Recorded<Delivering>, clock: &GuestClock) -> Value {
             "mapping": pp.mapping(),
         })),
     })
+}
+
+/// The sidecar's `stop_reason`: why, and what the output said if it failed.
+fn stop_reason(rec: &Recorded<Delivering>) -> String {
+    match &rec.output_error {
+        Some(e) => format!("{}: {e}", describe(rec.reason)),
+        None => describe(rec.reason).to_string(),
+    }
 }
 
 fn log_finished(g: &Guest, sidecar: &Sidecar, rec: &Recorded<Delivering>, observed: &Observed) {

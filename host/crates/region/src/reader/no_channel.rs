@@ -32,6 +32,17 @@ pub(super) struct NoChannelStream {
 }
 
 impl NoChannelStream {
+    /// The stream as an earlier run of the recording left it: `last` is
+    /// the last packet of its file (`ivtrace record --resume`), so the
+    /// next packet continues its sequence and count.
+    pub(super) fn resumed(last: &PacketHeader) -> NoChannelStream {
+        NoChannelStream {
+            carried: last.events_discarded.min(COUNT_MAX),
+            packets: last.packet_seq_num.saturating_add(1),
+            last_ts: last.timestamp_end,
+        }
+    }
+
     /// The count CTF readers have seen (what the sidecar reports).
     pub(super) fn carried(&self) -> u64 {
         self.carried

@@ -6,9 +6,10 @@
 //! than the previous one, which a hostile page can claim, is clamped and
 //! counted); `events_discarded` is the CPU's running loss count.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
+
+use ivtrace_ctf::outdir::OutDir;
 
 use ivtrace_region::abi;
 use ivtrace_region::packet::PacketHeader;
@@ -35,9 +36,10 @@ pub struct StreamOut {
 }
 
 impl StreamOut {
-    /// `path` must not exist (never written through an existing entry).
-    pub fn create(path: &Path, chan: u32) -> io::Result<StreamOut> {
-        let f = OpenOptions::new().write(true).create_new(true).open(path)?;
+    /// `dir/name` must not exist (created with O_EXCL | O_NOFOLLOW
+    /// through the directory's descriptor, never through an existing entry).
+    pub fn create(dir: &OutDir, name: &str, chan: u32) -> io::Result<StreamOut> {
+        let f = dir.create_file(name)?;
         Ok(StreamOut {
             file: BufWriter::with_capacity(1 << 20, f),
             chan,

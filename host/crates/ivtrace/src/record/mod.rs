@@ -14,13 +14,20 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use ivtrace_ctf::sidecar::HostLost;
+use ivtrace_ctf::streams::Limits;
+use ivtrace_ctf::OutDir;
 use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::migration::{self, Handoff, Resumed};
+use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{abi, Reader, Region, RegionError};
+use ivtrace_time::{ClockSync, GuestClock};
 use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
 use crate::summary;
+
+pub mod resume;
 
 /// Idle polling backs off from MIN to MAX sleep.
 const IDLE_SLEEP_MIN: Duration = Duration::from_micros(20);
@@ -39,6 +46,9 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Withdrawn => "region withdrawn for reformatting",
         StopReason::Disconnected => "peer disconnected",
         StopReason::Misbehaved => "peer misbehaved",
+        StopReason::Handoff => "handed off (the guest migrated; the next host continues)",
+        StopReason::Shrunk => "region shrank under the reader (truncated by another process)",
+        StopReason::OutputFailed => "output failed (the trace holds every whole packet before it)",
     }
 }
 
@@ -54,14 +64,26 @@ fn install_stop_flag() -> Result<Arc<AtomicBool>> {
     Ok(flag)
 }
 
+/// SIGUSR1: the guest migrated, end this part with a handoff.
+fn install_handoff_flag() -> Result<Arc<AtomicBool>> {
+    let flag = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, Arc::clone(&flag))
+        .context("cannot install the SIGUSR1 handler")?;
+    Ok(flag)
+}
+
 /// Stop requests: a signal, or the end of `--duration`.
 struct Stop<'a> {
     signal: &'a AtomicBool,
+    handoff: &'a AtomicBool,
     deadline: Option<Instant>,
 }
 
 impl Stop<'_> {
     fn requested(&self) -> Option<StopReason> {
+        if self.handoff.load(Ordering::Relaxed) {
+            return Some(StopReason::Handoff);
+        }
         if self.signal.load(Ordering::Relaxed) {
             return Some(StopReason::Interrupted);
         }
@@ -123,17 +145,6 @@ fn progress_bar() -> Option<ProgressBar> {
     Some(pb)
 }
 
-/// Raises the open-files limit: one stream file per channel, up to 4096.
-fn raise_file_limit() {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        let want = hard.min(abi::IVT_CHANNELS_MAX as u64 + 64);
-        if soft < want {
-            let _ = setrlimit(Resource::RLIMIT_NOFILE, want, hard);
-        }
-    }
-}
-
 /// What `record` adds to the engine's loop: its stop requests, the
 /// loopback owner's liveness, a progress line on a terminal.
 struct RecordHooks<'a> {
@@ -166,13 +177,27 @@ impl Hooks for RecordHooks<'_> {
 
 /// Runs `ivtrace record`. Returns the events seen (recorded + lost).
 pub fn run(args: &RecordArgs) -> Result<u64> {
-    let out = session::prepare_output(&args.output, args.force)?;
+    crate::serve::admission::raise_nofile_limit();
+    let policy = args.access.policy()?;
+    let out = match args.resume {
+        true => resume::open(&args.output, &policy)?,
+        false => session::prepare_output(&args.output, args.force, &policy)?,
+    };
     let signal = install_stop_flag()?;
+    let handoff = install_handoff_flag()?;
     let stop = Stop {
         signal: &signal,
+        handoff: &handoff,
         deadline: args
             .duration
             .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0))),
+    };
+    let resume_from = match &args.resume_from {
+        Some(path) => match wait_for_handoff(path, &stop)? {
+            Some(h) => Some((path.as_path(), h)),
+            None => return Ok(0),
+        },
+        None => None,
     };
     let mut waiting = Waiting {
         shm: &args.shm,
@@ -186,7 +211,6 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         );
         return Ok(0);
     };
-    raise_file_limit();
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
     let vcpus = match &args.qmp {
         Some(path) => crate::qmp::vcpu_threads(path)?,
@@ -196,45 +220,103 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
+    let mut reader = Reader::new(region);
+    let resumed = match &resume_from {
+        Some((path, h)) => Some((*path, resume_handoff(&mut reader, h, path)?)),
+        None => None,
+    };
     let host_side = host_side.map(|side| HostRun { side, vcpus });
     let names = Names {
         out: &out,
         host: &host,
+        resumed,
     };
-    record_region(region, args, names, &stop, host_side)
+    record_region(reader, args, names, &stop, host_side)
 }
 
-/// Where a recording goes and what its traces call the guest.
+/// `--resume-from`: waits for the previous part's handoff (None: stopped
+/// meanwhile).
+fn wait_for_handoff(path: &Path, stop: &Stop) -> Result<Option<Handoff>> {
+    migration::wait_for_handoff(path, &mut || stop.requested().is_none())
+}
+
+fn resume_handoff(reader: &mut Reader, h: &Handoff, path: &Path) -> Result<Resumed> {
+    let r = reader
+        .resume(h)
+        .with_context(|| format!("cannot resume from {}", path.display()))?;
+    eprintln!(
+        "ivtrace: part {} of the trace, resumed from {} ({} packets the previous part already \
+         holds skipped)",
+        r.part,
+        path.display(),
+        r.already_recorded
+    );
+    Ok(r)
+}
+
+/// Where a recording goes, what its traces call the guest, and which part
+/// of a migrated guest's trace it is.
 #[derive(Clone, Copy)]
 struct Names<'a> {
-    out: &'a Path,
+    out: &'a OutDir,
     host: &'a str,
+    resumed: Option<(&'a Path, Resumed)>,
+}
+
+impl Names<'_> {
+    fn part(&self) -> u32 {
+        self.resumed.map_or(0, |(_, r)| r.part)
+    }
+}
+
+/// The clock of a recording: the region's estimator, or with
+/// `--clock-sync` the ping-pong through the region's sync mailbox, which
+/// a polling module answers every flush_ms (no interrupt without
+/// doorbells).
+fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
+    if args.clock_sync && region.header().features & abi::IVT_FEAT_SYNC != 0 {
+        let interval = Duration::from_secs(5);
+        return Box::new(GuestClock::start(
+            region,
+            None,
+            true,
+            interval,
+            Box::new(|| {}),
+        ));
+    }
+    Box::new(ivtrace_time::estimator_for(region.header()))
 }
 
 fn record_region(
-    region: Region,
+    mut reader: Reader,
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
     host_side: Option<HostRun>,
 ) -> Result<u64> {
-    let Names { out, host } = names;
-    let mut clock = ivtrace_time::estimator_for(region.header());
-    let writer = session::ctf_writer_named(&region, out, &clock.initial(), host);
+    let Names { out, host, .. } = names;
+    let region = reader.region();
+    let mut clock = clock_for(region, args);
+    let limits = Limits {
+        max_bytes: args.max_size,
+        ..Limits::default()
+    };
+    let (initial, part) = (clock.initial_mapping(), names.part());
+    let writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
+    let forward = forwarder(args, region, host)?;
+    let mut writer = Nesting::new(writer, forward, Some(Expander::new(out)));
     let h = region.header();
+    let owner = h.is_loopback().then_some(h.owner_pid);
+    if args.resume {
+        resume::continue_recording(out, &mut reader, &mut writer.inner)?;
+    }
     let mut hooks = RecordHooks {
         stop,
-        owner: h.is_loopback().then_some(h.owner_pid),
+        owner,
         progress: progress_bar(),
     };
     let mut wait = Backoff::new(IDLE_SLEEP_MIN, IDLE_SLEEP_MAX);
-    let engine = Engine::new(
-        Reader::new(region),
-        writer,
-        &mut clock,
-        &mut wait,
-        &mut hooks,
-    );
+    let engine = Engine::new(reader, writer, &mut *clock, &mut wait, &mut hooks);
     let rec = engine.run()?;
     if let Some(pb) = &hooks.progress {
         pb.finish_and_clear();
@@ -242,45 +324,126 @@ fn record_region(
     if rec.reason == StopReason::Withdrawn {
         eprintln!("ivtrace: warning: the region was withdrawn (reformatting); stopping");
     }
+    if rec.reason == StopReason::Shrunk {
+        eprintln!(
+            "ivtrace: warning: {} shrank under the reader (another process truncated it): \
+             stopped; the trace holds what was read before",
+            args.shm.display()
+        );
+    }
     finish_trace(rec, args, names, host_side)
 }
 
+/// `--forward FIFO`: this recording's packets also go to FIFO (nested
+/// tracing; blocks until `ivtrace-forward` opens it).
+fn forwarder(args: &RecordArgs, region: &Region, host: &str) -> Result<Option<Forwarder>> {
+    let Some(path) = &args.forward else {
+        return Ok(None);
+    };
+    let hello = Hello {
+        name: host.to_string(),
+        uuid: region.header().uuid,
+        nr_channels: region.layout().nr_channels,
+    };
+    Forwarder::open(path, &hello).map(Some)
+}
+
 /// The recorded trace's env and metadata, the host trace and VM view, the
-/// sidecar, the summary.
+/// sidecar, the summary, and the nested guests it forwarded or carried.
+/// A failed output (a full disk) is an error after the sidecar says so.
 fn finish_trace(
-    rec: Recorded<ivtrace_ctf::CtfWriter>,
+    rec: Recorded<Nesting<ivtrace_ctf::CtfWriter>>,
     args: &RecordArgs,
     names: Names,
     host_side: Option<HostRun>,
 ) -> Result<u64> {
-    let Names { out, host } = names;
+    let Names { out, host, .. } = names;
     let Recorded {
         reader,
-        output: mut writer,
+        output: mut nesting,
         clock,
         elapsed,
         reason,
+        mut output_error,
         ..
     } = rec;
-    let env = session::trace_env_named(reader.region(), out, &clock, host);
-    Output::finish(&mut writer, &clock, env, reader.classes())?;
+    let env = session::trace_env_named(reader.region(), out.path(), &clock, host);
+    let finished = match output_error {
+        Some(_) => Output::finish_incomplete(&mut nesting, &clock, env, reader.classes()),
+        None => Output::finish(&mut nesting, &clock, env, reader.classes()),
+    };
+    if let Err(e) = finished {
+        output_error.get_or_insert(format!("finishing the trace failed: {e:#}"));
+    }
+    let nested = match nesting.finish_nesting(&clock, host) {
+        Ok(nested) => nested,
+        Err(e) => {
+            output_error.get_or_insert(format!("finishing the nested guests failed: {e:#}"));
+            None
+        }
+    };
+    let writer = nesting.inner;
+    // A host trace that cannot be finished (the same full disk) is an
+    // output error too: the sidecar still says why.
     let guest = GuestOutput::of(&writer, reader.classes(), &clock);
-    let host_lost = host_side
-        .map(|h| finish_host_events(h, &guest))
-        .transpose()?;
-    let mut sidecar = session::build_sidecar(
-        &reader,
-        &writer,
-        &args.shm,
-        "record",
-        &clock,
-        elapsed,
-        describe(reason),
-    );
+    let host_lost = match host_side.map(|h| finish_host_events(h, &guest)).transpose() {
+        Ok(lost) => lost,
+        Err(e) => {
+            output_error.get_or_insert(format!("finishing the host trace failed: {e:#}"));
+            None
+        }
+    };
+    let why = match &output_error {
+        Some(e) => format!("{}: {e}", describe(reason)),
+        None => describe(reason).to_string(),
+    };
+    let mut sidecar =
+        session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
     sidecar.host_lost = host_lost;
+    sidecar.nested = nested;
+    record_migration(&mut sidecar, &reader, reason, names)?;
+    if output_error.is_some() {
+        sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
+    }
     writer.write_sidecar(&sidecar)?;
-    summary::print(&sidecar, out, args.json)?;
+    summary::print(&sidecar, out.path(), args.json)?;
+    if let Some(e) = output_error {
+        anyhow::bail!(
+            "{e}\nthe trace in {} holds every packet written before (babeltrace2 reads its \
+             user/ trace; a kernel stream stays staged in .kernel-wire/); the packets not \
+             written are still in the region: free space, then `ivtrace record --resume` with \
+             the same --shm and -o records them, or `ivtrace recover` finishes the trace as it is",
+            out.path().display()
+        );
+    }
     Ok(session::events_seen(&sidecar))
+}
+
+/// A migrated guest's part: its trace UUID, the handoff it leaves (when
+/// it handed off) and the sidecar's `migration` section.
+fn record_migration(
+    sidecar: &mut ivtrace_ctf::sidecar::Sidecar,
+    reader: &Reader,
+    reason: StopReason,
+    names: Names,
+) -> Result<()> {
+    let part = names.part();
+    let handed_off = reason == StopReason::Handoff;
+    if handed_off {
+        migration::write_handoff(names.out, &reader.handoff(part))?;
+    }
+    if part == 0 && !handed_off {
+        return Ok(());
+    }
+    let uuid = migration::part_uuid(reader.region().header().uuid, part);
+    sidecar.trace_uuid = ivtrace_region::region::format_uuid(&uuid);
+    let handoff_file = names.out.join(migration::HANDOFF_NAME);
+    sidecar.migration = Some(migration::migration_section(
+        part,
+        names.resumed.as_ref().map(|(p, r)| (*p, r)),
+        handed_off.then_some(handoff_file.as_path()),
+    ));
+    Ok(())
 }
 
 /// `--host-events`: the host events of the QEMU behind the region file
@@ -289,7 +452,7 @@ fn finish_trace(
 fn start_host_events(
     qemu_pid: Option<i32>,
     shm: &Path,
-    out: &Path,
+    out: &OutDir,
     name: &str,
 ) -> Result<HostSide> {
     let pid = match qemu_pid {

@@ -1,0 +1,144 @@
+//! A traced guest that migrates: the files and names that join the source
+//! host's part of a trace to the destination host's.
+//!
+//! The source's recorder ends its part with [`StopReason::Handoff`]
+//! (`ivtrace ctl handoff`, or SIGUSR1 to `ivtrace record`) and writes
+//! `DIR/handoff.json` ([`Handoff`]: per channel the first packet it did not
+//! write, the event it expected next, the losses it announced). The
+//! destination's recorder waits for that file before it reads the region
+//! (during the migration the region is half copied), then resumes from it.
+//! Each part is a complete trace of its own with its own clock mapping and
+//! a trace UUID of its own ([`part_uuid`]), so `babeltrace2 A B` reads
+//! both side by side on one timeline. docs/migration.md has the procedure.
+//!
+//! [`StopReason::Handoff`]: crate::StopReason::Handoff
+
+use std::fs;
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+pub use ivtrace_region::reader::{Handoff, Resumed};
+
+/// The handoff file a part leaves in its directory.
+pub const HANDOFF_NAME: &str = "handoff.json";
+/// A handoff is a few hundred bytes per channel; refuse anything huge.
+const HANDOFF_MAX_BYTES: u64 = 16 << 20;
+/// How often a destination looks for the handoff file.
+const HANDOFF_POLL: Duration = Duration::from_millis(100);
+
+/// The trace UUID of part `part` of a region's trace: the region's, with
+/// the part number mixed into its last four bytes (part 0 keeps the
+/// region's), so the parts are distinct traces to CTF readers.
+pub fn part_uuid(uuid: [u8; 16], part: u32) -> [u8; 16] {
+    let mut out = uuid;
+    for (b, p) in out[12..].iter_mut().zip(part.to_le_bytes()) {
+        *b ^= p;
+    }
+    out
+}
+
+/// Writes `DIR/handoff.json` atomically (the destination polls for it).
+pub fn write_handoff(dir: &ivtrace_ctf::OutDir, handoff: &Handoff) -> Result<()> {
+    let mut text = serde_json::to_vec_pretty(handoff)?;
+    text.push(b'\n');
+    dir.write_atomically(HANDOFF_NAME, &text)
+        .with_context(|| format!("cannot write {}", dir.join(HANDOFF_NAME).display()))
+}
+
+/// Reads a handoff: `path` is the file itself or the directory of the part
+/// that wrote it.
+pub fn read_handoff(path: &Path) -> Result<Handoff> {
+    let file = handoff_path(path);
+    let f = fs::File::open(&file).with_context(|| format!("cannot open {}", file.display()))?;
+    let mut text = Vec::new();
+    f.take(HANDOFF_MAX_BYTES + 1)
+        .read_to_end(&mut text)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    if text.len() as u64 > HANDOFF_MAX_BYTES {
+        bail!(
+            "{} is larger than {HANDOFF_MAX_BYTES} bytes: not a handoff",
+            file.display()
+        );
+    }
+    serde_json::from_slice(&text)
+        .with_context(|| format!("{} is not an ivtrace handoff", file.display()))
+}
+
+fn handoff_path(path: &Path) -> std::path::PathBuf {
+    if path.is_dir() {
+        path.join(HANDOFF_NAME)
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// Waits until the handoff at `path` exists, then reads it; `go_on` is
+/// asked between polls (false: give up, `Ok(None)`).
+pub fn wait_for_handoff(path: &Path, go_on: &mut dyn FnMut() -> bool) -> Result<Option<Handoff>> {
+    let file = handoff_path(path);
+    let mut said = false;
+    while !file.is_file() {
+        if !said {
+            eprintln!(
+                "ivtrace: waiting for {} (the previous host's part ends when the migration is over)",
+                file.display()
+            );
+            said = true;
+        }
+        if !go_on() {
+            return Ok(None);
+        }
+        std::thread::sleep(HANDOFF_POLL);
+    }
+    read_handoff(&file).map(Some)
+}
+
+/// The sidecar's `migration` section: which part this is, how it began
+/// (resumed from a handoff) and how it ended (handed off).
+pub fn migration_section(
+    part: u32,
+    resumed: Option<(&Path, &Resumed)>,
+    handed_off: Option<&Path>,
+) -> Value {
+    json!({
+        "part": part,
+        "resumed_from": resumed.map(|(p, _)| p.display().to_string()),
+        "already_recorded_packets": resumed.map(|(_, r)| r.already_recorded),
+        "handoff": handed_off.map(|p| p.display().to_string()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_zero_keeps_the_region_uuid_and_parts_differ() {
+        let u = [7u8; 16];
+        assert_eq!(part_uuid(u, 0), u);
+        assert_ne!(part_uuid(u, 1), u);
+        assert_ne!(part_uuid(u, 1), part_uuid(u, 2));
+    }
+
+    #[test]
+    fn handoff_round_trips_through_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = Handoff {
+            region_uuid: "u".into(),
+            part: 3,
+            subbuf_size: 4096,
+            nr_subbufs: 8,
+            channels: vec![Default::default()],
+            lost_no_channel: 5,
+        };
+        let out = ivtrace_ctf::OutDir::root(dir.path(), &Default::default()).unwrap();
+        write_handoff(&out, &h).unwrap();
+        assert_eq!(read_handoff(dir.path()).unwrap(), h);
+        fs::write(dir.path().join(HANDOFF_NAME), b"{}").unwrap();
+        assert!(read_handoff(dir.path()).is_err());
+    }
+}

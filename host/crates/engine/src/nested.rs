@@ -1,0 +1,1074 @@
+//! Nested tracing: a guest (L1) that records its own guest (L2) forwards
+//! L2's trace through its own region to the host (L0), which writes it as
+//! a trace of its own on L0's timeline (docs/migration.md, "Nested
+//! guests").
+//!
+//! L1's `ivtrace record --forward FIFO` sends every L2 packet, unchanged,
+//! with L2's event classes and clock mapping, as messages cut into chunks
+//! of at most [`CHUNK_MAX`] bytes; `ivtrace-forward` (libivtrace) writes
+//! each chunk into L1's region as one `ivtrace:forward` event and brackets
+//! L1's CLOCK_MONOTONIC with `ivtrace:forward_sync` events. L0's recording
+//! of L1 ([`Nesting`] around its output) reassembles the messages, checks
+//! them as hostile input like any region data, and at the end writes
+//! `DIR/nested/<name>/` with the composed clock:
+//!
+//! ```text
+//! L0_ns(t2) = L2->L1mono(t2) + (L0_ns(sync) - L1mono(sync)),
+//! bound = e(L2->L1) + e(L1->L0) + half the sync bracket
+//! ```
+//!
+//! Wire (pipe): frames `u32 kind, u32 len, len bytes`; the bytes are
+//! `u32 total, u32 offset, chunk`. Messages: [`HELLO`] (JSON [`Hello`]),
+//! [`META`] (JSON [`Vec<ClassWire>`]), [`PACKET`] (`u32 chan, u32 stream`,
+//! the packet), [`CLOCK`] (JSON `ClockMapping`, on L1's CLOCK_MONOTONIC).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use ivtrace_ctf::streams::Limits;
+use ivtrace_ctf::tsdl::{EnvValue, TraceEnv};
+use ivtrace_ctf::{CtfWriter, OutDir};
+use ivtrace_region::classes::{EventClass, EventClasses, Field, FieldType};
+use ivtrace_region::packet::EventVisitor;
+use ivtrace_region::reader::walk_own_packet;
+use ivtrace_region::{abi, sanitize, PacketSink};
+use ivtrace_time::ClockMapping;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::Output;
+use crate::session::sanitize_host_name;
+use ivtrace_region::names::NameTable;
+
+/// Largest chunk of a message in one event: fits the smallest packet
+/// (4 KiB) with its header and the event's own header and fields.
+pub const CHUNK_MAX: usize = 3072;
+/// Largest message L0 reassembles: a packet of the largest sub-buffer.
+const MESSAGE_MAX: u32 = abi::IVT_SUBBUF_MAX + 8;
+/// The classes `ivtrace-forward` registers in L1's region.
+pub const FORWARD_CLASS: &str = "ivtrace:forward";
+pub const SYNC_CLASS: &str = "ivtrace:forward_sync";
+/// Where L0 writes forwarded guests, under its output directory.
+pub const NESTED_DIR: &str = "nested";
+/// Nested guests one L0 recording keeps apart (the guest chooses names).
+const NESTED_MAX: usize = 64;
+
+pub const HELLO: u32 = 1;
+pub const META: u32 = 2;
+pub const PACKET: u32 = 3;
+pub const CLOCK: u32 = 4;
+
+/// Who the forwarded guest is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    pub name: String,
+    pub uuid: [u8; 16],
+    pub nr_channels: u32,
+}
+
+/// One forwarded event class (the sidecar's layout loses `tid_comm`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClassWire {
+    pub stream: u32,
+    pub id: u32,
+    pub name: String,
+    /// (name, type as `FieldType::name`, hex, tid_comm)
+    pub fields: Vec<(String, String, bool, bool)>,
+}
+
+// ---------------------------------------------------------------- L1 side
+
+/// L1's half: sends L2's packets, classes and clock to `ivtrace-forward`.
+pub struct Forwarder {
+    out: Option<BufWriter<File>>,
+    path: PathBuf,
+    sent_generation: Option<u64>,
+    packets: u64,
+    /// Packets not forwarded because the pipe failed.
+    lost_packets: u64,
+}
+
+impl Forwarder {
+    /// Opens `path` (a FIFO `ivtrace-forward --in` reads; blocks until it
+    /// does) and introduces the guest.
+    pub fn open(path: &Path, hello: &Hello) -> Result<Forwarder> {
+        let f = OpenOptions::new().write(true).open(path).with_context(|| {
+            format!(
+                "cannot open {} for forwarding (hint: mkfifo it and start ivtrace-forward \
+                 --in {} first)",
+                path.display(),
+                path.display()
+            )
+        })?;
+        let mut fw = Forwarder {
+            out: Some(BufWriter::with_capacity(1 << 16, f)),
+            path: path.to_path_buf(),
+            sent_generation: None,
+            packets: 0,
+            lost_packets: 0,
+        };
+        fw.send(HELLO, &serde_json::to_vec(hello)?);
+        Ok(fw)
+    }
+
+    /// One message in chunks; on a broken pipe forwarding stops (counted).
+    fn send(&mut self, kind: u32, body: &[u8]) -> bool {
+        let Some(out) = self.out.as_mut() else {
+            return false;
+        };
+        if let Err(e) = write_message(out, kind, body) {
+            eprintln!(
+                "ivtrace: warning: forwarding to {} failed ({e}); the local trace goes on, \
+                 forwarded packets from now on are counted as lost",
+                self.path.display()
+            );
+            self.out = None;
+            return false;
+        }
+        true
+    }
+
+    fn packet(&mut self, chan: u32, stream: u32, bytes: &[u8], classes: &EventClasses) {
+        if self.sent_generation != Some(classes.generation()) {
+            let wire = classes_to_wire(classes);
+            let body = serde_json::to_vec(&wire).unwrap_or_default();
+            if self.send(META, &body) {
+                self.sent_generation = Some(classes.generation());
+            }
+        }
+        let mut body = Vec::with_capacity(8 + bytes.len());
+        body.extend_from_slice(&chan.to_le_bytes());
+        body.extend_from_slice(&stream.to_le_bytes());
+        body.extend_from_slice(bytes);
+        match self.send(PACKET, &body) {
+            true => self.packets += 1,
+            false => self.lost_packets += 1,
+        }
+    }
+
+    /// L2's final mapping, moved from the host time base to
+    /// CLOCK_MONOTONIC (what `ivtrace-forward` brackets), then closes.
+    fn finish(&mut self, clock: &ClockMapping) -> serde_json::Value {
+        let base = ivtrace_time::timebase::base();
+        let mut mono = clock.clone();
+        mono.ref_realtime_ns = (clock.ref_realtime_ns as i128 - base.offset_ns as i128)
+            .clamp(0, u64::MAX as i128) as u64;
+        mono.error_ns = clock.error_ns.saturating_add(base.error_ns);
+        let body = serde_json::to_vec(&mono).unwrap_or_default();
+        self.send(CLOCK, &body);
+        if let Some(mut out) = self.out.take() {
+            let _ = out.flush();
+        }
+        eprintln!(
+            "ivtrace: forwarded {} packets to {} ({} not forwarded)",
+            self.packets,
+            self.path.display(),
+            self.lost_packets
+        );
+        serde_json::json!({
+            "to": self.path.display().to_string(),
+            "packets": self.packets,
+            "not_forwarded_packets": self.lost_packets,
+        })
+    }
+}
+
+fn write_message(out: &mut impl Write, kind: u32, body: &[u8]) -> std::io::Result<()> {
+    let total = body.len() as u32;
+    let mut offset = 0usize;
+    loop {
+        let chunk = &body[offset..body.len().min(offset + CHUNK_MAX)];
+        let len = (8 + chunk.len()) as u32;
+        out.write_all(&kind.to_le_bytes())?;
+        out.write_all(&len.to_le_bytes())?;
+        out.write_all(&total.to_le_bytes())?;
+        out.write_all(&(offset as u32).to_le_bytes())?;
+        out.write_all(chunk)?;
+        offset += chunk.len();
+        if offset >= body.len() {
+            return Ok(());
+        }
+    }
+}
+
+fn classes_to_wire(classes: &EventClasses) -> Vec<ClassWire> {
+    [abi::IVT_STREAM_KERNEL, abi::IVT_STREAM_USER]
+        .into_iter()
+        .flat_map(|s| classes.stream(s).iter())
+        .map(|c| ClassWire {
+            stream: c.stream,
+            id: c.id,
+            name: c.name.clone(),
+            fields: c
+                .fields
+                .iter()
+                .map(|f| (f.name.clone(), f.ty.name(), f.hex, f.tid_comm))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Forwarded classes back, as hostile input: names sanitized and
+/// deduplicated the way the region's metadata parser does, unknown types
+/// and ids out of range dropped (counted by the caller as skipped).
+fn classes_from_wire(wire: &[ClassWire]) -> (EventClasses, u64) {
+    let mut classes = EventClasses::default();
+    let mut skipped = 0;
+    for w in wire.iter().take(2 * abi::IVT_EVENT_IDS_MAX as usize) {
+        match class_from_wire(w, &mut classes) {
+            Some(c) if classes.stream_mut(c.stream).insert(c.clone()) => {}
+            _ => skipped += 1,
+        }
+    }
+    classes.bump_generation();
+    (classes, skipped)
+}
+
+fn class_from_wire(w: &ClassWire, classes: &mut EventClasses) -> Option<EventClass> {
+    if w.stream > abi::IVT_STREAM_USER || w.fields.len() > abi::IVT_FIELDS_MAX as usize {
+        return None;
+    }
+    // A region's names fit fixed fields; forwarded ones are cut to the same.
+    let (name, _) = sanitize::event_name(head(&w.name, abi::IVT_NAME_MAX), w.id);
+    let (name, _) = sanitize::dedupe(name, classes.stream_mut(w.stream).names_mut());
+    let mut taken = HashSet::new();
+    let mut fields = Vec::with_capacity(w.fields.len());
+    for (i, (fname, ty, hex, tid)) in w.fields.iter().enumerate() {
+        let ty = FieldType::parse(ty)?;
+        let (fname, _) = sanitize::field_name(head(fname, abi::IVT_FIELD_NAME_MAX), i);
+        let (fname, _) = ivtrace_region::meta::dedupe_field(fname, ty, &mut taken);
+        let mut f = Field::new(fname, ty, *hex);
+        f.tid_comm = *tid && matches!(ty, FieldType::U32 | FieldType::S32);
+        fields.push(f);
+    }
+    Some(EventClass::new(w.id, w.stream, name, fields))
+}
+
+/// The first bytes of `s` that a NUL-padded field of `max` bytes holds.
+fn head(s: &str, max: usize) -> &[u8] {
+    let b = s.as_bytes();
+    &b[..b.len().min(max - 1)]
+}
+
+// ---------------------------------------------------------------- L0 side
+
+/// What L0 found of one forwarded guest.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct NestedStats {
+    pub packets: u64,
+    pub events: u64,
+    /// Forwarded packets that failed the checks (their events are lost).
+    pub corrupt_packets: u64,
+    /// Messages with a missing chunk (L1 dropped a forward event).
+    pub incomplete_messages: u64,
+    pub skipped_classes: u64,
+    /// The forwarded guest's own announced losses (last events_discarded
+    /// of each of its channels).
+    pub guest_discarded: u64,
+}
+
+/// One sync bracket: L1's writer clock at `ticks` was taken while L1's
+/// CLOCK_MONOTONIC was in [mono_before, mono_after].
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SyncBracket {
+    pub ticks: u64,
+    pub mono_before: u64,
+    pub mono_after: u64,
+}
+
+/// One forwarded guest as L0 writes it.
+struct NestedGuest {
+    hello: Hello,
+    dir: OutDir,
+    writer: CtfWriter,
+    classes: EventClasses,
+    clock: Option<ClockMapping>,
+    discarded: BTreeMap<(u32, u32), u64>,
+    stats: NestedStats,
+}
+
+/// A message being reassembled from one L1 channel's chunks.
+#[derive(Default)]
+struct Partial {
+    kind: u32,
+    total: u32,
+    buf: Vec<u8>,
+}
+
+/// L0's half: finds the forward classes in L1's user stream, reassembles,
+/// writes each forwarded guest under `DIR/nested/`.
+pub struct Expander {
+    root: OutDir,
+    ids_for: Option<u64>,
+    forward_id: Option<u32>,
+    sync_id: Option<u32>,
+    partial: HashMap<u32, Partial>,
+    /// Phase 0 of a bracket waiting for its phase 1, per L1 channel.
+    pending_sync: HashMap<u32, (u64, u64)>,
+    best_sync: Option<SyncBracket>,
+    /// The forwarded guest, by the L1 channel that forwards it.
+    guests: BTreeMap<u32, NestedGuest>,
+    refused_guests: u64,
+}
+
+impl Expander {
+    pub fn new(root: &OutDir) -> Expander {
+        Expander {
+            root: root.clone(),
+            ids_for: None,
+            forward_id: None,
+            sync_id: None,
+            partial: HashMap::new(),
+            pending_sync: HashMap::new(),
+            best_sync: None,
+            guests: BTreeMap::new(),
+            refused_guests: 0,
+        }
+    }
+
+    /// Whether L1's user packets carry forwarded data (its classes name
+    /// the forward events).
+    fn wants(&mut self, classes: &EventClasses) -> bool {
+        self.find_ids(classes);
+        self.forward_id.is_some() || self.sync_id.is_some()
+    }
+
+    fn find_ids(&mut self, classes: &EventClasses) {
+        if self.ids_for == Some(classes.generation()) {
+            return;
+        }
+        self.ids_for = Some(classes.generation());
+        let user = classes.stream(abi::IVT_STREAM_USER);
+        let id_of = |name: &str| user.iter().find(|c| c.name == name).map(|c| c.id);
+        self.forward_id = id_of(FORWARD_CLASS);
+        self.sync_id = id_of(SYNC_CLASS);
+    }
+
+    /// One of L1's user packets (already checked by the reader).
+    fn packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) {
+        self.find_ids(classes);
+        if self.forward_id.is_none() && self.sync_id.is_none() {
+            return;
+        }
+        let mut copy = bytes.to_vec();
+        let mut events = Events {
+            forward_id: self.forward_id,
+            sync_id: self.sync_id,
+            found: Vec::new(),
+        };
+        if walk_own_packet(&mut copy, classes, &mut events).is_err() {
+            return;
+        }
+        for ev in events.found {
+            match ev {
+                Found::Chunk(kind, data) => self.chunk(chan, kind, &data),
+                Found::Sync(ticks, mono, phase) => self.sync(chan, ticks, mono, phase),
+            }
+        }
+    }
+
+    fn sync(&mut self, chan: u32, ticks: u64, mono: u64, phase: u32) {
+        if phase == 0 {
+            self.pending_sync.insert(chan, (ticks, mono));
+            return;
+        }
+        let Some((t, before)) = self.pending_sync.remove(&chan) else {
+            return;
+        };
+        if mono < before {
+            return;
+        }
+        let b = SyncBracket {
+            ticks: t,
+            mono_before: before,
+            mono_after: mono,
+        };
+        let width = |s: &SyncBracket| s.mono_after - s.mono_before;
+        if self.best_sync.is_none_or(|old| width(&b) < width(&old)) {
+            self.best_sync = Some(b);
+        }
+    }
+
+    /// Adds a chunk; a complete message is handled at once.
+    fn chunk(&mut self, chan: u32, kind: u32, data: &[u8]) {
+        if data.len() < 8 {
+            return self.incomplete(chan);
+        }
+        let total = u32::from_le_bytes(data[0..4].try_into().expect("4 bytes"));
+        let offset = u32::from_le_bytes(data[4..8].try_into().expect("4 bytes"));
+        let chunk = &data[8..];
+        let p = self.partial.entry(chan).or_default();
+        if offset == 0 {
+            let dropped = !p.buf.is_empty();
+            *p = Partial {
+                kind,
+                total,
+                buf: Vec::new(),
+            };
+            if dropped {
+                self.incomplete(chan);
+            }
+        }
+        let p = self.partial.entry(chan).or_default();
+        let fits = p.kind == kind && p.total == total && total <= MESSAGE_MAX;
+        if !fits || offset as usize != p.buf.len() || p.buf.len() + chunk.len() > total as usize {
+            self.partial.remove(&chan);
+            return self.incomplete(chan);
+        }
+        p.buf.extend_from_slice(chunk);
+        if p.buf.len() == total as usize {
+            let msg = std::mem::take(&mut p.buf);
+            self.partial.remove(&chan);
+            self.message(chan, kind, &msg);
+        }
+    }
+
+    fn incomplete(&mut self, chan: u32) {
+        if let Some(g) = self.guests.get_mut(&chan) {
+            g.stats.incomplete_messages += 1;
+        }
+    }
+
+    fn message(&mut self, chan: u32, kind: u32, msg: &[u8]) {
+        if kind == HELLO {
+            return self.hello(chan, msg);
+        }
+        let Some(g) = self.guests.get_mut(&chan) else {
+            return;
+        };
+        match kind {
+            META => g.meta(msg),
+            PACKET => g.packet(msg),
+            CLOCK => g.clock = serde_json::from_slice(msg).ok(),
+            _ => g.stats.incomplete_messages += 1,
+        }
+    }
+
+    fn hello(&mut self, chan: u32, msg: &[u8]) {
+        let Ok(hello) = serde_json::from_slice::<Hello>(msg) else {
+            self.refused_guests += 1;
+            return;
+        };
+        if self.guests.contains_key(&chan) || self.guests.len() >= NESTED_MAX {
+            self.refused_guests += 1;
+            return;
+        }
+        match NestedGuest::create(&self.root, hello, self.guests.len()) {
+            Ok(g) => {
+                self.guests.insert(chan, g);
+            }
+            Err(e) => {
+                eprintln!("ivtrace: warning: a forwarded guest's trace cannot be written: {e:#}");
+                self.refused_guests += 1;
+            }
+        }
+    }
+
+    /// Writes every forwarded guest with its composed clock (`outer`: the
+    /// final mapping of L1's writer clock to this host's time).
+    pub fn finish(&mut self, outer: &ClockMapping, via: &str) -> Result<Vec<serde_json::Value>> {
+        let unfinished: Vec<u32> = self.partial.drain().map(|(chan, _)| chan).collect();
+        for chan in unfinished {
+            self.incomplete(chan);
+        }
+        let mut guests = Vec::with_capacity(self.guests.len());
+        for g in self.guests.values_mut() {
+            guests.push(g.finish(outer, self.best_sync, via)?);
+        }
+        if self.refused_guests > 0 {
+            eprintln!(
+                "ivtrace: warning: {} forwarded guests refused (bad introduction, or more than \
+                 {NESTED_MAX})",
+                self.refused_guests
+            );
+        }
+        Ok(guests)
+    }
+}
+
+enum Found {
+    Chunk(u32, Vec<u8>),
+    Sync(u64, u64, u32),
+}
+
+/// Collects the forward and sync events of one L1 packet.
+struct Events {
+    forward_id: Option<u32>,
+    sync_id: Option<u32>,
+    found: Vec<Found>,
+}
+
+impl EventVisitor for Events {
+    fn event(&mut self, _id: u32, _ts: u64) {}
+
+    fn event_payload(&mut self, id: u32, ts: u64, p: &[u8]) {
+        if Some(id) == self.forward_id && p.len() >= 8 {
+            // kind u32, then bytes: u32 length, the bytes.
+            let kind = u32::from_le_bytes(p[0..4].try_into().expect("4 bytes"));
+            let len = u32::from_le_bytes(p[4..8].try_into().expect("4 bytes")) as usize;
+            if let Some(data) = p.get(8..8 + len) {
+                self.found.push(Found::Chunk(kind, data.to_vec()));
+            }
+        } else if Some(id) == self.sync_id && p.len() >= 12 {
+            let mono = u64::from_le_bytes(p[0..8].try_into().expect("8 bytes"));
+            let phase = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes"));
+            self.found.push(Found::Sync(ts, mono, phase));
+        }
+    }
+}
+
+/// The composed mapping: L2's mapping (onto L1's CLOCK_MONOTONIC) shifted
+/// by where L1's CLOCK_MONOTONIC lies on L0's timeline; the bounds add.
+pub fn compose(inner: &ClockMapping, outer: &ClockMapping, sync: &SyncBracket) -> ClockMapping {
+    let half = (sync.mono_after - sync.mono_before) / 2;
+    let mid = sync.mono_before + half;
+    let shift = outer.realtime_ns(sync.ticks) - mid as i128;
+    let ref_ns = (inner.ref_realtime_ns as i128 + shift).clamp(0, u64::MAX as i128) as u64;
+    ClockMapping {
+        freq_hz: inner.freq_hz,
+        ref_ticks: inner.ref_ticks,
+        ref_realtime_ns: ref_ns,
+        error_ns: inner
+            .error_ns
+            .saturating_add(outer.error_ns)
+            .saturating_add(half + 1),
+        method: format!("nested({} then {})", inner.method, outer.method),
+        coarse: inner.coarse || outer.coarse,
+        samples: inner.samples.min(outer.samples),
+    }
+}
+
+impl NestedGuest {
+    fn create(root: &OutDir, hello: Hello, index: usize) -> Result<NestedGuest> {
+        let mut name = sanitize_host_name(&hello.name);
+        if name.is_empty() {
+            name = format!("guest{index}");
+        }
+        let nested = match index {
+            0 => root.create_dir(NESTED_DIR),
+            _ => root.open_dir(NESTED_DIR),
+        }
+        .with_context(|| format!("cannot create {}", root.join(NESTED_DIR).display()))?;
+        let leaf = format!("{name}-{index}");
+        let dir = nested
+            .create_dir(&leaf)
+            .with_context(|| format!("cannot create {}", nested.join(&leaf).display()))?;
+        let nr = hello.nr_channels.clamp(1, abi::IVT_CHANNELS_MAX);
+        let placeholder = ClockMapping {
+            freq_hz: 1_000_000_000,
+            ref_ticks: 0,
+            ref_realtime_ns: 0,
+            error_ns: u64::MAX,
+            method: "none".into(),
+            coarse: true,
+            samples: 0,
+        };
+        // No reserve: the outer recording's own covers a full disk.
+        let limits = Limits {
+            reserve_bytes: 0,
+            ..Limits::default()
+        };
+        let writer = CtfWriter::new(
+            dir.clone(),
+            hello.uuid,
+            placeholder,
+            env(&name, "", None),
+            nr,
+            limits,
+        );
+        Ok(NestedGuest {
+            hello: Hello {
+                name,
+                nr_channels: nr,
+                ..hello
+            },
+            dir,
+            writer,
+            classes: EventClasses::default(),
+            clock: None,
+            discarded: BTreeMap::new(),
+            stats: NestedStats::default(),
+        })
+    }
+
+    fn meta(&mut self, msg: &[u8]) {
+        let Ok(wire) = serde_json::from_slice::<Vec<ClassWire>>(msg) else {
+            self.stats.incomplete_messages += 1;
+            return;
+        };
+        let (mut classes, skipped) = classes_from_wire(&wire);
+        // Generations only grow, so the writer rewrites its metadata.
+        while classes.generation() <= self.classes.generation() {
+            classes.bump_generation();
+        }
+        self.classes = classes;
+        self.stats.skipped_classes = skipped;
+    }
+
+    /// A forwarded packet: checked like a packet the host wrote itself
+    /// (magic, sizes, every event walked with the forwarded classes).
+    fn packet(&mut self, msg: &[u8]) {
+        if msg.len() < 8 + abi::PACKET_HDR_SIZE {
+            self.stats.corrupt_packets += 1;
+            return;
+        }
+        let chan = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
+        let stream = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
+        let mut copy = msg[8..].to_vec();
+        let walked = match walk_own_packet(&mut copy, &self.classes, &mut ()) {
+            Ok((h, s)) if h.stream_id == stream && h.stream_instance_id == chan as u64 => {
+                Some((h, s))
+            }
+            _ => None,
+        };
+        let known = chan < self.hello.nr_channels && stream <= abi::IVT_STREAM_USER;
+        let Some((h, s)) = walked.filter(|_| known) else {
+            self.stats.corrupt_packets += 1;
+            return;
+        };
+        let written = self
+            .writer
+            .packet(chan, stream, &copy, &self.classes)
+            .and_then(|()| self.writer.commit());
+        if written.is_err() {
+            self.stats.corrupt_packets += 1;
+            return;
+        }
+        self.stats.packets += 1;
+        self.stats.events += s.events;
+        let d = self.discarded.entry((stream, chan)).or_default();
+        *d = (*d).max(h.events_discarded);
+    }
+
+    /// Writes the trace and `nested.json`; returns the sidecar's entry.
+    fn finish(
+        &mut self,
+        outer: &ClockMapping,
+        sync: Option<SyncBracket>,
+        via: &str,
+    ) -> Result<serde_json::Value> {
+        let clock = match (&self.clock, sync) {
+            (Some(inner), Some(sync)) => Some(compose(inner, outer, &sync)),
+            _ => None,
+        };
+        self.stats.guest_discarded = self.discarded.values().sum();
+        let shown = clock.clone().unwrap_or_else(|| ClockMapping {
+            method: "none: no clock or sync point was forwarded".into(),
+            ..outer.clone()
+        });
+        if clock.is_none() {
+            eprintln!(
+                "ivtrace: warning: nested guest {}: no clock mapping or sync point arrived; its \
+                 times are not on this timeline",
+                self.hello.name
+            );
+        }
+        let trace_env = env(&self.hello.name, via, Some(&shown));
+        Output::finish(&mut self.writer, &shown, trace_env, &self.classes)?;
+        let summary = serde_json::json!({
+            "name": self.hello.name,
+            "via": via,
+            "clock": shown,
+            "inner_clock": self.clock,
+            "outer_clock": outer,
+            "sync": sync,
+            "stats": self.stats,
+        });
+        self.dir
+            .write_atomically(NESTED_SIDECAR, &serde_json::to_vec_pretty(&summary)?)
+            .with_context(|| format!("cannot write {}", self.dir.join(NESTED_SIDECAR).display()))?;
+        eprintln!(
+            "ivtrace: nested guest {} (via {via}): {} events in {} packets, {} corrupt packets, \
+             {} incomplete messages, its own discarded {}; clock {} ±{} ns -> {}",
+            self.hello.name,
+            self.stats.events,
+            self.stats.packets,
+            self.stats.corrupt_packets,
+            self.stats.incomplete_messages,
+            self.stats.guest_discarded,
+            shown.method,
+            shown.error_ns,
+            self.dir.path().display()
+        );
+        Ok(serde_json::json!({
+            "dir": self.dir.path().display().to_string(),
+            "name": self.hello.name,
+            "clock_method": shown.method,
+            "clock_error_ns": shown.error_ns,
+            "stats": self.stats,
+        }))
+    }
+}
+
+/// The nested trace's summary file (next to its `user/`, `kernel/`).
+pub const NESTED_SIDECAR: &str = "nested.json";
+
+fn env(name: &str, via: &str, clock: Option<&ClockMapping>) -> TraceEnv {
+    let mut extra = vec![("ivtrace_nested_via".into(), EnvValue::Str(via.into()))];
+    if let Some(c) = clock {
+        extra.push((
+            "ivtrace_clock_method".into(),
+            EnvValue::Str(c.method.clone()),
+        ));
+        extra.push((
+            "ivtrace_clock_error_ns".into(),
+            EnvValue::Int(c.error_ns.min(i64::MAX as u64) as i64),
+        ));
+    }
+    TraceEnv {
+        hostname: name.into(),
+        trace_name: name.into(),
+        creation_datetime: ivtrace_ctf::tsdl::creation_datetime(std::time::SystemTime::now()),
+        tracer_major: 0,
+        tracer_minor: 1,
+        extra,
+    }
+}
+
+// ---------------------------------------------------------------- the wrapper
+
+/// An output with nested tracing around it: forwards what it writes (L1)
+/// and expands what it reads (L0). Both are optional. Packets are
+/// forwarded and expanded only once the inner output has committed them:
+/// a rolled-back packet (a failed write) is handed over again by the
+/// reader, and must not reach the nest twice.
+pub struct Nesting<O> {
+    pub inner: O,
+    forward: Option<Forwarder>,
+    expand: Option<Expander>,
+    /// (channel, stream, bytes) handed over since the last commit; at most
+    /// the reader's commit interval plus a packet.
+    pending: Vec<(u32, u32, Vec<u8>)>,
+    /// The latest event classes (classes are only ever added).
+    classes: EventClasses,
+    classes_generation: Option<u64>,
+}
+
+impl<O: Output> Nesting<O> {
+    pub fn new(inner: O, forward: Option<Forwarder>, expand: Option<Expander>) -> Nesting<O> {
+        Nesting {
+            inner,
+            forward,
+            expand,
+            pending: Vec::new(),
+            classes: EventClasses::default(),
+            classes_generation: None,
+        }
+    }
+
+    /// Ends the forwarding and writes the expanded guests; call after the
+    /// recording's own finish with the same final clock. Returns the
+    /// sidecar's `nested` section (None: nothing forwarded either way).
+    pub fn finish_nesting(
+        &mut self,
+        clock: &ClockMapping,
+        via: &str,
+    ) -> Result<Option<serde_json::Value>> {
+        let forwarded = self.forward.as_mut().map(|f| f.finish(clock));
+        let guests = match self.expand.as_mut() {
+            Some(x) => x.finish(clock, via)?,
+            None => Vec::new(),
+        };
+        if forwarded.is_none() && guests.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(
+            serde_json::json!({ "forwarded": forwarded, "guests": guests }),
+        ))
+    }
+
+    fn wants(&mut self, stream: u32, classes: &EventClasses) -> bool {
+        let expands = stream == abi::IVT_STREAM_USER
+            && self.expand.as_mut().is_some_and(|x| x.wants(classes));
+        self.forward.is_some() || expands
+    }
+
+    /// The committed packets go on to the forwarder and the expander.
+    fn pass_on(&mut self) {
+        for (chan, stream, bytes) in self.pending.drain(..) {
+            if let Some(f) = self.forward.as_mut() {
+                f.packet(chan, stream, &bytes, &self.classes);
+            }
+            if let Some(x) = self
+                .expand
+                .as_mut()
+                .filter(|_| stream == abi::IVT_STREAM_USER)
+            {
+                x.packet(chan, &bytes, &self.classes);
+            }
+        }
+    }
+}
+
+impl<O: Output> PacketSink for Nesting<O> {
+    type Error = O::Error;
+
+    fn accepts(&mut self, chan: u32, len: usize) -> bool {
+        self.inner.accepts(chan, len)
+    }
+
+    fn commit(&mut self) -> Result<(), O::Error> {
+        self.inner.commit()?;
+        self.pass_on();
+        Ok(())
+    }
+
+    fn packet(
+        &mut self,
+        chan: u32,
+        stream: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+    ) -> Result<(), O::Error> {
+        self.inner.packet(chan, stream, bytes, classes)?;
+        if self.classes_generation != Some(classes.generation()) {
+            self.classes = classes.clone();
+            self.classes_generation = Some(classes.generation());
+        }
+        if self.wants(stream, classes) {
+            self.pending.push((chan, stream, bytes.to_vec()));
+        }
+        Ok(())
+    }
+}
+
+impl<O: Output> Output for Nesting<O> {
+    fn rollback(&mut self) -> Result<()> {
+        self.pending.clear();
+        self.inner.rollback()
+    }
+
+    fn idle(&mut self) -> Result<()> {
+        if let Some(out) = self.forward.as_mut().and_then(|f| f.out.as_mut()) {
+            let _ = out.flush();
+        }
+        self.inner.idle()
+    }
+
+    fn thread_names(&mut self, table: NameTable) {
+        self.inner.thread_names(table);
+    }
+
+    fn finish(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()> {
+        self.inner.finish(clock, env, classes)
+    }
+
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<()> {
+        self.pending.clear();
+        self.inner.finish_incomplete(clock, env, classes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapping(ref_ns: u64, error_ns: u64) -> ClockMapping {
+        ClockMapping {
+            freq_hz: 1_000_000_000,
+            ref_ticks: 1_000,
+            ref_realtime_ns: ref_ns,
+            error_ns,
+            method: "test".into(),
+            coarse: false,
+            samples: 8,
+        }
+    }
+
+    fn out_dir(dir: &tempfile::TempDir) -> OutDir {
+        OutDir::root(dir.path(), &Default::default()).unwrap()
+    }
+
+    /// The frames `write_message` puts on the pipe, as ivtrace-forward
+    /// turns them into events: (kind, data).
+    fn frames(kind: u32, body: &[u8]) -> Vec<(u32, Vec<u8>)> {
+        let mut wire = Vec::new();
+        write_message(&mut wire, kind, body).unwrap();
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < wire.len() {
+            let k = u32::from_le_bytes(wire[at..at + 4].try_into().unwrap());
+            let len = u32::from_le_bytes(wire[at + 4..at + 8].try_into().unwrap()) as usize;
+            out.push((k, wire[at + 8..at + 8 + len].to_vec()));
+            at += 8 + len;
+        }
+        out
+    }
+
+    fn hello(x: &mut Expander, chan: u32, nr_channels: u32) {
+        let h = Hello {
+            name: "../l2 guest".into(),
+            uuid: [7; 16],
+            nr_channels,
+        };
+        for (k, d) in frames(HELLO, &serde_json::to_vec(&h).unwrap()) {
+            x.chunk(chan, k, &d);
+        }
+    }
+
+    #[test]
+    fn messages_are_cut_into_chunks_that_fit_a_packet() {
+        let body: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        let f = frames(PACKET, &body);
+        assert_eq!(f.len(), 4);
+        assert!(f
+            .iter()
+            .all(|(k, d)| *k == PACKET && d.len() <= CHUNK_MAX + 8));
+        assert_eq!(frames(CLOCK, &[]).len(), 1, "an empty message is one chunk");
+    }
+
+    #[test]
+    fn a_guest_is_introduced_once_under_a_sanitized_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = Expander::new(&out_dir(&dir));
+        hello(&mut x, 3, 4);
+        hello(&mut x, 3, 4);
+        assert_eq!(x.guests.len(), 1);
+        assert_eq!(x.refused_guests, 1);
+        let g = &x.guests[&3];
+        assert!(
+            g.dir.path().starts_with(dir.path().join(NESTED_DIR)),
+            "{:?}",
+            g.dir
+        );
+        assert!(!g.hello.name.contains('/'));
+    }
+
+    #[test]
+    fn a_missing_chunk_drops_its_message_and_is_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = Expander::new(&out_dir(&dir));
+        hello(&mut x, 0, 4);
+        let wire = vec![ClassWire {
+            stream: abi::IVT_STREAM_USER,
+            id: 0,
+            name: "a".repeat(5000),
+            fields: vec![("x".into(), "u64".into(), false, false)],
+        }];
+        let body = serde_json::to_vec(&wire).unwrap();
+        let f = frames(META, &body);
+        assert!(f.len() >= 2);
+        // The second chunk was dropped by L1's writer (ring full): the
+        // next message's first chunk shows it.
+        x.chunk(0, f[0].0, &f[0].1);
+        assert!(x.guests[&0].classes.stream(abi::IVT_STREAM_USER).is_empty());
+        for (k, d) in &f {
+            x.chunk(0, *k, d);
+        }
+        assert_eq!(x.guests[&0].stats.incomplete_messages, 1);
+        // A chunk out of order drops the message at once.
+        x.chunk(0, f[1].0, &f[1].1);
+        assert_eq!(x.guests[&0].stats.incomplete_messages, 2);
+        // One left unfinished at the end counts too.
+        x.chunk(0, f[0].0, &f[0].1);
+        x.finish(&mapping(0, 1), "l1").unwrap();
+        assert_eq!(x.guests[&0].stats.incomplete_messages, 3);
+        let user = x.guests[&0].classes.stream(abi::IVT_STREAM_USER);
+        assert_eq!(user.len(), 1);
+        assert!(user.get(0).unwrap().name.len() < abi::IVT_NAME_MAX);
+    }
+
+    #[test]
+    fn forwarded_classes_are_checked_like_region_metadata() {
+        let wire = vec![
+            ClassWire {
+                stream: 9,
+                id: 1,
+                name: "bad stream".into(),
+                fields: vec![],
+            },
+            ClassWire {
+                stream: 1,
+                id: 2,
+                name: "bad type".into(),
+                fields: vec![("x".into(), "f128".into(), false, false)],
+            },
+            ClassWire {
+                stream: 1,
+                id: 3,
+                name: "ok".into(),
+                fields: vec![
+                    ("b".into(), "bytes".into(), false, false),
+                    ("b_len".into(), "u32".into(), false, true),
+                ],
+            },
+        ];
+        let (classes, skipped) = classes_from_wire(&wire);
+        assert_eq!(skipped, 2);
+        let c = classes.stream(1).get(3).unwrap();
+        assert_ne!(c.fields[0].name, c.fields[1].name);
+        assert!(
+            c.fields[1].name != "b_len",
+            "b's length field keeps its name"
+        );
+    }
+
+    #[test]
+    fn packets_of_unknown_channels_or_garbage_are_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = Expander::new(&out_dir(&dir));
+        hello(&mut x, 0, 2);
+        let mut body = Vec::new();
+        body.extend_from_slice(&5u32.to_le_bytes());
+        body.extend_from_slice(&1u32.to_le_bytes());
+        body.extend_from_slice(&[0xab; 200]);
+        for (k, d) in frames(PACKET, &body) {
+            x.chunk(0, k, &d);
+        }
+        for (k, d) in frames(PACKET, &[1, 2, 3]) {
+            x.chunk(0, k, &d);
+        }
+        assert_eq!(x.guests[&0].stats.corrupt_packets, 2);
+        assert_eq!(x.guests[&0].stats.packets, 0);
+    }
+
+    #[test]
+    fn composition_shifts_by_the_sync_point_and_adds_the_bounds() {
+        // L1's monotonic clock reads 5_000 while L0's mapping of the sync
+        // event's ticks says 1_000_000_000_000 + 5_100: L0 = L1mono + 1e12 + 100.
+        let inner = mapping(2_000, 300);
+        let outer = mapping(1_000_000_000_000, 40);
+        let sync = SyncBracket {
+            ticks: 1_000 + 5_100,
+            mono_before: 4_990,
+            mono_after: 5_010,
+        };
+        let c = compose(&inner, &outer, &sync);
+        assert_eq!(c.ref_realtime_ns, 2_000 + 1_000_000_000_000 + 100);
+        assert_eq!(c.error_ns, 300 + 40 + 10 + 1);
+        assert_eq!(c.freq_hz, inner.freq_hz);
+        assert_eq!(c.ref_ticks, inner.ref_ticks);
+    }
+
+    #[test]
+    fn the_tightest_sync_bracket_wins_and_a_lone_phase_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = Expander::new(&out_dir(&dir));
+        x.sync(0, 10, 100, 0);
+        x.sync(0, 0, 200, 1);
+        x.sync(1, 20, 300, 1);
+        x.sync(0, 30, 400, 0);
+        x.sync(0, 0, 420, 1);
+        let b = x.best_sync.unwrap();
+        assert_eq!((b.ticks, b.mono_before, b.mono_after), (30, 400, 420));
+        x.sync(0, 40, 500, 0);
+        x.sync(0, 0, 490, 1);
+        assert_eq!(
+            x.best_sync.unwrap().ticks,
+            30,
+            "a bracket going backwards is no bracket"
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! Descriptors: how many serve has, and how many guests it takes.
+//!
+//! Every guest costs descriptors for as long as it is recorded (its
+//! connection, its region, 2 x vectors eventfds, an epoll, a wake-up
+//! eventfd, at most [`super::SERVE_OPEN_FILES`] stream files, its host
+//! trace, the host events' per-CPU readers, and at the end the kernel
+//! expansion's files). A server that accepts guests until `accept` or
+//! `open` fails takes that failure out on a guest that is already
+//! recording (a stream file it cannot create, a region it cannot reopen).
+//! So serve:
+//!
+//! - raises its soft RLIMIT_NOFILE to the hard limit at start (the soft
+//!   limit is 1024 on most systems; the hard one is usually much higher);
+//! - reserves a budget per guest and refuses a new connection (logged,
+//!   the socket closed at once) when the guests already admitted would
+//!   leave less than a guest's budget, or when the descriptors actually
+//!   open say so;
+//! - gives every descriptor of a guest back when it goes (the registry
+//!   keeps only a finished guest's last status).
+
+use std::path::Path;
+
+/// Descriptors serve keeps for itself: sockets, the signal pipe, control
+/// connections, the host time base, standard streams, headroom.
+const BASE: u64 = 64 + super::MAX_CONTROLS as u64;
+/// Per guest, besides its eventfds, stream files and host events:
+/// connection, region (twice: ours and the reopened one), epoll, wake-up
+/// eventfd, host trace files, metadata rewrites, the control lock.
+const PER_GUEST_FIXED: u64 = 16;
+/// Headroom per guest for the kernel expansion at the end of a recording
+/// (it reads the staged files of several CPUs at once).
+const EXPANSION: u64 = 32;
+
+/// The descriptor budget of one server.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    /// The soft limit after raising it.
+    pub limit: u64,
+    /// The soft limit before.
+    pub was: u64,
+    pub per_guest: u64,
+}
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit; returns (before, now).
+pub fn raise_nofile_limit() -> (u64, u64) {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return (1024, 1024);
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return (soft, hard);
+    }
+    (soft, soft)
+}
+
+/// Descriptors this process has open (None if /proc says nothing).
+pub fn open_descriptors() -> Option<u64> {
+    let rd = std::fs::read_dir(Path::new("/proc/self/fd")).ok()?;
+    // Minus the one read_dir itself holds.
+    Some(rd.count().saturating_sub(1) as u64)
+}
+
+impl Budget {
+    /// Raises the limit and sizes the per-guest budget for `vectors`
+    /// interrupt vectors and `open_files` stream files per recording.
+    pub fn new(vectors: u32, open_files: usize) -> Budget {
+        let (was, limit) = raise_nofile_limit();
+        let cpus = std::thread::available_parallelism().map_or(64, |n| n.get() as u64);
+        let per_guest =
+            PER_GUEST_FIXED + 2 * vectors as u64 + open_files as u64 + 2 * cpus + EXPANSION;
+        Budget {
+            limit,
+            was,
+            per_guest,
+        }
+    }
+
+    /// Guests the limit allows at once.
+    pub fn max_guests(&self) -> u64 {
+        self.limit.saturating_sub(BASE) / self.per_guest.max(1)
+    }
+
+    /// One line for the log.
+    pub fn describe(&self) -> String {
+        let raised = if self.limit > self.was {
+            format!("raised from {}", self.was)
+        } else {
+            "the hard limit".into()
+        };
+        format!(
+            "descriptor limit {} ({raised}): up to {} guests at once ({} descriptors each)",
+            self.limit,
+            self.max_guests(),
+            self.per_guest
+        )
+    }
+
+    /// Whether one more guest fits beside `live` ones; else why not.
+    pub fn admit(&self, live: usize) -> Result<(), String> {
+        let live = live as u64;
+        if live + 1 > self.max_guests() {
+            return Err(format!(
+                "{live} guests are being served and the descriptor limit {} leaves room for {} \
+                 ({} descriptors each); raise the limit (ulimit -n, or LimitNOFILE= in the \
+                 service unit) to serve more at once",
+                self.limit,
+                self.max_guests(),
+                self.per_guest
+            ));
+        }
+        match open_descriptors() {
+            Some(open) if open + self.per_guest + BASE / 2 > self.limit => Err(format!(
+                "{open} descriptors are open of the limit {}: no room for another guest \
+                 ({} each) without putting the recording guests at risk",
+                self.limit, self.per_guest
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guests_are_refused_before_the_limit_is_reached() {
+        let b = Budget {
+            limit: 1024,
+            was: 1024,
+            per_guest: 100,
+        };
+        assert_eq!(b.max_guests(), (1024 - BASE) / 100);
+        assert!(b.admit(0).is_ok());
+        let err = b.admit(b.max_guests() as usize).unwrap_err();
+        assert!(err.contains("raise the limit"), "{err}");
+        assert!(open_descriptors().is_some_and(|n| n > 2));
+    }
+}
