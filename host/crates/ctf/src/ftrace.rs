@@ -67,6 +67,10 @@ pub struct FtraceCpu {
     pub ts_clamped: u64,
     /// No `ftrace_stats` reached the host: losses are from the pages only.
     pub no_stats: bool,
+    /// `lost` is past what CTF readers accept (2^63-1, the counters are
+    /// the guest's): the packets carry 2^63-1.
+    #[serde(default)]
+    pub lost_clamped: bool,
 }
 
 /// What the ftrace expansion did (the sidecar's `ftrace`).

@@ -230,6 +230,15 @@ fn print_ftrace(out: &mut impl Write, f: &FtraceStats) -> io::Result<()> {
                 c.cpu, c.unknown_type, c.bad_pages, c.ts_clamped
             );
         }
+        if c.lost_clamped {
+            eprintln!(
+                "ivtrace: warning: ftrace cpu{}: the guest's counters put its losses at {}; \
+                 the trace says {} (CTF readers refuse more)",
+                c.cpu,
+                c.lost,
+                i64::MAX
+            );
+        }
     }
     Ok(())
 }

@@ -38,6 +38,7 @@ use ivtrace_ctf::outdir::OutDir;
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats};
+use ivtrace_region::reader::CTF_DISCARDED_MAX;
 use ivtrace_region::sanitize;
 
 use crate::decode::{class_with, Adjust, Decoder, EventDecoder, FieldPlan};
@@ -315,6 +316,7 @@ fn write_channel(
     err?;
     acc.bad_pages += bad;
     account(&mut acc, stats, missed);
+    acc.lost_clamped = acc.lost > CTF_DISCARDED_MAX;
     acc.ts_clamped = out.clamped();
     out.finish(acc.cpu, acc.lost)?;
     Ok(acc)

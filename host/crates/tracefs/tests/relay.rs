@@ -316,6 +316,20 @@ fn losses_come_from_ftraces_counters_and_pages() {
 }
 
 #[test]
+fn absurd_counters_are_clamped_to_what_ctf_readers_accept() {
+    let p = PageBuilder::new(HeaderPage::default(), 4096, 50);
+    let stats = [0, u64::MAX, u64::MAX, 7, 0, 0, 0, 1];
+    let r = run(
+        &guest_formats(),
+        &[wire_packet(0, 0, &[&p.finish()], Some(stats))],
+    );
+    let c = &r.cpus[0];
+    assert!(c.lost_clamped && c.lost == u64::MAX, "{c:?}");
+    let last = r.packets.last().unwrap().0;
+    assert_eq!(last, i64::MAX as u64, "{:?}", r.packets);
+}
+
+#[test]
 fn without_counters_the_pages_marks_are_the_losses() {
     let hp = HeaderPage::default();
     let mut p = PageBuilder::new(hp, 4096, 50).missed(4);

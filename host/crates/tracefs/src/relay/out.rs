@@ -13,6 +13,7 @@ use ivtrace_ctf::outdir::OutDir;
 
 use ivtrace_region::abi;
 use ivtrace_region::packet::PacketHeader;
+use ivtrace_region::reader::CTF_DISCARDED_MAX;
 
 /// A packet is written once its content would pass this size.
 const PACKET_TARGET: usize = 64 << 10;
@@ -56,9 +57,11 @@ impl StreamOut {
         })
     }
 
-    /// Events lost so far (the running count; never goes down).
+    /// Events lost so far (the running count; never goes down). Clamped
+    /// to what CTF readers accept (docs/hardening.md, "Guest-written
+    /// counters"): the guest's counters may say anything.
     pub fn set_discarded(&mut self, n: u64) {
-        self.discarded = self.discarded.max(n);
+        self.discarded = self.discarded.max(n.min(CTF_DISCARDED_MAX));
     }
 
     pub fn clamped(&self) -> u64 {
