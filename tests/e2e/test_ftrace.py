@@ -173,7 +173,11 @@ def test_boot_losses_are_accounted(boot_trace):
     f = boot_trace["summary"]["ftrace"]
     for c in f["cpus"]:
         assert c["recorded"] > 0 and not c["no_stats"], c
-        assert c["recorded"] + c["lost"] == c["produced"], c
+        # Tracing is still on when the relay stops: what ftrace wrote after the relay's last
+        # read is still in its buffer (entries), after the recording's end, not lost.
+        # (The saturated test turns tracing off first: there entries is 0.)
+        assert c["recorded"] + c["lost"] + c["entries"] == c["produced"], c
+        assert c["entries"] <= 16, c
         assert c["unknown_type"] == 0 and c["bad_pages"] == 0, c
 
 
