@@ -222,7 +222,11 @@ fn print_ftrace(out: &mut impl Write, f: &FtraceStats) -> io::Result<()> {
             c.clock_reset,
             c.read_not_recorded,
             c.produced,
-            if c.no_stats { " (no counters: pages only)" } else { "" }
+            match (c.no_stats, c.entries) {
+                (true, _) => " (no counters: pages only)".to_string(),
+                (false, 0) => String::new(),
+                (false, n) => format!(", {n} still in ftrace's buffer after the relay's last read"),
+            }
         )?;
         if c.unknown_type + c.bad_pages + c.ts_clamped > 0 {
             eprintln!(
