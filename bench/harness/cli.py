@@ -13,6 +13,8 @@ Presets:
               function tracing, in one guest
   soak        ivtrace serve for a long time (--duration): guests coming and going, a
               never-idle writer, a disk that fills; memory, descriptors, CPU sampled
+  relay       1, 8 and 64 simulated guests through ivtrace serve to disk and to lttng-relayd:
+              events/s, MB/s, daemon CPU per GB, memory per guest
 
 Every preset takes --quick (a short smoke run, written as *-quick.json: never cited) and
 -o FILE (default bench/results/PRESET/<date>-<host>[-quick].json). A full run written to
@@ -32,9 +34,9 @@ from pathlib import Path
 import ivtvm
 
 from . import (BenchError, Prerequisite, doorbell, evaluation, ftrace, guest, history, native,
-               results, soak)
+               relay, results, soak)
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, ftrace)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay, ftrace)}
 ALIASES = {"eval": "evaluation"}
 
 

@@ -88,6 +88,12 @@ def ftrace_headline(data: dict) -> dict:
                                          and c != "ft-ring" and x.get("carried_per_s")}}
 
 
+def relay_headline(data: dict) -> dict:
+    high = [x for x in data.get("runs", []) if x["load"] == "high"]
+    return {f"{x['guests']}_{x['sink']}_cpu_s_per_gb": r(x["cpu_s_per_gb"] or 0, 1)
+            for x in high}
+
+
 def soak_headline(data: dict) -> dict:
     s, acc = data.get("summary", {}), data.get("accounting", {})
     return {"minutes": r(data["params"]["duration_s"] / 60, 0),
@@ -100,7 +106,7 @@ def soak_headline(data: dict) -> dict:
 
 HEADLINES = {"native": native_headline, "guest": guest_headline,
              "evaluation": evaluation_headline, "doorbell": doorbell_headline,
-             "soak": soak_headline, "ftrace": ftrace_headline}
+             "relay": relay_headline, "soak": soak_headline, "ftrace": ftrace_headline}
 
 
 def entry(rec: dict, path: Path) -> dict:

@@ -38,9 +38,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 SCHEMA = "ivtrace-bench/2"
-PRESETS = ("native", "guest", "evaluation", "doorbell", "soak", "ftrace")
+PRESETS = ("native", "guest", "evaluation", "doorbell", "soak", "relay", "ftrace")
 # Presets that run on the host alone (their record has no guest).
-HOST_PRESETS = ("native", "soak")
+HOST_PRESETS = ("native", "soak", "relay")
 
 # Per-run temporary directories, named after a pid or a random suffix: never useful in a
 # committed document, so they are written as placeholders.

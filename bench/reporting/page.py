@@ -20,7 +20,7 @@ from harness import history, results
 from harness.results import ROOT, RESULTS, portable
 from harness.stats import summarize
 
-from . import doorbell, evaluation, ftrace, guest, native, plots, soak
+from . import doorbell, evaluation, ftrace, guest, native, plots, relay, soak
 
 PAGE = ROOT / "docs" / "performance.md"
 
@@ -122,6 +122,10 @@ def headline(e: dict) -> str:
     if e["preset"] == "evaluation":
         return "ev-int overhead: " + ", ".join(f"{c} {v} %" for c, v in
                                                h["int_overhead_pct"].items())
+    if e["preset"] == "relay":
+        return "CPU s per GB at 1 M events/s: " + ", ".join(
+            f"{k.replace('_cpu_s_per_gb', '').replace('_', ' guests ', 1)} {v}"
+            for k, v in h.items())
     if e["preset"] == "soak":
         return (f"{h['minutes']} min: RSS MiB first/last/max {h['rss_mib_first_last_max']}, "
                 f"descriptors {h['fds_first_last_max']}; {h['recordings']} recordings, "
@@ -166,6 +170,8 @@ def render(write_plots: bool) -> str:
         guest.section(recs["guest"], rel["guest"], out)
     if "doorbell" in recs:
         doorbell.section(out, recs["doorbell"], rel["doorbell"])
+    if "relay" in recs:
+        relay.section(out, recs["relay"], rel["relay"])
     if "soak" in recs:
         png = plot_for(src["soak"], soak.plot, recs["soak"], write_plots)
         soak.section(out, recs["soak"], rel["soak"], png)

@@ -29,7 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,7 +47,7 @@
 #define ID_BYTES		10u	/* u16 thread + u64 seq */
 
 static const char usage_text[] =
-"usage: " PROG " --shm PATH [--events N] [--size BYTES|MIN-MAX] [--threads T]\n"
+"usage: " PROG " --shm PATH | --ivshmem-socket PATH [--events N] [--size BYTES|MIN-MAX] [--threads T]\n"
 "       [--payload text|binary] [--mode discard|overwrite]\n"
 "       [--rate EVENTS_PER_SEC_PER_THREAD] [--channels C] [--subbufs K]\n"
 "       [--subbuf-size B] [--create] [--no-close] [--json]\n";
@@ -63,6 +65,14 @@ static const char help_text[] =
 "                      file, or one that is not a valid region, is formatted with\n"
 "                      the geometry below (a non-empty file that is not a region\n"
 "                      and not on tmpfs is refused unless --create is given).\n"
+"  --ivshmem-socket PATH\n"
+"                      act as a guest of an ivshmem server (`ivtrace serve`):\n"
+"                      connect to PATH as QEMU does, take the region's descriptor\n"
+"                      and the doorbell eventfds the server sends, format the\n"
+"                      region (as --create, at the region's fixed size: the\n"
+"                      sub-buffers per channel are chosen to fit it) and write\n"
+"                      into it; the connection\n"
+"                      stays open until the end (the server sees a guest exit)\n"
 "  --create            always format the region anew, even if it is valid\n"
 "  --channels C        user channels (threads writing at once)      [default 64]\n"
 "  --subbufs K         sub-buffers per channel, a power of two      [default 8]\n"
@@ -121,6 +131,8 @@ struct opts {
 	struct ivt_region_opts region;
 	int geometry_given;
 	int create, no_close, json, binary;
+	const char *ivshmem_socket;
+	char shm_fd_path[64];
 };
 
 struct worker {
@@ -268,7 +280,7 @@ static const char *mode_name(uint32_t mode)
 enum {
 	OPT_SHM = 256, OPT_EVENTS, OPT_SIZE, OPT_THREADS, OPT_MODE, OPT_RATE,
 	OPT_CHANNELS, OPT_SUBBUFS, OPT_SUBBUF_SIZE, OPT_CREATE, OPT_NO_CLOSE,
-	OPT_JSON, OPT_PAYLOAD,
+	OPT_JSON, OPT_PAYLOAD, OPT_IVSHMEM,
 };
 
 static const struct option long_opts[] = {
@@ -285,6 +297,7 @@ static const struct option long_opts[] = {
 	{ "no-close", no_argument, 0, OPT_NO_CLOSE },
 	{ "json", no_argument, 0, OPT_JSON },
 	{ "payload", required_argument, 0, OPT_PAYLOAD },
+	{ "ivshmem-socket", required_argument, 0, OPT_IVSHMEM },
 	{ "help", no_argument, 0, 'h' },
 	{ 0, 0, 0, 0 },
 };
@@ -293,6 +306,7 @@ static void parse_opt(struct opts *o, int c, const char *arg)
 {
 	switch (c) {
 	case OPT_SHM: o->shm = arg; break;
+	case OPT_IVSHMEM: o->ivshmem_socket = arg; break;
 	case OPT_EVENTS: o->events = parse_num("--events", arg, 0, 0, UINT64_MAX >> 1); break;
 	case OPT_SIZE: parse_size(o, arg); break;
 	case OPT_THREADS: o->threads = (uint32_t)parse_num("--threads", arg, 0, 1, MAX_THREADS); break;
@@ -350,8 +364,8 @@ static void parse_args(struct opts *o, int argc, char **argv)
 	}
 	if (optind < argc)
 		die_usage("unexpected argument '%s'", argv[optind]);
-	if (!o->shm)
-		die_usage("%s", "--shm PATH is required");
+	if (!o->shm == !o->ivshmem_socket)
+		die_usage("%s", "one of --shm PATH and --ivshmem-socket PATH is required");
 	if ((o->region.subbufs & (o->region.subbufs - 1)) ||
 	    (o->region.subbuf_size & (o->region.subbuf_size - 1)))
 		die_usage("%s", "--subbufs and --subbuf-size must be powers of two");
@@ -366,6 +380,99 @@ static void runtime_error(const char *what, const char *path, int err,
 	if (hint)
 		fprintf(stderr, "  hint: %s\n", hint);
 	exit(EXIT_RUNTIME);
+}
+
+/*
+ * One message of the ivshmem server protocol: a little-endian int64 and at
+ * most one descriptor (SCM_RIGHTS). Returns 0, or -errno (-EPIPE: closed).
+ */
+static int ivshmem_recv(int sock, int64_t *val, int *fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { .iov_base = val, .iov_len = sizeof(*val) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+			    .msg_control = cbuf, .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *c;
+	ssize_t n;
+
+	*fd = -1;
+	n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return -errno;
+	if (n != (ssize_t)sizeof(*val))
+		return -EPIPE;
+	for (c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(fd, CMSG_DATA(c), sizeof(int));
+	return 0;
+}
+
+/*
+ * Be a guest of an ivshmem server, as QEMU's ivshmem-doorbell is: connect,
+ * read the protocol version (0), our peer id, then -1 with the region's
+ * descriptor. The server then sends each peer's eventfds (the host's: the
+ * doorbells we could ring; ours: our interrupt vectors); they are taken
+ * as they come and kept open, since the region is all a writer needs
+ * (libivtrace's writer polls nothing and rings nothing: the host polls).
+ * The socket stays open for the life of the process: the server sees the
+ * "guest" exit when it closes.
+ */
+static void ivshmem_connect(struct opts *o)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int64_t version, id, minus1;
+	int sock, fd, shm = -1, err;
+
+	if (strlen(o->ivshmem_socket) >= sizeof(a.sun_path))
+		die_usage("--ivshmem-socket %s: path too long", o->ivshmem_socket);
+	strcpy(a.sun_path, o->ivshmem_socket);
+	sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (sock < 0 || connect(sock, (struct sockaddr *)&a, sizeof(a)))
+		runtime_error("cannot connect to", o->ivshmem_socket, -errno,
+			      "is `ivtrace serve --socket PATH` running?");
+	err = ivshmem_recv(sock, &version, &fd);
+	if (!err && version != 0)
+		err = -EPROTO;
+	if (!err)
+		err = ivshmem_recv(sock, &id, &fd);
+	if (!err)
+		err = ivshmem_recv(sock, &minus1, &shm);
+	if (!err && (minus1 != -1 || shm < 0))
+		err = -EPROTO;
+	if (err)
+		runtime_error("ivshmem handshake failed with", o->ivshmem_socket, err,
+			      "the server must send version 0, our id, then -1 with the region");
+	snprintf(o->shm_fd_path, sizeof(o->shm_fd_path), "/proc/self/fd/%d", shm);
+	o->shm = o->shm_fd_path;
+	o->create = 1;
+	fprintf(stderr, PROG ": ivshmem peer %lld of %s, region fd %d\n",
+		(long long)id, o->ivshmem_socket, shm);
+}
+
+/*
+ * A guest module formats its region long after QEMU connected, and the
+ * server notices within its format poll; a simulated guest is faster than
+ * that. Wait (up to 10 s) until the host's heartbeat moves, as a guest's
+ * events would wait in the rings anyway, so that a short run is not over
+ * before the server started recording it.
+ */
+static void wait_for_host(struct ivt_region *r)
+{
+	const volatile uint64_t *hb;
+	struct ivt_region_info ri;
+	uint64_t t0 = now_ns();
+
+	ivt_region_info(r, &ri);
+	hb = (const volatile uint64_t *)((const char *)ri.base +
+		offsetof(struct ivt_region_hdr, host_heartbeat));
+	/* Relaxed is enough: only a change is looked for, nothing read after it. */
+	while (__atomic_load_n(hb, __ATOMIC_RELAXED) == 0) {
+		if (now_ns() - t0 > 10000000000ull) {
+			fprintf(stderr, PROG ": the host never started draining (10 s): writing anyway\n");
+			return;
+		}
+		usleep(1000);
+	}
 }
 
 /*
@@ -395,6 +502,29 @@ static int may_overwrite(const char *path)
 	return magic == 0 || magic == IVT_MAGIC;
 }
 
+/*
+ * An ivshmem server's region cannot change size (ivtrace serve seals its
+ * memfd against shrinking and growing, as a guest's BAR is fixed): format
+ * it with the most sub-buffers per channel (--subbufs is ignored; the
+ * channels and sub-buffer size are kept) whose planned size is the
+ * region's own. Each try that plans a bigger region fails (EPERM, nothing
+ * mapped), so the sizes are tried from the largest down.
+ */
+static int create_fitting(const struct opts *o, struct ivt_region **r)
+{
+	struct ivt_region_opts ro = o->region;
+	uint32_t k;
+	int err = -EINVAL;
+
+	for (k = IVT_SUBBUFS_MAX; k >= IVT_SUBBUFS_MIN; k /= 2) {
+		ro.subbufs = k;
+		err = ivt_region_create(o->shm, &ro, r);
+		if (err != -EPERM && err != -EINVAL)
+			return err;
+	}
+	return err;
+}
+
 static struct ivt_region *open_region(const struct opts *o)
 {
 	struct ivt_region *r;
@@ -417,7 +547,10 @@ static struct ivt_region *open_region(const struct opts *o)
 				      "the file holds something that is not an ivtrace "
 				      "region; pass --create to overwrite it");
 	}
-	err = ivt_region_create(o->shm, &o->region, &r);
+	if (o->ivshmem_socket)
+		err = create_fitting(o, &r);
+	else
+		err = ivt_region_create(o->shm, &o->region, &r);
 	if (err == -EINVAL)
 		runtime_error("cannot create region", o->shm, err,
 			      "the geometry is out of range: --channels 1..4096, "
@@ -673,6 +806,8 @@ int main(int argc, char **argv)
 	uint32_t i;
 
 	parse_args(&o, argc, argv);
+	if (o.ivshmem_socket)
+		ivshmem_connect(&o);
 	ramp = make_ramp(&o);
 	w = calloc(o.threads, sizeof(*w));
 	if (!ramp || !w)
@@ -680,6 +815,8 @@ int main(int argc, char **argv)
 
 	r = open_region(&o);
 	register_payload(r, &o, &ev);
+	if (o.ivshmem_socket)
+		wait_for_host(r);
 	for (i = 0; i < o.threads; i++)
 		w[i] = (struct worker){ .t = i, .o = &o, .ev = &ev,
 					.region = r, .ramp = ramp };

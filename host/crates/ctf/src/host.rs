@@ -21,12 +21,13 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ivtrace_region::abi::IVT_CTF_MAGIC;
 use ivtrace_region::classes::EventClass;
 
 use crate::outdir::OutDir;
-use crate::trace::{create_err, write_err, CtfError};
+use crate::trace::{create_err, write_err, CtfError, PacketTap};
 use crate::tsdl::{host_metadata, EnvValue};
 
 /// Bytes of packet header + context.
@@ -89,6 +90,7 @@ struct HStream {
     carried: u64,
     seq: u64,
     events: u64,
+    tap: Option<Arc<dyn PacketTap>>,
 }
 
 /// A host trace being written.
@@ -97,6 +99,7 @@ pub struct HostTrace {
     classes: Vec<EventClass>,
     streams: Vec<HStream>,
     metadata: String,
+    tap: Option<Arc<dyn PacketTap>>,
 }
 
 /// What the trace says about itself.
@@ -158,7 +161,18 @@ impl HostTrace {
             classes,
             streams: Vec::new(),
             metadata: text,
+            tap: None,
         })
+    }
+
+    /// Sends the metadata and every packet written from now on to `tap`
+    /// too (as the `host` trace).
+    pub fn set_tap(&mut self, tap: Arc<dyn PacketTap>) {
+        tap.metadata("host", &self.metadata, None);
+        for s in &mut self.streams {
+            s.tap = Some(Arc::clone(&tap));
+        }
+        self.tap = Some(tap);
     }
 
     pub fn dir(&self) -> &Path {
@@ -209,6 +223,7 @@ impl HostTrace {
             carried: 0,
             seq: 0,
             events: 0,
+            tap: self.tap.clone(),
         });
         Ok(self.streams.len() - 1)
     }
@@ -276,7 +291,8 @@ impl HostTrace {
         Self::lead_packet(s, s.ts_begin)?;
         let (begin, end) = (s.ts_begin, s.last_ts);
         let content = std::mem::take(&mut s.content);
-        let written = Self::put_packet(s, begin, end, &content);
+        let events = s.events_in_packet;
+        let written = Self::put_packet(s, begin, end, &content, events);
         s.content = content;
         s.content.clear();
         s.events_in_packet = 0;
@@ -291,13 +307,19 @@ impl HostTrace {
             return Ok(());
         }
         let discarded = std::mem::replace(&mut s.discarded, 0);
-        let written = Self::put_packet(s, ts, ts, &[]);
+        let written = Self::put_packet(s, ts, ts, &[], 0);
         s.discarded = discarded;
         written
     }
 
     /// Writes one packet of `content` carrying the stream's loss count.
-    fn put_packet(s: &mut HStream, begin: u64, end: u64, content: &[u8]) -> Result<(), CtfError> {
+    fn put_packet(
+        s: &mut HStream,
+        begin: u64,
+        end: u64,
+        content: &[u8],
+        events: u64,
+    ) -> Result<(), CtfError> {
         let bits = ((PACKET_HDR + content.len()) * 8) as u64;
         let mut p = Vec::with_capacity(PACKET_HDR + content.len());
         p.extend_from_slice(&IVT_CTF_MAGIC.to_le_bytes());
@@ -313,6 +335,10 @@ impl HostTrace {
         debug_assert_eq!(p.len(), PACKET_HDR);
         p.extend_from_slice(content);
         s.file.write_all(&p).map_err(write_err(s.path.display()))?;
+        if let Some(tap) = &s.tap {
+            let name = s.path.file_name().map(|n| n.to_string_lossy());
+            tap.packet("host", name.as_deref().unwrap_or("host"), &p, events);
+        }
         s.seq += 1;
         s.carried = s.discarded;
         Ok(())
@@ -330,7 +356,7 @@ impl HostTrace {
         };
         s.last_ts = ts;
         Self::lead_packet(s, ts)?;
-        Self::put_packet(s, ts, ts, &[])
+        Self::put_packet(s, ts, ts, &[], 0)
     }
 
     /// Writes every open packet (so readers see everything so far).

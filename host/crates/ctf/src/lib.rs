@@ -28,5 +28,5 @@ pub mod vm;
 pub use ivtrace_time::ClockMapping;
 pub use outdir::{OutDir, OutputPolicy};
 pub use sidecar::Sidecar;
-pub use trace::{CtfError, CtfWriter};
+pub use trace::{CtfError, CtfWriter, PacketTap};
 pub use tsdl::{EnvValue, TraceEnv};

@@ -257,6 +257,11 @@ pub struct Sidecar {
     /// What the recording cost (descriptors, buffers, the size limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<serde_json::Value>,
+    /// What went to a relay daemon (`--relayd`): the session, per stream the
+    /// packets sent and the events lost on the way (ivtrace-relay's
+    /// `SessionStats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relay: Option<serde_json::Value>,
     /// A guest that migrated: which part of its trace this is, where it
     /// resumed from and where it handed off (docs/migration.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]

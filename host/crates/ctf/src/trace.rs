@@ -21,12 +21,25 @@
 //!
 //! Kernel packets (stream class 0) are staged in their wire form in
 //! `DIR/.kernel-wire/` while recording and expanded into `DIR/kernel/` by
-//! [`CtfWriter::finish`] (see [`crate::kernel`] for why); so are the ftrace
-//! relay's pages (stream class 2), which an [`FtraceExpand`] decodes into
-//! more streams of the kernel trace ([`crate::ftrace`]).
+//! [`CtfWriter::finish`] (see [`crate::kernel`] for why), unless the
+//! writer streams ([`CtfWriter::set_tap`], a relay connection): then they
+//! are expanded as they arrive ([`crate::kernel::online`]), written to
+//! `DIR/kernel/` at once, and the kernel metadata grows (by whole event
+//! declarations) as system calls appear.
+//!
+//! The ftrace relay's pages (stream class 2) are staged there too, always,
+//! and an [`FtraceExpand`] decodes them into more streams of the kernel
+//! trace at the end ([`crate::ftrace`]); a tap does not get them (the
+//! relay daemon's copy has the native kernel and user streams only).
+//!
+//! A [`PacketTap`] gets every packet exactly as it is handed to its file
+//! (before the commit: a packet a failed write rolls back from the local
+//! file may have reached the relay), and every metadata text as it is
+//! written.
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -36,12 +49,32 @@ use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::PacketSink;
 
 use crate::ftrace::{FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats};
+use crate::kernel::online::OnlineKernel;
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::outdir::OutDir;
 use crate::sidecar::{Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME, STATE_RECORDING};
 use crate::streams::{Limits, StreamFiles, StreamStats};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
 use ivtrace_time::ClockMapping;
+
+/// Who else gets the packets and metadata a [`CtfWriter`] writes (a relay
+/// connection): `trace` is the trace's directory name (`kernel`, `user`,
+/// `host`), `file` the stream file's name.
+pub trait PacketTap: Send + Sync {
+    /// The trace's whole metadata as just written; `classes`: its event
+    /// classes (None for a trace whose metadata never changes).
+    fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>);
+    /// One packet as written to `file`, holding `events` events.
+    fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], events: u64);
+}
+
+/// The online kernel expansion of a streaming writer.
+struct Online {
+    kernel: OnlineKernel,
+    /// Events of kernel packets that did not walk, per channel (in every
+    /// later packet's `events_discarded`).
+    lost: BTreeMap<u32, u64>,
+}
 
 /// Space set aside at the start of a recording and given back when a
 /// write fails, so that the final metadata and sidecar still fit on a
@@ -158,8 +191,11 @@ pub struct CtfWriter {
     name_table: Option<NameTable>,
     /// Channels of the region (index `nr_channels`: the no-channel stream).
     nr_channels: u32,
+    /// Set when streaming: kernel packets are expanded as they arrive.
+    online: Option<Online>,
+    tap: Option<Arc<dyn PacketTap>>,
     /// The staging directory (kernel and ftrace wire packets), once made.
-    staging: Option<OutDir>,
+    wire_dir: Option<OutDir>,
     /// Decodes the ftrace relay's pages at the end (installed by the engine).
     ftrace: Option<Box<dyn FtraceExpand>>,
     /// The ftrace stream once expanded.
@@ -207,7 +243,9 @@ impl CtfWriter {
             reserve,
             name_table: None,
             nr_channels,
-            staging: None,
+            online: None,
+            tap: None,
+            wire_dir: None,
             ftrace: None,
             ftrace_out: None,
         }
@@ -226,7 +264,7 @@ impl CtfWriter {
     /// The staging directory, made on first use (the kernel stream's
     /// metadata or the first ftrace page, whichever comes first).
     fn staging_dir(&mut self) -> Result<OutDir, CtfError> {
-        if let Some(d) = &self.staging {
+        if let Some(d) = &self.wire_dir {
             return Ok(d.clone());
         }
         let d = match self.root.kind(STAGING_DIR) {
@@ -235,13 +273,29 @@ impl CtfWriter {
             _ => self.root.create_dir(STAGING_DIR),
         }
         .map_err(create_err(self.root.join(STAGING_DIR).display()))?;
-        self.staging = Some(d.clone());
+        self.wire_dir = Some(d.clone());
         Ok(d)
     }
 
     /// Does the staging directory still hold ftrace pages to decode?
     fn ftrace_staged(&self) -> bool {
         self.ftrace_out.is_none() && self.stream_of.contains(&Some(abi::IVT_STREAM_FTRACE))
+    }
+
+    /// Streams: every packet and metadata text written from now on goes to
+    /// `tap` too, and kernel packets are expanded as they arrive (call
+    /// before the first packet).
+    pub fn set_tap(&mut self, tap: Arc<dyn PacketTap>) {
+        self.tap = Some(tap);
+        self.online = Some(Online {
+            kernel: OnlineKernel::default(),
+            lost: BTreeMap::new(),
+        });
+    }
+
+    /// Whether kernel packets are staged for the expansion at the end.
+    fn staging(&self) -> bool {
+        self.kernel.is_none() && self.online.is_none()
     }
 
     /// Writes the sidecar in its `recording` state whenever the metadata
@@ -257,16 +311,39 @@ impl CtfWriter {
         stream: u32,
         classes: &'a EventClasses,
     ) -> &'a StreamClasses {
-        match (&self.kernel, &self.ftrace_out) {
-            (Some(k), _) if stream == abi::IVT_STREAM_KERNEL => &k.classes,
-            (_, Some(f)) if stream == abi::IVT_STREAM_FTRACE => &f.classes,
-            _ => classes.stream(stream),
+        if stream == abi::IVT_STREAM_FTRACE {
+            return match &self.ftrace_out {
+                Some(f) => &f.classes,
+                None => classes.stream(stream),
+            };
+        }
+        if stream != abi::IVT_STREAM_KERNEL {
+            return classes.stream(stream);
+        }
+        match (&self.kernel, &self.online) {
+            (Some(k), _) => &k.classes,
+            (None, Some(o)) => o.kernel.classes(),
+            (None, None) => classes.stream(stream),
         }
     }
 
-    /// What the kernel expansion did, once it ran.
+    /// What the kernel expansion did: once it ran, or so far when online.
     pub fn kernel_expansion(&self) -> Option<&KernelExpansion> {
-        self.kernel.as_ref().map(|k| &k.stats)
+        let slot = abi::IVT_STREAM_KERNEL as usize;
+        match (&self.kernel, &self.online) {
+            (Some(k), _) => Some(&k.stats),
+            (None, Some(o)) => self.metadata_generation[slot].map(|_| &o.kernel.stats),
+            (None, None) => None,
+        }
+    }
+
+    /// The generation a stream class's metadata follows: the online kernel
+    /// expansion's output classes grow on their own.
+    fn generation_of(&self, stream: u32, classes: &EventClasses) -> u64 {
+        match &self.online {
+            Some(o) if stream == abi::IVT_STREAM_KERNEL => o.kernel.generation(),
+            _ => classes.generation(),
+        }
     }
 
     pub fn root(&self) -> &OutDir {
@@ -342,21 +419,25 @@ impl CtfWriter {
             clock: &self.clock,
             env: &self.env,
         };
-        let mut text = tsdl::metadata(&desc, stream, self.output_classes(stream, classes));
+        let output = self.output_classes(stream, classes);
+        let text = tsdl::metadata(&desc, stream, output);
+        // The relay daemon's copy has no ftrace streams: only the file
+        // declares them.
+        let mut file_text = text.clone();
         if let Some(f) = self.ftrace_out.as_ref().filter(|_| kernel) {
-            tsdl::append_stream(&mut text, abi::IVT_STREAM_FTRACE, &f.classes);
+            tsdl::append_stream(&mut file_text, abi::IVT_STREAM_FTRACE, &f.classes);
         }
         // Staged wire packets get their metadata under another name, so
         // CTF readers do not take the staging directory for a trace.
-        let name = if kernel && self.kernel.is_none() {
-            WIRE_METADATA
-        } else {
-            "metadata"
-        };
+        let staged = kernel && self.staging();
+        let name = if staged { WIRE_METADATA } else { "metadata" };
         let dir = self.dirs[stream as usize].as_ref().expect("created");
-        dir.write_atomically(name, text.as_bytes())
+        dir.write_atomically(name, file_text.as_bytes())
             .map_err(write_err(dir.join(name).display()))?;
-        self.metadata_generation[stream as usize] = Some(classes.generation());
+        if let (Some(tap), false) = (&self.tap, staged) {
+            tap.metadata(stream_dir(stream), &text, Some(output));
+        }
+        self.metadata_generation[stream as usize] = Some(self.generation_of(stream, classes));
         Ok(())
     }
 
@@ -390,10 +471,10 @@ impl CtfWriter {
     fn ensure_metadata(&mut self, stream: u32, classes: &EventClasses) -> Result<(), CtfError> {
         let slot = stream.min(1) as usize;
         match self.metadata_generation[slot] {
-            Some(g) if g == classes.generation() => return Ok(()),
+            Some(g) if g == self.generation_of(stream, classes) => return Ok(()),
             Some(_) => {}
             None => {
-                let dir = match stream == abi::IVT_STREAM_KERNEL {
+                let dir = match stream == abi::IVT_STREAM_KERNEL && self.staging() {
                     // Shared with the ftrace pages, which may have made it.
                     true => self.staging_dir()?,
                     false => {
@@ -453,6 +534,9 @@ impl CtfWriter {
     /// that no naming event in the trace names (a salvaged flight
     /// recorder). Call before [`CtfWriter::finish`].
     pub fn set_thread_name_table(&mut self, table: NameTable) {
+        if let Some(o) = &mut self.online {
+            o.kernel.set_table(&table);
+        }
         self.name_table = Some(table);
     }
 
@@ -466,10 +550,24 @@ impl CtfWriter {
         self.release_reserve();
         self.expand_kernel(classes)?;
         self.expand_ftrace(classes)?;
-        if self.staging.is_some() && !self.ftrace_staged() {
+        if self.wire_dir.is_some() && !self.ftrace_staged() {
             kernel::remove_staging(&self.root);
         }
         self.write_metadata(classes)
+    }
+
+    /// The kernel trace's directory once its packets are final (expanded
+    /// at the end or as they came), made here if it had none.
+    fn kernel_out_dir(&mut self) -> Result<OutDir, CtfError> {
+        let slot = abi::IVT_STREAM_KERNEL as usize;
+        let final_dir = self.kernel.is_some() || self.online.is_some();
+        if let (true, Some(d)) = (final_dir, &self.dirs[slot]) {
+            return Ok(d.clone());
+        }
+        let name = stream_dir(abi::IVT_STREAM_KERNEL);
+        self.root
+            .create_dir(name)
+            .map_err(create_err(self.root.join(name).display()))
     }
 
     /// Decodes the staged ftrace pages into `DIR/kernel/ftrace_chanN`,
@@ -485,44 +583,40 @@ impl CtfWriter {
                 name: stream_file_name(abi::IVT_STREAM_FTRACE, chan),
             })
             .collect();
-        let Some(expander) = self.ftrace.as_mut() else {
+        if self.ftrace.is_none() {
             eprintln!(
                 "ivtrace: warning: no ftrace decoder: the relay's pages stay in {}",
                 self.root.join(STAGING_DIR).display()
             );
             return Ok(());
-        };
-        let slot = abi::IVT_STREAM_KERNEL as usize;
-        let out_dir = match (&self.kernel, &self.dirs[slot]) {
-            (Some(_), Some(d)) => d.clone(),
-            _ => {
-                let name = stream_dir(abi::IVT_STREAM_KERNEL);
-                self.root
-                    .create_dir(name)
-                    .map_err(create_err(self.root.join(name).display()))?
-            }
-        };
+        }
+        let out_dir = self.kernel_out_dir()?;
         let input = FtraceInput {
             wire: classes.stream(abi::IVT_STREAM_FTRACE),
             formats: &classes.ftrace,
             files: &staged,
-            staging: self.staging.as_ref().expect("ftrace pages were staged"),
+            staging: self.wire_dir.as_ref().expect("ftrace pages were staged"),
             out: &out_dir,
         };
+        let expander = self.ftrace.as_mut().expect("checked above");
         let out = expander
             .expand(&input)
             .map_err(write_err(out_dir.path().display()))?;
         self.ftrace_out = Some(out);
-        if self.kernel.is_none() {
+        let slot = abi::IVT_STREAM_KERNEL as usize;
+        if self.kernel.is_none() && self.online.is_none() {
             // No native kernel packet: the kernel trace holds the ftrace
             // streams alone (stream class 0 declared, without events).
             self.kernel = Some(Expanded {
                 classes: StreamClasses::default(),
                 stats: KernelExpansion::default(),
             });
-            self.dirs[slot] = Some(out_dir);
         }
-        self.metadata_generation[slot] = Some(classes.generation());
+        if self.metadata_generation[slot].is_none() {
+            self.dirs[slot] = Some(out_dir);
+            self.metadata_generation[slot] =
+                Some(self.generation_of(abi::IVT_STREAM_KERNEL, classes));
+        }
         Ok(())
     }
 
@@ -544,7 +638,7 @@ impl CtfWriter {
     /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
     fn expand_kernel(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         let slot = abi::IVT_STREAM_KERNEL as usize;
-        if self.kernel.is_some() || self.metadata_generation[slot].is_none() {
+        if !self.staging() || self.metadata_generation[slot].is_none() {
             return Ok(());
         }
         // The wire metadata stays next to the staged packets until the end.
@@ -663,17 +757,25 @@ impl PacketSink for CtfWriter {
         bytes: &[u8],
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        let expanded = match stream {
+        let done = match stream {
             abi::IVT_STREAM_KERNEL => self.kernel.is_some(),
             abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
             _ => false,
         };
-        if expanded {
+        if done {
             return Err(CtfError::Write {
                 path: self.root.join(STAGING_DIR).display().to_string(),
                 source: io::Error::other("kernel packet after the kernel stream was expanded"),
             });
         }
+        let expanded;
+        let bytes = match &mut self.online {
+            Some(o) if stream == abi::IVT_STREAM_KERNEL => {
+                expanded = o.packet(chan, bytes, classes);
+                &expanded[..]
+            }
+            _ => bytes,
+        };
         let dir = match stream == abi::IVT_STREAM_FTRACE {
             // Staged without metadata: decoded at the end.
             true => self.staging_dir()?,
@@ -696,6 +798,63 @@ impl PacketSink for CtfWriter {
                 .map_err(create_err(path()))?;
             self.stream_of[chan as usize] = Some(stream);
         }
-        self.files.write(chan, bytes).map_err(write_err(path()))
+        self.files.write(chan, bytes).map_err(write_err(path()))?;
+        if let Some(tap) = self
+            .tap
+            .as_ref()
+            .filter(|_| stream != abi::IVT_STREAM_FTRACE)
+        {
+            let events = kernel::wire::le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
+            tap.packet(stream_dir(stream), &name, bytes, events);
+        }
+        Ok(())
+    }
+}
+
+impl Online {
+    /// A kernel packet, expanded; one that does not walk becomes an empty
+    /// packet with its header (the stream's sequence has no gap) and its
+    /// events are counted as lost, in every later packet's
+    /// `events_discarded` too.
+    fn packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
+        let wire = classes.stream(abi::IVT_STREAM_KERNEL);
+        let mut out = match self.kernel.packet(wire, classes.generation(), bytes) {
+            Some(p) => p.to_vec(),
+            None => self.skipped(chan, bytes),
+        };
+        if let Some(&lost) = self.lost.get(&chan) {
+            let at = abi::pkt::EVENTS_DISCARDED;
+            let v = kernel::wire::le_u64(&out, at)
+                .saturating_add(lost)
+                .min(i64::MAX as u64);
+            abi::put_u64(&mut out, at, v);
+        }
+        out
+    }
+
+    fn skipped(&mut self, chan: u32, pkt: &[u8]) -> Vec<u8> {
+        use ivtrace_region::packet::PacketHeader;
+        let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
+        let events = match h.event_count {
+            abi::IVT_EVENT_COUNT_UNKNOWN => 0,
+            n => n as u64,
+        };
+        let stats = &mut self.kernel.stats;
+        stats.packets_skipped += 1;
+        stats.events_lost = stats.events_lost.saturating_add(events);
+        let n = stats.lost_by_channel.entry(chan).or_default();
+        *n = n.saturating_add(events);
+        let n = self.lost.entry(chan).or_default();
+        *n = n.saturating_add(events);
+        let empty = PacketHeader {
+            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            event_count: 0,
+            timestamp_end: h.timestamp_begin,
+            ..h
+        };
+        let mut out = vec![0u8; abi::PACKET_HDR_SIZE];
+        empty.write(&mut out);
+        out
     }
 }

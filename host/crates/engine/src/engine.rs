@@ -39,6 +39,9 @@ use crate::wait::{Wait, Woken};
 
 /// How often the slow checks (region withdrawn, the front end's) run.
 const SLOW_CHECK: Duration = Duration::from_millis(100);
+/// How often the guest's thread name table is re-read for the kernel
+/// expansion (it names threads no naming event drained so far names).
+const NAMES_REFRESH: Duration = Duration::from_secs(1);
 
 /// Why a recording ended (front ends word it for their users: the
 /// sidecar's `stop_reason`).
@@ -96,10 +99,11 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
         Ok(())
     }
 
-    /// The guest's thread name table, read once the drain is over: it
-    /// names the threads whose naming events the trace does not hold
-    /// (a flight recorder's rings wrapped past the state dump). Ignored
-    /// by default.
+    /// The guest's thread name table, read before the first pass, every
+    /// second while recording and before the final flush: it names the
+    /// threads whose naming events the output has not seen (yet, or ever:
+    /// a flight recorder's rings wrapped past the state dump). Ignored by
+    /// default.
     fn thread_names(&mut self, _table: NameTable) {}
 
     /// The recording is over: the final clock and env, the metadata.
@@ -214,18 +218,55 @@ pub struct Recorded<O> {
     pub output_error: Option<String>,
 }
 
-/// One recording: a reader, an output and the front end's parts.
-pub struct Engine<'a, O: Output> {
+/// The front end's parts of a recording, borrowed for a step or a whole
+/// run.
+pub struct Parts<'a> {
+    pub clock: &'a mut dyn ClockSync,
+    pub wait: &'a mut dyn Wait,
+    pub hooks: &'a mut dyn Hooks,
+}
+
+/// What one [`Core::step`] left to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The pass found packets (or a last pass is due): step again.
+    Again,
+    /// Nothing to do: wait for the front end's waiter (its doorbells, its
+    /// descriptors) for at most this long, then call [`Core::woke`] with
+    /// what the wait returned. With doorbells the sleep is announced
+    /// already.
+    Block(Duration),
+    /// The recording is over: [`Core::finalize`].
+    Ended(StopReason),
+}
+
+/// The state of one recording, stepped by a front end: [`Engine::run`]
+/// steps it on its own thread; `ivtrace serve` steps many of them on a
+/// bounded pool of threads, parking each between its steps
+/// ([`Step::Block`]) where its waiter's descriptors are watched.
+pub struct Core<O: Output> {
     reader: Reader,
     output: O,
-    clock: &'a mut dyn ClockSync,
-    wait: &'a mut dyn Wait,
-    hooks: &'a mut dyn Hooks,
     started: Instant,
     heartbeat: u64,
     bytes: u64,
     handshake: HandshakeStats,
     output_error: Option<String>,
+    names_read: Instant,
+    last_slow: Instant,
+    /// The writer's side went: one more pass, then stop.
+    ending: Option<StopReason>,
+    /// The sleep is announced (`host_sleeping` set) until the next wake.
+    doorbell_sleep: bool,
+    /// The first step has not run yet.
+    fresh: bool,
+}
+
+/// One recording run on the calling thread: a [`Core`] and the front
+/// end's parts.
+pub struct Engine<'a, O: Output> {
+    core: Core<O>,
+    parts: Parts<'a>,
 }
 
 /// What the checks after a pass decided.
@@ -245,32 +286,105 @@ impl<'a, O: Output> Engine<'a, O> {
         hooks: &'a mut dyn Hooks,
     ) -> Engine<'a, O> {
         Engine {
-            reader,
-            output,
-            clock,
-            wait,
-            hooks,
-            started: Instant::now(),
-            heartbeat: 0,
-            bytes: 0,
-            handshake: HandshakeStats::default(),
-            output_error: None,
+            core: Core::new(reader, output),
+            parts: Parts { clock, wait, hooks },
         }
     }
 
     /// Drains until something ends the recording, then flushes what was
     /// committed and takes the final clock mapping.
     pub fn run(mut self) -> Result<Recorded<O>> {
-        let reason = match self.drain_until_stopped() {
-            Ok(reason) => reason,
-            Err(e) => self.output_failed(e)?,
-        };
-        self.finalize(reason)
+        loop {
+            match self.core.step(&mut self.parts)? {
+                Step::Again => {}
+                Step::Block(limit) => {
+                    let woken = self.parts.wait.block(limit);
+                    self.core.woke(&mut self.parts, woken)?;
+                }
+                Step::Ended(reason) => return self.core.finalize(&mut self.parts, reason),
+            }
+        }
+    }
+}
+
+impl<O: Output> Core<O> {
+    pub fn new(reader: Reader, output: O) -> Core<O> {
+        Core {
+            reader,
+            output,
+            started: Instant::now(),
+            heartbeat: 0,
+            bytes: 0,
+            handshake: HandshakeStats::default(),
+            output_error: None,
+            names_read: Instant::now(),
+            last_slow: Instant::now(),
+            ending: None,
+            doorbell_sleep: false,
+            fresh: true,
+        }
+    }
+
+    pub fn reader(&self) -> &Reader {
+        &self.reader
+    }
+
+    /// Hands the guest's current thread name table to the output.
+    fn refresh_names(&mut self) {
+        self.names_read = Instant::now();
+        if let Some(table) = read_thread_names(self.reader.region()) {
+            self.output.thread_names(table);
+        }
+    }
+
+    /// One turn of the loop: a drain pass and the checks after it; when it
+    /// found nothing, the sleep handshake up to the wait, which the caller
+    /// does (and reports to [`Core::woke`]). A failed output ends the
+    /// recording ([`StopReason::OutputFailed`]).
+    pub fn step(&mut self, p: &mut Parts) -> Result<Step> {
+        match self.step_inner(p) {
+            Ok(step) => Ok(step),
+            Err(e) => Ok(Step::Ended(self.output_failed(e)?)),
+        }
+    }
+
+    fn step_inner(&mut self, p: &mut Parts) -> Result<Step> {
+        if std::mem::take(&mut self.fresh) {
+            self.refresh_names();
+        }
+        let pass = self.pass()?;
+        if self.reader.region().shrunk() {
+            return Ok(Step::Ended(StopReason::Shrunk));
+        }
+        self.heartbeat += 1;
+        self.reader.region().protocol().heartbeat(self.heartbeat);
+        if let Some(reason) = self.ending {
+            return Ok(Step::Ended(reason));
+        }
+        match self.check(p) {
+            Next::Stop(reason) => return Ok(Step::Ended(reason)),
+            Next::Ending(reason) => {
+                self.ending = Some(reason);
+                return Ok(Step::Again);
+            }
+            Next::Go => {}
+        }
+        p.hooks.between_passes(&self.reader)?;
+        self.sync_if_due(p)?;
+        if pass.packets > 0 {
+            p.wait.busy();
+            return Ok(Step::Again);
+        }
+        self.output.idle()?;
+        self.prepare_wait(p)
     }
 
     /// A pass or a commit failed: undo what the output did not take (it
     /// stays in the region), remember why, stop.
     fn output_failed(&mut self, e: anyhow::Error) -> Result<StopReason> {
+        if std::mem::take(&mut self.doorbell_sleep) {
+            self.reader.region().protocol().awake();
+        }
         if !is_output_error(&e) {
             return Err(e);
         }
@@ -282,38 +396,6 @@ impl<'a, O: Output> Engine<'a, O> {
         }
         self.output_error = Some(why);
         Ok(StopReason::OutputFailed)
-    }
-
-    fn drain_until_stopped(&mut self) -> Result<StopReason> {
-        let mut ending: Option<StopReason> = None;
-        let mut last_slow = Instant::now();
-        loop {
-            let pass = self.pass()?;
-            if self.reader.region().shrunk() {
-                return Ok(StopReason::Shrunk);
-            }
-            self.heartbeat += 1;
-            self.reader.region().protocol().heartbeat(self.heartbeat);
-            if let Some(reason) = ending {
-                return Ok(reason);
-            }
-            match self.check(&mut last_slow) {
-                Next::Stop(reason) => return Ok(reason),
-                Next::Ending(reason) => {
-                    ending = Some(reason);
-                    continue;
-                }
-                Next::Go => {}
-            }
-            self.hooks.between_passes(&self.reader)?;
-            self.sync_if_due()?;
-            if pass.packets > 0 {
-                self.wait.busy();
-                continue;
-            }
-            self.output.idle()?;
-            ending = self.wait()?;
-        }
     }
 
     /// One drain pass over every channel; what it found is committed
@@ -334,67 +416,73 @@ impl<'a, O: Output> Engine<'a, O> {
     /// The stop conditions, in order: the front end's request, the
     /// writer's close, then every [`SLOW_CHECK`] the region's magic and
     /// the front end's slow checks.
-    fn check(&mut self, last_slow: &mut Instant) -> Next {
-        if let Some(reason) = self.hooks.stop_requested() {
+    fn check(&mut self, p: &mut Parts) -> Next {
+        if let Some(reason) = p.hooks.stop_requested() {
             return Next::Stop(reason);
         }
         let protocol = self.reader.region().protocol();
         if protocol.writer_closed() {
             return Next::Ending(StopReason::Closed);
         }
-        if last_slow.elapsed() < SLOW_CHECK {
+        if self.last_slow.elapsed() < SLOW_CHECK {
             return Next::Go;
         }
-        *last_slow = Instant::now();
+        self.last_slow = Instant::now();
         if !protocol.still_formatted() {
             return Next::Stop(StopReason::Withdrawn);
         }
-        match self.hooks.slow_check(&self.reader, self.bytes) {
+        if self.names_read.elapsed() >= NAMES_REFRESH {
+            self.refresh_names();
+        }
+        match p.hooks.slow_check(&self.reader, self.bytes) {
             Some(reason) => Next::Ending(reason),
             None => Next::Go,
         }
     }
 
-    fn sync_if_due(&mut self) -> Result<()> {
-        if self.clock.until_due() != Some(Duration::ZERO) {
+    fn sync_if_due(&mut self, p: &mut Parts) -> Result<()> {
+        if p.clock.until_due() != Some(Duration::ZERO) {
             return Ok(());
         }
-        match self.clock.exchange(self.reader.region()) {
-            Some(point) => self.hooks.synced(&point),
+        match p.clock.exchange(self.reader.region()) {
+            Some(point) => p.hooks.synced(&point),
             None => Ok(()),
         }
     }
 
-    /// Waits for more; with doorbells, the host half of the sleep
-    /// handshake around the wait. Returns why to end, if the waiter saw
-    /// the writer's side go.
-    fn wait(&mut self) -> Result<Option<StopReason>> {
-        let limit = self
+    /// Before a wait: with doorbells, the host half of the sleep handshake
+    /// (announce, re-check every channel; a hit means no wait).
+    fn prepare_wait(&mut self, p: &mut Parts) -> Result<Step> {
+        let limit = p
             .clock
             .until_due()
             .unwrap_or(Duration::MAX)
-            .min(self.hooks.max_wait());
-        let doorbell = self.wait.doorbell();
-        if doorbell {
+            .min(p.hooks.max_wait());
+        if p.wait.doorbell() {
             self.handshake.sleep_attempts += 1;
             self.reader.region().protocol().announce_sleep();
-            let recheck = self.pass();
-            if recheck.is_err() {
-                self.reader.region().protocol().awake();
-            }
-            if recheck?.packets > 0 {
+            self.doorbell_sleep = true;
+            if self.pass()?.packets > 0 {
                 self.handshake.recheck_hits += 1;
+                self.doorbell_sleep = false;
                 self.reader.region().protocol().awake();
-                return Ok(None);
+                return Ok(Step::Again);
             }
         }
-        let woken = self.wait.block(limit);
-        if doorbell {
+        Ok(Step::Block(limit))
+    }
+
+    /// The wait of a [`Step::Block`] ended with `woken`.
+    pub fn woke(&mut self, p: &mut Parts, woken: Result<Woken>) -> Result<()> {
+        if std::mem::take(&mut self.doorbell_sleep) {
             self.reader.region().protocol().awake();
         }
         let woken = woken?;
-        self.hooks.woken(&woken)?;
-        Ok(woken.ending)
+        p.hooks.woken(&woken)?;
+        if woken.ending.is_some() {
+            self.ending = woken.ending;
+        }
+        Ok(())
     }
 
     /// The committed prefixes of open packets and the final losses, each
@@ -432,16 +520,21 @@ impl<'a, O: Output> Engine<'a, O> {
         }
     }
 
-    fn finalize(mut self, mut reason: StopReason) -> Result<Recorded<O>> {
+    /// Flushes what was committed, the final losses, and takes the final
+    /// clock mapping.
+    pub fn finalize(mut self, p: &mut Parts, mut reason: StopReason) -> Result<Recorded<O>> {
+        if std::mem::take(&mut self.doorbell_sleep) {
+            self.reader.region().protocol().awake();
+        }
+        // The latest names before the last packets (a streaming expansion
+        // uses them now; the staged one when the output finishes).
+        self.refresh_names();
         self.flush_final(reason)?;
         if self.output_error.is_some() {
             reason = StopReason::OutputFailed;
         }
-        if let Some(table) = read_thread_names(self.reader.region()) {
-            self.output.thread_names(table);
-        }
         let elapsed = self.started.elapsed();
-        let clock = self
+        let clock = p
             .clock
             .final_mapping(self.reader.region(), reason.writer_may_answer());
         Ok(Recorded {

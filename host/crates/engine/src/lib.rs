@@ -26,10 +26,11 @@ pub mod migration;
 pub mod nested;
 pub mod notify;
 pub mod region_wait;
+pub mod relay;
 pub mod session;
 pub mod wait;
 
-pub use engine::{Engine, HandshakeStats, Hooks, Output, Recorded, StopReason};
+pub use engine::{Core, Engine, HandshakeStats, Hooks, Output, Parts, Recorded, Step, StopReason};
 pub use region_wait::{wait_for_region, RegionWait};
 pub use session::UserError;
 pub use wait::{Backoff, Wait, Woken};

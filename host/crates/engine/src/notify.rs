@@ -117,7 +117,6 @@ impl Notifier {
             }
         };
         let mut wake = Wake {
-            at_ns: host_now_ns(),
             timed_out: n == 0,
             ..Wake::default()
         };
@@ -127,6 +126,11 @@ impl Notifier {
             }
         }
         wake.doorbells = self.read_doorbells();
+        // After the read: every doorbell it counted was rung before this
+        // instant (a ring between an earlier timestamp and the read, with
+        // the thread preempted in between, would seem received before it
+        // was rung).
+        wake.at_ns = host_now_ns();
         if wake.doorbells > 0 {
             self.stats.woken_by_doorbell += 1;
         } else if wake.timed_out {

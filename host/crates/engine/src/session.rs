@@ -388,6 +388,7 @@ pub fn build_sidecar(
             "stream_files": writer.stream_stats(),
             "read_buffer_bytes": reader.region().layout().subbuf_size as u64 + 8,
         })),
+        relay: None,
         migration: None,
         nested: None,
     }

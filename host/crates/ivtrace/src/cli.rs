@@ -189,6 +189,8 @@ pub struct RecordArgs {
     pub forward: Option<PathBuf>,
     #[command(flatten)]
     pub access: OutputAccessArgs,
+    #[command(flatten)]
+    pub relay: crate::relayd::RelayArgs,
 }
 
 #[derive(Debug, clap::Args)]

@@ -12,6 +12,7 @@ pub mod ftrace;
 pub mod qmp;
 pub mod record;
 pub mod recover;
+pub mod relayd;
 pub mod report;
 pub mod serve;
 pub mod snapshot;

@@ -37,7 +37,7 @@ pub(crate) fn plausible_freq(freq_hz: u64) -> u64 {
 
 /// Produces a clock mapping at the start of a recording and a final one
 /// at its end.
-pub trait ClockEstimator {
+pub trait ClockEstimator: Send {
     /// The mapping to use while recording.
     fn initial(&self) -> ClockMapping;
     /// The final mapping, with everything learnt during the recording.

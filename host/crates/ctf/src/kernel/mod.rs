@@ -50,6 +50,7 @@
 
 pub mod lttng;
 pub mod names;
+pub mod online;
 pub mod plan;
 pub mod syscalls;
 pub mod wire;

@@ -262,7 +262,7 @@ fn comm_field_name(tid: &str) -> String {
     }
 }
 
-fn plain(f: &Field) -> Field {
+pub(crate) fn plain(f: &Field) -> Field {
     Field {
         tid_comm: false,
         ..f.clone()
@@ -270,7 +270,7 @@ fn plain(f: &Field) -> Field {
 }
 
 /// The output fields of a wire class expanded by `ops`.
-fn expanded_fields(c: &EventClass, ops: &[Op]) -> Vec<Field> {
+pub(crate) fn expanded_fields(c: &EventClass, ops: &[Op]) -> Vec<Field> {
     let mut taken: HashSet<String> = HashSet::new();
     for f in &c.fields {
         taken.insert(f.name.clone());
@@ -305,7 +305,7 @@ fn expanded_fields(c: &EventClass, ops: &[Op]) -> Vec<Field> {
     out
 }
 
-fn insert(classes: &mut StreamClasses, id: u32, name: String, fields: Vec<Field>) {
+pub(crate) fn insert(classes: &mut StreamClasses, id: u32, name: String, fields: Vec<Field>) {
     let (name, _) = sanitize::dedupe(name, classes.names_mut());
     let inserted = classes.insert(EventClass::new(id, abi::IVT_STREAM_KERNEL, name, fields));
     debug_assert!(inserted, "output id {id} is free");

@@ -1048,3 +1048,121 @@ fn renamed_headers_stay_compact_when_the_id_fits() {
     assert_eq!(u32::from_le_bytes(out[4..8].try_into().unwrap()), 31);
     assert_eq!(u64::from_le_bytes(out[8..16].try_into().unwrap()), ts);
 }
+
+/// What a streaming writer handed to its tap: metadata as appended by a
+/// relay (first text whole, then the declarations of new classes) and the
+/// packets per file.
+#[derive(Default)]
+struct CaptureTap {
+    metadata: std::sync::Mutex<BTreeMap<String, (String, Vec<u32>)>>,
+    files: std::sync::Mutex<BTreeMap<String, Vec<u8>>>,
+}
+
+impl crate::PacketTap for CaptureTap {
+    fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>) {
+        let mut m = self.metadata.lock().unwrap();
+        let (sent, ids) = m.entry(trace.to_string()).or_default();
+        let now: Vec<u32> = classes
+            .into_iter()
+            .flat_map(|c| c.iter().map(|e| e.id))
+            .collect();
+        if sent.is_empty() {
+            *sent = text.to_string();
+        } else {
+            for c in classes.into_iter().flat_map(|c| c.iter()) {
+                if !ids.contains(&c.id) {
+                    crate::tsdl::write_event(sent, c);
+                }
+            }
+        }
+        *ids = now;
+    }
+    fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], _events: u64) {
+        let mut f = self.files.lock().unwrap();
+        f.entry(format!("{trace}/{file}"))
+            .or_default()
+            .extend_from_slice(bytes);
+    }
+}
+
+/// A streaming writer expands kernel packets as they arrive: the files are
+/// what the tap got, the tap's append-only metadata reads like the file's,
+/// names come from what was drained so far and the guest's name table, and
+/// syscall classes are declared as they occur.
+#[test]
+fn a_streaming_writer_expands_as_packets_arrive() {
+    let mut r = fork_exec_rename_region();
+    r.append_meta(&name_table(&[(42, "from-table")]));
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
+    let env = TraceEnv {
+        hostname: "guest0".into(),
+        trace_name: "t".into(),
+        creation_datetime: "d".into(),
+        tracer_major: 0,
+        tracer_minor: 1,
+        extra: vec![],
+    };
+    let n = region.layout().nr_channels;
+    let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
+    let limits = crate::streams::Limits::default();
+    let mut writer = CtfWriter::new(root, region.header().uuid, clock(), env, n, limits);
+    let tap = std::sync::Arc::new(CaptureTap::default());
+    writer.set_tap(tap.clone());
+    let mut reader = Reader::new(region);
+    if let Some(t) = ivtrace_region::names::read_thread_names(reader.region()) {
+        writer.set_thread_name_table(t);
+    }
+    reader.drain_available(&mut writer).unwrap();
+    reader.flush_partial(&mut writer).unwrap();
+    reader.finish(&mut writer).unwrap();
+    writer.finish(reader.classes()).unwrap();
+    assert!(
+        !dir.path().join(super::STAGING_DIR).exists(),
+        "nothing staged"
+    );
+    let files = tap.files.lock().unwrap();
+    for (rel, bytes) in files.iter() {
+        assert_eq!(
+            &std::fs::read(dir.path().join(rel)).unwrap(),
+            bytes,
+            "{rel}"
+        );
+    }
+    // CPU 0's packet is drained before CPU 1's fork: the table names 42.
+    let classes = writer.output_classes(0, reader.classes()).clone();
+    let mut evs = Vec::new();
+    decode_file(
+        &dir.path().join("kernel/kernel_chan0"),
+        0,
+        &classes,
+        &mut evs,
+    );
+    let sw = evs.iter().find(|e| e.name == "sched_switch").unwrap();
+    assert_eq!(sw.f["next_comm"].text(), "from-table");
+    let stats = writer.kernel_expansion().unwrap();
+    assert!(stats.comm_from_table > 0, "{stats:?}");
+    if !have_tool("babeltrace2") {
+        return;
+    }
+    // The relay's copy: appended metadata and the tapped packets.
+    let relay = tempfile::tempdir().unwrap();
+    std::fs::create_dir(relay.path().join("kernel")).unwrap();
+    let (meta, _) = tap.metadata.lock().unwrap()["kernel"].clone();
+    std::fs::write(relay.path().join("kernel/metadata"), meta).unwrap();
+    for (rel, bytes) in files.iter() {
+        std::fs::write(relay.path().join(rel), bytes).unwrap();
+    }
+    let count = |p: &Path| {
+        let o = Command::new("babeltrace2").arg(p).output().unwrap();
+        assert!(
+            o.status.success() && o.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).lines().count()
+    };
+    let local = count(&dir.path().join("kernel"));
+    assert_eq!(local, 12, "6 events on each CPU");
+    assert_eq!(count(&relay.path().join("kernel")), local);
+}

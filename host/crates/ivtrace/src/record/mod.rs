@@ -211,6 +211,7 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         );
         return Ok(0);
     };
+    let hub = args.relay.start()?;
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
     let vcpus = match &args.qmp {
         Some(path) => crate::qmp::vcpu_threads(path)?,
@@ -229,6 +230,7 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     let names = Names {
         out: &out,
         host: &host,
+        hub: hub.as_ref(),
         resumed,
     };
     record_region(reader, args, names, &stop, host_side)
@@ -260,6 +262,8 @@ fn resume_handoff(reader: &mut Reader, h: &Handoff, path: &Path) -> Result<Resum
 struct Names<'a> {
     out: &'a OutDir,
     host: &'a str,
+    /// The relay sender, with `--relayd`.
+    hub: Option<&'a ivtrace_relay::Hub>,
     resumed: Option<(&'a Path, Resumed)>,
 }
 
@@ -292,9 +296,9 @@ fn record_region(
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
-    host_side: Option<HostRun>,
+    mut host_side: Option<HostRun>,
 ) -> Result<u64> {
-    let Names { out, host, .. } = names;
+    let Names { out, host, hub, .. } = names;
     let region = reader.region();
     let mut clock = clock_for(region, args);
     let limits = Limits {
@@ -302,7 +306,18 @@ fn record_region(
         ..Limits::default()
     };
     let (initial, part) = (clock.initial_mapping(), names.part());
-    let writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
+    let mut writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
+    let tap = hub.map(|hub| {
+        let tap = crate::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
+        if let Some(run) = host_side.as_mut() {
+            run.side
+                .trace()
+                .lock()
+                .expect("not poisoned")
+                .set_tap(tap.clone());
+        }
+        tap
+    });
     let forward = forwarder(args, region, host)?;
     let mut writer = Nesting::new(writer, forward, Some(Expander::new(out)));
     let h = region.header();
@@ -331,7 +346,7 @@ fn record_region(
             args.shm.display()
         );
     }
-    finish_trace(rec, args, names, host_side)
+    finish_trace(rec, args, names, host_side, tap)
 }
 
 /// `--forward FIFO`: this recording's packets also go to FIFO (nested
@@ -356,6 +371,7 @@ fn finish_trace(
     args: &RecordArgs,
     names: Names,
     host_side: Option<HostRun>,
+    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
 ) -> Result<u64> {
     let Names { out, host, .. } = names;
     let Recorded {
@@ -400,6 +416,7 @@ fn finish_trace(
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
     sidecar.host_lost = host_lost;
+    sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
     sidecar.nested = nested;
     record_migration(&mut sidecar, &reader, reason, names)?;
     if output_error.is_some() {

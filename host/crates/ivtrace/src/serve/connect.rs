@@ -1,7 +1,7 @@
 //! One accepted connection, in its own thread: who the peer is, its
 //! region, the protocol handshake, its registry entry; then the guest's
-//! recording ([`crate::serve::guest`]) and, when it ends, the entry given
-//! back. Nothing here runs on the accept loop: a client that stalls the
+//! recording ([`crate::serve::guest`]) is handed to the drain pool, which
+//! gives the entry back when it ends. Nothing here runs on the accept loop: a client that stalls the
 //! handshake, or whose /proc entries are slow to read, stalls only itself.
 
 use std::os::unix::net::UnixStream;
@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
+use crate::serve::pool::Pool;
 use crate::serve::{guest, proto, GuestEntry, Registry, ServeConfig};
 
 /// What a connection's thread shares with the server.
@@ -19,17 +20,29 @@ pub struct Context {
     pub cfg: Arc<ServeConfig>,
     pub stop: Arc<AtomicBool>,
     pub registry: Arc<Registry>,
+    pub pool: Arc<Pool>,
 }
 
-/// The thread body of connection `n`.
+/// The thread body of connection `n`: once connected, the guest's
+/// recording goes to the drain pool (its entry is given back when it is
+/// done) and this thread ends.
 pub fn serve_connection(ctx: Context, conn: UnixStream, n: u64) {
-    match connect(&ctx, &conn, n) {
-        Ok(guest) => {
-            let id = guest.id;
-            guest.run(conn);
+    let guest = match connect(&ctx, &conn, n) {
+        Ok(guest) => guest,
+        Err(e) => {
+            eprintln!("ivtrace serve: connection #{n} refused: {e:#}");
+            return;
+        }
+    };
+    let id = guest.id;
+    let registry = Arc::clone(&ctx.registry);
+    let retire = Box::new(move || registry.retire(id));
+    match guest::GuestTask::new(guest, conn, retire) {
+        Ok(task) => ctx.pool.submit(task),
+        Err(e) => {
+            eprintln!("ivtrace serve: connection #{n}: {e:#}");
             ctx.registry.retire(id);
         }
-        Err(e) => eprintln!("ivtrace serve: connection #{n} refused: {e:#}"),
     }
 }
 

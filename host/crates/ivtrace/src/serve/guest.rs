@@ -15,15 +15,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use nix::sys::eventfd::EventFd;
 
 use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
-use ivtrace_engine::{Backoff, RegionWait, StopReason, Wait, Woken};
+use ivtrace_engine::{Backoff, RegionWait, Step, StopReason, Wait, Woken};
 use ivtrace_region::{Ack, Command, FtraceAck, RegionError};
 
+use crate::serve::migration::{self, Resume};
 use crate::serve::proto::{PeerInfo, Shm};
 use crate::serve::{recording, ServeConfig};
 
@@ -91,10 +92,10 @@ pub fn describe(reason: StopReason) -> &'static str {
         StopReason::Interrupted | StopReason::DurationReached => "server stopped",
         StopReason::Disconnected => "peer disconnected (QEMU exited or was killed)",
         StopReason::Misbehaved => "peer sent data (protocol violation), disconnected",
+        StopReason::Handoff => "handed off: the guest migrated, the next host continues",
         StopReason::Closed => "region closed by the guest module (unloaded)",
         StopReason::OwnerGone => "region owner exited without closing",
         StopReason::Withdrawn => "region withdrawn for reformatting",
-        StopReason::Handoff => "handed off: the guest migrated, the next host continues",
         StopReason::Shrunk => "region shrank under the reader (truncated by another process)",
         StopReason::OutputFailed => "output failed (the trace holds every whole packet before it)",
     }
@@ -171,6 +172,34 @@ impl GuestWaiter {
         self.notifier.stats
     }
 
+    /// How long a parked recording may sleep for a wait of at most `limit`
+    /// (without doorbells: the next backoff step).
+    pub fn park_timeout(&mut self, limit: Duration) -> Duration {
+        match self.doorbell {
+            true => limit,
+            false => self.backoff.step(limit),
+        }
+    }
+
+    /// What woke a parked recording (or nothing: its timeout), without
+    /// blocking.
+    pub fn collect(&mut self) -> Result<Woken> {
+        let wake = self.notifier.block(Duration::ZERO)?;
+        let ending = self.tokens(&wake);
+        Ok(Woken {
+            doorbells: wake.doorbells,
+            at_ns: wake.at_ns,
+            ending,
+        })
+    }
+
+    /// The descriptor a pool watches while the recording is parked: the
+    /// notifier's epoll (readable when a doorbell, the connection or the
+    /// wake-up fd is).
+    pub fn watch_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.notifier.as_fd()
+    }
+
     /// Doorbells that arrived after the last wait.
     pub fn late_doorbells(&mut self) -> u64 {
         self.notifier.read_doorbells()
@@ -236,50 +265,259 @@ impl Wait for GuestWaiter {
     }
 }
 
-/// Waiting for the guest module to format the region: control requests
-/// are refused, status answered, the peer watched.
-pub(crate) struct AwaitFormat<'a> {
-    pub(crate) guest: &'a Guest,
-    pub(crate) waiter: &'a mut GuestWaiter,
-    said: String,
+/// Waiting for the guest module to format the region: one look at a
+/// time (the pool parks the guest between looks).
+struct OneLook<'a> {
+    guest: &'a Guest,
+    said: &'a mut String,
 }
 
-impl RegionWait for AwaitFormat<'_> {
+impl RegionWait for OneLook<'_> {
     fn not_yet(&mut self, err: RegionError, _transient: bool) -> Result<()> {
         if matches!(err, RegionError::NotFormatted | RegionError::Missing { .. }) {
             return Ok(());
         }
         let msg = format!("the region is not usable yet: {err}");
-        if msg != self.said {
+        if msg != *self.said {
             self.guest.log(&msg);
-            self.said = msg;
+            *self.said = msg;
         }
         Ok(())
     }
 
     fn pause(&mut self) -> bool {
-        self.guest.answer_requests_without_region();
-        self.idle_wait()
+        false
     }
 }
 
-impl AwaitFormat<'_> {
-    /// Sleeps until a request, the peer or the poll interval wakes us;
-    /// false when the peer is gone or the server stops.
-    pub(crate) fn idle_wait(&mut self) -> bool {
-        let wake = match self.waiter.notifier.block(FORMAT_POLL) {
-            Ok(w) => w,
+/// Where a guest is.
+enum Phase {
+    /// QEMU runs with `-incoming`: the region fills with the source's pages
+    /// until `ivtrace ctl resume` says the migration is over.
+    AwaitingResume,
+    /// The module has not formatted the region (again) yet.
+    Awaiting,
+    /// A recording runs; `parked`: it waits for its waiter ([`Step::Block`]).
+    Recording {
+        live: Box<recording::Live>,
+        parked: bool,
+    },
+    Done,
+}
+
+/// What a guest asks of the pool after a turn.
+pub enum Turn {
+    /// Give it another turn (after the others).
+    Again,
+    /// Park it until its waiter's descriptor is readable or the deadline.
+    Park(Instant),
+    /// Finished: its trace(s) are finalized.
+    Done,
+}
+
+/// Steps of a recording per turn before the next guest's turn.
+const STEPS_PER_TURN: u32 = 16;
+
+/// One connected QEMU as the drain pool runs it: the region's formats,
+/// each recorded, until the guest goes or the server stops.
+pub struct GuestTask {
+    guest: Guest,
+    waiter: GuestWaiter,
+    phase: Phase,
+    last_uuid: Option<[u8; 16]>,
+    /// Where the first recording of a migrated guest starts.
+    resume: Option<Resume>,
+    said: String,
+    /// Gives the registry entry back, once.
+    retire: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl GuestTask {
+    /// `conn` is QEMU's connection.
+    pub fn new(
+        mut guest: Guest,
+        conn: UnixStream,
+        retire: Box<dyn FnOnce() + Send>,
+    ) -> Result<GuestTask> {
+        let waiter = GuestWaiter::new(&mut guest, conn)?;
+        let phase = match guest.peer.incoming {
+            true => {
+                migration::announce_wait(&guest);
+                Phase::AwaitingResume
+            }
+            false => {
+                guest.set_state("waiting for the guest module to format the region");
+                Phase::Awaiting
+            }
+        };
+        Ok(GuestTask {
+            guest,
+            waiter,
+            phase,
+            last_uuid: None,
+            resume: None,
+            said: String::new(),
+            retire: Some(retire),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.guest.name
+    }
+
+    pub fn watch_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.waiter.watch_fd()
+    }
+
+    /// One turn: a look for the region, or up to [`STEPS_PER_TURN`] steps of
+    /// the recording, or its end.
+    pub fn turn(&mut self) -> Turn {
+        let t = match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::AwaitingResume => self.await_resume(),
+            Phase::Awaiting => self.look(),
+            Phase::Recording { live, parked } => self.record(live, parked),
+            Phase::Done => Turn::Done,
+        };
+        if matches!(t, Turn::Done) {
+            self.finished();
+        }
+        t
+    }
+
+    /// Whether the peer is still there and the server runs (what woke a
+    /// guest that waits for its region is read here).
+    fn still_wanted(&mut self) -> bool {
+        match self.waiter.collect() {
+            Ok(w) if w.ending.is_none() => {}
+            Ok(_) => {
+                self.guest
+                    .log("disconnected before the guest module formatted the region: no trace");
+                return false;
+            }
             Err(e) => {
                 self.guest.log(&format!("wait failed: {e:#}"));
                 return false;
             }
-        };
-        if self.waiter.tokens(&wake).is_some() {
-            self.guest
-                .log("disconnected before the guest module formatted the region: no trace");
-            return false;
         }
         !self.guest.stop.load(Ordering::Relaxed)
+    }
+
+    /// An incoming guest: has `ivtrace ctl resume` come?
+    fn await_resume(&mut self) -> Turn {
+        if !self.still_wanted() {
+            return Turn::Done;
+        }
+        match migration::take_resume(&self.guest) {
+            Some(resume) => {
+                self.resume = resume;
+                self.guest
+                    .set_state("waiting for the guest module to format the region");
+                self.phase = Phase::Awaiting;
+                Turn::Again
+            }
+            None => {
+                self.phase = Phase::AwaitingResume;
+                Turn::Park(Instant::now() + FORMAT_POLL)
+            }
+        }
+    }
+
+    fn look(&mut self) -> Turn {
+        self.guest.answer_requests_without_region();
+        if !self.still_wanted() {
+            return Turn::Done;
+        }
+        let mut once = OneLook {
+            guest: &self.guest,
+            said: &mut self.said,
+        };
+        let path = self.guest.shm.path.clone();
+        let Ok(Some(region)) = ivtrace_engine::wait_for_region(&path, self.last_uuid, &mut once)
+        else {
+            self.phase = Phase::Awaiting;
+            return Turn::Park(Instant::now() + FORMAT_POLL);
+        };
+        self.last_uuid = Some(region.header().uuid);
+        let resume = self.resume.take();
+        match recording::start(&self.guest, &mut self.waiter, region, resume.as_ref()) {
+            Ok(live) => {
+                self.phase = Phase::Recording {
+                    live: Box::new(live),
+                    parked: false,
+                };
+                Turn::Again
+            }
+            Err(e) => {
+                self.guest.log(&format!("recording failed: {e:#}"));
+                Turn::Done
+            }
+        }
+    }
+
+    fn record(&mut self, mut live: Box<recording::Live>, parked: bool) -> Turn {
+        let (g, w) = (&self.guest, &mut self.waiter);
+        if parked {
+            let woken = w.collect();
+            if let Err(e) = recording::woke(g, w, &mut live, woken) {
+                g.log(&format!("recording failed: {e:#}"));
+                return Turn::Done;
+            }
+        }
+        for _ in 0..STEPS_PER_TURN {
+            match recording::step(g, w, &mut live) {
+                Ok(Step::Again) => continue,
+                Ok(Step::Block(limit)) => {
+                    let deadline = Instant::now() + w.park_timeout(limit);
+                    self.phase = Phase::Recording { live, parked: true };
+                    return Turn::Park(deadline);
+                }
+                Ok(Step::Ended(reason)) => return self.ended(*live, reason),
+                Err(e) => {
+                    g.log(&format!("recording failed: {e:#}"));
+                    return Turn::Done;
+                }
+            }
+        }
+        self.phase = Phase::Recording {
+            live,
+            parked: false,
+        };
+        Turn::Again
+    }
+
+    /// A recording ended: finalize it; a guest still there may format the
+    /// region again (a new trace).
+    fn ended(&mut self, live: recording::Live, reason: StopReason) -> Turn {
+        match recording::end(&self.guest, &mut self.waiter, live, reason) {
+            Ok(end)
+                if (guest_alive(end) && !self.guest.stop.load(Ordering::Relaxed))
+                    || end == StopReason::Withdrawn =>
+            {
+                self.guest
+                    .set_state("waiting for the guest module to format the region");
+                self.phase = Phase::Awaiting;
+                Turn::Again
+            }
+            Ok(_) => Turn::Done,
+            Err(e) => {
+                self.guest.log(&format!("recording failed: {e:#}"));
+                Turn::Done
+            }
+        }
+    }
+
+    /// The guest is done: its region file goes (unless kept), its entry
+    /// is given back. Runs once (a panicked task is finished by the pool).
+    pub fn finished(&mut self) {
+        let Some(retire) = self.retire.take() else {
+            return;
+        };
+        self.guest.set_state("done");
+        if !self.guest.cfg.keep_shm {
+            self.guest.shm.remove();
+        }
+        self.guest.log("finished");
+        retire();
     }
 }
 
@@ -291,54 +529,6 @@ impl Guest {
     pub fn set_state(&self, state: &str) {
         if let Ok(mut s) = self.status.lock() {
             s.state = state.to_string();
-        }
-    }
-
-    /// The thread body; `conn` is QEMU's connection.
-    pub fn run(mut self, conn: UnixStream) {
-        match GuestWaiter::new(&mut self, conn) {
-            Ok(mut waiter) => self.record_each_format(&mut waiter),
-            Err(e) => self.log(&format!("{e:#}")),
-        }
-        self.set_state("done");
-        if !self.cfg.keep_shm {
-            self.shm.remove();
-        }
-        self.log("finished");
-    }
-
-    /// Records every region the guest module formats, until the guest
-    /// goes or the server stops.
-    fn record_each_format(&self, waiter: &mut GuestWaiter) {
-        let mut last_uuid: Option<[u8; 16]> = None;
-        while !self.stop.load(Ordering::Relaxed) {
-            self.set_state("waiting for the guest module to format the region");
-            let mut waiting = AwaitFormat {
-                guest: self,
-                waiter,
-                said: String::new(),
-            };
-            let resume = match (self.peer.incoming && last_uuid.is_none(), &mut waiting) {
-                (true, w) => match crate::serve::migration::await_resume(w) {
-                    Some(r) => r,
-                    None => return,
-                },
-                (false, _) => None,
-            };
-            let region = ivtrace_engine::wait_for_region(&self.shm.path, last_uuid, &mut waiting);
-            let Ok(Some(region)) = region else {
-                return;
-            };
-            last_uuid = Some(region.header().uuid);
-            match recording::record(self, waiter, region, resume.as_ref()) {
-                Ok(end) if guest_alive(end) && !self.stop.load(Ordering::Relaxed) => {}
-                Ok(StopReason::Withdrawn) => {}
-                Ok(_) => return,
-                Err(e) => {
-                    self.log(&format!("recording failed: {e:#}"));
-                    return;
-                }
-            }
         }
     }
 

@@ -15,48 +15,52 @@ use std::path::PathBuf;
 
 use ivtrace_engine::migration::{read_handoff, Handoff};
 
-use crate::serve::guest::{AwaitFormat, Request};
+use crate::serve::guest::{Guest, Request};
 
 /// Where a destination's recording starts: the handoff file and its
 /// contents.
 pub type Resume = (PathBuf, Handoff);
 
-/// Waits for `resume` (other requests are refused, status answered).
-/// `None`: the peer left or the server stops; `Some(None)`: resume without
-/// a handoff (from the region's positions alone).
-pub(crate) fn await_resume(w: &mut AwaitFormat) -> Option<Option<Resume>> {
-    let why = "incoming migration: waiting for `ivtrace ctl resume HANDOFF` (after the migration is over)";
-    w.guest.set_state(why);
-    w.guest.log(&format!("QEMU runs with -incoming; {why}"));
-    loop {
-        while let Ok(req) = w.guest.requests.try_recv() {
-            let Request::Resume { from, reply } = req else {
-                w.guest.refuse_without_region(req, why);
-                continue;
-            };
-            match load(from) {
-                Ok(resume) => {
-                    let msg = match &resume {
-                        Some((p, h)) => {
-                            format!("resuming as part {} from {}", h.part + 1, p.display())
-                        }
-                        None => "resuming from the region's positions, without a handoff: packets \
-                                 the previous host wrote may be written again"
-                            .to_string(),
-                    };
-                    w.guest.log(&msg);
-                    let _ = reply.send(Ok(msg));
-                    return Some(resume);
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
+/// Why an incoming guest is not recorded yet.
+const WAITING: &str =
+    "incoming migration: waiting for `ivtrace ctl resume HANDOFF` (after the migration is over)";
+
+/// Says that the guest waits for `resume` (its state and the log).
+pub(crate) fn announce_wait(g: &Guest) {
+    g.set_state(WAITING);
+    g.log(&format!("QEMU runs with -incoming; {WAITING}"));
+}
+
+/// One look at the guest's requests (the drain pool parks the guest
+/// between looks): other requests are refused, status answered.
+/// `None`: no `resume` yet; `Some(None)`: resume without a handoff (from
+/// the region's positions alone).
+pub(crate) fn take_resume(g: &Guest) -> Option<Option<Resume>> {
+    while let Ok(req) = g.requests.try_recv() {
+        let Request::Resume { from, reply } = req else {
+            g.refuse_without_region(req, WAITING);
+            continue;
+        };
+        match load(from) {
+            Ok(resume) => {
+                let msg = match &resume {
+                    Some((p, h)) => {
+                        format!("resuming as part {} from {}", h.part + 1, p.display())
+                    }
+                    None => "resuming from the region's positions, without a handoff: packets \
+                             the previous host wrote may be written again"
+                        .to_string(),
+                };
+                g.log(&msg);
+                let _ = reply.send(Ok(msg));
+                return Some(resume);
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
             }
         }
-        if !w.idle_wait() {
-            return None;
-        }
     }
+    None
 }
 
 fn load(from: Option<PathBuf>) -> Result<Option<Resume>, String> {

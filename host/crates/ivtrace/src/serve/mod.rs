@@ -6,9 +6,12 @@
 //! and on a control socket (`PATH.ctl`, for `ivtrace ctl`). Each accepted
 //! connection gets its own region file in /dev/shm (sized to a power of
 //! two; `ivtrace snapshot` can salvage it if the server itself dies), its
-//! own eventfds, the protocol handshake ([`proto`]), and its own thread
-//! ([`guest`]) that records it ([`recording`], with what serve observed
-//! logged in the host trace: [`hostlog`]) into `OUTROOT/<name>`: the name
+//! own eventfds, the protocol handshake (on a short-lived thread of its
+//! own, [`connect`], [`proto`]), and then a task ([`guest`]) that the
+//! drain pool ([`pool`]: a bounded set of threads for every guest) runs to
+//! record it ([`recording`], with what serve observed logged in the host
+//! trace: [`hostlog`]; with `--relayd` also streamed to a relay:
+//! [`crate::relayd`]) into `OUTROOT/<name>`: the name
 //! comes from the peer's QEMU `-name` (pid from SO_PEERCRED, then
 //! /proc/PID/cmdline), else `guest<N>`. Guests never share state; one
 //! that misbehaves or dies only ends its own recording. SIGINT/SIGTERM
@@ -28,6 +31,7 @@ pub mod ctlsock;
 pub mod guest;
 pub mod hostlog;
 pub mod migration;
+pub mod pool;
 pub mod proto;
 pub mod recording;
 
@@ -65,6 +69,9 @@ ping-pong through the region) and writes DIR/host/ (what serve saw: doorbells
 received, packets delivered, clock sync points; --host-events adds host
 kernel events). A guest that exits, is killed or misbehaves only ends its own
 trace, which is finalized. Ctrl-C/SIGTERM finalize every trace and exit.
+Every guest is drained by one bounded pool of threads (--drain-threads): a guest
+that floods only overflows its own rings. With --relayd every guest's traces also
+stream to an LTTng relay daemon, live (docs/relay.md).
 Sockets are created mode 0600 (0660 for the group given with --socket-group or
 --ctl-group); a live socket path is refused, a stale one replaced.
 
@@ -77,6 +84,8 @@ Examples:
   ivtrace ctl --socket /run/ivtrace.sock list
   ivtrace ctl --socket /run/ivtrace.sock --guest web1 enable syscall
   babeltrace2 /var/tmp/traces/web1          # guest and host on one timeline
+  ivtrace serve --socket /run/ivtrace.sock -o /var/tmp/traces --relayd net://relay.example
+  babeltrace2 --input-format=lttng-live net://relay.example/host/$(hostname)/web1
 
 Output per guest:
   OUTROOT/<name>/kernel, user    CTF traces of the guest (clock mapped to host time)
@@ -141,6 +150,12 @@ pub struct ServeArgs {
     pub shutdown_timeout: f64,
     #[command(flatten)]
     pub access: crate::cli::OutputAccessArgs,
+    /// Threads that drain the guests (every guest is recorded by this pool, not
+    /// a thread of its own) [default: the CPUs available].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub drain_threads: Option<u32>,
+    #[command(flatten)]
+    pub relay: crate::relayd::RelayArgs,
 }
 
 /// `64M`, `1G`, `65536`.
@@ -185,6 +200,8 @@ pub struct ServeConfig {
     pub safety_timeout: Duration,
     /// What one recording's output may use.
     pub limits: ivtrace_ctf::streams::Limits,
+    /// The relay sender (`--relayd`): every guest's recording streams to it.
+    pub relay: Option<ivtrace_relay::Hub>,
     print: Mutex<()>,
 }
 
@@ -358,8 +375,8 @@ impl Sockets {
 /// Stream files a served recording keeps open at once.
 const SERVE_OPEN_FILES: usize = 32;
 
-fn serve_config(args: &ServeArgs, size: u64, outroot: ivtrace_ctf::OutDir) -> ServeConfig {
-    ServeConfig {
+fn serve_config(args: &ServeArgs, size: u64, outroot: ivtrace_ctf::OutDir) -> Result<ServeConfig> {
+    Ok(ServeConfig {
         outroot,
         shm_dir: args.shm_dir.clone(),
         size,
@@ -375,8 +392,9 @@ fn serve_config(args: &ServeArgs, size: u64, outroot: ivtrace_ctf::OutDir) -> Se
             max_bytes: args.max_size,
             ..Default::default()
         },
+        relay: args.relay.start()?,
         print: Mutex::new(()),
-    }
+    })
 }
 
 /// SIGINT/SIGTERM write to a socket pair the accept loop polls.
@@ -419,8 +437,13 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
     let budget = admission::Budget::new(args.vectors, SERVE_OPEN_FILES);
     let sockets = Sockets::bind(args)?;
     ivtrace_time::timebase::base(); // measure the host time base now
+    let workers = args.drain_threads.map_or_else(
+        || std::thread::available_parallelism().map_or(2, |n| n.get()),
+        |n| n as usize,
+    );
     let mut server = Server {
-        cfg: Arc::new(serve_config(args, size, outroot)),
+        pool: Arc::new(pool::Pool::start(workers)?),
+        cfg: Arc::new(serve_config(args, size, outroot)?),
         stop: Arc::new(AtomicBool::new(false)),
         registry: Arc::new(Registry::default()),
         threads: Vec::new(),
@@ -448,8 +471,11 @@ struct Server {
     cfg: Arc<ServeConfig>,
     stop: Arc<AtomicBool>,
     registry: Arc<Registry>,
-    /// Guest threads, connecting or recording (joined when finished).
+    /// Connection threads, identifying the peer and running the handshake
+    /// (joined when finished); the guest's recording then joins the pool.
     threads: Vec<JoinHandle<()>>,
+    /// The drain pool that records every connected guest.
+    pool: Arc<pool::Pool>,
     budget: admission::Budget,
     /// Control connections being answered.
     controls: Arc<std::sync::atomic::AtomicUsize>,
@@ -518,7 +544,7 @@ impl Server {
             *served += 1;
             let n = *served;
             self.reap();
-            if let Err(why) = self.budget.admit(self.threads.len()) {
+            if let Err(why) = self.budget.admit(self.threads.len() + self.pool.live()) {
                 eprintln!("ivtrace serve: connection #{n} refused: {why}");
                 drop(conn);
                 continue;
@@ -534,6 +560,7 @@ impl Server {
             cfg: Arc::clone(&self.cfg),
             stop: Arc::clone(&self.stop),
             registry: Arc::clone(&self.registry),
+            pool: Arc::clone(&self.pool),
         };
         let thread = std::thread::Builder::new()
             .name(format!("ivt-conn{n}"))
@@ -587,12 +614,14 @@ impl Server {
             g.wake();
         }
         let until = Instant::now() + grace;
-        while !self.threads.is_empty() && Instant::now() < until {
+        while (!self.threads.is_empty() || self.pool.live() > 0) && Instant::now() < until {
             self.reap();
             std::thread::sleep(Duration::from_millis(20));
         }
         self.reap();
-        if !self.threads.is_empty() {
+        let unfinished = self.threads.len() + self.pool.live();
+        self.pool.finish();
+        if unfinished > 0 {
             let names: Vec<String> = self
                 .registry
                 .guests
@@ -604,7 +633,7 @@ impl Server {
             eprintln!(
                 "ivtrace serve: {} guest(s) did not finalize within {:.0} s ({}): exiting anyway; \
                  `ivtrace recover OUTROOT/<name>` finishes their traces",
-                self.threads.len(),
+                unfinished,
                 grace.as_secs_f64(),
                 names.join(", ")
             );

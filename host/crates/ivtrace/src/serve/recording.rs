@@ -18,7 +18,7 @@ use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_engine::host::{GuestOutput, HostSide};
 use ivtrace_engine::migration::{self, Resumed};
 use ivtrace_engine::notify::NotifyStats;
-use ivtrace_engine::{session, Engine, Output, Recorded, StopReason};
+use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
 use ivtrace_region::{abi, Reader, Region};
 use ivtrace_time::guest::Kick;
 use ivtrace_time::{pingpong, ClockSync, GuestClock};
@@ -64,17 +64,40 @@ struct Observed<'a> {
     notify: NotifyStats,
     host_counts: Vec<u64>,
     host_event_stats: Option<ivtrace_tracefs::host::HostEventStats>,
+    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    relay: Option<Value>,
     vm_view: Option<ivtrace_vmview::derive::Derived>,
 }
 
-/// Records one formatted region until something ends it; `resume`: the
-/// guest arrived by migration and this part continues that handoff.
-pub fn record(
+/// A recording in progress: the engine's state and everything serve keeps
+/// beside it, stepped by a drain worker ([`crate::serve::pool`]).
+pub struct Live {
+    core: Core<Delivering>,
+    clock: GuestClock,
+    host: HostSide,
+    stream: usize,
+    out: PathBuf,
+    dir: OutDir,
+    /// Which part of a migrated guest's trace this is (0: the first).
+    part: u32,
+    resumed: Option<(PathBuf, Resumed)>,
+    doorbell: bool,
+    notify_before: NotifyStats,
+    /// Doorbells received so far (the hooks count them).
+    received: u64,
+    /// `ivtrace ctl handoff` came: the next step ends this part.
+    handoff: bool,
+    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+}
+
+/// Starts recording one formatted region; `resume`: the guest arrived by
+/// migration and this part continues that handoff.
+pub fn start(
     g: &Guest,
     waiter: &mut GuestWaiter,
     region: Region,
     resume: Option<&Resume>,
-) -> Result<StopReason> {
+) -> Result<Live> {
     let dir = claim_dir(&g.cfg.outroot, &g.name)?;
     let out = dir.path().to_path_buf();
     announce(g, &region, &out);
@@ -88,16 +111,16 @@ pub fn record(
                 "part {} of the trace: {} packets the previous part already holds skipped",
                 r.part, r.already_recorded
             ));
-            Some((path.as_path(), r))
+            Some((path.clone(), r))
         }
         None => None,
     };
-    let part = resumed.map_or(0, |(_, r)| r.part);
+    let part = resumed.as_ref().map_or(0, |(_, r)| r.part);
     let region = reader.region();
     let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
     let kick_fd = g.interrupts.first();
-    let mut clock = GuestClock::start(
+    let clock = GuestClock::start(
         region,
         g.peer.pid,
         kick_fd.is_some(),
@@ -106,7 +129,7 @@ pub fn record(
     );
     g.log(&clock.describe());
     let (host, stream) = host_side(g, &dir)?;
-    let writer = session::ctf_writer_part(
+    let mut writer = session::ctf_writer_part(
         region,
         &dir,
         &clock.initial_mapping(),
@@ -115,33 +138,134 @@ pub fn record(
         "serve",
         part,
     );
+    let tap = g.cfg.relay.as_ref().map(|hub| {
+        let freq = region.header().clock.freq_hz;
+        let tap = crate::relayd::attach(hub, &g.name, freq, &mut writer);
+        host.trace()
+            .lock()
+            .expect("not poisoned")
+            .set_tap(tap.clone());
+        tap
+    });
     let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
-    let notify_before = waiter.stats();
-    let mut hooks = ServeHooks {
-        requests: &g.requests,
-        status: &g.status,
-        stop: &g.stop,
-        kick: kick_fd.map(|fd| &**fd),
-        host: Arc::clone(host.trace()),
+    Ok(Live {
+        core: Core::new(reader, output),
+        clock,
+        host,
         stream,
-        received: 0,
-        safety_timeout: g.cfg.safety_timeout,
-        out: &out,
-        handoff: false,
-    };
-    let rec = Engine::new(reader, output, &mut clock, waiter, &mut hooks).run()?;
-    let received = hooks.received + waiter.late_doorbells();
-    drop(hooks);
-    let mut observed = Observed {
         out,
         dir,
         part,
         resumed,
         doorbell,
+        notify_before: waiter.stats(),
+        received: 0,
+        handoff: false,
+        tap,
+    })
+}
+
+/// Serve's hooks for one step (they borrow the guest's channels and the
+/// trace directory's name; the doorbell count and a requested handoff
+/// live in [`Live`] between steps).
+fn hooks<'a>(
+    g: &'a Guest,
+    host: &HostSide,
+    stream: usize,
+    out: &'a Path,
+    (received, handoff): (u64, bool),
+) -> ServeHooks<'a> {
+    ServeHooks {
+        requests: &g.requests,
+        status: &g.status,
+        stop: &g.stop,
+        kick: g.interrupts.first().map(|fd| &**fd),
+        host: Arc::clone(host.trace()),
+        stream,
+        received,
+        safety_timeout: g.cfg.safety_timeout,
+        out,
+        handoff,
+    }
+}
+
+/// One engine step ([`Core::step`]).
+pub fn step(g: &Guest, waiter: &mut GuestWaiter, live: &mut Live) -> Result<Step> {
+    let carried = (live.received, live.handoff);
+    let mut h = hooks(g, &live.host, live.stream, &live.out, carried);
+    let mut parts = Parts {
+        clock: &mut live.clock,
+        wait: waiter,
+        hooks: &mut h,
+    };
+    let step = live.core.step(&mut parts);
+    (live.received, live.handoff) = (h.received, h.handoff);
+    step
+}
+
+/// The wait of a [`Step::Block`] ended ([`Core::woke`]).
+pub fn woke(
+    g: &Guest,
+    waiter: &mut GuestWaiter,
+    live: &mut Live,
+    woken: Result<ivtrace_engine::Woken>,
+) -> Result<()> {
+    let carried = (live.received, live.handoff);
+    let mut h = hooks(g, &live.host, live.stream, &live.out, carried);
+    let mut parts = Parts {
+        clock: &mut live.clock,
+        wait: waiter,
+        hooks: &mut h,
+    };
+    let res = live.core.woke(&mut parts, woken);
+    (live.received, live.handoff) = (h.received, h.handoff);
+    res
+}
+
+/// Finalizes the recording that ended for `reason`: the traces, the host
+/// trace, the relay session, the sidecar, the summary.
+pub fn end(
+    g: &Guest,
+    waiter: &mut GuestWaiter,
+    live: Live,
+    reason: StopReason,
+) -> Result<StopReason> {
+    let Live {
+        core,
+        mut clock,
+        host,
+        stream,
+        out,
+        dir,
+        part,
+        resumed,
+        doorbell,
+        notify_before,
+        received,
+        handoff,
+        tap,
+    } = live;
+    let mut h = hooks(g, &host, stream, &out, (received, handoff));
+    let mut parts = Parts {
+        clock: &mut clock,
+        wait: waiter,
+        hooks: &mut h,
+    };
+    let rec = core.finalize(&mut parts, reason)?;
+    let received = h.received + waiter.late_doorbells();
+    drop(h);
+    let mut observed = Observed {
+        out,
+        dir,
+        part,
+        resumed: resumed.as_ref().map(|(p, r)| (p.as_path(), *r)),
+        doorbell,
         received,
         notify: notify_since(waiter.stats(), notify_before, &rec, received),
         host_counts: Vec::new(),
         host_event_stats: None,
+        tap,
+        relay: None,
         vm_view: None,
     };
     finish(g, rec, &clock, host, &mut observed)
@@ -285,6 +409,10 @@ fn finish(
     observed.host_event_stats = stop_host_events(g, &mut host);
     observed.vm_view = vm_view(g, &mut host, &rec, observed.host_event_stats.as_ref());
     observed.host_counts = host.finish()?;
+    observed.relay = observed
+        .tap
+        .take()
+        .map(|t| crate::relayd::close(&t, |m| g.log(m)));
     let mut sidecar = session::build_sidecar(
         &rec.reader,
         &rec.output.writer,
@@ -294,6 +422,7 @@ fn finish(
         rec.elapsed,
         &stop_reason(&rec),
     );
+    sidecar.relay = observed.relay.clone();
     sidecar.host_lost = observed
         .host_event_stats
         .as_ref()

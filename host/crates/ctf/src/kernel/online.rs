@@ -1,0 +1,351 @@
+//! The kernel stream expanded as its packets arrive (what a relay
+//! connection needs: LTTng's consumers never rewrite what they sent).
+//!
+//! Each packet is rewritten as [`super`] describes, with what is known when
+//! it arrives instead of what the whole recording knows:
+//!
+//! * thread names: the latest name a naming event drained so far gave the
+//!   thread (any CPU's), else the guest's thread name table, which the
+//!   guest module keeps current in the metadata area and the engine
+//!   re-reads while recording, else empty (`comm_unknown`). A name given by
+//!   an event that another CPU's channel delivers later is not used: the
+//!   table usually has it already;
+//! * interrupt names: the state dump's, as they arrive;
+//! * system calls: each number gets its `syscall_{entry,exit}_<name>`
+//!   class the first time it occurs (ids up to 30 first, for 4-byte event
+//!   headers), so the metadata only grows, by appended event declarations.
+//!
+//! The wire classes may grow too (the module registers events): plans are
+//! rebuilt when their generation changes, output classes already declared
+//! never change.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use ivtrace_region::abi::{self, put_u64};
+use ivtrace_region::classes::StreamClasses;
+use ivtrace_region::names::NameTable;
+
+use super::lttng::{self, SyscallWire};
+use super::names::{sanitize_comm, swapper, Comm, IrqNames, TableNames, COMM_LEN};
+use super::plan::{self, Naming, Op, Out, Plans};
+use super::wire::{align_event, event_header, le_u32, packet_content, Offsets};
+use super::{put_header, syscalls, KernelExpansion};
+
+/// Most thread names kept (the table of a guest with more threads than this
+/// still names the rest).
+const MAX_THREADS: usize = 1 << 20;
+
+/// The online kernel expander of one recording.
+pub struct OnlineKernel {
+    wire_generation: Option<u64>,
+    plans: Plans,
+    names: HashMap<u32, Comm>,
+    table: TableNames,
+    irqs: IrqNames,
+    classes: StreamClasses,
+    /// Output class per syscall number, [entry, exit] (0: none yet).
+    syscall_ids: [HashMap<u64, u32>; 2],
+    unknown_declared: [bool; 2],
+    used_ids: Vec<bool>,
+    generation: u64,
+    pub stats: KernelExpansion,
+    out: Vec<u8>,
+}
+
+impl Default for OnlineKernel {
+    fn default() -> Self {
+        OnlineKernel {
+            wire_generation: None,
+            plans: Plans::default(),
+            names: HashMap::new(),
+            table: TableNames::default(),
+            irqs: IrqNames::default(),
+            classes: StreamClasses::default(),
+            syscall_ids: [HashMap::new(), HashMap::new()],
+            unknown_declared: [false; 2],
+            used_ids: vec![false; abi::IVT_EVENT_IDS_MAX as usize],
+            generation: 0,
+            stats: KernelExpansion::default(),
+            out: Vec::new(),
+        }
+    }
+}
+
+impl OnlineKernel {
+    /// The output classes declared so far.
+    pub fn classes(&self) -> &StreamClasses {
+        &self.classes
+    }
+
+    /// Changes whenever [`OnlineKernel::classes`] grows.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The guest's thread name table as read now (replaces the last one).
+    pub fn set_table(&mut self, table: &NameTable) {
+        self.table = TableNames::new(table);
+        self.stats.name_table_entries = self.table.len() as u64;
+    }
+
+    /// Takes new wire classes into the plans and declares their output.
+    fn follow_wire(&mut self, wire: &StreamClasses, generation: u64) {
+        if self.wire_generation == Some(generation) {
+            return;
+        }
+        self.wire_generation = Some(generation);
+        self.plans = plan::plan(wire);
+        for c in wire.iter() {
+            self.used_ids[c.id as usize] = true;
+            if self.classes.get(c.id).is_some() {
+                continue;
+            }
+            let Some(p) = self.plans.get(c.id) else {
+                continue;
+            };
+            let fields = match &p.out {
+                Out::Verbatim => c.fields.iter().map(plan::plain).collect(),
+                Out::Expand(ops) => plan::expanded_fields(c, ops),
+                Out::Syscall { .. } => continue,
+            };
+            plan::insert(&mut self.classes, c.id, c.name.clone(), fields);
+            self.generation += 1;
+        }
+    }
+
+    /// The output id of syscall `nr`, declaring its class on first use;
+    /// None: it keeps the wire class (`_unknown`).
+    fn syscall_id(&mut self, exit: bool, nr: u64) -> Option<u32> {
+        if let Some(&id) = self.syscall_ids[exit as usize].get(&nr) {
+            return Some(id);
+        }
+        let s = syscalls::get(nr)?;
+        let id = self.used_ids.iter().position(|u| !u)? as u32;
+        self.used_ids[id as usize] = true;
+        let name = format!("syscall_{}_{}", if exit { "exit" } else { "entry" }, s.name);
+        plan::insert(
+            &mut self.classes,
+            id,
+            name,
+            lttng::fields(if exit { s.exit } else { s.entry }),
+        );
+        self.syscall_ids[exit as usize].insert(nr, id);
+        self.stats.syscall_classes += 1;
+        self.generation += 1;
+        Some(id)
+    }
+
+    fn declare_unknown(&mut self, exit: bool, wire: &StreamClasses, wire_id: u32) {
+        if std::mem::replace(&mut self.unknown_declared[exit as usize], true) {
+            return;
+        }
+        let Some(c) = wire.get(wire_id) else { return };
+        let name = format!("syscall_{}_unknown", if exit { "exit" } else { "entry" });
+        plan::insert(
+            &mut self.classes,
+            wire_id,
+            name,
+            c.fields.iter().map(plan::plain).collect(),
+        );
+        self.generation += 1;
+    }
+
+    /// The expanded form of one wire packet; None if it does not walk (the
+    /// drain validated it, so only a host bug gets here: the caller counts
+    /// its events as lost).
+    pub fn packet(&mut self, wire: &StreamClasses, generation: u64, pkt: &[u8]) -> Option<&[u8]> {
+        let started = Instant::now();
+        self.follow_wire(wire, generation);
+        self.stats.bytes_in += pkt.len() as u64;
+        let mut out = std::mem::take(&mut self.out);
+        let plans = std::mem::take(&mut self.plans);
+        let events = self.rewrite(&plans, wire, pkt, &mut out);
+        self.plans = plans;
+        self.out = out;
+        self.stats.seconds += started.elapsed().as_secs_f64();
+        let events = events?;
+        self.stats.events += events;
+        self.stats.packets += 1;
+        self.stats.bytes_out += self.out.len() as u64;
+        self.stats.events_per_s = if self.stats.seconds > 0.0 {
+            self.stats.events as f64 / self.stats.seconds
+        } else {
+            0.0
+        };
+        Some(&self.out)
+    }
+
+    fn rewrite(
+        &mut self,
+        plans: &Plans,
+        wire: &StreamClasses,
+        pkt: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Option<u64> {
+        let (h, content) = packet_content(pkt)?;
+        let content = &pkt[..content];
+        let idle = swapper(h.cpu_id);
+        out.clear();
+        out.extend_from_slice(&content[..abi::PACKET_HDR_SIZE]);
+        let mut off = abi::PACKET_HDR_SIZE;
+        let mut last_ts = h.timestamp_begin;
+        let mut events = 0u64;
+        let mut scratch: Offsets = [0; abi::IVT_FIELDS_MAX as usize + 1];
+        while off < content.len() {
+            let eh = event_header(content, off, last_ts)?;
+            let p0 = off + eh.len;
+            let plan = plans.get(eh.id)?;
+            let offs = plan.layout.offsets(&content[p0..], &mut scratch)?;
+            let payload = &content[p0..p0 + *offs.last()? as usize];
+            self.learn(plan, payload, offs);
+            out.resize(align_event(out.len()), 0);
+            let wire_hdr = &content[off..p0];
+            match &plan.out {
+                Out::Verbatim => {
+                    out.extend_from_slice(wire_hdr);
+                    out.extend_from_slice(payload);
+                }
+                Out::Expand(ops) => self.expand(plan, ops, wire_hdr, payload, offs, &idle, out),
+                Out::Syscall { exit } => {
+                    self.syscall(*exit, wire, eh.id, wire_hdr, eh.ts, payload, offs, out)
+                }
+            }
+            events += 1;
+            last_ts = eh.ts;
+            off = align_event(p0 + payload.len());
+        }
+        let end = out.len();
+        let padded = end.next_multiple_of(8);
+        out.resize(padded, 0);
+        put_u64(out, abi::pkt::CONTENT_SIZE, end as u64 * 8);
+        put_u64(out, abi::pkt::PACKET_SIZE, padded as u64 * 8);
+        Some(events)
+    }
+
+    /// What a naming event teaches: a thread's name, an interrupt's.
+    fn learn(&mut self, plan: &plan::ClassPlan, payload: &[u8], offs: &[u32]) {
+        let field = |i: u8| &payload[offs[i as usize] as usize..offs[i as usize + 1] as usize];
+        match plan.naming {
+            Some(Naming::Thread { tid, comm }) => {
+                let tid = le_u32(field(tid), 0);
+                if tid != 0 && (self.names.len() < MAX_THREADS || self.names.contains_key(&tid)) {
+                    let name = sanitize_comm(field(comm));
+                    if self.names.insert(tid, name) == Some(name) {
+                        self.stats.names_repeated += 1;
+                    } else {
+                        self.stats.name_changes += 1;
+                    }
+                    self.stats.threads = self.names.len() as u64;
+                }
+            }
+            Some(Naming::IrqAction { irq, action }) => {
+                let text = field(action);
+                self.irqs
+                    .add(le_u32(field(irq), 0), &text[..text.len().saturating_sub(1)]);
+                self.stats.irqs_named = self.irqs.len() as u64;
+            }
+            _ => {}
+        }
+    }
+
+    fn comm(&mut self, tid: u32, idle: &Comm) -> Comm {
+        self.stats.comm_fields += 1;
+        if tid == 0 {
+            return *idle;
+        }
+        if let Some(c) = self.names.get(&tid) {
+            return *c;
+        }
+        match self.table.get(tid) {
+            Some(c) => {
+                self.stats.comm_from_table += 1;
+                *c
+            }
+            None => {
+                self.stats.comm_unknown += 1;
+                [0; COMM_LEN]
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn expand(
+        &mut self,
+        plan: &plan::ClassPlan,
+        ops: &[Op],
+        wire_hdr: &[u8],
+        payload: &[u8],
+        offs: &[u32],
+        idle: &Comm,
+        out: &mut Vec<u8>,
+    ) {
+        let field = |i: u8| (offs[i as usize] as usize, offs[i as usize + 1] as usize);
+        out.extend_from_slice(wire_hdr);
+        let mut copied = 0usize;
+        for op in ops {
+            match *op {
+                Op::Comm(i) => {
+                    let (at, _) = field(i);
+                    out.extend_from_slice(&payload[copied..at]);
+                    copied = at;
+                    let comm = self.comm(le_u32(payload, at), idle);
+                    out.extend_from_slice(&comm);
+                }
+                Op::Widen(i, to) => {
+                    let (at, end) = field(i);
+                    out.extend_from_slice(&payload[copied..at]);
+                    copied = end;
+                    let from = plan.layout.types()[i as usize];
+                    lttng::put_int(out, to, lttng::read_int(from, &payload[at..end]));
+                }
+                Op::Reshape(i, r) => {
+                    let (at, end) = field(i);
+                    out.extend_from_slice(&payload[copied..at]);
+                    copied = end;
+                    lttng::write_reshaped(out, r, &payload[at..end]);
+                }
+                Op::IrqName(i) => {
+                    let (at, end) = field(i);
+                    out.extend_from_slice(&payload[copied..end]);
+                    copied = end;
+                    let name = self.irqs.get(le_u32(payload, at));
+                    self.stats.irq_names_unknown += name.is_empty() as u64;
+                    out.extend_from_slice(name);
+                    out.push(0);
+                }
+            }
+        }
+        out.extend_from_slice(&payload[copied..]);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn syscall(
+        &mut self,
+        exit: bool,
+        wire: &StreamClasses,
+        wire_id: u32,
+        wire_hdr: &[u8],
+        ts: u64,
+        payload: &[u8],
+        offs: &[u32],
+        out: &mut Vec<u8>,
+    ) {
+        let w = SyscallWire::parse(exit, payload, offs);
+        let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
+        let id = named.and_then(|_| self.syscall_id(exit, w.nr));
+        match named.zip(id) {
+            Some((s, id)) => {
+                self.stats.syscalls_named += 1;
+                put_header(out, wire_hdr, ts, id);
+                lttng::write_syscall(out, exit, s, &w);
+            }
+            None => {
+                self.stats.syscalls_unknown += 1;
+                self.declare_unknown(exit, wire, wire_id);
+                out.extend_from_slice(wire_hdr);
+                out.extend_from_slice(payload);
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! A recording's relay output: a [`PacketTap`] that hands every packet and
+//! metadata text the CTF writers write to a relay session
+//! (ivtrace-relay), so the relay gets the same packets as the files.
+//!
+//! The relay's metadata stream is append-only: the first text of a trace
+//! goes whole; later texts go as the part that extends what was sent, or,
+//! when the text changed above its events (the final clock mapping, the
+//! final env), as the declarations of the event classes not sent yet. The
+//! relay's copy keeps the clock mapping known when its metadata was first
+//! sent; the local copy gets the final one.
+//!
+//! Beacons: a trace's streams may not move for a while (an idle CPU);
+//! live viewers wait for every stream. Each trace's floor is the latest
+//! packet end of any of its streams minus [`LIVE_LAG`]: the guest module
+//! closes a packet that stayed open for its flush interval (100 ms), so
+//! no event older than that is still on its way.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ivtrace_ctf::kernel::wire::le_u64;
+use ivtrace_ctf::{tsdl, PacketTap};
+use ivtrace_region::abi;
+use ivtrace_region::classes::StreamClasses;
+use ivtrace_relay::{Session, SessionStats, TraceId};
+
+/// How far behind the newest packet of a trace its idle streams' beacons
+/// stay (see the module's documentation).
+pub const LIVE_LAG: Duration = Duration::from_millis(500);
+
+struct TapTrace {
+    id: TraceId,
+    sent: String,
+    ids: HashSet<u32>,
+    newest_end: u64,
+    lag: u64,
+}
+
+/// A relay session fed by a recording's writers.
+pub struct RelayTap {
+    session: Session,
+    guest_freq_hz: u64,
+    traces: Mutex<HashMap<&'static str, TapTrace>>,
+}
+
+impl RelayTap {
+    /// `guest_freq_hz`: the guest traces' clock frequency (the host trace
+    /// counts nanoseconds).
+    pub fn new(session: Session, guest_freq_hz: u64) -> RelayTap {
+        RelayTap {
+            session,
+            guest_freq_hz,
+            traces: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Closes the session (sends what is queued, closes the streams) and
+    /// returns its statistics.
+    pub fn close(&self) -> SessionStats {
+        self.session.close()
+    }
+
+    pub fn stats(&self) -> SessionStats {
+        self.session.stats()
+    }
+
+    fn with_trace<R>(
+        &self,
+        trace: &'static str,
+        f: impl FnOnce(&Session, &mut TapTrace) -> R,
+    ) -> R {
+        let mut traces = self.traces.lock().unwrap_or_else(|p| p.into_inner());
+        let t = traces.entry(trace).or_insert_with(|| {
+            let (hdr, freq) = if trace == "host" {
+                (ivtrace_ctf::host::PACKET_HDR, 1_000_000_000)
+            } else {
+                (abi::PACKET_HDR_SIZE, self.guest_freq_hz)
+            };
+            TapTrace {
+                id: self.session.trace(trace, hdr),
+                sent: String::new(),
+                ids: HashSet::new(),
+                newest_end: 0,
+                lag: (freq as f64 * LIVE_LAG.as_secs_f64()) as u64,
+            }
+        });
+        f(&self.session, t)
+    }
+}
+
+/// What to append to a trace's relay metadata for `text` and `classes`.
+fn addition(t: &mut TapTrace, text: &str, classes: Option<&StreamClasses>) -> String {
+    let ids = || classes.into_iter().flat_map(|c| c.iter().map(|e| e.id));
+    if t.sent.is_empty() {
+        t.sent = text.to_string();
+        t.ids.extend(ids());
+        return text.to_string();
+    }
+    if let Some(rest) = text.strip_prefix(t.sent.as_str()) {
+        t.sent.push_str(rest);
+        t.ids.extend(ids());
+        return rest.to_string();
+    }
+    let mut more = String::new();
+    for c in classes.into_iter().flat_map(|c| c.iter()) {
+        if t.ids.insert(c.id) {
+            tsdl::write_event(&mut more, c);
+        }
+    }
+    more
+}
+
+impl PacketTap for RelayTap {
+    fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>) {
+        self.with_trace(trace, |s, t| {
+            let more = addition(t, text, classes);
+            s.metadata(t.id, more.as_bytes());
+        });
+    }
+
+    fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], events: u64) {
+        self.with_trace(trace, |s, t| {
+            s.packet(t.id, file, bytes, events);
+            if bytes.len() >= 32 {
+                let end = le_u64(bytes, abi::pkt::TIMESTAMP_END);
+                if end > t.newest_end {
+                    t.newest_end = end;
+                    s.beacon_floor(t.id, end.saturating_sub(t.lag));
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivtrace_region::classes::{EventClass, Field, FieldType};
+
+    fn classes(ids: &[u32]) -> StreamClasses {
+        let mut c = StreamClasses::default();
+        for &id in ids {
+            let f = vec![Field::new("x", FieldType::U32, false)];
+            c.insert(EventClass::new(id, 0, format!("e{id}"), f));
+        }
+        c
+    }
+
+    fn trace() -> TapTrace {
+        TapTrace {
+            id: 0,
+            sent: String::new(),
+            ids: HashSet::new(),
+            newest_end: 0,
+            lag: 0,
+        }
+    }
+
+    /// The relay's metadata only grows: whole first, then extensions, then
+    /// (when the text changed above the events) the new declarations only.
+    #[test]
+    fn metadata_is_sent_append_only() {
+        let mut t = trace();
+        assert_eq!(addition(&mut t, "head\nA", Some(&classes(&[1]))), "head\nA");
+        assert_eq!(addition(&mut t, "head\nA", Some(&classes(&[1]))), "");
+        assert_eq!(addition(&mut t, "head\nAB", Some(&classes(&[1, 2]))), "B");
+        let more = addition(
+            &mut t,
+            "HEAD (final clock)\nABC",
+            Some(&classes(&[1, 2, 3])),
+        );
+        assert!(
+            more.contains("name = \"e3\"") && !more.contains("e2"),
+            "{more}"
+        );
+        assert_eq!(
+            addition(
+                &mut t,
+                "HEAD (final clock)\nABC",
+                Some(&classes(&[1, 2, 3]))
+            ),
+            ""
+        );
+    }
+}

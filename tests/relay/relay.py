@@ -1,0 +1,182 @@
+"""Helpers of the relay tests (tests/relay): a real lttng-relayd on free ports with its output
+in a temporary directory, simulated guests (ivtrace-loadgen --ivshmem-socket), reading traces
+back with babeltrace2 (the CLI for event-by-event comparison, bt2 for per-stream counts) and a
+live viewer that notes when each event line arrived.
+
+Nothing here knows ivtrace's wire format: babeltrace2 decodes every trace.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LOADGEN = REPO / "bin" / "ivtrace-loadgen"
+
+
+def free_ports(n):
+    """`n` TCP ports free on 127.0.0.1 right now (the kernel's choice)."""
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Relayd:
+    """lttng-relayd on three free ports, its traces in `out`, its home (health sockets) in a
+    private directory, so it never meets another run's relay."""
+
+    def __init__(self, out, home):
+        self.out, self.home = Path(out), Path(home)
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.control, self.data, self.live = free_ports(3)
+        self.url = f"net://127.0.0.1:{self.control}:{self.data}"
+        self.live_url = f"net://127.0.0.1:{self.live}"
+        self.log = self.home / "relayd.log"
+        self.proc = None
+        self.start()
+
+    def start(self):
+        env = dict(os.environ, LTTNG_HOME=str(self.home))
+        cmd = ["lttng-relayd", "-C", f"tcp://127.0.0.1:{self.control}",
+               "-D", f"tcp://127.0.0.1:{self.data}", "-L", f"tcp://127.0.0.1:{self.live}",
+               "-o", str(self.out)]
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log,
+                                         stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.control), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"lttng-relayd did not start:\n{self.log.read_text()}")
+                time.sleep(0.05)
+
+    def kill(self):
+        """SIGKILL: the relay vanishes mid-stream."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def pause(self):
+        """SIGSTOP: the relay stalls (its sockets stay open, nothing is read)."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def session_dir(self, host, session):
+        """The relay's directory of `session` of `host` (HOST/SESSION-DATE)."""
+        found = sorted((self.out / host).glob(f"{session}-*"))
+        assert len(found) == 1, f"{host}/{session}: {found}"
+        return found[0]
+
+
+class SimGuest:
+    """A simulated guest: ivtrace-loadgen as an ivshmem client of `sock` (QEMU's handshake,
+    the region formatted with libivtrace, `threads` writer threads at `rate` events/s each)."""
+
+    def __init__(self, sock, events, threads=2, rate=0, size=32):
+        self.cmd = [str(LOADGEN), "--ivshmem-socket", str(sock), "--events", str(events),
+                    "--threads", str(threads), "--channels", str(threads), "--rate", str(rate),
+                    "--size", str(size), "--json"]
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        self.result = None
+
+    def wait(self, timeout=300):
+        out, err = self.proc.communicate(timeout=timeout)
+        if self.proc.returncode != 0:
+            pytest.fail(f"{' '.join(self.cmd)} -> {self.proc.returncode}\n{err}")
+        self.result = json.loads(out)
+        return self.result
+
+
+def trace_lines(path):
+    """babeltrace2's text of one CTF trace directory, timestamps in clock cycles (the local
+    copy's clock mapping is refined at the end, the relay's is the first one; cycles are what
+    the guest wrote)."""
+    p = subprocess.run(["babeltrace2", "--clock-cycles", "--no-delta", str(path)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"babeltrace2 {path}: {p.stderr}"
+    return p.stdout.splitlines(), p.stderr
+
+
+def stream_counts(path):
+    """Events per (stream class, stream instance) of the CTF trace under `path` (bt2), and the
+    discarded events babeltrace2 announces per stream."""
+    import bt2
+    events, discarded = {}, {}
+    for msg in bt2.TraceCollectionMessageIterator(str(path)):
+        if type(msg) is bt2._EventMessageConst:
+            s = msg.event.stream
+            key = (s.cls.id, s.id)
+            events[key] = events.get(key, 0) + 1
+        elif type(msg) is bt2._DiscardedEventsMessageConst:
+            s = msg.stream
+            key = (s.cls.id, s.id)
+            discarded[key] = discarded.get(key, 0) + (msg.count or 0)
+    return events, discarded
+
+
+STAMP = re.compile(r"^\[(\d+)\.(\d+)\]")
+
+
+class LiveViewer:
+    """`babeltrace2 --input-format=lttng-live URL` in the background; each line is kept with
+    the host's realtime when it arrived."""
+
+    def __init__(self, url):
+        self.cmd = ["babeltrace2", "--input-format=lttng-live", "--clock-seconds", url]
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.reader.join(timeout=10)
+        return self.proc.stderr.read()
+
+    def latencies(self, name):
+        """Seconds from each `name` event's time to its line's arrival."""
+        out = []
+        for arrived, line in self.lines:
+            m = STAMP.match(line)
+            if m and f" {name}:" in line:
+                out.append(arrived - float(f"{m.group(1)}.{m.group(2)}"))
+        return out
