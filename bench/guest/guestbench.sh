@@ -277,17 +277,22 @@ teardown() {
 	esac
 }
 
+digest() { # dir -> md5 of its files' bytes, in the order of their sorted paths: the host
+	# computes the same over its copy, so a trace damaged on the way (9p) is caught, not counted
+	(cd "$1" && find . -type f | sort | xargs cat | md5sum | cut -d' ' -f1)
+}
 ship() { # config tag rep workload: the trace to the host's share, then gone from here
-	local c=$1 tag=$2 out=$WORK/$2 kind
+	local c=$1 tag=$2 out=$WORK/$2 kind md5=
 	case $c in off | ivt-stream) return ;; ivt-flight) kind=ivtrace-snapshot ;;
 	lttng-*) kind=ctf ;; ft-*) kind=ftrace-raw ;; perf-record) kind=perf-data ;;
 	perf-trace) kind=perf-trace ;; esac
 	if [ "$c" != ivt-flight ]; then
 		mkdir -p "$SHARE/runs/$tag"
 		cp -r "$out"/. "$SHARE/runs/$tag/" || die "copying $out to the share failed"
+		md5="md5=$(digest "$out")"
 	fi
 	rm -rf "$out"
-	echo "GB ship rep=$3 config=$c workload=$4 kind=$kind dir=runs/$tag up=$(up)"
+	echo "GB ship rep=$3 config=$c workload=$4 kind=$kind dir=runs/$tag $md5 up=$(up)"
 }
 
 # ---- one run: CONFIG REP WORKLOAD --------------------------------------------------------

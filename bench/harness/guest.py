@@ -17,6 +17,7 @@ could not be measured.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -405,12 +406,35 @@ def count_all(a, work: Path, parsed: dict) -> None:
         elif key in kinds:
             path = work / "share" / kinds[key]["dir"]
             d["counts"] = count_run(kinds[key]["kind"], path, parsed["ftrace_ids"])
+            d["counts"]["copy_intact"] = check_copy(path, kinds[key], tag)
         else:
             raise BenchError(f"the trace of {tag} never reached the host")
         keep_proof(d, work, tag)
     if not a.keep_work:
         for sub in ("share/runs", "rec", "snap"):
             shutil.rmtree(work / sub, ignore_errors=True)
+
+
+def digest(d: Path) -> str:
+    """md5 of a directory's files' bytes in the order of their sorted relative paths, as
+    guestbench.sh's digest() computes it in the guest (busybox find | sort | xargs cat)."""
+    h = hashlib.md5()
+    for f in sorted("./" + str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()):
+        h.update((d / f).read_bytes())
+    return h.hexdigest()
+
+
+def check_copy(path: Path, ship: dict, tag: str) -> bool | None:
+    """Whether the trace the host counts is the one the guest wrote (None: not known): a copy
+    damaged on the way over 9p would be counted as the tracer's (events nobody could explain)."""
+    want = ship.get("md5")
+    if want is None:
+        return None
+    got = digest(path)
+    if got != want:
+        say(f"WARNING: the trace of {tag} differs on the host (md5 {got}) from the guest's "
+            f"({want}): the copy over the 9p share was damaged")
+    return got == want
 
 
 def keep_proof(d: dict, work: Path, tag: str) -> None:

@@ -45,8 +45,9 @@ HOST_PRESETS = ("native", "soak", "relay")
 # Per-run temporary directories, named after a pid or a random suffix: never useful in a
 # committed document, so they are written as placeholders.
 TEMP_DIRS = [
-    (re.compile(r"/var/tmp/ivtrace-eval-\d+"), "$WORK"),
-    (re.compile(r"/var/tmp/ivtrace-guest-\d+"), "$WORK"),
+    # wherever --work-dir put them (default /var/tmp)
+    (re.compile(r"(?:/[\w.+-]+)*/ivtrace-eval-\d+"), "$WORK"),
+    (re.compile(r"(?:/[\w.+-]+)*/ivtrace-guest-\d+"), "$WORK"),
     (re.compile(r"/dev/shm/ivt-guestbench-\d+"), "$SHM"),
     (re.compile(r"/tmp/ivtvm-[A-Za-z0-9_]+"), "$TMP"),
     (re.compile(r"/tmp/ivt-ftbench-[A-Za-z0-9_]+"), "$TMP"),

@@ -226,40 +226,53 @@ RE_PERF_SAMPLE = re.compile(r"^\s*(.*?)\s+(\d+)\s+\[(\d+)\]\s+([\d.]+):\s+(\S+?)
 
 def perf_data(path: Path) -> dict:
     """perf.data, read with this host's `perf script` (the guest's perf version): samples
-    by event, getppid's (by task), and the PERF_RECORD_LOST counts. A record that perf
-    script shows twice (same task, CPU, ns time, event and fields: no two real events are)
-    is counted once, and the copies under duplicate_records. The guest's perf record wrote
-    such copies (9 to 589 in 6 of its 15 traces in the 2026-11-24T131908 run; none seen on
-    this host): they made two fork+exec runs one exec long there, and most likely the
-    earlier run's getppid run 1,316 calls long (that run did not count copies)."""
+    by event, getppid's (by task), and the PERF_RECORD_LOST counts; records perf record wrote
+    twice are counted once (perf_script_counts)."""
     f = Path(path) / "perf.data"
     p = subprocess.run(["perf", "script", "-i", str(f), "--ns", "-F",
                         "comm,tid,cpu,time,event,trace", "--show-lost-events"],
                        capture_output=True, text=True)
     if p.returncode:
         raise RuntimeError(f"perf script -i {f} failed: {p.stderr.strip()[-500:]}")
+    counts, others, lost, duplicates = perf_script_counts(p.stdout.splitlines())
+    lost_samples = perf_lost_samples(f)
+    return result(counts, lost + lost_samples, f.stat().st_size, other_getppid_by=others,
+                  duplicate_records=duplicates, duplicates_counted_once=True,
+                  lost_records_events=lost,
+                  lost_samples=lost_samples)
+
+
+def perf_script_counts(lines) -> tuple[Counter, dict, int, int]:
+    """`perf script --ns -F comm,tid,cpu,time,event,trace` lines -> counts by name, who made
+    the getppid calls that are not the workload's, PERF_RECORD_LOST events, copies skipped.
+
+    The guest's perf record (perf 6.1, perf_mmap__push) reads the ring's head, then reads it
+    again to decide how much to write, and keeps the first value as where the next write
+    starts: when the kernel added records between the two reads, perf.data holds them twice
+    (seen on a loaded host: 20 to 589 records in a contiguous block, the same bytes twice).
+    A copy is the same record: same task, CPU, ns time, event and fields. Only the comm that
+    perf script prints is not from the record but from the task's state as perf script has
+    rebuilt it, and the block's copies of COMM/FORK/EXIT records change that state, so two
+    copies of an exec can print different comms: the 2026-11-24T131908 run counted such
+    copies twice (exec_gb_work 202 of 201, one sys_exit more than sys_enter, where whole
+    lines were compared). So a copy is recognised without its comm."""
     counts: Counter = Counter()
     wl, seen = Workload(), set()
     lost = duplicates = 0
-    for ln in p.stdout.splitlines():
+    for ln in lines:
         if "PERF_RECORD_LOST" in ln:
             lost += int(ln.split()[-1])
             continue
         m = RE_PERF_SAMPLE.match(ln)
         if not m:
             continue
-        key = hash(ln)
-        if key in seen:  # the same task, CPU, ns time, event and fields: one record twice
+        key = m.groups()[1:]  # tid, cpu, time, event, fields: everything but the comm
+        if key in seen:
             duplicates += 1
             continue
         seen.add(key)
         perf_sample(m, counts, wl)
-    others = wl.into(counts)
-    lost_samples = perf_lost_samples(f)
-    return result(counts, lost + lost_samples, f.stat().st_size, other_getppid_by=others,
-                  duplicate_records=duplicates, duplicates_counted_once=True,
-                  lost_records_events=lost,
-                  lost_samples=lost_samples)
+    return counts, wl.into(counts), lost, duplicates
 
 
 RE_PERF_LOST_SAMPLES = re.compile(r"^\s*LOST_SAMPLES events:\s+(\d+)\s*$")

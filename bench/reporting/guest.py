@@ -53,9 +53,10 @@ def section(rec: dict, src: str, out: list) -> None:
         f"The hypertracing seed's micro-benchmark, reproduced: four tracers record the same "
         f"tracepoints of the same guest kernel under the same workloads, one at a time, in "
         f"one boot. From `{src}` (run of {rec['date']}, {rec['duration_s']:.0f} s). "
-        f"Reproduce: `make -C bench guest` (= `{rec['command']}`, then `bench/report`), as "
-        f"root, on a fresh clone: it builds the guest, LTTng's kernel tracer for its kernel "
-        f"and copies LTTng's and perf's user space into it (`vm/build --all --tracers`).\n")
+        f"This run: `{rec['command']}`. Reproduce: `make -C bench guest` (= `bench/run "
+        f"guest`, then `bench/report`), as root, on a fresh clone: it builds the guest, "
+        f"LTTng's kernel tracer for its kernel and copies LTTng's and perf's user space into "
+        f"it (`vm/build --all --tracers`).\n")
     header(rec, g, out)
     seed_table(s, out)
     out.append("### Per workload\n")
@@ -301,19 +302,37 @@ def disagreements(s: dict, runs: list, out: list) -> None:
             included |= not d["counts"].get("duplicates_counted_once")
     if not bad and not dup:
         return
-    out.append("**Where the counts did not agree.** " + " ".join(f"{x}." for x in bad)
-               + (" perf trace's text says what it lost only in `LOST n events` lines; where "
-                  "its count is short with none printed, it lost events without saying so."
-                  if any("under perf-trace" in x for x in bad) else ""))
+    if bad:
+        out.append("**Where the counts did not agree.** " + " ".join(f"{x}." for x in bad)
+                   + (PERF_TRACE_SILENT if any("under perf-trace" in x for x in bad) else ""))
     if dup:
         out.append(
-            "\nperf record's traces from the guest held records printed twice by `perf "
-            "script` (the same task, CPU, nanosecond time, event and fields, which no two "
-            "real events share): " + "; ".join(f"{c}: {', '.join(v)}" for c, v in dup.items())
-            + (". The counts above include those copies: this run was counted before the "
+            ("\n" if bad else "") + "perf record wrote records twice into its perf.data (the same task, CPU, "
+            "nanosecond time, event and fields, which no two real events share): "
+            + "; ".join(f"{c}: {', '.join(v)}" for c, v in dup.items()) + ". " + PERF_COPIES
+            + (" The counts above include those copies: this run was counted before the "
                "counter took each record once (bench/harness/tracecount.py)." if included else
-               ". Each was counted once."))
+               " Each was counted once."))
     out.append("")
+
+
+# Why perf's counts can be off with nothing reported lost: two races in the guest's perf
+# (6.1) between its reads of the ring's head, which a loaded host widens (the vCPU runs in
+# bursts; its timer interrupts, and what they wake, land between perf's reads). Found in
+# the guest's own perf.data (the copies at two file offsets) and in perf's sources.
+PERF_COPIES = (
+    "They are perf's, not the kernel's: perf record reads the ring's head once, then again "
+    "to decide how much to write, and takes the first value as where its next write starts, "
+    "so records the kernel added between the two reads are written again (a contiguous "
+    "block, the same bytes at two places in the file). In a trial on this machine they came "
+    "only with the host loaded (4 of 6 traces; none of 4 on a quiet host).")
+PERF_TRACE_SILENT = (
+    " perf trace reports losses only in `LOST n events` lines (the kernel's count of "
+    "records that did not fit). It can also lose records without any: after reading what "
+    "the ring held it sets its read position to the ring's head as read again at that "
+    "moment, so what the kernel wrote in between (an interrupt, or a whole time slice of "
+    "another task when perf trace is preempted there) is skipped without a trace. Its "
+    "short counts with nothing reported lost are most likely those.")
 
 
 def span(v: list) -> str:

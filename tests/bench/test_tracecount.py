@@ -114,6 +114,28 @@ def test_perf_data_of_this_kernel(gb_work, gb_other, tmp_path):
     assert c["duplicate_records"] == 0, c
 
 
+def test_perf_records_written_twice_are_counted_once():
+    """perf record (perf 6.1) can write a block of the ring twice; the copies are the same
+    records, but perf script may print a copy of an exec with another comm (the block's
+    copied COMM record changed the task's name in between). Counted once, and said."""
+    block = [
+        "              sh   629 [000]    11.201239534:  sched:sched_process_exec: "
+        "filename=/usr/local/bin/gb-work pid=629 old_pid=629",
+        "         gb-work   629 [000]    11.201307486:   raw_syscalls:sys_enter: NR 110 ()",
+        "         gb-work   629 [000]    11.201313354:    raw_syscalls:sys_exit: NR 110 = 1",
+    ]
+    copy = [block[0].replace("              sh", "         gb-work")] + block[1:]
+    later = "         gb-work   629 [000]    11.201434916:   raw_syscalls:sys_enter: NR 110 ()"
+    counts, others, lost, dups = tracecount.perf_script_counts(block + copy + [later])
+    assert dups == 3 and lost == 0 and others == {}
+    assert counts["exec_gb_work"] == 1 and counts["sched_process_exec"] == 1
+    assert counts["getppid_entry"] == 2 and counts["getppid_exit"] == 1
+    # the same event at another time, or on another CPU, is another record
+    again = [block[1].replace("11.201307486", "11.201307487"), block[1].replace("[000]", "[001]")]
+    counts, _, _, dups = tracecount.perf_script_counts(block + again)
+    assert dups == 0 and counts["getppid_entry"] == 3
+
+
 def test_page_reader_follows_the_layout():
     """A page as ring_buffer.c writes it: a small event, a time extend, a large event
     (length word), padding; a page that says events were missed before it, and how many."""
