@@ -27,6 +27,8 @@ def account(out):
         reasons["no_channel"] = rep["lost_no_channel"]
     if rep.get("host_lost") and rep["host_lost"]["missed"]:
         reasons["host_missed"] = rep["host_lost"]["missed"]
+    if rep.get("lost_ftrace"):
+        reasons["ftrace"] = rep["lost_ftrace"]
     return {
         "bt2": ctf.discarded(out),
         "babeltrace2": ctf.babeltrace2_discarded(out),

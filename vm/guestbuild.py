@@ -697,6 +697,8 @@ PARTS = (
          ("-C", "guest/kmod", "KVER={kver}"),
          {"ivtrace.ko": "guest/kmod/ivtrace.ko",
           "ivtrace_test.ko": "guest/kmod/tests/ivtrace_test.ko"}),
+    Part("the ftrace relay ivtrace-ftrace", ("-C", "guest/ftrace"),
+         {"ivtrace-ftrace": "build/guest/ftrace/ivtrace-ftrace"}),
     Part("libivtrace's static ivtrace-loadgen",
          ("-C", "guest/lib", "build/ivtrace-loadgen-static"),
          {"ivtrace-loadgen-static": "guest/lib/build/ivtrace-loadgen-static"}),

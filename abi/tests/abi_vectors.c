@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 #include <ivtrace/abi.h>
+#include <ivtrace/ftrace.h>
 
 static int first = 1;
 
@@ -29,6 +30,7 @@ int main(void)
 	SIZE(ivt_sync); SIZE(ivt_control); SIZE(ivt_channel);
 	SIZE(ivt_packet_hdr); SIZE(ivt_event_ext); SIZE(ivt_meta_rec);
 	SIZE(ivt_meta_field); SIZE(ivt_name_entry); SIZE(ivt_names_rec);
+	SIZE(ivt_ctl_text); SIZE(ivt_ftrace_rec);
 
 	OFF(ivt_region_hdr, magic); OFF(ivt_region_hdr, abi_major);
 	OFF(ivt_region_hdr, abi_minor); OFF(ivt_region_hdr, hdr_size);
@@ -41,7 +43,14 @@ int main(void)
 	OFF(ivt_region_hdr, host_sleeping); OFF(ivt_region_hdr, host_peer_id);
 	OFF(ivt_region_hdr, host_vector); OFF(ivt_region_hdr, host_heartbeat);
 	OFF(ivt_region_hdr, flush_interval_ms); OFF(ivt_region_hdr, control);
-	OFF(ivt_region_hdr, sync);
+	OFF(ivt_region_hdr, sync); OFF(ivt_region_hdr, nr_ftrace_channels);
+	OFF(ivt_region_hdr, ctl_text);
+	OFF(ivt_ctl_text, req); OFF(ivt_ctl_text, resp_len);
+	OFF(ivt_ctl_text, resp_flags); OFF(ivt_ctl_text, resp);
+	OFF(ivt_ftrace_rec, len); OFF(ivt_ftrace_rec, commit);
+	OFF(ivt_ftrace_rec, kind); OFF(ivt_ftrace_rec, what);
+	OFF(ivt_ftrace_rec, text_len); OFF(ivt_ftrace_rec, system);
+	OFF(ivt_ftrace_rec, text);
 
 	OFF(ivt_layout, channels_off); OFF(ivt_layout, meta_off);
 	OFF(ivt_layout, pool_off); OFF(ivt_layout, meta_size);
@@ -94,14 +103,17 @@ int main(void)
 	CONST(IVT_SUBBUF_MAX); CONST(IVT_SUBBUFS_MIN); CONST(IVT_SUBBUFS_MAX);
 	CONST(IVT_CHANNELS_MAX); CONST(IVT_EVENT_IDS_MAX);
 	CONST(IVT_FEAT_KERNEL); CONST(IVT_FEAT_LOOPBACK); CONST(IVT_FEAT_DOORBELL);
-	CONST(IVT_FEAT_CONTROL); CONST(IVT_FEAT_SYNC);
+	CONST(IVT_FEAT_CONTROL); CONST(IVT_FEAT_SYNC); CONST(IVT_FEAT_FTRACE);
 	CONST(IVT_STATE_FORMATTING); CONST(IVT_STATE_LIVE); CONST(IVT_STATE_CLOSED);
 	CONST(IVT_MODE_DISCARD); CONST(IVT_MODE_OVERWRITE);
 	CONST(IVT_CHAN_FREE); CONST(IVT_CHAN_ACTIVE); CONST(IVT_CHAN_RETIRED);
 	CONST(IVT_STREAM_KERNEL); CONST(IVT_STREAM_USER); CONST(IVT_STREAM_COUNT);
+	CONST(IVT_STREAM_FTRACE); CONST(IVT_STREAM_CLASSES);
 	CONST(IVT_CLOCK_TSC);
 	CONST(IVT_CMD_NONE); CONST(IVT_CMD_FLUSH); CONST(IVT_CMD_ENABLE);
 	CONST(IVT_CMD_DISABLE); CONST(IVT_CMD_SET_MODE); CONST(IVT_CMD_SYNC); CONST(IVT_CMD_STATEDUMP);
+	CONST(IVT_CMD_FTRACE); CONST(IVT_CTL_REQ_MAX); CONST(IVT_CTL_RESP_MAX);
+	CONST(IVT_CTL_RESP_MORE);
 	CONST(IVT_HC_BASE); CONST(IVT_HC_VMSYNC); CONST(IVT_HC_EVENT_FIRST);
 	CONST(IVT_HC_EVENT_LAST);
 	CONST(IVT_CTF_MAGIC); CONST(IVT_EVENT_COUNT_UNKNOWN);
@@ -109,6 +121,10 @@ int main(void)
 	CONST(IVT_EV_TS_BITS); CONST(IVT_EV_ALIGN); CONST(IVT_EV_COMPACT_SIZE);
 	CONST(IVT_EV_EXT_SIZE);
 	CONST(IVT_META_COMMIT); CONST(IVT_META_EVENT); CONST(IVT_META_NAMES);
+	CONST(IVT_META_FTRACE); CONST(IVT_FTRACE_HEADER_PAGE); CONST(IVT_FTRACE_FORMAT);
+	CONST(IVT_FTRACE_TEXT_MAX); CONST(IVT_FTRACE_SYSTEM_MAX);
+	CONST(IVT_FTRACE_EV_PAGE); CONST(IVT_FTRACE_EV_STATS);
+	CONST(IVT_FTRACE_STAT_COUNT); CONST(IVT_FTRACE_PAGE_MAX);
 	CONST(IVT_NAME_DEAD); CONST(IVT_NAME_MAX);
 	CONST(IVT_FIELD_NAME_MAX); CONST(IVT_FIELDS_MAX);
 	CONST(IVT_FT_U8); CONST(IVT_FT_U16); CONST(IVT_FT_U32); CONST(IVT_FT_U64);

@@ -1,5 +1,5 @@
 """The benchmark harness behind `bench/run PRESET`: one entry point (cli.py), one results
-schema (results.py), presets native, guest, evaluation and doorbell (one module each).
+schema (results.py), presets native, guest, evaluation, doorbell and ftrace (one module each).
 The harness writes results files only; the report writer (bench/reporting, `bench/report`)
 turns them into docs/performance.md and is never called from here."""
 

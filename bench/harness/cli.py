@@ -8,6 +8,9 @@ Presets:
               over the network, SSH, 9p and virtio-serial, five workloads, in one guest
               (alias: eval)
   doorbell    guest -> host doorbells: rate, round trip, doorbells per MB of trace
+  ftrace      the ftrace relay against ftrace to a guest file and over virtio-serial (the
+              virtio-trace path): events/s carried and cost per event, block I/O and
+              function tracing, in one guest
   soak        ivtrace serve for a long time (--duration): guests coming and going, a
               never-idle writer, a disk that fills; memory, descriptors, CPU sampled
   relay       1, 8 and 64 simulated guests through ivtrace serve to disk and to lttng-relayd:
@@ -30,10 +33,10 @@ from pathlib import Path
 
 import ivtvm
 
-from . import (BenchError, Prerequisite, doorbell, evaluation, guest, history, native, relay,
-               results, soak)
+from . import (BenchError, Prerequisite, doorbell, evaluation, ftrace, guest, history, native,
+               relay, results, soak)
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay, ftrace)}
 ALIASES = {"eval": "evaluation"}
 
 

@@ -81,6 +81,13 @@ def doorbell_headline(data: dict) -> dict:
             "rtt_p50_us_host_busy_reads": p50("host busy-reads")}
 
 
+def ftrace_headline(data: dict) -> dict:
+    fn = data.get("summary", {}).get("function", {})
+    return {"function_carried_k_per_s": {c: r(x["carried_per_s"] / 1e3, 1)
+                                         for c, x in fn.items() if c.startswith("ft-")
+                                         and c != "ft-ring" and x.get("carried_per_s")}}
+
+
 def relay_headline(data: dict) -> dict:
     high = [x for x in data.get("runs", []) if x["load"] == "high"]
     return {f"{x['guests']}_{x['sink']}_cpu_s_per_gb": r(x["cpu_s_per_gb"] or 0, 1)
@@ -99,7 +106,7 @@ def soak_headline(data: dict) -> dict:
 
 HEADLINES = {"native": native_headline, "guest": guest_headline,
              "evaluation": evaluation_headline, "doorbell": doorbell_headline,
-             "relay": relay_headline, "soak": soak_headline}
+             "relay": relay_headline, "soak": soak_headline, "ftrace": ftrace_headline}
 
 
 def entry(rec: dict, path: Path) -> dict:

@@ -20,7 +20,7 @@ from harness import history, results
 from harness.results import ROOT, RESULTS, portable
 from harness.stats import summarize
 
-from . import doorbell, evaluation, guest, native, plots, relay, soak
+from . import doorbell, evaluation, ftrace, guest, native, plots, relay, soak
 
 PAGE = ROOT / "docs" / "performance.md"
 
@@ -116,6 +116,9 @@ def headline(e: dict) -> str:
         return (f"per event: ivtrace {h.get('ivtrace_ns_per_event')} ns, ftrace "
                 f"{h.get('ftrace_ns_per_event')} ns; syscall added cost ivtrace/ftrace "
                 f"{h.get('syscall_added_ivtrace_over_ftrace')}x")
+    if e["preset"] == "ftrace":
+        return "function tracing, events/s carried (k): " + ", ".join(
+            f"{c} {v}" for c, v in h["function_carried_k_per_s"].items())
     if e["preset"] == "evaluation":
         return "ev-int overhead: " + ", ".join(f"{c} {v} %" for c, v in
                                                h["int_overhead_pct"].items())
@@ -172,6 +175,8 @@ def render(write_plots: bool) -> str:
     if "soak" in recs:
         png = plot_for(src["soak"], soak.plot, recs["soak"], write_plots)
         soak.section(out, recs["soak"], rel["soak"], png)
+    if "ftrace" in recs:
+        ftrace.section(out, recs["ftrace"], rel["ftrace"])
     section_history(out)
     return portable("\n".join(out).rstrip() + "\n")
 

@@ -15,7 +15,8 @@
  * ivtk_syscalls.c (system call probes), ivtk_names.c (thread name table
  * for crash salvage), ivtk_statedump.c, ivtk_console.c,
  * ivtk_ctl.c (host control, clock sync, MSI-X, doorbell), ivtk_cdev.c
- * (/dev/ivtrace), ivtk_kapi.c (API for other modules, include/ivtrace_kapi.h).
+ * (/dev/ivtrace), ivtk_kapi.c (API for other modules, include/ivtrace_kapi.h),
+ * ivtk_relay.c (the ftrace relay's channels, requests and formats).
  */
 #ifndef IVTK_H
 #define IVTK_H
@@ -50,6 +51,11 @@
 #define IVSHMEM_REG_DOORBELL	12
 
 #define IVTK_META_SIZE		(256u << 10)	/* metadata area bytes */
+#define IVTK_META_SIZE_FTRACE	(1024u << 10)	/* ... with the ftrace relay's formats */
+/* One ftrace page event (extended header, u32 length, the page) must fit
+ * in an empty packet, whose last byte stays unused (ivtrace/writer.h).
+ */
+#define IVTK_FTRACE_SUBBUF_MIN	8192u
 #define IVTK_NAMES_NR		4096u		/* thread name table entries (128 KiB) */
 #define IVTK_STR_MAX		256u		/* file names, irq names */
 #define IVTK_CONSOLE_MAX	2048u		/* one console line */
@@ -87,6 +93,7 @@ struct ivtk_dev {
 
 	/* Parameters captured at probe time. */
 	u32 subbuf_size, nr_subbufs, user_channels, mode, flush_ms, groups;
+	u32 nr_ftrace;			/* ftrace relay channels (0: no relay) */
 
 	bool doorbell;			/* ivshmem-doorbell: MSI-X + BAR0 doorbell */
 	int irq;			/* MSI-X vector 0, or -1 (poll only) */
@@ -229,6 +236,8 @@ int ivtk_region_setup(struct ivtk_dev *d);
 void ivtk_region_close(struct ivtk_dev *d);
 int ivtk_meta_publish(struct ivtk_dev *d, u32 id, u32 group, const char *name,
 		      const struct ivtrace_field *fields, unsigned int nr);
+int ivtk_meta_publish_ftrace(struct ivtk_dev *d, u32 what, const char *system,
+			     const char *text, u32 len);
 struct ivt_channel *ivtk_channel(struct ivtk_dev *d, u32 chan);
 void ivtk_set_mode(struct ivtk_dev *d, u32 mode);
 void ivtk_retire_user_channels(struct ivtk_dev *d, pid_t tgid);
@@ -273,11 +282,23 @@ void ivtk_console_unregister(struct ivtk_dev *d);
 void ivtk_ctl_init(struct ivtk_dev *d);
 int ivtk_ctl_start(struct ivtk_dev *d);
 void ivtk_ctl_stop(struct ivtk_dev *d);
+void ivtk_ring_doorbell(struct ivtk_dev *d);
 
 /* ---- ivtk_cdev.c ------------------------------------------------------ */
 
 int ivtk_cdev_register(struct ivtk_dev *d);
 void ivtk_cdev_unregister(struct ivtk_dev *d);
+
+/* ---- ivtk_relay.c ----------------------------------------------------- */
+
+void ivtk_relay_bind(struct ivtk_dev *d);
+void ivtk_relay_unbind(struct ivtk_dev *d);
+int ivtk_relay_post(struct ivtk_dev *d, u64 seq, u64 arg);
+void ivtk_relay_cancel(void);
+long ivtk_relay_ioctl(const void *file, unsigned int gen, unsigned int cmd,
+		      unsigned long arg);
+void ivtk_relay_release(const void *file);
+void ivtk_relay_spawn(struct ivtk_dev *d, const char *path);
 
 /* ---- ivtk_hypercall.c: hypercall channel and vmsync (KVM only) -------- */
 

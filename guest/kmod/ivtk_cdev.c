@@ -12,6 +12,8 @@
  * user channels it left ACTIVE are retired: a thread that died without
  * ivt_thread_release() does not leak its channel.
  *
+ * ioctl() serves the ftrace relay (include/ivtrace_ioctl.h, ivtk_relay.c).
+ *
  * Opening needs CAP_SYS_ADMIN unless the administrator sets dev_access=file:
  * then the node's own permissions decide, as a udev rule sets them (the
  * guest package's rule gives group ivtrace 0660). Whoever may open it may
@@ -81,6 +83,7 @@ static int ivtk_release(struct inode *inode, struct file *file)
 	struct ivtk_dev *d;
 	bool last = true;
 
+	ivtk_relay_release(f);
 	mutex_lock(&ivtk_files_lock);
 	list_del(&f->node);
 	list_for_each_entry(o, &ivtk_files, node)
@@ -110,11 +113,20 @@ static int ivtk_mmap(struct file *file, struct vm_area_struct *vma)
 	return ret;
 }
 
+static long ivtk_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct ivtk_file *f = file->private_data;
+
+	return ivtk_relay_ioctl(f, f->gen, cmd, arg);
+}
+
 static const struct file_operations ivtk_fops = {
 	.owner = THIS_MODULE,
 	.open = ivtk_open,
 	.release = ivtk_release,
 	.mmap = ivtk_mmap,
+	.unlocked_ioctl = ivtk_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
 	.llseek = noop_llseek,
 };
 

@@ -62,6 +62,27 @@ void ivtk_ring_host(struct ivt_writer *w)
 }
 
 /*
+ * Ring the host's doorbell for a packet the ftrace relay closed while the
+ * host slept (IVTRACE_IOC_DOORBELL). Process context; no event is written:
+ * the relay's channels are not this CPU's kernel channel.
+ */
+void ivtk_ring_doorbell(struct ivtk_dev *d)
+{
+	struct ivt_region_hdr *hdr = ivtk_hdr(d);
+	u32 peer, vec;
+
+	if (!d->doorbell)
+		return;
+	peer = READ_ONCE(hdr->host_peer_id);
+	vec = READ_ONCE(hdr->host_vector);
+	ivtk_fetch_add64(&hdr->doorbells, 1);
+	/* writel orders the relay's packet stores (made before its ioctl)
+	 * before the MMIO write.
+	 */
+	writel((peer << 16) | (vec & 0xffff), d->regs + IVSHMEM_REG_DOORBELL);
+}
+
+/*
  * Answer the clock sync mailbox if the host posted a new request:
  * t2 when the request is seen, t3 just before the answer is published.
  * From the MSI-X handler (lowest latency) and from the control work.
@@ -86,7 +107,7 @@ static void ivtk_sync_answer(struct ivtk_dev *d)
 	raw_spin_unlock_irqrestore(&d->sync_lock, flags);
 }
 
-static int ivtk_ctl_exec(struct ivtk_dev *d, u32 cmd, u64 arg)
+static int ivtk_ctl_exec(struct ivtk_dev *d, u64 seq, u32 cmd, u64 arg)
 {
 	switch (cmd) {
 	case IVT_CMD_NONE:
@@ -114,6 +135,9 @@ static int ivtk_ctl_exec(struct ivtk_dev *d, u32 cmd, u64 arg)
 	case IVT_CMD_STATEDUMP:
 		ivtk_statedump(d);
 		return 0;
+	case IVT_CMD_FTRACE:
+		/* The relay answers (ivtk_relay.c), or the check refuses it. */
+		return ivtk_relay_post(d, seq, arg);
 	default:
 		return -EINVAL;
 	}
@@ -136,9 +160,13 @@ static void ivtk_ctl_poll(struct ivtk_dev *d)
 	d->ctl_seq = seq;
 	cmd = READ_ONCE(c->cmd);
 	arg = READ_ONCE(c->arg);
-	ret = ivtk_ctl_exec(d, cmd, arg);
+	/* The host moved on: an ftrace request still unanswered is void. */
+	ivtk_relay_cancel();
+	ret = ivtk_ctl_exec(d, seq, cmd, arg);
 	dev_dbg(&d->pdev->dev, "control #%llu: cmd %u arg 0x%llx -> %d\n",
 		seq, cmd, arg, ret);
+	if (ret == -EINPROGRESS)
+		return;
 	WRITE_ONCE(c->ack_status, ret);
 	WRITE_ONCE(c->groups_enabled, READ_ONCE(ivtk_groups));
 	/* Pairs with the host's load-acquire of ack_seq. */

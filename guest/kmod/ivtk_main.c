@@ -54,6 +54,14 @@ static char *events = "sched,irq,timer,kmem,printk";
 module_param(events, charp, 0444);
 MODULE_PARM_DESC(events, "event groups at load: sched,irq,timer,kmem,syscall,printk, all or none (default: all but syscall)");
 
+static bool ftrace;
+module_param(ftrace, bool, 0444);
+MODULE_PARM_DESC(ftrace, "relay the guest's ftrace ring buffer to the host: one more channel per CPU, IVT_CMD_FTRACE (default 0)");
+
+static char *ftrace_relay = "/usr/local/bin/ivtrace-ftrace";
+module_param(ftrace_relay, charp, 0444);
+MODULE_PARM_DESC(ftrace_relay, "the relay program the module starts when ftrace=1 (empty: start it yourself)");
+
 static char *printk_source = "console";
 module_param(printk_source, charp, 0444);
 MODULE_PARM_DESC(printk_source, "console (a console: records at the console log level, with their time prefix, the default) or tracepoint (every record, as lttng-modules)");
@@ -95,6 +103,7 @@ static void ivtk_stop(struct ivtk_dev *d)
 	/* Stop the flush timers, close every online CPU's packet. */
 	ivtk_cpus_stop(d);
 	ivtk_region_close(d);
+	ivtk_relay_unbind(d);
 	WRITE_ONCE(ivtk_dev, NULL);
 }
 
@@ -108,6 +117,7 @@ static int ivtk_start(struct ivtk_dev *d)
 		return ret;
 	d->gen = ++ivtk_gen;
 	WRITE_ONCE(ivtk_dev, d);
+	ivtk_relay_bind(d);
 	/* Publish the bound writers: pairs with ivtk_reserve()'s acquire. */
 	smp_store_release(&ivtk_live, true);
 	ret = ivtk_cpus_start(d);
@@ -222,6 +232,7 @@ static int ivtk_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	d->mode = ivtk_mode;
 	d->flush_ms = flush_ms;
 	d->groups = ivtk_groups_at_load;
+	d->nr_ftrace = ftrace ? nr_cpu_ids : 0;
 	d->doorbell = pdev->msix_cap != 0;
 	ivtk_ctl_init(d);
 	ret = ivtk_map(d);
@@ -255,15 +266,16 @@ static int ivtk_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		return ret;
 	}
 	pci_set_drvdata(pdev, d);
-	dev_info(&pdev->dev, "%s: %llu KiB region at %pa (%s), %u kernel + %u user channels x %u x %u KiB, %s, groups 0x%x, ivposition %u%s\n",
+	dev_info(&pdev->dev, "%s: %llu KiB region at %pa (%s), %u kernel + %u ftrace + %u user channels x %u x %u KiB, %s, groups 0x%x, ivposition %u%s\n",
 		 d->doorbell ? "ivshmem-doorbell" : "ivshmem-plain",
 		 d->shm_len >> 10, &d->shm_phys, ivtk_cache_mode(d->shm),
-		 d->layout.nr_kernel_channels,
-		 d->layout.nr_channels - d->layout.nr_kernel_channels,
+		 d->layout.nr_kernel_channels, d->nr_ftrace,
+		 d->layout.nr_channels - d->layout.nr_kernel_channels - d->nr_ftrace,
 		 d->layout.nr_subbufs, d->layout.subbuf_size >> 10,
 		 ivtk_mode_name(d->mode), READ_ONCE(ivtk_groups),
 		 readl(d->regs + IVSHMEM_REG_IVPOSITION),
 		 d->irq >= 0 ? ", MSI-X" : "");
+	ivtk_relay_spawn(d, ftrace_relay);
 	return 0;
 }
 
@@ -309,9 +321,15 @@ static int __init ivtk_check_params(void)
 		       nr_subbufs, IVT_SUBBUFS_MIN, IVT_SUBBUFS_MAX);
 		return -EINVAL;
 	}
-	if (user_channels > IVT_CHANNELS_MAX - nr_cpu_ids) {
-		pr_err("ivtrace: user_channels=%u: at most %u with %u CPUs\n",
-		       user_channels, IVT_CHANNELS_MAX - nr_cpu_ids, nr_cpu_ids);
+	if (user_channels > IVT_CHANNELS_MAX - nr_cpu_ids * (1 + ftrace)) {
+		pr_err("ivtrace: user_channels=%u: at most %u with %u CPUs%s\n",
+		       user_channels, IVT_CHANNELS_MAX - nr_cpu_ids * (1 + ftrace),
+		       nr_cpu_ids, ftrace ? " and the ftrace relay" : "");
+		return -EINVAL;
+	}
+	if (ftrace && subbuf_size < IVTK_FTRACE_SUBBUF_MIN) {
+		pr_err("ivtrace: subbuf_size=%u: the ftrace relay needs %u or more (a packet holds whole ftrace pages)\n",
+		       subbuf_size, IVTK_FTRACE_SUBBUF_MIN);
 		return -EINVAL;
 	}
 	if (!strcmp(mode, "discard")) {

@@ -20,6 +20,7 @@
 
 #include "ivtk.h"
 #include <ivtrace/format.h>
+#include <ivtrace/ftrace.h>
 
 /* Fetch-and-add on a word other writers (user space, other CPUs) share. */
 u32 ivtk_fetch_add32(u32 *p, u32 v)
@@ -47,19 +48,21 @@ struct ivt_channel *ivtk_channel(struct ivtk_dev *d, u32 chan)
 }
 
 /*
- * Plan the layout: nr_cpu_ids kernel channels (every possible CPU) plus
- * user_channels, subbuf_size bytes per sub-buffer, and nr_subbufs per
- * channel, or as many as fill the BAR (a power of two) when it is 0.
+ * Plan the layout: nr_cpu_ids kernel channels (every possible CPU), as many
+ * ftrace relay channels if the relay is on, then user_channels;
+ * subbuf_size bytes per sub-buffer, and nr_subbufs per channel, or as many
+ * as fill the BAR (a power of two) when it is 0.
  */
 static int ivtk_plan(struct ivtk_dev *d)
 {
 	struct device *dev = &d->pdev->dev;
 	struct ivt_geometry g = {
 		.nr_kernel_channels = nr_cpu_ids,
-		.nr_channels = nr_cpu_ids + d->user_channels,
+		.nr_ftrace_channels = d->nr_ftrace,
+		.nr_channels = nr_cpu_ids + d->nr_ftrace + d->user_channels,
 		.nr_subbufs = d->nr_subbufs ?: IVT_SUBBUFS_MIN,
 		.subbuf_size = d->subbuf_size,
-		.meta_size = IVTK_META_SIZE,
+		.meta_size = d->nr_ftrace ? IVTK_META_SIZE_FTRACE : IVTK_META_SIZE,
 	};
 	u64 need, per_subbuf, n;
 
@@ -104,37 +107,50 @@ static void ivtk_clock(struct ivt_clock *c)
 }
 
 /*
- * Write one metadata record (docs/abi.md "Metadata area"): reserve room
- * with a fetch-add on meta_tail (user space appends too), fill it, then
- * store-release `commit`.
+ * Room for a metadata record of @len bytes (docs/abi.md "Metadata area"):
+ * a fetch-add on meta_tail (user space appends too). NULL when the area
+ * is full or another writer misaligned the tail (@what says which record
+ * is lost, in the warning).
  */
-int ivtk_meta_publish(struct ivtk_dev *d, u32 id, u32 group, const char *name,
-		      const struct ivtrace_field *f, unsigned int nr)
+static void *ivtk_meta_reserve(struct ivtk_dev *d, u32 len, const char *what)
 {
 	struct ivt_region_hdr *hdr = d->shm;
+	u32 off;
+
+	off = ivtk_fetch_add32(&hdr->meta_tail, len);
+	if ((u64)off + len > d->layout.meta_size) {
+		dev_warn(&d->pdev->dev, "metadata area full (%u bytes): %s not described\n",
+			 d->layout.meta_size, what);
+		return NULL;
+	}
+	if (off & 7) {
+		dev_warn(&d->pdev->dev, "meta_tail %u misaligned by another writer: %s not described\n",
+			 off, what);
+		return NULL;
+	}
+	return d->shm + d->layout.meta_off + off;
+}
+
+static int ivtk_meta_publish_stream(struct ivtk_dev *d, u32 stream, u32 id,
+				    u32 group, const char *name,
+				    const struct ivtrace_field *f,
+				    unsigned int nr)
+{
 	u32 len = ivt_meta_rec_size(nr);
 	struct ivt_meta_rec *rec;
 	unsigned int i;
-	u32 off;
 
-	ivtk_fetch_add32(&hdr->next_event_id[IVT_STREAM_KERNEL], 1);
-	off = ivtk_fetch_add32(&hdr->meta_tail, len);
-	if ((u64)off + len > d->layout.meta_size) {
-		dev_warn(&d->pdev->dev, "metadata area full (%u bytes): event %s (id %u) not described\n",
-			 d->layout.meta_size, name, id);
+	/* The ftrace stream's ids are fixed (ivtrace/ftrace.h): no counter. */
+	if (stream == IVT_STREAM_KERNEL)
+		ivtk_fetch_add32(&((struct ivt_region_hdr *)d->shm)->next_event_id[stream], 1);
+	rec = ivtk_meta_reserve(d, len, name);
+	if (!rec)
 		return -ENOSPC;
-	}
-	if (off & 7) {
-		dev_warn(&d->pdev->dev, "meta_tail %u misaligned by another writer: event %s (id %u) not described\n",
-			 off, name, id);
-		return -EPROTO;
-	}
-	rec = d->shm + d->layout.meta_off + off;
 	WRITE_ONCE(rec->len, len);
 	rec->kind = IVT_META_EVENT;
 	rec->nr_fields = nr;
 	rec->event_id = id;
-	rec->stream = IVT_STREAM_KERNEL;
+	rec->stream = stream;
 	rec->group = group;
 	strscpy_pad(rec->name, name, sizeof(rec->name));
 	for (i = 0; i < nr; i++) {
@@ -149,6 +165,67 @@ int ivtk_meta_publish(struct ivtk_dev *d, u32 id, u32 group, const char *name,
 	/* Publish the record: pairs with the host's load-acquire of commit. */
 	ivt_store_release(&rec->commit, IVT_META_COMMIT);
 	return 0;
+}
+
+/* One event description of the kernel stream (kernel table, kernel API). */
+int ivtk_meta_publish(struct ivtk_dev *d, u32 id, u32 group, const char *name,
+		      const struct ivtrace_field *f, unsigned int nr)
+{
+	return ivtk_meta_publish_stream(d, IVT_STREAM_KERNEL, id, group, name,
+					f, nr);
+}
+
+/*
+ * One ftrace description file for the host's decoder (struct
+ * ivt_ftrace_rec): the relay's text as it read it, bounded by the caller.
+ */
+int ivtk_meta_publish_ftrace(struct ivtk_dev *d, u32 what, const char *system,
+			     const char *text, u32 len)
+{
+	struct ivt_ftrace_rec *rec;
+	u32 size = ivt_ftrace_rec_size(len);
+
+	rec = ivtk_meta_reserve(d, size, "an ftrace format");
+	if (!rec)
+		return -ENOSPC;
+	WRITE_ONCE(rec->len, size);
+	rec->kind = IVT_META_FTRACE;
+	rec->what = what;
+	rec->text_len = len;
+	strscpy_pad(rec->system, system, sizeof(rec->system));
+	memcpy(rec->text, text, len);
+	/* Publish the record: pairs with the host's load-acquire of commit. */
+	ivt_store_release(&rec->commit, IVT_META_COMMIT);
+	return 0;
+}
+
+/* The ftrace stream's two events (ivtrace/ftrace.h), fixed ids. */
+static int ivtk_publish_ftrace_events(struct ivtk_dev *d)
+{
+	static const struct ivtrace_field page[] = {
+		{ .name = "page", .type = IVT_FT_BYTES },
+	};
+	static const char *const stat_names[IVT_FTRACE_STAT_COUNT] = {
+		"entries", "overrun", "commit_overrun", "dropped", "read",
+		"bytes", "clock_reset", "pages",
+	};
+	struct ivtrace_field stats[IVT_FTRACE_STAT_COUNT] = { };
+	unsigned int i;
+	int ret;
+
+	if (!d->nr_ftrace)
+		return 0;
+	for (i = 0; i < IVT_FTRACE_STAT_COUNT; i++) {
+		stats[i].name = stat_names[i];
+		stats[i].type = IVT_FT_U64;
+	}
+	ret = ivtk_meta_publish_stream(d, IVT_STREAM_FTRACE, IVT_FTRACE_EV_PAGE,
+				       0, "ftrace_page", page, ARRAY_SIZE(page));
+	if (ret)
+		return ret;
+	return ivtk_meta_publish_stream(d, IVT_STREAM_FTRACE,
+					IVT_FTRACE_EV_STATS, 0, "ftrace_stats",
+					stats, IVT_FTRACE_STAT_COUNT);
 }
 
 static int ivtk_publish_kernel_events(struct ivtk_dev *d)
@@ -191,6 +268,9 @@ int ivtk_region_setup(struct ivtk_dev *d)
 	a.features = IVT_FEAT_KERNEL | IVT_FEAT_CONTROL | IVT_FEAT_SYNC;
 	if (d->doorbell)
 		a.features |= IVT_FEAT_DOORBELL;
+	if (d->nr_ftrace)
+		a.features |= IVT_FEAT_FTRACE;
+	a.nr_ftrace_channels = d->nr_ftrace;
 	uuid_gen(&uuid);	/* get_random_bytes(), version 4 */
 	memcpy(a.uuid, uuid.b, sizeof(a.uuid));
 	ivtk_clock(&a.clock);
@@ -204,6 +284,8 @@ int ivtk_region_setup(struct ivtk_dev *d)
 
 	ivtk_writers_init(d);
 	ret = ivtk_publish_kernel_events(d);
+	if (!ret)
+		ret = ivtk_publish_ftrace_events(d);
 	if (ret) {
 		ivtk_region_close(d);
 		return ret;
@@ -257,7 +339,9 @@ void ivtk_retire_user_channels(struct ivtk_dev *d, pid_t tgid)
 	struct ivt_writer tmp;
 	u32 c;
 
-	for (c = d->layout.nr_kernel_channels; c < d->layout.nr_channels; c++) {
+	/* The ftrace channels are the relay's for the region's lifetime. */
+	for (c = d->layout.nr_kernel_channels + d->nr_ftrace;
+	     c < d->layout.nr_channels; c++) {
 		struct ivt_channel *ch = ivtk_channel(d, c);
 		pid_t owner = (pid_t)READ_ONCE(ch->owner_pid);
 

@@ -7,6 +7,10 @@
 //       picks for `domain = "kernel"`), indexes it, runs KernelAnalysisModule (the analysis
 //       behind the Control Flow and Resources views) and reports its state system: thread
 //       names, per-CPU states, IRQs, softirqs and system calls.
+//   java -cp CLASSPATH TcReport disks TRACE_DIR
+//       opens TRACE_DIR as an LTTng kernel trace, runs InputOutputAnalysisModule (the analysis
+//       behind the Disk I/O views) and reports, per disk, its name, the sectors read and
+//       written and the requests that went through its driver queue.
 //   java -cp CLASSPATH TcReport experiment TRACE_DIR...
 //       opens the traces as one experiment (TmfExperiment, what "Open as experiment" builds)
 //       and reports each trace's time range and the experiment's.
@@ -31,6 +35,8 @@ import com.google.gson.GsonBuilder;
 
 import org.eclipse.core.runtime.IStatus;
 import org.eclipse.tracecompass.analysis.os.linux.core.kernel.KernelAnalysisModule;
+import org.eclipse.tracecompass.internal.analysis.os.linux.core.inputoutput.InputOutputAnalysisModule;
+import org.eclipse.tracecompass.tmf.core.statesystem.TmfStateSystemAnalysisModule;
 import org.eclipse.tracecompass.lttng2.kernel.core.trace.LttngKernelTrace;
 import org.eclipse.tracecompass.statesystem.core.ITmfStateSystem;
 import org.eclipse.tracecompass.statesystem.core.interval.ITmfStateInterval;
@@ -51,8 +57,8 @@ public final class TcReport {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length < 2 || !(args[0].equals("kernel") || args[0].equals("experiment"))) {
-            System.err.println("usage: TcReport kernel TRACE_DIR | experiment TRACE_DIR...");
+        if (args.length < 2 || !List.of("kernel", "disks", "experiment").contains(args[0])) {
+            System.err.println("usage: TcReport kernel TRACE_DIR | disks TRACE_DIR | experiment TRACE_DIR...");
             System.exit(2);
         }
         // Eclipse's runtime prints notices on stdout ("Product-specified preferences called
@@ -62,6 +68,7 @@ public final class TcReport {
         Map<String, Object> report;
         try {
             report = args[0].equals("kernel") ? kernel(args[1])
+                    : args[0].equals("disks") ? disks(args[1])
                     : experiment(List.of(args).subList(1, args.length));
         } catch (Refused e) {
             System.err.println("TcReport: " + e.getMessage());
@@ -155,24 +162,32 @@ public final class TcReport {
     }
 
     private static ITmfStateSystem runKernelAnalysis(ITmfTrace trace) throws Refused {
-        KernelAnalysisModule module = new KernelAnalysisModule();
+        return runAnalysis(new KernelAnalysisModule(), trace);
+    }
+
+    /** Runs a state-system analysis on `trace` and returns its complete state system. */
+    private static ITmfStateSystem runAnalysis(TmfStateSystemAnalysisModule module, ITmfTrace trace)
+            throws Refused {
+        String name = module.getClass().getSimpleName();
         try {
             if (!module.setTrace(trace)) {
-                throw new Refused("KernelAnalysisModule does not apply to " + trace.getPath());
+                throw new Refused(name + " does not apply to " + trace.getPath());
             }
+        } catch (Refused e) {
+            throw e;
         } catch (Exception e) {
-            throw new Refused("KernelAnalysisModule.setTrace failed: " + e);
+            throw new Refused(name + ".setTrace failed: " + e);
         }
         IStatus scheduled = module.schedule();
         if (!scheduled.isOK()) {
-            throw new Refused("KernelAnalysisModule did not start: " + scheduled.getMessage());
+            throw new Refused(name + " did not start: " + scheduled.getMessage());
         }
         if (!module.waitForCompletion()) {
-            throw new Refused("KernelAnalysisModule failed on " + trace.getPath());
+            throw new Refused(name + " failed on " + trace.getPath());
         }
         ITmfStateSystem ss = module.getStateSystem();
         if (ss == null) {
-            throw new Refused("KernelAnalysisModule built no state system");
+            throw new Refused(name + " built no state system");
         }
         ss.waitUntilBuilt();
         return ss;
@@ -266,6 +281,55 @@ public final class TcReport {
             }
         }
         return out;
+    }
+
+    // ------------------------------------------------------------------------ disks
+
+    private static Map<String, Object> disks(String dir) throws Refused {
+        LttngKernelTrace trace = openKernel(dir);
+        trace.indexTrace(true);
+        ITmfStateSystem ss = runAnalysis(new InputOutputAnalysisModule(), trace);
+        Map<String, Object> out = new TreeMap<>();
+        out.put("trace", range(trace));
+        List<Map<String, Object>> disks = new ArrayList<>();
+        for (int disk : ss.getQuarks("Disks", "*")) {
+            disks.add(disk(ss, disk));
+        }
+        out.put("disks", disks);
+        trace.dispose();
+        return out;
+    }
+
+    /** One disk: its device number and name, sectors read and written at the end, and the
+     * requests of its driver queue (intervals of a slot's Current_request with a value). */
+    private static Map<String, Object> disk(ITmfStateSystem ss, int disk) throws Refused {
+        Map<String, Object> d = new TreeMap<>();
+        d.put("dev", ss.getAttributeName(disk));
+        Object name = null;
+        for (ITmfStateInterval i : intervals(ss, List.of(disk))) {
+            if (i.getValue() != null) {
+                name = i.getValue();
+            }
+        }
+        d.put("name", name);
+        for (String counter : List.of("sectors_read", "sectors_written")) {
+            Object last = 0;
+            for (ITmfStateInterval i : intervals(ss, ss.getQuarks(disk, counter))) {
+                if (i.getValue() != null) {
+                    last = i.getValue();
+                }
+            }
+            d.put(counter, last);
+        }
+        long requests = 0;
+        for (ITmfStateInterval i : intervals(ss, ss.getQuarks(disk, "Driver_queue", "*",
+                "Current_request"))) {
+            if (i.getValue() != null) {
+                requests++;
+            }
+        }
+        d.put("driver_requests", requests);
+        return d;
     }
 
     // ------------------------------------------------------------------------ experiment

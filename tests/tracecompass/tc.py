@@ -1,8 +1,8 @@
 """Trace Compass, headless, as a reader of ivtrace's traces; and the recordings it reads.
 
 - `TraceCompass`: Trace Compass 6.2's core jars (scripts/install-tracecompass) plus our own
-  driver, TcReport.java, compiled here with javac; `.kernel(dir)` and `.experiment(dirs)`
-  return what Trace Compass computed (TcReport.java says what is in them).
+  driver, TcReport.java, compiled here with javac; `.kernel(dir)`, `.disks(dir)` and
+  `.experiment(dirs)` return what Trace Compass computed (TcReport.java says what is in them).
 - `record_demo` and `record_serve`: a real guest (QEMU, the Debian kernel, ivtrace.ko) running
   the demo workload (vm/guest/workload/demo.sh) recorded by `ivtrace record`, as `make demo`
   does, or by `ivtrace serve` (guest and host traces of one recording).
@@ -66,6 +66,9 @@ class TraceCompass:
 
     def kernel(self, trace_dir):
         return self.run("kernel", [trace_dir])
+
+    def disks(self, trace_dir):
+        return self.run("disks", [trace_dir])
 
     def experiment(self, trace_dirs):
         return self.run("experiment", trace_dirs)

@@ -45,7 +45,8 @@
  * formatter: a reader that sees it sees a fully formatted region. */
 #define IVT_MAGIC		0x3145434152545649ULL
 #define IVT_ABI_MAJOR		1	/* incompatible layout changes */
-#define IVT_ABI_MINOR		1	/* compatible additions (1: the thread name table) */
+#define IVT_ABI_MINOR		2	/* compatible additions (1: the thread name table,
+					 * 2: the ftrace relay) */
 
 #define IVT_PAGE_SIZE		4096u
 #define IVT_CACHELINE		64u
@@ -63,6 +64,7 @@
 #define IVT_FEAT_DOORBELL	(1ULL << 2)	/* writers ring the host when host_sleeping is set */
 #define IVT_FEAT_CONTROL	(1ULL << 3)	/* writer obeys ivt_control commands */
 #define IVT_FEAT_SYNC		(1ULL << 4)	/* writer answers the clock sync mailbox */
+#define IVT_FEAT_FTRACE		(1ULL << 5)	/* ftrace relay channels and IVT_CMD_FTRACE (1.2) */
 
 /* Region state (ivt_region_hdr.state). */
 #define IVT_STATE_FORMATTING	0u	/* zero-filled or being (re)formatted */
@@ -81,7 +83,11 @@
 /* Stream classes: a channel belongs to exactly one. */
 #define IVT_STREAM_KERNEL	0u	/* per-CPU channels of the guest kernel */
 #define IVT_STREAM_USER		1u	/* per-thread channels of user programs */
-#define IVT_STREAM_COUNT	2u
+#define IVT_STREAM_COUNT	2u	/* stream classes with an event id counter (next_event_id) */
+#define IVT_STREAM_FTRACE	2u	/* per-CPU channels of the ftrace relay: whole
+					 * ftrace ring-buffer pages (ivtrace/ftrace.h);
+					 * fixed event ids, no counter (1.2) */
+#define IVT_STREAM_CLASSES	3u	/* stream classes in all */
 
 /* Clock sources (ivt_clock.source). */
 #define IVT_CLOCK_TSC		1u	/* x86 rdtsc, freq_hz ticks per second */
@@ -144,6 +150,9 @@ struct ivt_sync {
 #define IVT_CMD_SET_MODE	4u	/* arg: IVT_MODE_* for every channel */
 #define IVT_CMD_SYNC		5u	/* answer the sync mailbox */
 #define IVT_CMD_STATEDUMP	6u	/* re-emit thread names and irq names */
+#define IVT_CMD_FTRACE		7u	/* arg: bytes of the request in ctl_text.req:
+					 * one tracefs operation for the ftrace relay
+					 * (ivtrace/ftrace.h); the answer in ctl_text.resp (1.2) */
 
 /*
  * Hypercall numbers (KVM guests only; docs/kvm.md "The hypercall channel").
@@ -172,6 +181,24 @@ struct ivt_control {
 	uint8_t  pad1[IVT_CACHELINE - 16];
 };
 
+/*
+ * The text of an IVT_CMD_FTRACE command and of its answer (1.2). The host
+ * writes req (arg bytes of it, no NUL needed) before its store-release of
+ * cmd_seq; the writer writes resp_len, resp_flags and resp before its
+ * store-release of ack_seq. Both sides bound every length by the arrays.
+ */
+#define IVT_CTL_REQ_MAX		1024u
+#define IVT_CTL_RESP_MAX	2048u
+#define IVT_CTL_RESP_MORE	(1u << 0)	/* a read: the file goes on past this chunk */
+
+struct ivt_ctl_text {
+	char     req[IVT_CTL_REQ_MAX];	/* host writes */
+	uint32_t resp_len;		/* writer: bytes of resp that are the answer */
+	uint32_t resp_flags;		/* writer: IVT_CTL_RESP_* */
+	uint8_t  pad0[IVT_CACHELINE - 8];
+	char     resp[IVT_CTL_RESP_MAX];	/* writer writes */
+};
+
 struct ivt_region_hdr {
 	/* Line 0: identity. Written by the formatter, magic last. */
 	uint64_t magic;			/* IVT_MAGIC, store-release by the formatter */
@@ -187,7 +214,9 @@ struct ivt_region_hdr {
 
 	/* Lines 1-2: layout and clock. Written once by the formatter. */
 	struct ivt_layout layout;	/* 48 bytes */
-	uint8_t  pad1[16];
+	uint32_t nr_ftrace_channels;	/* channels [nr_kernel_channels, + this) are the
+					 * ftrace relay's, stream IVT_STREAM_FTRACE (1.2) */
+	uint8_t  pad1[12];
 	struct ivt_clock clock;		/* 32 bytes */
 	uint8_t  pad2[32];
 
@@ -211,7 +240,11 @@ struct ivt_region_hdr {
 	struct ivt_control control;	/* 128 bytes */
 	struct ivt_sync sync;		/* 128 bytes */
 
-	uint8_t  reserved[IVT_PAGE_SIZE - 9 * IVT_CACHELINE];
+	/* Lines 9-57: the text of IVT_CMD_FTRACE (1.2). */
+	struct ivt_ctl_text ctl_text;	/* 3136 bytes */
+
+	uint8_t  reserved[IVT_PAGE_SIZE - 9 * IVT_CACHELINE -
+			  sizeof(struct ivt_ctl_text)];
 };
 
 /* ------------------------------------------------------------------ */
@@ -426,6 +459,40 @@ struct ivt_names_rec {
 };
 
 /* ------------------------------------------------------------------ */
+/* ftrace formats                                                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A record of kind IVT_META_FTRACE (1.2): one tracefs description file of
+ * the guest, as its text, so the host decodes the relayed ftrace pages
+ * with the guest's own formats (docs/ftrace.md). `what` says which file:
+ * events/header_page, or events/<system>/<event>/format (the event's name
+ * and id are in the text). The relay publishes header_page once and each
+ * event's format before that event can appear in a page it relays (once
+ * per event id). It starts like every record, so older readers skip it.
+ */
+#define IVT_META_FTRACE		3u
+#define IVT_FTRACE_HEADER_PAGE	1u	/* events/header_page */
+#define IVT_FTRACE_FORMAT	2u	/* events/<system>/<event>/format */
+#define IVT_FTRACE_TEXT_MAX	16384u	/* bytes of one file's text */
+#define IVT_FTRACE_SYSTEM_MAX	32u	/* system name, NUL-padded */
+
+struct ivt_ftrace_rec {
+	uint32_t len;			/* bytes of the record, multiple of 8 */
+	uint32_t commit;		/* IVT_META_COMMIT once complete (release) */
+	uint16_t kind;			/* IVT_META_FTRACE */
+	uint16_t what;			/* IVT_FTRACE_HEADER_PAGE or IVT_FTRACE_FORMAT */
+	uint32_t text_len;		/* bytes of text, <= IVT_FTRACE_TEXT_MAX */
+	char     system[IVT_FTRACE_SYSTEM_MAX];	/* the event's directory under events/ */
+	char     text[];		/* the file as tracefs gives it (no NUL) */
+};
+
+static inline uint32_t ivt_ftrace_rec_size(uint32_t text_len)
+{
+	return ((uint32_t)sizeof(struct ivt_ftrace_rec) + text_len + 7u) & ~7u;
+}
+
+/* ------------------------------------------------------------------ */
 /* Pinned offsets: any change here is an ABI change.                   */
 /* ------------------------------------------------------------------ */
 
@@ -466,6 +533,21 @@ IVT_ASSERT_OFF(ivt_region_hdr, host_heartbeat, 264);
 IVT_ASSERT_OFF(ivt_region_hdr, flush_interval_ms, 272);
 IVT_ASSERT_OFF(ivt_region_hdr, control, 320);
 IVT_ASSERT_OFF(ivt_region_hdr, sync, 448);
+IVT_ASSERT_OFF(ivt_region_hdr, nr_ftrace_channels, 112);
+IVT_ASSERT_OFF(ivt_region_hdr, ctl_text, 576);
+IVT_ASSERT_SIZE(ivt_ctl_text, 3136);
+IVT_ASSERT_OFF(ivt_ctl_text, req, 0);
+IVT_ASSERT_OFF(ivt_ctl_text, resp_len, 1024);
+IVT_ASSERT_OFF(ivt_ctl_text, resp_flags, 1028);
+IVT_ASSERT_OFF(ivt_ctl_text, resp, 1088);
+IVT_ASSERT_SIZE(ivt_ftrace_rec, 48);
+IVT_ASSERT_OFF(ivt_ftrace_rec, len, 0);
+IVT_ASSERT_OFF(ivt_ftrace_rec, commit, 4);
+IVT_ASSERT_OFF(ivt_ftrace_rec, kind, 8);
+IVT_ASSERT_OFF(ivt_ftrace_rec, what, 10);
+IVT_ASSERT_OFF(ivt_ftrace_rec, text_len, 12);
+IVT_ASSERT_OFF(ivt_ftrace_rec, system, 16);
+IVT_ASSERT_OFF(ivt_ftrace_rec, text, 48);
 IVT_ASSERT_OFF(ivt_layout, channels_off, 0);
 IVT_ASSERT_OFF(ivt_layout, meta_off, 8);
 IVT_ASSERT_OFF(ivt_layout, pool_off, 16);

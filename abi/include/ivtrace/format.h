@@ -13,8 +13,9 @@
 #include "barrier.h"
 
 struct ivt_geometry {
-	uint32_t nr_channels;		/* total, kernel + user */
+	uint32_t nr_channels;		/* total: kernel + ftrace + user */
 	uint32_t nr_kernel_channels;	/* per-CPU kernel channels, first in the table */
+	uint32_t nr_ftrace_channels;	/* per-CPU ftrace relay channels, next (ABI 1.2) */
 	uint32_t nr_subbufs;		/* per channel, power of two */
 	uint32_t subbuf_size;		/* bytes, power of two */
 	uint32_t meta_size;		/* bytes of the metadata area */
@@ -41,6 +42,7 @@ static inline uint64_t ivt_layout_plan(struct ivt_layout *l,
 
 	if (g->nr_channels == 0 || g->nr_channels > IVT_CHANNELS_MAX ||
 	    g->nr_kernel_channels > g->nr_channels ||
+	    g->nr_ftrace_channels > g->nr_channels - g->nr_kernel_channels ||
 	    !__ivt_pow2(g->nr_subbufs) || g->nr_subbufs < IVT_SUBBUFS_MIN ||
 	    g->nr_subbufs > IVT_SUBBUFS_MAX ||
 	    !__ivt_pow2(g->subbuf_size) || g->subbuf_size < IVT_SUBBUF_MIN ||
@@ -82,6 +84,7 @@ struct ivt_format_args {
 	struct ivt_clock clock;
 	uint32_t mode;			/* IVT_MODE_* for every channel */
 	uint32_t owner_pid;
+	uint32_t nr_ftrace_channels;	/* after the kernel channels (ABI 1.2) */
 };
 
 /*
@@ -118,17 +121,29 @@ static inline void ivt_region_format(void *region,
 	hdr->default_mode = a->mode;
 	hdr->owner_pid = a->owner_pid;
 	hdr->layout = *l;
+	hdr->nr_ftrace_channels = a->nr_ftrace_channels;
 	hdr->clock = a->clock;
 
 	for (i = 0; i < l->nr_channels; i++) {
 		struct ivt_channel *ch = (struct ivt_channel *)
 			(base + l->channels_off + (uint64_t)i * sizeof(*ch));
-		int kernel = i < l->nr_kernel_channels;
+		uint32_t ftrace = i - l->nr_kernel_channels;
 
 		ch->mode = a->mode;
-		ch->stream = kernel ? IVT_STREAM_KERNEL : IVT_STREAM_USER;
-		ch->cpu = kernel ? i : 0xFFFFFFFFu;
-		ch->state = kernel ? IVT_CHAN_ACTIVE : IVT_CHAN_FREE;
+		if (i < l->nr_kernel_channels) {
+			ch->stream = IVT_STREAM_KERNEL;
+			ch->cpu = i;
+		} else if (ftrace < a->nr_ftrace_channels) {
+			/* Owned by the relay from the start: never claimed
+			 * by a user-space writer, never retired. */
+			ch->stream = IVT_STREAM_FTRACE;
+			ch->cpu = ftrace;
+		} else {
+			ch->stream = IVT_STREAM_USER;
+			ch->cpu = 0xFFFFFFFFu;
+		}
+		ch->state = ch->stream == IVT_STREAM_USER ? IVT_CHAN_FREE :
+			    IVT_CHAN_ACTIVE;
 	}
 	hdr->state = IVT_STATE_LIVE;
 

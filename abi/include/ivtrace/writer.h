@@ -149,8 +149,9 @@ static inline void ivt_writer_init(struct ivt_writer *w, void *region,
 	w->subbuf_size = l->subbuf_size;
 	w->subbuf_shift = __ivt_log2(l->subbuf_size);
 	w->nr_subbufs = l->nr_subbufs;
-	w->stream = ivt_read_once(w->ch->stream) == IVT_STREAM_KERNEL ?
-		    IVT_STREAM_KERNEL : IVT_STREAM_USER;
+	w->stream = ivt_read_once(w->ch->stream);
+	if (w->stream != IVT_STREAM_KERNEL && w->stream != IVT_STREAM_FTRACE)
+		w->stream = IVT_STREAM_USER;
 	w->chan = chan;
 	w->cpu = cpu;
 	w->pid = pid;

@@ -70,6 +70,7 @@ static int ivt__geometry(const struct ivt_region_opts *o,
 		return -EINVAL;
 	g->nr_channels = o->channels ? o->channels : IVT_DEF_CHANNELS;
 	g->nr_kernel_channels = 0;	/* every channel is a user channel */
+	g->nr_ftrace_channels = 0;
 	g->nr_subbufs = o->subbufs ? o->subbufs : IVT_DEF_SUBBUFS;
 	g->subbuf_size = o->subbuf_size ? o->subbuf_size : IVT_DEF_SUBBUF_SIZE;
 	g->meta_size = o->meta_size ? o->meta_size : IVT_DEF_META_SIZE;

@@ -6,12 +6,14 @@
 //! step with the event classes, and writes the JSON [`sidecar`]. The
 //! clock mapping (ivtrace-time's [`ClockMapping`]) becomes the CTF clock
 //! block. The kernel stream is staged in its wire form and expanded to
-//! LTTng's layout at the end ([`kernel`]). [`host::HostTrace`] writes
-//! `DIR/host/`, the host's own events on the host time base, and
-//! [`host_read`] reads such traces back; [`vm`] is the metadata of the VM
-//! view (`DIR/vm/`, the same packets on the guest's clock); every trace's
-//! metadata comes from [`tsdl`].
+//! LTTng's layout at the end ([`kernel`]); the ftrace relay's pages are
+//! staged too and decoded into more streams of the kernel trace
+//! ([`ftrace`]). [`host::HostTrace`] writes `DIR/host/`, the host's own
+//! events on the host time base, and [`host_read`] reads such traces back;
+//! [`vm`] is the metadata of the VM view (`DIR/vm/`, the same packets on
+//! the guest's clock); every trace's metadata comes from [`tsdl`].
 
+pub mod ftrace;
 pub mod host;
 pub mod host_read;
 pub mod kernel;

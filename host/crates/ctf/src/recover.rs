@@ -113,12 +113,24 @@ pub fn cut_stream_file(dir: &OutDir, name: &str, below: Option<u64>) -> io::Resu
     Ok(s)
 }
 
-/// The channel number in a stream file name (`user_chan12` -> 12).
+/// The channel number in a stream file name (`user_chan12` -> 12;
+/// `ftrace_chan2`: the ftrace relay's staged pages).
 pub fn channel_of(name: &str) -> Option<u32> {
     let (_, n) = name.rsplit_once("_chan")?;
-    n.parse()
-        .ok()
-        .filter(|_| name.starts_with("user_chan") || name.starts_with("kernel_chan"))
+    n.parse().ok().filter(|_| {
+        name.starts_with("user_chan")
+            || name.starts_with("kernel_chan")
+            || name.starts_with("ftrace_chan")
+    })
+}
+
+/// Staged ftrace pages (`.kernel-wire/ftrace_chanN`) in `staging`.
+fn ftrace_staged(staging: &OutDir) -> usize {
+    let names = staging.entries().unwrap_or_default();
+    names
+        .iter()
+        .filter(|n| n.starts_with("ftrace_chan"))
+        .count()
 }
 
 /// What recovery did, per stream file.
@@ -127,6 +139,10 @@ pub struct Recovered {
     /// (relative path, packets kept, bytes cut).
     pub files: Vec<(String, u64, u64)>,
     pub kernel_expanded: bool,
+    /// Channels of ftrace pages left staged in `.kernel-wire/`: decoding
+    /// them needs the guest's format files, which only the region holds
+    /// (docs/ftrace.md), so recovery keeps them rather than delete them.
+    pub ftrace_kept: usize,
     pub sidecar: Sidecar,
 }
 
@@ -155,7 +171,14 @@ pub fn recover(root: &OutDir, reason: &str) -> Result<Recovered, CtfError> {
     if root.kind(STAGING_DIR).ok().flatten() == Some(EntryKind::Dir) {
         expand_staged(root, &before, &classes, &mut done)?;
     }
-    let sidecar = recovered_sidecar(root, before, &done, reason)?;
+    let mut sidecar = recovered_sidecar(root, before, &done, reason)?;
+    if done.ftrace_kept > 0 {
+        sidecar.warnings.push(format!(
+            "{} channels of ftrace pages stay undecoded in {STAGING_DIR}/ (their formats are \
+             in the guest's region, not in the recording)",
+            done.ftrace_kept
+        ));
+    }
     write_json(root, &sidecar)?;
     done.sidecar = sidecar;
     Ok(done)
@@ -201,6 +224,11 @@ fn expand_staged(
         .map(Staged::channel)
         .collect();
     staged.sort_by_key(|s| s.chan);
+    done.ftrace_kept = ftrace_staged(&staging);
+    if staged.is_empty() && done.ftrace_kept > 0 {
+        // Only ftrace pages: no kernel trace to make.
+        return Ok(());
+    }
     let wire = classes.stream(abi::IVT_STREAM_KERNEL);
     let (expanded, out) = kernel::expand_dir(root, &staging, wire, &staged, None)?;
     let env = before.env.clone().unwrap_or_default().to_env();
@@ -216,7 +244,13 @@ fn expand_staged(
     out.write_atomically("metadata", text.as_bytes())
         .map_err(write_err(out.join("metadata").display()))?;
     let _ = staging.remove_file(WIRE_METADATA);
-    kernel::remove_staging(root);
+    if done.ftrace_kept == 0 {
+        kernel::remove_staging(root);
+    } else {
+        for s in &staged {
+            let _ = staging.remove_file(&s.name);
+        }
+    }
     done.kernel_expanded = true;
     done.sidecar.kernel_expansion = Some(expanded.stats);
     done.sidecar.streams.push(StreamLayout::from_classes(

@@ -244,6 +244,9 @@ pub struct Sidecar {
     /// The kernel stream's expansion to LTTng's layout, if it had packets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_expansion: Option<crate::kernel::KernelExpansion>,
+    /// The ftrace relay's pages decoded (docs/ftrace.md), if it had any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ftrace: Option<crate::ftrace::FtraceStats>,
     /// The traces' env block.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub env: Option<EnvRecord>,

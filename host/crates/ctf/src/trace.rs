@@ -27,6 +27,11 @@
 //! `DIR/kernel/` at once, and the kernel metadata grows (by whole event
 //! declarations) as system calls appear.
 //!
+//! The ftrace relay's pages (stream class 2) are staged there too, always,
+//! and an [`FtraceExpand`] decodes them into more streams of the kernel
+//! trace at the end ([`crate::ftrace`]); a tap does not get them (the
+//! relay daemon's copy has the native kernel and user streams only).
+//!
 //! A [`PacketTap`] gets every packet exactly as it is handed to its file
 //! (before the commit: a packet a failed write rolls back from the local
 //! file may have reached the relay), and every metadata text as it is
@@ -43,6 +48,7 @@ use ivtrace_region::classes::{EventClasses, StreamClasses};
 use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::PacketSink;
 
+use crate::ftrace::{FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats};
 use crate::kernel::online::OnlineKernel;
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::outdir::OutDir;
@@ -106,9 +112,10 @@ impl CtfError {
     }
 }
 
-/// Directory name of a stream class (host constant, never guest text).
+/// Directory name of a stream class (host constant, never guest text):
+/// the ftrace stream is part of the kernel trace.
 pub fn stream_dir(stream: u32) -> &'static str {
-    if stream == abi::IVT_STREAM_KERNEL {
+    if stream == abi::IVT_STREAM_KERNEL || stream == abi::IVT_STREAM_FTRACE {
         "kernel"
     } else {
         "user"
@@ -117,6 +124,9 @@ pub fn stream_dir(stream: u32) -> &'static str {
 
 /// Stream file name of channel `chan` (from the trusted index only).
 pub fn stream_file_name(stream: u32, chan: u32) -> String {
+    if stream == abi::IVT_STREAM_FTRACE {
+        return format!("ftrace_chan{chan}");
+    }
     format!("{}_chan{chan}", stream_dir(stream))
 }
 
@@ -184,6 +194,12 @@ pub struct CtfWriter {
     /// Set when streaming: kernel packets are expanded as they arrive.
     online: Option<Online>,
     tap: Option<Arc<dyn PacketTap>>,
+    /// The staging directory (kernel and ftrace wire packets), once made.
+    wire_dir: Option<OutDir>,
+    /// Decodes the ftrace relay's pages at the end (installed by the engine).
+    ftrace: Option<Box<dyn FtraceExpand>>,
+    /// The ftrace stream once expanded.
+    ftrace_out: Option<FtraceOutput>,
 }
 
 /// The user trace's, the kernel trace's and the clock's uuids.
@@ -229,7 +245,41 @@ impl CtfWriter {
             nr_channels,
             online: None,
             tap: None,
+            wire_dir: None,
+            ftrace: None,
+            ftrace_out: None,
         }
+    }
+
+    /// Decode the ftrace relay's pages with `e` when the recording ends.
+    pub fn set_ftrace_expander(&mut self, e: Box<dyn FtraceExpand>) {
+        self.ftrace = Some(e);
+    }
+
+    /// What the ftrace expansion did, once it ran.
+    pub fn ftrace_stats(&self) -> Option<&FtraceStats> {
+        self.ftrace_out.as_ref().map(|f| &f.stats)
+    }
+
+    /// The staging directory, made on first use (the kernel stream's
+    /// metadata or the first ftrace page, whichever comes first).
+    fn staging_dir(&mut self) -> Result<OutDir, CtfError> {
+        if let Some(d) = &self.wire_dir {
+            return Ok(d.clone());
+        }
+        let d = match self.root.kind(STAGING_DIR) {
+            // Adopted by --resume: the directory is ours already.
+            Ok(Some(_)) => self.root.open_dir(STAGING_DIR),
+            _ => self.root.create_dir(STAGING_DIR),
+        }
+        .map_err(create_err(self.root.join(STAGING_DIR).display()))?;
+        self.wire_dir = Some(d.clone());
+        Ok(d)
+    }
+
+    /// Does the staging directory still hold ftrace pages to decode?
+    fn ftrace_staged(&self) -> bool {
+        self.ftrace_out.is_none() && self.stream_of.contains(&Some(abi::IVT_STREAM_FTRACE))
     }
 
     /// Streams: every packet and metadata text written from now on goes to
@@ -261,6 +311,12 @@ impl CtfWriter {
         stream: u32,
         classes: &'a EventClasses,
     ) -> &'a StreamClasses {
+        if stream == abi::IVT_STREAM_FTRACE {
+            return match &self.ftrace_out {
+                Some(f) => &f.classes,
+                None => classes.stream(stream),
+            };
+        }
         if stream != abi::IVT_STREAM_KERNEL {
             return classes.stream(stream);
         }
@@ -296,7 +352,10 @@ impl CtfWriter {
 
     /// Whether stream class `stream` has a trace directory.
     pub fn has_stream(&self, stream: u32) -> bool {
-        self.metadata_generation[stream.min(1) as usize].is_some()
+        match stream {
+            abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
+            _ => self.metadata_generation[stream.min(1) as usize].is_some(),
+        }
     }
 
     /// What the stream files cost (descriptors, buffers, the size limit).
@@ -362,12 +421,18 @@ impl CtfWriter {
         };
         let output = self.output_classes(stream, classes);
         let text = tsdl::metadata(&desc, stream, output);
+        // The relay daemon's copy has no ftrace streams: only the file
+        // declares them.
+        let mut file_text = text.clone();
+        if let Some(f) = self.ftrace_out.as_ref().filter(|_| kernel) {
+            tsdl::append_stream(&mut file_text, abi::IVT_STREAM_FTRACE, &f.classes);
+        }
         // Staged wire packets get their metadata under another name, so
         // CTF readers do not take the staging directory for a trace.
         let staged = kernel && self.staging();
         let name = if staged { WIRE_METADATA } else { "metadata" };
         let dir = self.dirs[stream as usize].as_ref().expect("created");
-        dir.write_atomically(name, text.as_bytes())
+        dir.write_atomically(name, file_text.as_bytes())
             .map_err(write_err(dir.join(name).display()))?;
         if let (Some(tap), false) = (&self.tap, staged) {
             tap.metadata(stream_dir(stream), &text, Some(output));
@@ -380,7 +445,7 @@ impl CtfWriter {
     /// `ivtrace recover` needs (layouts, clock, env) and the state.
     fn progress_sidecar(&self, classes: &EventClasses) -> Option<Sidecar> {
         let p = self.progress.as_ref()?;
-        let streams = (0..2u32)
+        let streams = (0..abi::IVT_STREAM_CLASSES)
             .filter(|&s| self.has_stream(s))
             .map(|s| StreamLayout::from_classes(s, stream_dir(s), self.output_classes(s, classes)))
             .collect();
@@ -409,14 +474,16 @@ impl CtfWriter {
             Some(g) if g == self.generation_of(stream, classes) => return Ok(()),
             Some(_) => {}
             None => {
-                let name = match stream == abi::IVT_STREAM_KERNEL && self.staging() {
-                    true => STAGING_DIR,
-                    false => stream_dir(stream),
+                let dir = match stream == abi::IVT_STREAM_KERNEL && self.staging() {
+                    // Shared with the ftrace pages, which may have made it.
+                    true => self.staging_dir()?,
+                    false => {
+                        let name = stream_dir(stream);
+                        self.root
+                            .create_dir(name)
+                            .map_err(create_err(self.root.join(name).display()))?
+                    }
                 };
-                let dir = self
-                    .root
-                    .create_dir(name)
-                    .map_err(create_err(self.root.join(name).display()))?;
                 self.dirs[slot] = Some(dir);
             }
         }
@@ -473,15 +540,84 @@ impl CtfWriter {
         self.name_table = Some(table);
     }
 
-    /// Commits and closes every stream file, expands the staged kernel stream into
-    /// `DIR/kernel/` and rewrites the metadata.
+    /// Commits and closes every stream file, expands the staged kernel
+    /// stream and the ftrace stream into `DIR/kernel/` and rewrites the
+    /// metadata.
     pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         self.files
             .close_all()
             .map_err(write_err(self.root.path().display()))?;
         self.release_reserve();
         self.expand_kernel(classes)?;
+        self.expand_ftrace(classes)?;
+        if self.wire_dir.is_some() && !self.ftrace_staged() {
+            kernel::remove_staging(&self.root);
+        }
         self.write_metadata(classes)
+    }
+
+    /// The kernel trace's directory once its packets are final (expanded
+    /// at the end or as they came), made here if it had none.
+    fn kernel_out_dir(&mut self) -> Result<OutDir, CtfError> {
+        let slot = abi::IVT_STREAM_KERNEL as usize;
+        let final_dir = self.kernel.is_some() || self.online.is_some();
+        if let (true, Some(d)) = (final_dir, &self.dirs[slot]) {
+            return Ok(d.clone());
+        }
+        let name = stream_dir(abi::IVT_STREAM_KERNEL);
+        self.root
+            .create_dir(name)
+            .map_err(create_err(self.root.join(name).display()))
+    }
+
+    /// Decodes the staged ftrace pages into `DIR/kernel/ftrace_chanN`,
+    /// once; without an expander they stay staged (with a warning).
+    fn expand_ftrace(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+        if !self.ftrace_staged() {
+            return Ok(());
+        }
+        let staged: Vec<FtraceStaged> = (0..self.stream_of.len() as u32)
+            .filter(|&c| self.stream_of[c as usize] == Some(abi::IVT_STREAM_FTRACE))
+            .map(|chan| FtraceStaged {
+                chan,
+                name: stream_file_name(abi::IVT_STREAM_FTRACE, chan),
+            })
+            .collect();
+        if self.ftrace.is_none() {
+            eprintln!(
+                "ivtrace: warning: no ftrace decoder: the relay's pages stay in {}",
+                self.root.join(STAGING_DIR).display()
+            );
+            return Ok(());
+        }
+        let out_dir = self.kernel_out_dir()?;
+        let input = FtraceInput {
+            wire: classes.stream(abi::IVT_STREAM_FTRACE),
+            formats: &classes.ftrace,
+            files: &staged,
+            staging: self.wire_dir.as_ref().expect("ftrace pages were staged"),
+            out: &out_dir,
+        };
+        let expander = self.ftrace.as_mut().expect("checked above");
+        let out = expander
+            .expand(&input)
+            .map_err(write_err(out_dir.path().display()))?;
+        self.ftrace_out = Some(out);
+        let slot = abi::IVT_STREAM_KERNEL as usize;
+        if self.kernel.is_none() && self.online.is_none() {
+            // No native kernel packet: the kernel trace holds the ftrace
+            // streams alone (stream class 0 declared, without events).
+            self.kernel = Some(Expanded {
+                classes: StreamClasses::default(),
+                stats: KernelExpansion::default(),
+            });
+        }
+        if self.metadata_generation[slot].is_none() {
+            self.dirs[slot] = Some(out_dir);
+            self.metadata_generation[slot] =
+                Some(self.generation_of(abi::IVT_STREAM_KERNEL, classes));
+        }
+        Ok(())
     }
 
     /// The recording stopped on a failed write: closes the stream files
@@ -524,9 +660,7 @@ impl CtfWriter {
         )?;
         self.dirs[slot] = Some(expanded.1);
         self.kernel = Some(expanded.0);
-        self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)?;
-        kernel::remove_staging(&self.root);
-        Ok(())
+        self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)
     }
 
     /// Writes the sidecar (atomically).
@@ -549,18 +683,24 @@ impl CtfWriter {
                 stream_dir(s)
             };
             if self.root.kind(name).ok().flatten().is_some() {
-                let dir = self
-                    .root
-                    .open_dir(name)
-                    .map_err(create_err(self.root.join(name).display()))?;
+                let dir = match s == abi::IVT_STREAM_KERNEL {
+                    true => self.staging_dir()?,
+                    false => self
+                        .root
+                        .open_dir(name)
+                        .map_err(create_err(self.root.join(name).display()))?,
+                };
                 self.dirs[s as usize] = Some(dir);
                 self.write_stream_metadata(s, classes)?;
             }
         }
         for &(chan, stream, len) in files {
-            let dir = self.dirs[stream.min(1) as usize]
-                .clone()
-                .expect("adopted directory");
+            let dir = match stream == abi::IVT_STREAM_FTRACE {
+                true => self.staging_dir()?,
+                false => self.dirs[stream.min(1) as usize]
+                    .clone()
+                    .expect("adopted directory"),
+            };
             self.files.adopt(
                 chan,
                 &dir,
@@ -617,7 +757,12 @@ impl PacketSink for CtfWriter {
         bytes: &[u8],
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        if stream == abi::IVT_STREAM_KERNEL && self.kernel.is_some() {
+        let done = match stream {
+            abi::IVT_STREAM_KERNEL => self.kernel.is_some(),
+            abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
+            _ => false,
+        };
+        if done {
             return Err(CtfError::Write {
                 path: self.root.join(STAGING_DIR).display().to_string(),
                 source: io::Error::other("kernel packet after the kernel stream was expanded"),
@@ -631,7 +776,14 @@ impl PacketSink for CtfWriter {
             }
             _ => bytes,
         };
-        self.ensure_metadata(stream, classes)?;
+        let dir = match stream == abi::IVT_STREAM_FTRACE {
+            // Staged without metadata: decoded at the end.
+            true => self.staging_dir()?,
+            false => {
+                self.ensure_metadata(stream, classes)?;
+                self.dirs[stream.min(1) as usize].clone().expect("created")
+            }
+        };
         let name = channel_file_name(stream, chan, self.nr_channels);
         let path = || {
             self.root
@@ -641,14 +793,17 @@ impl PacketSink for CtfWriter {
                 .to_string()
         };
         if !self.files.has(chan) {
-            let dir = self.dirs[stream.min(1) as usize].as_ref().expect("created");
             self.files
-                .create(chan, dir, &name)
+                .create(chan, &dir, &name)
                 .map_err(create_err(path()))?;
             self.stream_of[chan as usize] = Some(stream);
         }
         self.files.write(chan, bytes).map_err(write_err(path()))?;
-        if let Some(tap) = &self.tap {
+        if let Some(tap) = self
+            .tap
+            .as_ref()
+            .filter(|_| stream != abi::IVT_STREAM_FTRACE)
+        {
             let events = kernel::wire::le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
             tap.packet(stream_dir(stream), &name, bytes, events);
         }

@@ -107,6 +107,15 @@ pub fn metadata(desc: &TraceDesc, stream: u32, classes: &StreamClasses) -> Strin
     t
 }
 
+/// Another stream class of the same trace after [`metadata`]'s text: its
+/// stream block and its `classes` (the kernel trace's ftrace streams).
+pub fn append_stream(t: &mut String, stream: u32, classes: &StreamClasses) {
+    write_stream(t, stream);
+    for class in classes.iter() {
+        write_event(t, class);
+    }
+}
+
 const PRELUDE: &str = "\
 typealias integer { size = 8; align = 8; signed = false; } := uint8_t;
 typealias integer { size = 32; align = 32; signed = false; } := uint32_t;

@@ -257,6 +257,9 @@ pub fn ctf_writer_part(
         region.layout().nr_channels,
         limits,
     );
+    // The ftrace relay's pages, if any, are decoded with the guest's
+    // formats (ivtrace-tracefs's relay) when the writer finishes.
+    w.set_ftrace_expander(Box::new(ivtrace_tracefs::relay::RelayExpander));
     w.set_progress(Progress {
         mode: mode.into(),
         region: region_section(region, &out.path().display().to_string()),
@@ -277,6 +280,7 @@ fn region_section(region: &Region, path: &str) -> BTreeMap<String, serde_json::V
         "default_mode": if h.default_mode == abi::IVT_MODE_OVERWRITE { "overwrite" } else { "discard" },
         "nr_channels": l.nr_channels,
         "nr_kernel_channels": l.nr_kernel_channels,
+        "nr_ftrace_channels": l.nr_ftrace_channels,
         "nr_subbufs": l.nr_subbufs,
         "subbuf_size": l.subbuf_size,
         "owner_pid": h.owner_pid,
@@ -330,6 +334,7 @@ fn meta_counters(m: &MetaStats) -> BTreeMap<String, u64> {
         ("uncommitted_skipped", m.skipped_uncommitted),
         ("renamed", m.renamed),
         ("unknown_kinds", m.unknown_kind),
+        ("ftrace_files", m.ftrace_files),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -347,7 +352,7 @@ pub fn build_sidecar(
     stop_reason: &str,
 ) -> Sidecar {
     let h = reader.region().header();
-    let streams = (0..2u32)
+    let streams = (0..abi::IVT_STREAM_CLASSES)
         .filter(|&s| writer.has_stream(s))
         .map(|s| {
             StreamLayout::from_classes(s, stream_dir(s), writer.output_classes(s, reader.classes()))
@@ -376,6 +381,7 @@ pub fn build_sidecar(
         warnings: reader.meta().warnings.clone(),
         host_lost: None,
         kernel_expansion: writer.kernel_expansion().cloned(),
+        ftrace: writer.ftrace_stats().cloned(),
         env: Some(EnvRecord::from(writer.env())),
         clamped: clamped(reader),
         resources: Some(json!({

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use ivtrace_region::{Access, Command, Region};
 
 use crate::control::{self, parse_command};
+use crate::ftrace;
 use ivtrace_engine::UserError;
 
 /// `ivtrace ctl --help`, after the options.
@@ -26,6 +27,16 @@ module reads commands every flush_ms (default 100 ms). The reply shows the
 guest's status (0 or -errno) and the event groups now enabled. One controller
 at a time per region (an exclusive flock on the region file).
 
+The guest's ftrace (ivtrace.ko ftrace=1, docs/ftrace.md): tracepoints with
+filters, function tracing, kprobes, pid filters, without a shell in the guest:
+  ftrace enable SYSTEM:EVENT|SYSTEM|all [FILTER]   ftrace disable EVENT
+  ftrace filter EVENT EXPR      ftrace trigger EVENT EXPR
+  ftrace tracer function|function_graph|nop [FUNCTION-GLOB...]
+  ftrace functions GLOB...      ftrace notrace GLOB...     ftrace graph GLOB...
+  ftrace kprobe|kretprobe|uprobe NAME PROBE [FETCHARGS...]   ftrace probe-remove NAME
+  ftrace pid PID...             ftrace on|off              ftrace buffer-kb N
+  ftrace write|append PATH VALUE     ftrace read PATH       list-events [GLOB]
+
 Examples:
   ivtrace ctl --socket /run/ivtrace.sock list
   ivtrace ctl --socket /run/ivtrace.sock --guest web1 flush
@@ -33,6 +44,10 @@ Examples:
   ivtrace ctl --socket /run/ivtrace.sock --guest web1 disable all
   ivtrace ctl --socket /run/ivtrace.sock --guest web1 mode overwrite
   ivtrace ctl --shm /dev/shm/guest0 statedump
+  ivtrace ctl --socket /run/ivtrace.sock --guest web1 list-events 'block:*'
+  ivtrace ctl --shm /dev/shm/guest0 ftrace enable block:block_rq_issue 'nr_sector > 8'
+  ivtrace ctl --shm /dev/shm/guest0 ftrace kprobe myopen do_sys_openat2 'name=+0(%si):ustring'
+  ivtrace ctl --shm /dev/shm/guest0 ftrace tracer function_graph 'vfs_*'
 
 A guest that migrates (docs/migration.md): once the migration is over, on the
 source's server `handoff` ends the guest's trace there (DIR/handoff.json), and
@@ -62,9 +77,10 @@ pub struct CtlArgs {
     #[arg(long)]
     pub json: bool,
     /// flush | enable GROUPS | disable GROUPS | mode discard|overwrite |
-    /// statedump | list | status | handoff | resume [HANDOFF]. GROUPS:
+    /// statedump | list | status | handoff | resume [HANDOFF] |
+    /// list-events [GLOB] | ftrace ... (below). GROUPS:
     /// sched,irq,timer,kmem,syscall,printk or all.
-    #[arg(value_name = "COMMAND", required = true, num_args = 1..=2)]
+    #[arg(value_name = "COMMAND", required = true, num_args = 1.., allow_hyphen_values = true)]
     pub command: Vec<String>,
 }
 
@@ -140,7 +156,8 @@ fn via_socket(path: &PathBuf, req: Value) -> Result<Value> {
         hint: "is `ivtrace serve` running? its control socket is the --socket path plus .ctl"
             .into(),
     })?;
-    conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+    // An ftrace request runs in the guest: a tracer switch takes seconds.
+    conn.set_read_timeout(Some(Duration::from_secs(90)))?;
     let mut w = &conn;
     writeln!(w, "{req}")?;
     let mut line = String::new();
@@ -169,10 +186,74 @@ fn direct(shm: &Path, cmd: Command, words: &[String]) -> Result<Value> {
     }))
 }
 
+/// ftrace requests straight into a region (`--shm`).
+struct DirectLink(Region);
+
+impl ftrace::FtraceLink for DirectLink {
+    fn send(&self, request: &str) -> Result<ftrace::Reply> {
+        let p = self.0.protocol();
+        let a = p.send_ftrace(request.as_bytes(), &|| {}, p.ftrace_timeout(false))?;
+        Ok(ftrace::Reply {
+            status: a.ack.status,
+            text: String::from_utf8_lossy(&a.text).into_owned(),
+            more: a.more,
+            latency: a.ack.latency,
+        })
+    }
+}
+
+/// ftrace requests through a server's control socket.
+struct SocketLink {
+    path: PathBuf,
+    guest: Option<String>,
+}
+
+impl ftrace::FtraceLink for SocketLink {
+    fn send(&self, request: &str) -> Result<ftrace::Reply> {
+        let req = json!({"op": "ftrace", "guest": self.guest, "request": request});
+        ftrace::Reply::from_json(&via_socket(&self.path, req)?)
+    }
+}
+
+/// `list-events` and `ftrace ...`, directly or through a server.
+fn run_ftrace(args: &CtlArgs, path: Option<PathBuf>) -> Result<u64> {
+    let cmd = ftrace::parse(&args.command)?;
+    match (&args.shm, path) {
+        (Some(shm), _) => {
+            let region = Region::open(shm, Access::ReadWrite)
+                .with_context(|| format!("cannot use region {}", shm.display()))?;
+            ftrace::run(&DirectLink(region), &cmd, &shm.display().to_string())
+        }
+        (None, Some(path)) => {
+            let link = SocketLink {
+                path,
+                guest: args.guest.clone(),
+            };
+            ftrace::run(
+                &link,
+                &cmd,
+                args.guest.as_deref().unwrap_or("(the only one)"),
+            )
+        }
+        (None, None) => bail!("no target: --socket or --shm"),
+    }
+}
+
 /// Runs `ivtrace ctl`. Returns 1 (something was done) or an error.
 pub fn run(args: &CtlArgs) -> Result<u64> {
     let words = &args.command;
     let verb = words.first().map(String::as_str).unwrap_or("");
+    if ftrace::is_ftrace(words) {
+        let path = args.ctl_socket.clone().or_else(|| {
+            args.socket
+                .as_ref()
+                .map(|s| crate::serve::default_ctl_path(s))
+        });
+        return run_ftrace(args, path);
+    }
+    if words.len() > 2 {
+        bail!("`{verb}` takes at most one argument");
+    }
     if let Some(shm) = &args.shm {
         if matches!(verb, "list" | "status" | "handoff" | "resume") {
             bail!("`{verb}` needs a server (--socket); with --shm, send a command");

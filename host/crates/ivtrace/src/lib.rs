@@ -2,11 +2,13 @@
 //! `main.rs` only parses arguments and maps outcomes to exit codes; the
 //! subcommands live in [`record`], [`snapshot`], [`report`], [`serve`]
 //! (the ivshmem server and daemon) and [`ctl`]; [`control`] parses the
-//! control commands people type, [`summary`] prints a recording's summary.
+//! control commands people type, [`ftrace`] the guest ftrace selections,
+//! [`summary`] prints a recording's summary.
 
 pub mod cli;
 pub mod control;
 pub mod ctl;
+pub mod ftrace;
 pub mod qmp;
 pub mod record;
 pub mod recover;

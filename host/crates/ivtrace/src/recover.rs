@@ -35,6 +35,14 @@ pub fn run(args: &RecoverArgs) -> Result<u64> {
     if done.kernel_expanded {
         eprintln!("ivtrace: kernel stream expanded from .kernel-wire/ into kernel/");
     }
+    if done.ftrace_kept > 0 {
+        eprintln!(
+            "ivtrace: warning: {} channels of ftrace pages stay undecoded in .kernel-wire/: \
+             their format files are in the guest's region (`ivtrace record --resume` from the \
+             same region decodes them)",
+            done.ftrace_kept
+        );
+    }
     summary::print(&done.sidecar, &args.dir, args.json)?;
     Ok(session::events_seen(&done.sidecar))
 }

@@ -65,10 +65,14 @@ pub struct Report {
     /// `events_discarded`: channels, the no-channel stream, the host trace).
     pub discarded: u64,
     /// Every loss recorded, by reason (`lost_by_reason`, `lost_no_channel`,
-    /// `host_lost.missed`): equal to `discarded` unless a count was clamped.
+    /// `host_lost.missed`, `lost_ftrace`): equal to `discarded` unless a
+    /// count was clamped.
     pub lost_total: u64,
     pub lost_by_reason: Lost,
     pub lost_no_channel: u64,
+    /// ftrace's events the relay's streams lost (the sidecar's
+    /// `ftrace.cpus[].lost`, docs/ftrace.md "Losses"; also in `lost_total`).
+    pub lost_ftrace: u64,
     /// What the host trace lost, if the recording had host events.
     pub host_lost: Option<HostLost>,
     /// What the no-channel stream and the host trace announce (also in
@@ -191,18 +195,20 @@ fn ratio(a: f64, b: f64) -> f64 {
 pub fn build(dir: &Path) -> Result<Report> {
     let sidecar = read_sidecar(dir)?;
     let classes = sidecar.event_classes();
-    let mut counts = [
-        Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]),
-        Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]),
-    ];
+    let mut counts: [Counts; abi::IVT_STREAM_CLASSES as usize] =
+        std::array::from_fn(|_| Counts(vec![0; abi::IVT_EVENT_IDS_MAX as usize]));
     let mut channels = Vec::new();
     let mut lost = Lost::default();
     for c in &sidecar.channels {
-        lost.add(&c.lost);
+        // A relay channel's losses are pages, counted again in events by
+        // ftrace's accounting (`lost_ftrace`), unless nothing was decoded.
+        if c.stream_class != abi::IVT_STREAM_FTRACE || sidecar.ftrace.is_none() {
+            lost.add(&c.lost);
+        }
         if c.file.is_none() {
             continue;
         }
-        let stream = c.stream_class.min(1);
+        let stream = c.stream_class.min(abi::IVT_STREAM_CLASSES - 1);
         let file = StreamFile::channel(stream, c.channel);
         let mut r = walk_channel(dir, file, &classes, &mut counts[stream as usize])?;
         let span = match (r.first_ts, r.last_ts) {
@@ -230,6 +236,9 @@ pub fn build(dir: &Path) -> Result<Report> {
         .saturating_add(extra.no_channel)
         .saturating_add(extra.host);
     let host_missed = sidecar.host_lost.as_ref().map_or(0, |h| h.missed);
+    let lost_ftrace = sidecar.ftrace.as_ref().map_or(0, |f| {
+        f.cpus.iter().fold(0u64, |a, c| a.saturating_add(c.lost))
+    });
     Ok(Report {
         trace_uuid: sidecar.trace_uuid.clone(),
         events,
@@ -237,9 +246,11 @@ pub fn build(dir: &Path) -> Result<Report> {
         lost_total: lost
             .total()
             .saturating_add(sidecar.lost_no_channel)
-            .saturating_add(host_missed),
+            .saturating_add(host_missed)
+            .saturating_add(lost_ftrace),
         lost_by_reason: lost,
         lost_no_channel: sidecar.lost_no_channel,
+        lost_ftrace,
         host_lost: sidecar.host_lost.clone(),
         discarded_no_channel: extra.no_channel,
         discarded_host: extra.host,
@@ -301,9 +312,12 @@ fn other_losses(dir: &Path, sidecar: &Sidecar, classes: &EventClasses) -> Result
     Ok(OtherLosses { no_channel, host })
 }
 
-fn event_types(classes: &EventClasses, counts: &[Counts; 2]) -> Vec<EventTypeReport> {
+fn event_types(
+    classes: &EventClasses,
+    counts: &[Counts; abi::IVT_STREAM_CLASSES as usize],
+) -> Vec<EventTypeReport> {
     let mut out = Vec::new();
-    for stream in 0..2u32 {
+    for stream in 0..abi::IVT_STREAM_CLASSES {
         for class in classes.stream(stream).iter() {
             out.push(EventTypeReport {
                 stream_class: stream,
@@ -358,7 +372,7 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
             "  {:<8} {:>4} {:<32} {:>12}",
-            stream_dir(e.stream_class),
+            stream_label(e.stream_class),
             e.id,
             e.name,
             e.count
@@ -382,6 +396,16 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The stream column of the table: the ftrace streams are in the kernel
+/// trace, but their own stream class.
+fn stream_label(stream: u32) -> &'static str {
+    if stream == abi::IVT_STREAM_FTRACE {
+        "ftrace"
+    } else {
+        stream_dir(stream)
+    }
 }
 
 fn ms(ns: u64) -> f64 {
@@ -501,7 +525,7 @@ fn print_losses(r: &Report, out: &mut impl Write) -> io::Result<()> {
         out,
         "lost events: {} in CTF (events_discarded), {} recorded; by reason: full={} too_big={} \
          nested={} overwritten={} torn={} corrupt={} over_limit={} unattributed={}; \
-         no_channel={}{host}",
+         no_channel={}; ftrace={}{host}",
         r.discarded,
         r.lost_total,
         l.full,
@@ -512,7 +536,8 @@ fn print_losses(r: &Report, out: &mut impl Write) -> io::Result<()> {
         l.corrupt,
         l.over_limit,
         l.unattributed,
-        r.lost_no_channel
+        r.lost_no_channel,
+        r.lost_ftrace
     )?;
     if r.discarded != r.lost_total {
         eprintln!(

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::Result;
 
+use ivtrace_ctf::ftrace::FtraceStats;
 use ivtrace_ctf::kernel::KernelExpansion;
 use ivtrace_ctf::sidecar::{ChannelSummary, Lost, Sidecar};
 
@@ -111,6 +112,9 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
     if let Some(k) = &s.kernel_expansion {
         print_expansion(&mut out, k)?;
     }
+    if let Some(f) = &s.ftrace {
+        print_ftrace(&mut out, f)?;
+    }
     let c = &s.clock;
     writeln!(
         out,
@@ -194,6 +198,51 @@ fn print_losses(out: &mut impl Write, s: &Sidecar, t: &ChannelSummary) -> io::Re
             "older events already overwritten: {}",
             t.older_overwritten
         )?;
+    }
+    Ok(())
+}
+
+/// The ftrace relay's pages, decoded: per CPU what ftrace produced, what
+/// the trace holds and what was lost (docs/ftrace.md "Losses").
+fn print_ftrace(out: &mut impl Write, f: &FtraceStats) -> io::Result<()> {
+    writeln!(
+        out,
+        "ftrace relay: {} formats, {} event classes, decoded in {:.3} s",
+        f.formats, f.classes, f.seconds
+    )?;
+    for c in &f.cpus {
+        writeln!(
+            out,
+            "  cpu{:<3} {:>10} recorded {:>10} lost (overrun {}, dropped {}, clock reset {},              read elsewhere {}) of {} produced{}",
+            c.cpu,
+            c.recorded,
+            c.lost,
+            c.overrun,
+            c.dropped.saturating_add(c.commit_overrun),
+            c.clock_reset,
+            c.read_not_recorded,
+            c.produced,
+            match (c.no_stats, c.entries) {
+                (true, _) => " (no counters: pages only)".to_string(),
+                (false, 0) => String::new(),
+                (false, n) => format!(", {n} still in ftrace's buffer after the relay's last read"),
+            }
+        )?;
+        if c.unknown_type + c.bad_pages + c.ts_clamped > 0 {
+            eprintln!(
+                "ivtrace: warning: ftrace cpu{}: {} records of no published format, {} pages                  that did not walk, {} timestamps clamped",
+                c.cpu, c.unknown_type, c.bad_pages, c.ts_clamped
+            );
+        }
+        if c.lost_clamped {
+            eprintln!(
+                "ivtrace: warning: ftrace cpu{}: the guest's counters put its losses at {}; \
+                 the trace says {} (CTF readers refuse more)",
+                c.cpu,
+                c.lost,
+                i64::MAX
+            );
+        }
     }
     Ok(())
 }

@@ -111,3 +111,62 @@ fn a_killed_recording_is_recovered_kernel_trace_included() {
         assert!(String::from_utf8_lossy(&bt.stdout).contains("sched_wakeup"));
     }
 }
+
+/// Staged ftrace pages cannot be decoded without the guest's format files
+/// (in the region, not in the recording): recovery cuts them to whole
+/// packets and keeps them, and says so, instead of deleting them.
+#[test]
+fn recovery_keeps_staged_ftrace_pages_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shm = tmp.path().join("live.shm");
+    std::fs::write(&shm, live_region()).unwrap();
+    let out = tmp.path().join("t");
+    let mut rec = ivtrace_shm(&["record"], &shm, &out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let staged = out.join(".kernel-wire/kernel_chan0");
+    wait_until("the staged kernel stream", || {
+        std::fs::metadata(&staged).is_ok_and(|m| m.len() > 0)
+    });
+    rec.kill().unwrap(); // SIGKILL
+    rec.wait().unwrap();
+    // Stand-in relay pages: whole packets, then half of one.
+    let mut packets = std::fs::read(&staged).unwrap();
+    packets.truncate(whole_packets(&packets));
+    assert!(!packets.is_empty());
+    let mut pages = packets.clone();
+    pages.extend_from_slice(&packets[..packets.len().min(1000)]);
+    let ftrace = out.join(".kernel-wire/ftrace_chan5");
+    std::fs::write(&ftrace, &pages).unwrap();
+
+    let r = run(ivtrace().arg("recover").arg(&out));
+    assert!(r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("ftrace pages stay undecoded"));
+    assert_eq!(
+        std::fs::read(&ftrace).unwrap(),
+        packets,
+        "cut to whole packets"
+    );
+    assert!(!staged.exists(), "the kernel stream was expanded");
+    let side = sidecar(&out);
+    assert_eq!(side["state"], "recovered");
+    let warnings = side["warnings"].to_string();
+    assert!(warnings.contains("ftrace pages"), "{warnings}");
+}
+
+/// Bytes of the whole packets at the start of `b` (the kill may have cut
+/// the last one).
+fn whole_packets(b: &[u8]) -> usize {
+    use ivtrace_region::{abi, packet::PacketHeader};
+    let mut off = 0;
+    while off + abi::PACKET_HDR_SIZE <= b.len() {
+        let size = (PacketHeader::parse(&b[off..]).packet_size / 8) as usize;
+        if size < abi::PACKET_HDR_SIZE || off + size > b.len() {
+            break;
+        }
+        off += size;
+    }
+    off
+}

@@ -26,6 +26,8 @@ pub const IVT_FEAT_DOORBELL: u64 = 1 << 2;
 pub const IVT_FEAT_CONTROL: u64 = 1 << 3;
 /// The writer answers clock sync requests (`struct ivt_sync`).
 pub const IVT_FEAT_SYNC: u64 = 1 << 4;
+/// ftrace relay channels and `IVT_CMD_FTRACE` (ABI 1.2, docs/ftrace.md).
+pub const IVT_FEAT_FTRACE: u64 = 1 << 5;
 
 pub const IVT_STATE_FORMATTING: u32 = 0;
 pub const IVT_STATE_LIVE: u32 = 1;
@@ -37,6 +39,9 @@ pub const IVT_MODE_OVERWRITE: u32 = 1;
 pub const IVT_STREAM_KERNEL: u32 = 0;
 pub const IVT_STREAM_USER: u32 = 1;
 pub const IVT_STREAM_COUNT: u32 = 2;
+/// The ftrace relay's per-CPU channels: whole ftrace pages (ivtrace/ftrace.h).
+pub const IVT_STREAM_FTRACE: u32 = 2;
+pub const IVT_STREAM_CLASSES: u32 = 3;
 
 pub const IVT_CLOCK_TSC: u32 = 1;
 
@@ -46,6 +51,11 @@ pub const IVT_CMD_ENABLE: u32 = 2;
 pub const IVT_CMD_DISABLE: u32 = 3;
 pub const IVT_CMD_SET_MODE: u32 = 4;
 pub const IVT_CMD_STATEDUMP: u32 = 6;
+/// One tracefs operation for the ftrace relay, its text in `ctl_text.req`.
+pub const IVT_CMD_FTRACE: u32 = 7;
+pub const IVT_CTL_REQ_MAX: usize = 1024;
+pub const IVT_CTL_RESP_MAX: usize = 2048;
+pub const IVT_CTL_RESP_MORE: u32 = 1;
 
 /// Hypercall numbers (docs/kvm.md "The hypercall channel"): far above
 /// KVM's own, so KVM only traces them.
@@ -70,6 +80,19 @@ pub const IVT_EV_EXT_SIZE: usize = 16;
 
 pub const IVT_META_COMMIT: u32 = 0x434F_4D54;
 pub const IVT_META_EVENT: u16 = 1;
+/// A guest tracefs description file (`struct ivt_ftrace_rec`).
+pub const IVT_META_FTRACE: u16 = 3;
+pub const IVT_FTRACE_HEADER_PAGE: u16 = 1;
+pub const IVT_FTRACE_FORMAT: u16 = 2;
+pub const IVT_FTRACE_TEXT_MAX: usize = 16384;
+pub const IVT_FTRACE_SYSTEM_MAX: usize = 32;
+/// `sizeof(struct ivt_ftrace_rec)` without its text.
+pub const FTRACE_REC_SIZE: usize = 48;
+/// The ftrace stream's fixed event ids (ivtrace/ftrace.h).
+pub const IVT_FTRACE_EV_PAGE: u32 = 0;
+pub const IVT_FTRACE_EV_STATS: u32 = 1;
+pub const IVT_FTRACE_STAT_COUNT: usize = 8;
+pub const IVT_FTRACE_PAGE_MAX: usize = 4096;
 pub const IVT_NAME_MAX: usize = 64;
 pub const IVT_FIELD_NAME_MAX: usize = 32;
 pub const IVT_FIELDS_MAX: u16 = 32;
@@ -124,6 +147,24 @@ pub mod hdr {
     pub const FLUSH_INTERVAL_MS: usize = 272;
     pub const CONTROL: usize = 320;
     pub const SYNC: usize = 448;
+    pub const NR_FTRACE_CHANNELS: usize = 112;
+    pub const CTL_TEXT: usize = 576;
+}
+
+/// Byte offsets in `struct ivt_ctl_text` (relative to it).
+pub mod ctl_text {
+    pub const REQ: usize = 0;
+    pub const RESP_LEN: usize = 1024;
+    pub const RESP_FLAGS: usize = 1028;
+    pub const RESP: usize = 1088;
+}
+
+/// Byte offsets in `struct ivt_ftrace_rec`.
+pub mod ftrace_rec {
+    pub const WHAT: usize = 10;
+    pub const TEXT_LEN: usize = 12;
+    pub const SYSTEM: usize = 16;
+    pub const TEXT: usize = 48;
 }
 
 /// Byte offsets in `struct ivt_control` (relative to it).
@@ -230,6 +271,42 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("IVT_FEAT_DOORBELL", IVT_FEAT_DOORBELL),
     ("IVT_FEAT_CONTROL", IVT_FEAT_CONTROL),
     ("IVT_FEAT_SYNC", IVT_FEAT_SYNC),
+    ("IVT_FEAT_FTRACE", IVT_FEAT_FTRACE),
+    ("IVT_CMD_FTRACE", IVT_CMD_FTRACE as u64),
+    ("IVT_CTL_REQ_MAX", IVT_CTL_REQ_MAX as u64),
+    ("IVT_CTL_RESP_MAX", IVT_CTL_RESP_MAX as u64),
+    ("IVT_CTL_RESP_MORE", IVT_CTL_RESP_MORE as u64),
+    ("IVT_STREAM_FTRACE", IVT_STREAM_FTRACE as u64),
+    ("IVT_STREAM_CLASSES", IVT_STREAM_CLASSES as u64),
+    ("IVT_META_FTRACE", IVT_META_FTRACE as u64),
+    ("IVT_FTRACE_HEADER_PAGE", IVT_FTRACE_HEADER_PAGE as u64),
+    ("IVT_FTRACE_FORMAT", IVT_FTRACE_FORMAT as u64),
+    ("IVT_FTRACE_TEXT_MAX", IVT_FTRACE_TEXT_MAX as u64),
+    ("IVT_FTRACE_SYSTEM_MAX", IVT_FTRACE_SYSTEM_MAX as u64),
+    ("IVT_FTRACE_EV_PAGE", IVT_FTRACE_EV_PAGE as u64),
+    ("IVT_FTRACE_EV_STATS", IVT_FTRACE_EV_STATS as u64),
+    ("IVT_FTRACE_STAT_COUNT", IVT_FTRACE_STAT_COUNT as u64),
+    ("IVT_FTRACE_PAGE_MAX", IVT_FTRACE_PAGE_MAX as u64),
+    ("sizeof.ivt_ftrace_rec", FTRACE_REC_SIZE as u64),
+    (
+        "offsetof.ivt_region_hdr.nr_ftrace_channels",
+        hdr::NR_FTRACE_CHANNELS as u64,
+    ),
+    ("offsetof.ivt_region_hdr.ctl_text", hdr::CTL_TEXT as u64),
+    ("offsetof.ivt_ctl_text.req", ctl_text::REQ as u64),
+    ("offsetof.ivt_ctl_text.resp_len", ctl_text::RESP_LEN as u64),
+    (
+        "offsetof.ivt_ctl_text.resp_flags",
+        ctl_text::RESP_FLAGS as u64,
+    ),
+    ("offsetof.ivt_ctl_text.resp", ctl_text::RESP as u64),
+    ("offsetof.ivt_ftrace_rec.what", ftrace_rec::WHAT as u64),
+    (
+        "offsetof.ivt_ftrace_rec.text_len",
+        ftrace_rec::TEXT_LEN as u64,
+    ),
+    ("offsetof.ivt_ftrace_rec.system", ftrace_rec::SYSTEM as u64),
+    ("offsetof.ivt_ftrace_rec.text", ftrace_rec::TEXT as u64),
     ("IVT_CMD_FLUSH", IVT_CMD_FLUSH as u64),
     ("IVT_CMD_ENABLE", IVT_CMD_ENABLE as u64),
     ("IVT_CMD_DISABLE", IVT_CMD_DISABLE as u64),

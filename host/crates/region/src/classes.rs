@@ -288,23 +288,34 @@ impl StreamClasses {
     }
 }
 
-/// Event classes of both stream classes, plus a generation number that
+/// Event classes of every stream class, plus a generation number that
 /// grows whenever a class is added (the CTF writer rewrites its metadata
-/// when it changes).
+/// when it changes), and the guest's ftrace format files (the ftrace
+/// stream's pages are decoded with them).
 #[derive(Debug, Clone, Default)]
 pub struct EventClasses {
-    streams: [StreamClasses; abi::IVT_STREAM_COUNT as usize],
+    streams: [StreamClasses; abi::IVT_STREAM_CLASSES as usize],
     generation: u64,
+    pub ftrace: crate::ftrace::FtraceFormats,
+}
+
+/// The slot of a stream class; unknown values share the user stream's.
+fn slot(stream: u32) -> usize {
+    if stream < abi::IVT_STREAM_CLASSES {
+        stream as usize
+    } else {
+        abi::IVT_STREAM_USER as usize
+    }
 }
 
 impl EventClasses {
     /// Classes of stream class `stream`; the user stream for unknown values.
     pub fn stream(&self, stream: u32) -> &StreamClasses {
-        &self.streams[stream.min(abi::IVT_STREAM_USER) as usize]
+        &self.streams[slot(stream)]
     }
 
     pub fn stream_mut(&mut self, stream: u32) -> &mut StreamClasses {
-        &mut self.streams[stream.min(abi::IVT_STREAM_USER) as usize]
+        &mut self.streams[slot(stream)]
     }
 
     pub fn generation(&self) -> u64 {

@@ -9,7 +9,8 @@
 //! commands, clock sync, statistics): the only code that reads or writes a
 //! control word, each access with its ordering. [`abi`] is the checked
 //! mirror of `abi/include/ivtrace/abi.h`. [`names`] reads the thread name table a
-//! kernel writer keeps in the metadata area (crash salvage).
+//! kernel writer keeps in the metadata area (crash salvage); [`ftrace`]
+//! keeps the guest's ftrace format files the relay publishes there.
 //!
 //! ```no_run
 //! use ivtrace_region::{region::{Access, Region}, reader::Reader};
@@ -20,6 +21,7 @@
 
 pub mod abi;
 pub mod classes;
+pub mod ftrace;
 pub mod meta;
 pub mod names;
 pub mod packet;
@@ -30,6 +32,6 @@ pub mod sanitize;
 pub mod sigbus;
 
 pub use classes::{EventClass, EventClasses, Field, FieldType, StreamClasses};
-pub use protocol::{Ack, Command, ControlError, Protocol};
+pub use protocol::{Ack, Command, ControlError, FtraceAck, FtraceError, Protocol};
 pub use reader::{PacketSink, Reader};
 pub use region::{Access, Header, Region, RegionError};

@@ -14,9 +14,11 @@ use crate::classes::{EventClass, EventClasses, Field, FieldType};
 use crate::region::Region;
 use crate::sanitize;
 
-/// Largest record a valid writer produces (88 + 32 fields * 40 bytes).
+/// Largest event record a valid writer produces (88 + 32 fields * 40 bytes).
 pub const META_REC_MAX: usize =
     abi::META_REC_SIZE + abi::IVT_FIELDS_MAX as usize * abi::META_FIELD_SIZE;
+/// Largest record copied out: an ftrace format file with its header.
+const META_COPY_MAX: usize = abi::FTRACE_REC_SIZE + abi::IVT_FTRACE_TEXT_MAX + 8;
 /// How long a reserved record may stay uncommitted before it is skipped.
 pub const UNCOMMITTED_GRACE: Duration = Duration::from_secs(2);
 /// Warnings kept for the user (the counters keep counting past this).
@@ -37,6 +39,8 @@ pub struct MetaStats {
     pub renamed: u64,
     /// Records of kinds this reader does not know.
     pub unknown_kind: u64,
+    /// ftrace description files kept (docs/ftrace.md).
+    pub ftrace_files: u64,
 }
 
 /// Whether the recording is still live (wait for slow commits) or ending
@@ -120,7 +124,7 @@ impl MetaParser {
             ));
             return RecordOutcome::Broken;
         }
-        let mut rec = vec![0u8; (len as usize).min(META_REC_MAX)];
+        let mut rec = vec![0u8; (len as usize).min(META_COPY_MAX)];
         // Plain copy: ordered after the commit load-acquire above; a writer
         // rewriting a committed record only hurts itself (we parse the copy).
         region.copy_out(base, &mut rec);
@@ -153,6 +157,9 @@ impl MetaParser {
         if kind == crate::names::IVT_META_NAMES {
             return; // the thread name table: crate::names reads it
         }
+        if kind == abi::IVT_META_FTRACE {
+            return self.parse_ftrace(rec, len, classes);
+        }
         if kind != abi::IVT_META_EVENT {
             self.stats.unknown_kind += 1;
             return;
@@ -176,6 +183,19 @@ impl MetaParser {
         let class = self.name_event(parsed, classes);
         classes.stream_mut(class.stream).insert(class);
         self.stats.classes += 1;
+    }
+
+    fn parse_ftrace(&mut self, rec: &[u8], len: u32, classes: &mut EventClasses) {
+        match crate::ftrace::parse_record(rec, len) {
+            Ok(f) => match classes.ftrace.push(f) {
+                true => self.stats.ftrace_files += 1,
+                false => self.stats.invalid += 1,
+            },
+            Err(why) => {
+                self.stats.invalid += 1;
+                self.warn(format!("ftrace format refused: {why}"));
+            }
+        }
     }
 
     /// Sanitizes and deduplicates the event's and its fields' names.
@@ -243,7 +263,7 @@ fn parse_event(rec: &[u8], len: u32) -> Result<ParsedEvent, String> {
     let nr_fields = le_u16(rec, abi::meta::NR_FIELDS);
     let id = le_u32(rec, abi::meta::EVENT_ID);
     let stream = le_u32(rec, abi::meta::STREAM);
-    if stream >= abi::IVT_STREAM_COUNT {
+    if stream >= abi::IVT_STREAM_CLASSES {
         return Err(format!("stream class {stream} does not exist"));
     }
     if id >= abi::IVT_EVENT_IDS_MAX {

@@ -315,8 +315,20 @@ impl Protocol<'_> {
             return Err(ControlError::Unsupported);
         }
         let _lock = self.lock_controller(timeout)?;
+        self.post_and_wait(cmd.code(), cmd.arg(), kick, timeout)
+    }
+
+    /// Posts (`code`, `arg`), kicks, waits for the acknowledgement. The
+    /// caller holds the lock (and wrote what the command refers to).
+    fn post_and_wait(
+        &self,
+        code: u32,
+        arg: u64,
+        kick: &dyn Fn(),
+        timeout: Duration,
+    ) -> Result<Ack, ControlError> {
         let t0 = Instant::now();
-        let seq = self.post(cmd);
+        let seq = self.post(code, arg);
         kick();
         let mut sleep = Duration::from_micros(20);
         loop {
@@ -371,8 +383,8 @@ impl Protocol<'_> {
         }
     }
 
-    /// Posts `cmd`; returns its sequence number. The caller holds the lock.
-    fn post(&self, cmd: Command) -> u64 {
+    /// Posts a command; returns its sequence number. The caller holds the lock.
+    fn post(&self, code: u32, arg: u64) -> u64 {
         // Relaxed: cmd_seq is host-owned; we are the only host writing it
         // (flock), so its last value is ours or an earlier controller's.
         // ack_seq too: in a migrated region cmd_seq can be older than the
@@ -384,9 +396,9 @@ impl Protocol<'_> {
             .max(self.region.load_relaxed_u64(control(abi::control::ACK_SEQ)));
         let seq = last.wrapping_add(1).max(1);
         self.region
-            .store_relaxed_u32(control(abi::control::CMD), cmd.code());
+            .store_relaxed_u32(control(abi::control::CMD), code);
         self.region
-            .store_relaxed_u64(control(abi::control::ARG), cmd.arg());
+            .store_relaxed_u64(control(abi::control::ARG), arg);
         // Publishes cmd and arg: pairs with the writer's load-acquire of
         // cmd_seq in ivtk_ctl_poll() (guest/kmod/ivtk_ctl.c).
         self.region
@@ -422,6 +434,91 @@ impl Protocol<'_> {
             Duration::from_secs(1) + poll * 3
         }
     }
+}
+
+/// The guest's answer to one `IVT_CMD_FTRACE` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FtraceAck {
+    pub ack: Ack,
+    /// What a `read` request read (at most `IVT_CTL_RESP_MAX` bytes).
+    pub text: Vec<u8>,
+    /// A `read`: the file goes on past `text`.
+    pub more: bool,
+}
+
+/// Why an ftrace request could not be posted or got no answer.
+#[derive(Debug, Error)]
+pub enum FtraceError {
+    #[error("this region has no ftrace relay (no IVT_FEAT_FTRACE: load ivtrace.ko with ftrace=1)")]
+    NoRelay,
+    #[error("the request is {0} bytes; at most {max} fit", max = abi::IVT_CTL_REQ_MAX)]
+    TooLong(usize),
+    #[error("cannot write the request into the region (read-only?)")]
+    Write,
+    #[error(transparent)]
+    Control(#[from] ControlError),
+}
+
+/// ftrace requests: one tracefs operation per command (docs/ftrace.md).
+///
+/// The host writes the request's text into `ctl_text.req` with plain
+/// stores, then posts `IVT_CMD_FTRACE` with its length as `arg`; the
+/// store-release of `cmd_seq` publishes the text too (the module's
+/// load-acquire of cmd_seq pairs with it, then it copies the text out
+/// before checking it). The module answers with `ctl_text.resp_len`,
+/// `resp_flags` and `resp` before its store-release of `ack_seq`, so
+/// after our load-acquire of `ack_seq` the answer is whole; we copy it
+/// out and bound its length by the array.
+impl Protocol<'_> {
+    pub fn send_ftrace(
+        &self,
+        request: &[u8],
+        kick: &dyn Fn(),
+        timeout: Duration,
+    ) -> Result<FtraceAck, FtraceError> {
+        let h = self.region.header();
+        if h.features & abi::IVT_FEAT_FTRACE == 0 || h.features & abi::IVT_FEAT_CONTROL == 0 {
+            return Err(FtraceError::NoRelay);
+        }
+        if request.is_empty() || request.len() > abi::IVT_CTL_REQ_MAX {
+            return Err(FtraceError::TooLong(request.len()));
+        }
+        let _lock = self.lock_controller(timeout)?;
+        if !self.region.copy_in(ctl_text(abi::ctl_text::REQ), request) {
+            return Err(FtraceError::Write);
+        }
+        let ack = self.post_and_wait(abi::IVT_CMD_FTRACE, request.len() as u64, kick, timeout)?;
+        // Relaxed: ordered after post_and_wait's load-acquire of ack_seq.
+        let len = self
+            .region
+            .load_relaxed_u32(ctl_text(abi::ctl_text::RESP_LEN)) as usize;
+        let flags = self
+            .region
+            .load_relaxed_u32(ctl_text(abi::ctl_text::RESP_FLAGS));
+        let mut text = vec![0u8; len.min(abi::IVT_CTL_RESP_MAX)];
+        if !self
+            .region
+            .copy_out(ctl_text(abi::ctl_text::RESP), &mut text)
+        {
+            text.clear();
+        }
+        Ok(FtraceAck {
+            ack,
+            text,
+            more: flags & abi::IVT_CTL_RESP_MORE != 0,
+        })
+    }
+
+    /// How long an ftrace request may take: the relay performs it in the
+    /// guest (switching the tracer patches every traced function, seconds
+    /// under TCG).
+    pub fn ftrace_timeout(&self, kicked: bool) -> Duration {
+        self.ack_timeout(kicked) + Duration::from_secs(30)
+    }
+}
+
+fn ctl_text(off: usize) -> u64 {
+    (abi::hdr::CTL_TEXT + off) as u64
 }
 
 /// Clock sync: one ping-pong exchange through `struct ivt_sync`.
@@ -565,6 +662,52 @@ mod tests {
         assert_eq!((a.seq, a.status), (2, -22));
         let silent = p.send_command(Command::Flush, &|| {}, Duration::from_millis(1));
         assert!(matches!(silent, Err(ControlError::NoAck { seq: 3, .. })));
+    }
+
+    /// The module and relay's half of an ftrace request, played by the kick:
+    /// the request text read after the acquire of cmd_seq, a read's answer
+    /// written before the release of ack_seq.
+    fn answer_ftrace(r: &Region) {
+        let seq = r.load_acquire_u64(control(abi::control::CMD_SEQ));
+        let len = r.load_relaxed_u64(control(abi::control::ARG)) as usize;
+        let mut req = vec![0u8; len];
+        assert!(r.copy_out(ctl_text(abi::ctl_text::REQ), &mut req));
+        assert_eq!(req, b"read available_events 0");
+        assert!(r.copy_in(ctl_text(abi::ctl_text::RESP), b"block:block_rq_issue\n"));
+        r.store_relaxed_u32(ctl_text(abi::ctl_text::RESP_LEN), 21);
+        r.store_relaxed_u32(ctl_text(abi::ctl_text::RESP_FLAGS), abi::IVT_CTL_RESP_MORE);
+        r.store_relaxed_u32(control(abi::control::ACK_STATUS), 0);
+        r.store_release_u64(control(abi::control::ACK_SEQ), seq);
+    }
+
+    #[test]
+    fn an_ftrace_request_carries_its_text_both_ways() {
+        let mut b = RegionBuilder::new(1, 2, 4096);
+        b.features |= abi::IVT_FEAT_CONTROL;
+        let r = Region::from_bytes(&b.build(), Access::ReadWrite).unwrap();
+        let p = r.protocol();
+        let req = b"read available_events 0";
+        let err = p.send_ftrace(req, &|| {}, Duration::ZERO).unwrap_err();
+        assert!(matches!(err, FtraceError::NoRelay), "{err}");
+        b.features |= abi::IVT_FEAT_FTRACE;
+        let r = Region::from_bytes(&b.build(), Access::ReadWrite).unwrap();
+        let p = r.protocol();
+        let a = p
+            .send_ftrace(req, &|| answer_ftrace(&r), Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(
+            (a.ack.status, a.text.as_slice(), a.more),
+            (0, &b"block:block_rq_issue\n"[..], true)
+        );
+        let long = vec![b'x'; abi::IVT_CTL_REQ_MAX + 1];
+        let err = p.send_ftrace(&long, &|| {}, Duration::ZERO).unwrap_err();
+        assert!(matches!(err, FtraceError::TooLong(_)), "{err}");
+        let ro = Region::from_bytes(&b.build(), Access::ReadOnly).unwrap();
+        let err = ro
+            .protocol()
+            .send_ftrace(req, &|| {}, Duration::ZERO)
+            .unwrap_err();
+        assert!(matches!(err, FtraceError::Write), "{err}");
     }
 
     #[test]

@@ -60,8 +60,12 @@ pub enum RegionError {
     ChannelSize { found: u32, expected: u32 },
     #[error("{found} channels (allowed 1..={max})")]
     ChannelCount { found: u32, max: u32 },
-    #[error("{kernel} kernel channels but only {total} channels")]
-    KernelChannels { kernel: u32, total: u32 },
+    #[error("{kernel} kernel and {ftrace} ftrace channels but only {total} channels")]
+    KernelChannels {
+        kernel: u32,
+        ftrace: u32,
+        total: u32,
+    },
     #[error("{what} {value} is not a power of two in [{min}, {max}]")]
     Geometry {
         what: &'static str,
@@ -100,6 +104,9 @@ pub struct Layout {
     pub meta_size: u32,
     pub nr_channels: u32,
     pub nr_kernel_channels: u32,
+    /// The ftrace relay's channels, right after the kernel ones (ABI 1.2;
+    /// `nr_ftrace_channels` of the header, outside `struct ivt_layout`).
+    pub nr_ftrace_channels: u32,
     pub nr_subbufs: u32,
     pub subbuf_size: u32,
 }
@@ -122,6 +129,8 @@ impl Layout {
     pub fn stream_of(&self, chan: u32) -> u32 {
         if chan < self.nr_kernel_channels {
             abi::IVT_STREAM_KERNEL
+        } else if chan - self.nr_kernel_channels < self.nr_ftrace_channels {
+            abi::IVT_STREAM_FTRACE
         } else {
             abi::IVT_STREAM_USER
         }
@@ -421,6 +430,29 @@ impl Region {
     }
 }
 
+impl Region {
+    /// Copies `src` into the region at `off` (a host-owned area, e.g. the
+    /// text of a control command). Returns false (and writes nothing) on a
+    /// read-only region or a range not inside it. Plain stores: the caller
+    /// publishes them with a later store-release.
+    pub(crate) fn copy_in(&self, off: u64, src: &[u8]) -> bool {
+        let end = off.checked_add(src.len() as u64);
+        if self.access != Access::ReadWrite || end.is_none_or(|e| e > self.len as u64) {
+            return false;
+        }
+        if let Backing::Mapped(_, _, file) = &self.backing {
+            // pwrite(2) into the same pages the guest maps (a shared file).
+            return file.write_all_at(src, off).is_ok();
+        }
+        // SAFETY: in range (checked above), a private copy the caller owns
+        // (Backing::Owned), `src` cannot overlap it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base().add(off as usize), src.len());
+        }
+        true
+    }
+}
+
 fn open_file(path: &Path, access: Access) -> Result<File, RegionError> {
     let shown = path.display().to_string();
     let res = std::fs::OpenOptions::new()
@@ -476,6 +508,7 @@ fn placeholder_header() -> Header {
             meta_size: 0,
             nr_channels: 0,
             nr_kernel_channels: 0,
+            nr_ftrace_channels: 0,
             nr_subbufs: 0,
             subbuf_size: 0,
         },
@@ -511,7 +544,10 @@ pub fn parse_header(page: &[u8], actual: u64) -> Result<Header, RegionError> {
     if !region_size.is_power_of_two() {
         return Err(RegionError::NotPowerOfTwo(region_size));
     }
-    let layout = parse_layout(&page[hdr::LAYOUT..hdr::LAYOUT + 48], region_size)?;
+    // A region of ABI 1.0 or 1.1 has zeros where 1.2 says how many
+    // channels the ftrace relay has.
+    let nr_ftrace = le_u32(page, hdr::NR_FTRACE_CHANNELS);
+    let layout = parse_layout(&page[hdr::LAYOUT..hdr::LAYOUT + 48], nr_ftrace, region_size)?;
     Ok(Header {
         abi_major,
         abi_minor: le_u16(page, hdr::ABI_MINOR),
@@ -537,7 +573,7 @@ fn parse_clock(b: &[u8]) -> ClockRef {
     }
 }
 
-fn parse_layout(b: &[u8], region: u64) -> Result<Layout, RegionError> {
+fn parse_layout(b: &[u8], nr_ftrace: u32, region: u64) -> Result<Layout, RegionError> {
     use abi::layout as l;
     let channel_size = le_u32(b, l::CHANNEL_SIZE);
     if channel_size as u64 != abi::CHANNEL_SIZE {
@@ -553,6 +589,7 @@ fn parse_layout(b: &[u8], region: u64) -> Result<Layout, RegionError> {
         meta_size: le_u32(b, l::META_SIZE),
         nr_channels: le_u32(b, l::NR_CHANNELS),
         nr_kernel_channels: le_u32(b, l::NR_KERNEL_CHANNELS),
+        nr_ftrace_channels: nr_ftrace,
         nr_subbufs: le_u32(b, l::NR_SUBBUFS),
         subbuf_size: le_u32(b, l::SUBBUF_SIZE),
     };
@@ -568,9 +605,12 @@ fn check_counts(l: &Layout) -> Result<(), RegionError> {
             max: abi::IVT_CHANNELS_MAX,
         });
     }
-    if l.nr_kernel_channels > l.nr_channels {
+    if l.nr_kernel_channels > l.nr_channels
+        || l.nr_ftrace_channels > l.nr_channels - l.nr_kernel_channels
+    {
         return Err(RegionError::KernelChannels {
             kernel: l.nr_kernel_channels,
+            ftrace: l.nr_ftrace_channels,
             total: l.nr_channels,
         });
     }

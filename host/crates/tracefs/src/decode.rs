@@ -45,13 +45,75 @@ fn sched_field(event: &str, field: &str) -> (Option<&'static str>, Adjust) {
     }
 }
 
+/// How a field's value changes on its way to the trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Adjust {
+pub enum Adjust {
     None,
     /// `prio - MAX_RT_PRIO`, as LTTng records priorities.
     Prio,
     /// `prev_state & 0xff`: TASK_REPORT_MAX (preempted) becomes 0.
     State,
+    /// A block request's `rwbs` text (`char rwbs[8]`, "WS", "FWFS", ...)
+    /// as LTTng's u32 flag bits ([`rwbs_flags`]), which Trace Compass's
+    /// disk analysis reads.
+    Rwbs,
+}
+
+/// What one field of a format becomes: its name in the trace, how its
+/// value changes, whether it is shown in hex.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldPlan {
+    pub name: String,
+    pub adjust: Adjust,
+    pub hex: bool,
+}
+
+/// LTTng's `RWBS_FLAG_*` bits (lttng-modules' block instrumentation).
+pub mod rwbs {
+    pub const WRITE: u32 = 1 << 0;
+    pub const DISCARD: u32 = 1 << 1;
+    pub const READ: u32 = 1 << 2;
+    pub const RAHEAD: u32 = 1 << 3;
+    pub const SYNC: u32 = 1 << 5;
+    pub const META: u32 = 1 << 6;
+    pub const SECURE: u32 = 1 << 7;
+    pub const FLUSH: u32 = 1 << 8;
+    pub const FUA: u32 = 1 << 9;
+    pub const PREFLUSH: u32 = 1 << 10;
+}
+
+/// Linux's `blk_fill_rwbs()` text back to LTTng's flag bits: an optional
+/// `F` (preflush), the operation (`W`, `D`, `DE` secure erase, `F` flush,
+/// `R`, `N` none), then `F` (FUA), `A` (read-ahead), `S` (sync), `M` (meta).
+pub fn rwbs_flags(text: &[u8]) -> u32 {
+    let text = text.split(|&c| c == 0).next().unwrap_or(&[]);
+    let mut flags = 0;
+    let mut i = 0;
+    if text.len() > 1 && text[0] == b'F' && b"WDFRN".contains(&text[1]) {
+        flags |= rwbs::PREFLUSH;
+        i = 1;
+    }
+    match text.get(i) {
+        Some(b'W') => flags |= rwbs::WRITE,
+        Some(b'D') if text.get(i + 1) == Some(&b'E') => {
+            flags |= rwbs::DISCARD | rwbs::SECURE;
+            i += 1;
+        }
+        Some(b'D') => flags |= rwbs::DISCARD,
+        Some(b'F') => flags |= rwbs::FLUSH,
+        Some(b'R') => flags |= rwbs::READ,
+        _ => {}
+    }
+    for c in text.iter().skip(i + 1) {
+        flags |= match c {
+            b'F' => rwbs::FUA,
+            b'A' => rwbs::RAHEAD,
+            b'S' => rwbs::SYNC,
+            b'M' => rwbs::META,
+            _ => 0,
+        };
+    }
+    flags
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +129,11 @@ enum Op {
     },
     DataLocStr {
         off: usize,
+    },
+    /// `char rwbs[n]` written as a u32 ([`Adjust::Rwbs`]).
+    Rwbs {
+        off: usize,
+        n: usize,
     },
 }
 
@@ -85,35 +152,66 @@ fn is_hex(name: &str) -> bool {
         || name.starts_with("addr")
 }
 
-/// The class and decoder of one format, or None for an unusable one.
+/// The host's plan for a field: LTTng's names and values of the `sched`
+/// events ([`sched_field`]).
+fn host_plan(fmt: &EventFmt, f: &FieldFmt) -> FieldPlan {
+    let mut name = f.name.clone();
+    let mut adjust = Adjust::None;
+    if fmt.system == "sched" {
+        let (renamed, adj) = sched_field(&fmt.name, &name);
+        if let Some(r) = renamed {
+            name = r.into();
+        }
+        adjust = adj;
+    }
+    let hex = is_hex(&name);
+    FieldPlan { name, adjust, hex }
+}
+
+/// The class and decoder of one format, as the host trace names it.
 pub fn class_for(fmt: &EventFmt, class_id: u32) -> (EventClass, EventDecoder) {
-    let sched = fmt.system == "sched";
+    class_with(fmt, class_id, STREAM_KERNEL, lttng_name(fmt), &|f| {
+        host_plan(fmt, f)
+    })
+}
+
+/// The class (of stream class `stream`, named `name`) and decoder of one
+/// format, each field as `plan` says; fields no CTF type describes
+/// (arrays of integers, dynamic arrays other than text) are left out.
+pub fn class_with(
+    fmt: &EventFmt,
+    class_id: u32,
+    stream: u32,
+    name: String,
+    plan: &dyn Fn(&FieldFmt) -> FieldPlan,
+) -> (EventClass, EventDecoder) {
     let mut fields = Vec::new();
     let mut ops = Vec::new();
     for f in &fmt.fields {
-        let mut name = f.name.clone();
-        let mut adjust = Adjust::None;
-        if sched {
-            let (renamed, adj) = sched_field(&fmt.name, &name);
-            if let Some(r) = renamed {
-                name = r.into();
+        let p = plan(f);
+        let Some((ty, op)) = field_kind(f) else {
+            continue;
+        };
+        let (ty, op) = match op {
+            Op::Int { off, size, .. } => (
+                ty,
+                Op::Int {
+                    off,
+                    size,
+                    adjust: p.adjust,
+                },
+            ),
+            Op::Chars { off, n } if p.adjust == Adjust::Rwbs => {
+                (FieldType::U32, Op::Rwbs { off, n })
             }
-            adjust = adj;
-        }
-        let (ty, op) = match field_kind(f) {
-            Some(k) => k,
-            None => continue,
+            o => (ty, o),
         };
-        let op = match op {
-            Op::Int { off, size, .. } => Op::Int { off, size, adjust },
-            o => o,
-        };
-        let hex = matches!(op, Op::Int { .. }) && is_hex(&name);
-        fields.push(Field::new(name, ty, hex));
+        let hex = matches!(op, Op::Int { .. }) && p.hex;
+        fields.push(Field::new(p.name, ty, hex));
         ops.push(op);
     }
     (
-        EventClass::new(class_id, STREAM_KERNEL, lttng_name(fmt), fields),
+        EventClass::new(class_id, stream, name, fields),
         EventDecoder { class_id, ops },
     )
 }
@@ -141,6 +239,24 @@ fn field_kind(f: &FieldFmt) -> Option<(FieldType, Op)> {
     ))
 }
 
+/// Appends the integer `b` (1, 2, 4 or 8 bytes) as `adjust` says.
+fn put_int(out: &mut Vec<u8>, b: &[u8], adjust: Adjust) {
+    let size = b.len().min(8);
+    let mut v = [0u8; 8];
+    v[..size].copy_from_slice(&b[..size]);
+    match adjust {
+        Adjust::Prio => {
+            let x = (i64::from_le_bytes(v) as i32).wrapping_sub(100) as i64;
+            out.extend_from_slice(&x.to_le_bytes()[..size]);
+        }
+        Adjust::State => {
+            let x = u64::from_le_bytes(v) & 0xff;
+            out.extend_from_slice(&x.to_le_bytes()[..size]);
+        }
+        Adjust::None | Adjust::Rwbs => out.extend_from_slice(b),
+    }
+}
+
 /// Decodes records of the events it knows.
 #[derive(Debug, Clone, Default)]
 pub struct Decoder {
@@ -161,19 +277,7 @@ impl Decoder {
     /// `events`: (format, class id) pairs; the common fields' offsets are
     /// taken from the first format.
     pub fn new(events: &[(EventFmt, u32)]) -> (Decoder, Vec<EventClass>) {
-        let mut d = Decoder {
-            type_off: 0,
-            pid_off: 4,
-            ..Decoder::default()
-        };
-        if let Some((f, _)) = events.first() {
-            if let Some(c) = f.common("common_type") {
-                d.type_off = c.offset;
-            }
-            if let Some(c) = f.common("common_pid") {
-                d.pid_off = c.offset;
-            }
-        }
+        let mut d = Decoder::empty(events.first().map(|(f, _)| f));
         let mut classes = Vec::new();
         for (fmt, id) in events {
             let (class, dec) = class_for(fmt, *id);
@@ -181,6 +285,37 @@ impl Decoder {
             d.by_type.insert(fmt.id, dec);
         }
         (d, classes)
+    }
+
+    /// A decoder of no event yet, the common fields' offsets from `common`
+    /// (every format of one kernel has the same common fields).
+    pub fn empty(common: Option<&EventFmt>) -> Decoder {
+        let mut d = Decoder {
+            type_off: 0,
+            pid_off: 4,
+            ..Decoder::default()
+        };
+        if let Some(f) = common {
+            if let Some(c) = f.common("common_type").filter(|c| c.size == 2) {
+                d.type_off = c.offset;
+            }
+            if let Some(c) = f.common("common_pid").filter(|c| c.size == 4) {
+                d.pid_off = c.offset;
+            }
+        }
+        d
+    }
+
+    /// Decodes records of ftrace type `ty` with `dec`.
+    pub fn insert(&mut self, ty: u16, dec: EventDecoder) {
+        self.by_type.insert(ty, dec);
+    }
+
+    /// The ftrace type id of a record (its `common_type`).
+    pub fn type_of(&self, rec: &[u8]) -> Option<u16> {
+        Some(u16::from_le_bytes(
+            rec.get(self.type_off..self.type_off + 2)?.try_into().ok()?,
+        ))
     }
 
     /// The payload of `rec`, or None for an unknown type or a record too
@@ -193,24 +328,13 @@ impl Decoder {
         for op in &dec.ops {
             match *op {
                 Op::Int { off, size, adjust } => {
-                    let b = rec.get(off..off + size)?;
-                    match adjust {
-                        Adjust::None => out.extend_from_slice(b),
-                        Adjust::Prio => {
-                            let mut v = [0u8; 8];
-                            v[..size].copy_from_slice(b);
-                            let x = i64::from_le_bytes(v) as i32;
-                            out.extend_from_slice(&x.wrapping_sub(100).to_le_bytes()[..size]);
-                        }
-                        Adjust::State => {
-                            let mut v = [0u8; 8];
-                            v[..size].copy_from_slice(b);
-                            let x = u64::from_le_bytes(v) & 0xff;
-                            out.extend_from_slice(&x.to_le_bytes()[..size]);
-                        }
-                    }
+                    put_int(&mut out, rec.get(off..off + size)?, adjust)
                 }
                 Op::Chars { off, n } => out.extend_from_slice(rec.get(off..off + n)?),
+                Op::Rwbs { off, n } => {
+                    let flags = rwbs_flags(rec.get(off..off + n)?);
+                    out.extend_from_slice(&flags.to_le_bytes());
+                }
                 Op::DataLocStr { off } => {
                     let v = u32::from_le_bytes(rec.get(off..off + 4)?.try_into().ok()?);
                     let (start, len) = ((v & 0xffff) as usize, (v >> 16) as usize);
@@ -259,6 +383,27 @@ mod tests {
         assert_eq!(i32::from_le_bytes(p[16..20].try_into().unwrap()), 4242);
         assert_eq!(i32::from_le_bytes(p[20..24].try_into().unwrap()), 20);
         assert_eq!(i32::from_le_bytes(p[24..28].try_into().unwrap()), 1);
+    }
+
+    #[test]
+    fn rwbs_text_becomes_lttngs_flag_bits() {
+        use super::rwbs::*;
+        for (text, want) in [
+            (&b"R\0\0\0"[..], READ),
+            (b"W", WRITE),
+            (b"WS", WRITE | SYNC),
+            (b"RA", READ | RAHEAD),
+            (b"RM", READ | META),
+            (b"FWFS", PREFLUSH | WRITE | FUA | SYNC),
+            (b"F", FLUSH),
+            (b"FF", PREFLUSH | FLUSH),
+            (b"D", DISCARD),
+            (b"DE", DISCARD | SECURE),
+            (b"N", 0),
+            (b"", 0),
+        ] {
+            assert_eq!(rwbs_flags(text), want, "{}", String::from_utf8_lossy(text));
+        }
     }
 
     #[test]

@@ -26,9 +26,11 @@ impl FieldFmt {
     pub fn is_char(&self) -> bool {
         // `__data_loc char[] comm` (sched_migrate_task since 6.x) too.
         let t = self.decl.trim_start_matches("__data_loc ");
-        ["char ", "char[", "const char ", "unsigned char "]
-            .iter()
-            .any(|p| t.starts_with(p))
+        let t = t
+            .trim_start_matches("const ")
+            .trim_start_matches("unsigned ");
+        // `char name[16]`, and a dynamic string's `__data_loc char[] name`.
+        t.starts_with("char ") || t.starts_with("char[")
     }
 }
 
@@ -214,6 +216,17 @@ mod tests {
         assert!(k.field("vcpu_id").is_some());
         let hp = parse_header_page(HEADER_PAGE).unwrap();
         assert_eq!(hp, HeaderPage::default());
+    }
+
+    #[test]
+    fn dynamic_strings_are_text() {
+        let e = parse_event(
+            "sched",
+            "name: sched_process_exec\nID: 7\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:__data_loc char[] filename;\toffset:8;\tsize:4;\tsigned:1;\n",
+        )
+        .unwrap();
+        let f = e.field("filename").unwrap();
+        assert!(f.data_loc && f.is_char(), "{f:?}");
     }
 
     #[test]

@@ -78,9 +78,13 @@ pub fn continue_recording(out: &OutDir, reader: &mut Reader, writer: &mut CtfWri
     let classes = before.event_classes();
     let mut adopted = Vec::new();
     let (mut packets, mut cut) = (0u64, 0u64);
-    for stream in [abi::IVT_STREAM_USER, abi::IVT_STREAM_KERNEL] {
+    for stream in [
+        abi::IVT_STREAM_USER,
+        abi::IVT_STREAM_KERNEL,
+        abi::IVT_STREAM_FTRACE,
+    ] {
         let dir_name = match stream {
-            abi::IVT_STREAM_KERNEL => STAGING_DIR,
+            abi::IVT_STREAM_KERNEL | abi::IVT_STREAM_FTRACE => STAGING_DIR,
             _ => stream_dir(stream),
         };
         let Ok(dir) = out.open_dir(dir_name) else {
@@ -95,6 +99,12 @@ pub fn continue_recording(out: &OutDir, reader: &mut Reader, writer: &mut CtfWri
             {
                 continue;
             }
+            // The relay's staged pages are counted with the region's
+            // wire classes (the sidecar declares the decoded ones only).
+            let classes = match stream == abi::IVT_STREAM_FTRACE {
+                true => reader.classes().clone(),
+                false => classes.clone(),
+            };
             let (len, kept, dropped) = adopt_file(&dir, &name, c, reader, &classes)?;
             packets += kept;
             cut += dropped;

@@ -5,6 +5,7 @@
 //! {"op":"list"}
 //! {"op":"status","guest":"web1"}
 //! {"op":"control","guest":"web1","command":["enable","sched,irq"]}
+//! {"op":"ftrace","guest":"web1","request":"write events/block/enable 1"}
 //! {"op":"handoff","guest":"web1"}                       (the guest migrated away)
 //! {"op":"resume","guest":"web1","from":"/path/handoff.json"}  (it arrived)
 //! -> {"ok":true,...}  |  {"ok":false,"error":"..."}
@@ -30,6 +31,8 @@ use crate::serve::Registry;
 /// Longest wait for a request line, and for the guest thread's answer.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
+/// An ftrace request runs in the guest (a tracer switch: seconds).
+const FTRACE_REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn errno_name(e: i32) -> &'static str {
     match -e {
@@ -85,13 +88,14 @@ fn answer(req: &Value, registry: &Registry) -> Value {
     match op {
         "status" => status(&guest),
         "control" => control(req, &guest),
+        "ftrace" => ftrace(req, &guest),
         "handoff" => migration(&guest, "handoff", |reply| Request::Handoff { reply }),
         "resume" => {
             let from = req.get("from").and_then(Value::as_str).map(PathBuf::from);
             migration(&guest, "resume", |reply| Request::Resume { from, reply })
         }
         _ => json!({"ok": false, "error": format!(
-            "unknown op `{op}` (list, status, control, handoff, resume)")}),
+            "unknown op `{op}` (list, status, control, ftrace, handoff, resume)")}),
     }
 }
 
@@ -204,6 +208,29 @@ fn control(req: &Value, guest: &Live) -> Value {
             "error": (a.status != 0).then(|| format!(
                 "the guest refused the command: {} ({})", a.status, errno_name(a.status))),
         }),
+        Ok(Err(e)) => json!({"ok": false, "guest": name, "error": e}),
+        Err(_) => {
+            json!({"ok": false, "guest": name, "error": "the guest thread did not answer in time"})
+        }
+    }
+}
+
+/// One ftrace request: the guest's status and, for a read, the text.
+fn ftrace(req: &Value, guest: &Live) -> Value {
+    let name = &guest.name;
+    let Some(text) = req.get("request").and_then(Value::as_str) else {
+        return json!({"ok": false, "error": "an ftrace request needs `request`"});
+    };
+    let (rtx, rrx) = mpsc::channel();
+    let ask = Request::Ftrace {
+        text: text.to_string(),
+        reply: rtx,
+    };
+    if !guest.ask(ask) {
+        return json!({"ok": false, "error": format!("guest `{name}` has finished")});
+    }
+    match rrx.recv_timeout(FTRACE_REPLY_TIMEOUT) {
+        Ok(Ok(a)) => crate::ftrace::reply_json(name, text, &a),
         Ok(Err(e)) => json!({"ok": false, "guest": name, "error": e}),
         Err(_) => {
             json!({"ok": false, "guest": name, "error": "the guest thread did not answer in time"})

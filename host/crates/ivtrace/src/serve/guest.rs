@@ -22,7 +22,7 @@ use nix::sys::eventfd::EventFd;
 
 use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
 use ivtrace_engine::{Backoff, RegionWait, Step, StopReason, Wait, Woken};
-use ivtrace_region::{Ack, Command, RegionError};
+use ivtrace_region::{Ack, Command, FtraceAck, RegionError};
 
 use crate::serve::migration::{self, Resume};
 use crate::serve::proto::{PeerInfo, Shm};
@@ -45,6 +45,11 @@ pub enum Request {
     },
     Status {
         reply: Sender<GuestStatus>,
+    },
+    /// One ftrace request (docs/ftrace.md), its text as the guest gets it.
+    Ftrace {
+        text: String,
+        reply: Sender<Result<FtraceAck, String>>,
     },
     /// The guest migrated away: end the recording with a handoff
     /// (`ivtrace ctl handoff`). The reply names the trace directory.
@@ -541,6 +546,9 @@ impl Guest {
                 let _ = reply.send(Err(why.into()));
             }
             Request::Handoff { reply } | Request::Resume { reply, .. } => {
+                let _ = reply.send(Err(why.into()));
+            }
+            Request::Ftrace { reply, .. } => {
                 let _ = reply.send(Err(why.into()));
             }
             Request::Status { reply } => {

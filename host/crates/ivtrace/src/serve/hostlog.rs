@@ -329,6 +329,24 @@ impl ServeHooks<'_> {
         res.map_err(|e| format!("{e:#}"))
     }
 
+    /// Posts one ftrace request, kicks the guest, waits for the relay's
+    /// answer (the drain pauses meanwhile: a tracer switch under TCG takes
+    /// seconds, which the channels' rings absorb).
+    fn ftrace(&self, reader: &Reader, text: &str) -> Result<ivtrace_region::FtraceAck, String> {
+        let region = reader.region().protocol();
+        let timeout = region.ftrace_timeout(true);
+        let res = region.send_ftrace(text.as_bytes(), &|| kick(self.kick), timeout);
+        if let Ok(a) = &res {
+            let payload = Payload::default()
+                .u32(ivtrace_region::abi::IVT_CMD_FTRACE)
+                .u64(text.len() as u64)
+                .i32(a.ack.status)
+                .u64(a.ack.latency.as_nanos() as u64);
+            let _ = log_event(&self.host, self.stream, ev::CONTROL, host_now_ns(), payload);
+        }
+        res.map_err(|e| format!("{e:#}"))
+    }
+
     /// `ivtrace ctl list/status`: the last state plus fresh counters.
     fn status(&self, reader: &Reader) -> GuestStatus {
         let mut s = self.status.lock().map(|s| s.clone()).unwrap_or_default();
@@ -369,6 +387,9 @@ impl Hooks for ServeHooks<'_> {
                 }
                 Ok(Request::Status { reply }) => {
                     let _ = reply.send(self.status(reader));
+                }
+                Ok(Request::Ftrace { text, reply }) => {
+                    let _ = reply.send(self.ftrace(reader, &text));
                 }
                 Ok(Request::Handoff { reply }) => {
                     self.handoff = true;

@@ -1,0 +1,113 @@
+//! The ftrace stream (stream class 2, docs/ftrace.md) in the guest's kernel
+//! trace.
+//!
+//! The relay's channels carry whole ftrace ring-buffer pages. While
+//! recording, their packets are staged like the kernel stream's, in
+//! `DIR/.kernel-wire/ftrace_chanN`; when the recording ends, an
+//! [`FtraceExpand`] (ivtrace-tracefs, which decodes pages with the guest's
+//! own format files, the same decoder that reads the host's tracefs)
+//! rewrites them into `DIR/kernel/ftrace_chanN`, one stream per CPU of
+//! stream class 2 of the kernel trace, beside the native probes' streams:
+//! one trace, one clock, so Trace Compass and babeltrace2 see both.
+//!
+//! Output packets are ivtrace packets like every other stream's (the same
+//! packet header and context, `stream_id` 2, the CPU in `cpu_id`, the
+//! compact or extended event header, byte-packed payloads), so the same
+//! TSDL stream block, walker and `ivtrace report` apply. Each event's
+//! payload starts with the writing thread's id (the record's
+//! `common_pid`), then the fields its format declares.
+
+use std::io;
+
+use serde::{Deserialize, Serialize};
+
+use crate::outdir::OutDir;
+use ivtrace_region::classes::StreamClasses;
+use ivtrace_region::ftrace::FtraceFormats;
+
+/// One relay channel's file: its name in the staging directory (wire
+/// packets) and in the kernel trace's (the decoded stream).
+#[derive(Debug, Clone)]
+pub struct FtraceStaged {
+    pub chan: u32,
+    pub name: String,
+}
+
+/// What one CPU's pages became.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FtraceCpu {
+    pub cpu: u32,
+    /// Events written to the trace.
+    pub recorded: u64,
+    /// Events lost, in all (`discarded` of the stream's last packet).
+    pub lost: u64,
+    /// The parts of `lost`, from ftrace's counters (the last
+    /// `ftrace_stats` of the channel): overwritten before the relay read
+    /// them, lost to nested writers, refused by a full buffer, discarded
+    /// when the relay switched the clock to x86-tsc.
+    pub overrun: u64,
+    pub commit_overrun: u64,
+    pub dropped: u64,
+    pub clock_reset: u64,
+    /// Events ftrace counted as read but that are not in the trace: read
+    /// by another reader of trace_pipe, in pages the host lost, or of an
+    /// event whose format the relay never published.
+    pub read_not_recorded: u64,
+    /// What ftrace says it produced (entries + overrun + read + dropped +
+    /// commit overrun, from the last `ftrace_stats`): recorded + lost
+    /// equals this once the buffer is drained (entries 0).
+    pub produced: u64,
+    /// Events still in ftrace's buffer at the last count.
+    pub entries: u64,
+    pub pages: u64,
+    /// Records of no published format, pages that did not walk, and
+    /// timestamps that went backwards (clamped).
+    pub unknown_type: u64,
+    pub bad_pages: u64,
+    pub ts_clamped: u64,
+    /// No `ftrace_stats` reached the host: losses are from the pages only.
+    pub no_stats: bool,
+    /// `lost` is past what CTF readers accept (2^63-1, the counters are
+    /// the guest's): the packets carry 2^63-1.
+    #[serde(default)]
+    pub lost_clamped: bool,
+}
+
+/// What the ftrace expansion did (the sidecar's `ftrace`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FtraceStats {
+    /// Format files the guest published, parsed, refused.
+    pub formats: u64,
+    pub formats_refused: u64,
+    /// Event classes declared (events that occurred).
+    pub classes: u64,
+    /// Events written, by their name in the trace.
+    pub events_by_name: std::collections::BTreeMap<String, u64>,
+    pub cpus: Vec<FtraceCpu>,
+    pub seconds: f64,
+}
+
+/// The input of an expansion.
+pub struct FtraceInput<'a> {
+    /// The wire classes of stream class 2 (`ftrace_page`, `ftrace_stats`).
+    pub wire: &'a StreamClasses,
+    pub formats: &'a FtraceFormats,
+    pub files: &'a [FtraceStaged],
+    /// Where the wire files are read and the decoded streams written
+    /// (through directory descriptors, [`crate::outdir`]).
+    pub staging: &'a OutDir,
+    pub out: &'a OutDir,
+}
+
+/// The expanded stream class: its event classes (stream 2) and the facts.
+#[derive(Debug)]
+pub struct FtraceOutput {
+    pub classes: StreamClasses,
+    pub stats: FtraceStats,
+}
+
+/// Decodes staged pages into output files (ivtrace-tracefs implements it;
+/// the recording engine installs it on the [`crate::CtfWriter`]).
+pub trait FtraceExpand: Send {
+    fn expand(&mut self, input: &FtraceInput) -> io::Result<FtraceOutput>;
+}
