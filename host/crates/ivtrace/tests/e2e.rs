@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 
 use common::{ivtrace, ivtrace_shm, report_json, run};
 use ivtrace_region::abi;
-use ivtrace_testutil::{have_tool, RegionBuilder, TestRegion};
+use ivtrace_testutil::{babeltrace2_lines, have_tool, RegionBuilder, TestRegion};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..")
@@ -63,15 +63,9 @@ fn babeltrace_events(dir: &Path) -> Option<u64> {
         eprintln!("SKIP babeltrace2 check: babeltrace2 is not installed");
         return None;
     }
-    let out = Command::new("babeltrace2").arg(dir).output().unwrap();
-    assert!(
-        out.status.success(),
-        "babeltrace2 failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     Some(
-        out.stdout
-            .split(|&b| b == b'\n')
+        babeltrace2_lines(&[], dir)
+            .iter()
             .filter(|l| !l.is_empty())
             .count() as u64,
     )

@@ -674,6 +674,26 @@ pub fn have_tool(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// The lines `babeltrace2 ARGS... DIR` prints; babeltrace2 must exit 0
+/// (a trace it refuses fails the test, with its own message).
+pub fn babeltrace2_lines(args: &[&str], dir: &std::path::Path) -> Vec<String> {
+    let out = std::process::Command::new("babeltrace2")
+        .args(args)
+        .arg(dir)
+        .output()
+        .expect("babeltrace2 runs (check have_tool first)");
+    assert!(
+        out.status.success(),
+        "babeltrace2 {args:?} {} failed: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
 /// A fuzz input as a stream of the guest module's kernel events, so that
 /// every input reaches the kernel stream's expansion (whole regions of
 /// arbitrary bytes almost never hold a valid kernel packet). Format:

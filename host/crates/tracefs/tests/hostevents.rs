@@ -7,10 +7,9 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
-use ivtrace_testutil::{have_tool, RegionBuilder};
+use ivtrace_testutil::{babeltrace2_lines, have_tool, RegionBuilder};
 use ivtrace_tracefs::decode::Decoder;
 use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
 use ivtrace_tracefs::page::{walk, PageBuilder};
@@ -275,24 +274,6 @@ fn write_guest_trace(dir: &Path, span: u64) {
     ivtrace_engine::session::drain_bytes_to_dir(&bytes, dir).unwrap();
 }
 
-/// `babeltrace2 --clock-seconds DIR`, which must succeed.
-fn babeltrace2_lines(dir: &Path) -> Vec<String> {
-    let out = Command::new("babeltrace2")
-        .args(["--clock-seconds"])
-        .arg(dir)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 /// The captured host events and kvm samples in DIR/host/, a guest trace in
 /// DIR/user/ whose clock maps into the same window: babeltrace2 DIR reads
 /// both and interleaves them by time.
@@ -310,7 +291,7 @@ fn host_and_guest_traces_merge_in_babeltrace2() {
     let switches = write_host_trace(dir, t0, t1);
     write_guest_trace(dir, t1 - t0);
 
-    let lines = babeltrace2_lines(dir);
+    let lines = babeltrace2_lines(&["--clock-seconds"], dir);
     let count = |name: &str| {
         lines
             .iter()

@@ -14,12 +14,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
 use ivtrace_ctf::sidecar::Sidecar;
 use ivtrace_region::abi::{IVT_HC_EVENT_FIRST, IVT_HC_VMSYNC};
-use ivtrace_testutil::{have_tool, RegionBuilder};
+use ivtrace_testutil::{babeltrace2_lines, have_tool, RegionBuilder};
 use ivtrace_tracefs::decode::Decoder;
 use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
 use ivtrace_tracefs::page::{walk, PageBuilder};
@@ -423,20 +422,6 @@ fn guest_b_sees_only_its_own_thread() {
         .all(|v| v.preempted_ns == 0 && v.host_tids == [B_VCPU0]));
 }
 
-/// `babeltrace2 DIR` lines (every trace: guest kernel, host, VM view).
-fn babeltrace2(dir: &Path) -> Vec<String> {
-    let out = Command::new("babeltrace2").arg(dir).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
 #[test]
 fn babeltrace2_shows_the_vm_view_between_the_guests_events() {
     if !have_tool("babeltrace2") {
@@ -444,7 +429,7 @@ fn babeltrace2_shows_the_vm_view_between_the_guests_events() {
         return;
     }
     let (tmp, _) = recording();
-    let lines = babeltrace2(&tmp.path().join("a"));
+    let lines = babeltrace2_lines(&[], &tmp.path().join("a"));
     if std::env::var_os("VMVIEW_PRINT").is_some() {
         eprintln!("{}", lines.join("\n"));
     }
