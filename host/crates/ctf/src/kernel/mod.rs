@@ -75,7 +75,7 @@ use crate::outdir::OutDir;
 use crate::trace::{create_err, write_err, CtfError};
 use ivtrace_region::names::NameTable;
 use names::{sanitize_comm, swapper, Comm, Name, TableNames, ThreadNames, COMM_LEN};
-use plan::{Facts, Naming, Op, Out, Output, Plans};
+use plan::{Facts, Lookup, Naming, Op, Out, Output, Plans};
 use wire::{align_event, event_header, le_u32, packet_content, Offsets, PacketFile};
 
 /// Hidden directory (inside the output) holding the staged wire packets.
@@ -504,44 +504,16 @@ impl Expander<'_> {
         idle: &Comm,
         out: &mut Vec<u8>,
     ) {
-        let (payload, offs) = (e.payload, e.offs);
-        let field = |i: u8| (offs[i as usize] as usize, offs[i as usize + 1] as usize);
-        out.extend_from_slice(e.wire_hdr);
-        let mut copied = 0usize;
-        for op in ops {
-            match *op {
-                Op::Comm(i) => {
-                    let (at, _) = field(i);
-                    out.extend_from_slice(&payload[copied..at]);
-                    copied = at;
-                    let comm = self.comm(le_u32(payload, at), e.ts, idle);
-                    out.extend_from_slice(&comm);
-                }
-                Op::Widen(i, to) => {
-                    let (at, end) = field(i);
-                    out.extend_from_slice(&payload[copied..at]);
-                    copied = end;
-                    let from = plan.layout.types()[i as usize];
-                    lttng::put_int(out, to, lttng::read_int(from, &payload[at..end]));
-                }
-                Op::Reshape(i, r) => {
-                    let (at, end) = field(i);
-                    out.extend_from_slice(&payload[copied..at]);
-                    copied = end;
-                    lttng::write_reshaped(out, r, &payload[at..end]);
-                }
-                Op::IrqName(i) => {
-                    let (at, end) = field(i);
-                    out.extend_from_slice(&payload[copied..end]);
-                    copied = end;
-                    let name = self.irqs.get(le_u32(payload, at));
-                    self.stats.irq_names_unknown += name.is_empty() as u64;
-                    out.extend_from_slice(name);
-                    out.push(0);
-                }
+        let bytes = (e.wire_hdr, e.payload, e.offs);
+        plan::write_expanded((plan, ops), bytes, out, &mut |what, out| match what {
+            Lookup::Comm(tid) => out.extend_from_slice(&self.comm(tid, e.ts, idle)),
+            Lookup::IrqName(irq) => {
+                let name = self.irqs.get(irq);
+                self.stats.irq_names_unknown += name.is_empty() as u64;
+                out.extend_from_slice(name);
+                out.push(0);
             }
-        }
-        out.extend_from_slice(&payload[copied..]);
+        });
     }
 
     /// Writes a wire syscall event as LTTng's `syscall_{entry,exit}_<name>`,

@@ -28,7 +28,7 @@ use ivtrace_region::names::NameTable;
 
 use super::lttng::{self, SyscallWire};
 use super::names::{sanitize_comm, swapper, Comm, IrqNames, TableNames, COMM_LEN};
-use super::plan::{self, Naming, Op, Out, Plans};
+use super::plan::{self, Lookup, Naming, Op, Out, Plans};
 use super::wire::{align_event, event_header, le_u32, packet_content, Offsets};
 use super::{put_header, syscalls, KernelExpansion};
 
@@ -280,43 +280,16 @@ impl OnlineKernel {
         idle: &Comm,
         out: &mut Vec<u8>,
     ) {
-        let field = |i: u8| (offs[i as usize] as usize, offs[i as usize + 1] as usize);
-        out.extend_from_slice(wire_hdr);
-        let mut copied = 0usize;
-        for op in ops {
-            match *op {
-                Op::Comm(i) => {
-                    let (at, _) = field(i);
-                    out.extend_from_slice(&payload[copied..at]);
-                    copied = at;
-                    let comm = self.comm(le_u32(payload, at), idle);
-                    out.extend_from_slice(&comm);
-                }
-                Op::Widen(i, to) => {
-                    let (at, end) = field(i);
-                    out.extend_from_slice(&payload[copied..at]);
-                    copied = end;
-                    let from = plan.layout.types()[i as usize];
-                    lttng::put_int(out, to, lttng::read_int(from, &payload[at..end]));
-                }
-                Op::Reshape(i, r) => {
-                    let (at, end) = field(i);
-                    out.extend_from_slice(&payload[copied..at]);
-                    copied = end;
-                    lttng::write_reshaped(out, r, &payload[at..end]);
-                }
-                Op::IrqName(i) => {
-                    let (at, end) = field(i);
-                    out.extend_from_slice(&payload[copied..end]);
-                    copied = end;
-                    let name = self.irqs.get(le_u32(payload, at));
-                    self.stats.irq_names_unknown += name.is_empty() as u64;
-                    out.extend_from_slice(name);
-                    out.push(0);
-                }
+        let bytes = (wire_hdr, payload, offs);
+        plan::write_expanded((plan, ops), bytes, out, &mut |what, out| match what {
+            Lookup::Comm(tid) => out.extend_from_slice(&self.comm(tid, idle)),
+            Lookup::IrqName(irq) => {
+                let name = self.irqs.get(irq);
+                self.stats.irq_names_unknown += name.is_empty() as u64;
+                out.extend_from_slice(name);
+                out.push(0);
             }
-        }
-        out.extend_from_slice(&payload[copied..]);
+        });
     }
 
     #[allow(clippy::too_many_arguments)]

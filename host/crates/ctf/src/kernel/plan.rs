@@ -27,7 +27,7 @@ use ivtrace_region::sanitize;
 use super::lttng;
 use super::names::{IrqNames, ThreadNamesBuilder, COMM_LEN};
 use super::syscalls;
-use super::wire::Layout;
+use super::wire::{le_u32, Layout};
 
 /// Wire syscall ids are u16: one counter per possible id.
 pub const SYSCALL_IDS: usize = 1 << 16;
@@ -56,6 +56,15 @@ pub enum Op {
     Widen(u8, FieldType),
     /// Field `i` reshaped into LTTng's form, or dropped.
     Reshape(u8, lttng::Reshape),
+}
+
+impl Op {
+    /// The index of the field the op is about.
+    pub fn field(&self) -> u8 {
+        match *self {
+            Op::Comm(i) | Op::IrqName(i) | Op::Widen(i, _) | Op::Reshape(i, _) => i,
+        }
+    }
 }
 
 /// What pass 2 writes for an event of this class.
@@ -393,4 +402,49 @@ pub fn output(wire: &StreamClasses, plans: &Plans, facts: &Facts) -> Output {
         syscall_ids: ids,
         syscall_classes: generated.len() as u64,
     }
+}
+
+/// What a [`write_expanded`] op needs from the expander beyond the event's bytes.
+pub enum Lookup {
+    /// The thread name (COMM_LEN bytes) of this tid.
+    Comm(u32),
+    /// The name of this irq, NUL-terminated.
+    IrqName(u32),
+}
+
+/// Writes an event as LTTng declares it: its wire header, then its payload
+/// with the plan's ops applied (a thread name before a tid, an irq's name
+/// after it, integers widened, fields reshaped or dropped). `lookup` appends
+/// the names; the staged and the streaming expansion differ only there.
+pub fn write_expanded(
+    (plan, ops): (&ClassPlan, &[Op]),
+    (wire_hdr, payload, offs): (&[u8], &[u8], &[u32]),
+    out: &mut Vec<u8>,
+    lookup: &mut dyn FnMut(Lookup, &mut Vec<u8>),
+) {
+    let field = |i: u8| (offs[i as usize] as usize, offs[i as usize + 1] as usize);
+    out.extend_from_slice(wire_hdr);
+    let mut copied = 0usize;
+    for op in ops {
+        let (at, end) = field(op.field());
+        // Fields before this one are copied as they are; a name goes before
+        // the tid (Comm) or after the irq (IrqName); other ops replace it.
+        let (upto, resume) = match op {
+            Op::Comm(_) => (at, at),
+            Op::IrqName(_) => (end, end),
+            Op::Widen(..) | Op::Reshape(..) => (at, end),
+        };
+        out.extend_from_slice(&payload[copied..upto]);
+        copied = resume;
+        match *op {
+            Op::Comm(_) => lookup(Lookup::Comm(le_u32(payload, at)), out),
+            Op::IrqName(_) => lookup(Lookup::IrqName(le_u32(payload, at)), out),
+            Op::Widen(i, to) => {
+                let from = plan.layout.types()[i as usize];
+                lttng::put_int(out, to, lttng::read_int(from, &payload[at..end]));
+            }
+            Op::Reshape(_, r) => lttng::write_reshaped(out, r, &payload[at..end]),
+        }
+    }
+    out.extend_from_slice(&payload[copied..]);
 }
