@@ -18,6 +18,7 @@ babeltrace2 reads both parts at once; B has its own clock mapping.
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -87,10 +88,55 @@ def loadgen_result(console):
 
 def vm_kwargs(add, tmp, tag, qmp_path, extra):
     return dict(run=GUEST_SCRIPT, modules=["ivtrace"], modopts=MODOPTS, add=add, smp=2,
-                append="no_timer_check",  # a busy host can fail the IO-APIC timer check
+                append=DIAG_APPEND,
                 mem="256M", log=str(tmp / f"console-{tag}.log"),
                 extra_args=["-name", f"{NAME},debug-threads=on",
                             "-qmp", f"unix:{qmp_path},server=on,wait=off", *extra])
+
+
+# no_timer_check: a busy host can fail the IO-APIC timer check. The rest is for a guest that
+# hangs (docs/migration.md "A guest that hangs while the module loads"): loglevel=5 lets the
+# soft-lockup report's backtrace through `quiet`, softlockup_all_cpu_backtrace=1 adds every
+# other CPU's, and nokaslr keeps the vCPUs' instruction pointers nameable afterwards.
+DIAG_APPEND = "no_timer_check loglevel=5 softlockup_all_cpu_backtrace=1 nokaslr"
+SOFT_LOCKUP = r"watchdog: BUG: soft lockup - CPU#\d+ stuck for \d+s! \[[^\]]*\]"
+
+
+def vcpu_state(qmp_path):
+    """Every vCPU's instruction pointer, flags, halted state and local APIC (IRR: interrupts
+    raised but not yet taken), from QEMU's monitor. With nokaslr, any later boot's
+    /proc/kallsyms names the addresses (the Debian package ships no System.map)."""
+    q = QMP(qmp_path)
+
+    def hmp(line):
+        return q.cmd("human-monitor-command", **{"command-line": line}).replace("\r", "")
+
+    try:
+        regs = hmp("info registers -a")
+        lapic = "".join(hmp(f"info lapic {n}") for n in range(2))
+    finally:
+        q.close()
+    rips = [f"CPU#{m[1]}: RIP {m[2]} RFL={m[3]} HLT={m[4]}"
+            for m in re.finditer(r"^CPU#(\d+)\nRAX=.*?RIP=([0-9a-f]+) RFL=([0-9a-f]+).*?HLT=(\d)",
+                                 regs, re.M | re.S)]
+    return "\n".join(rips) + "\n" + lapic
+
+
+def wait_writing(vm, qmp_path):
+    """Wait for the guest's "MIG: writing". A soft lockup in the guest kernel fails the run at
+    once, with the console's backtraces and the vCPUs' state, rather than after s.TIMEOUT; it is
+    reported, never retried: a module that hangs the guest must be seen."""
+    m = vm.wait_for(rf"^MIG: writing|{SOFT_LOCKUP}", timeout=s.TIMEOUT)
+    if m.group(0).startswith("MIG"):
+        return
+    time.sleep(8)  # the other CPUs' backtraces follow the report
+    try:
+        state = vcpu_state(qmp_path)
+    except Exception as e:  # noqa: BLE001 - the lockup is the failure; the dump is extra
+        state = f"(QEMU's monitor did not answer: {e!r})"
+    pytest.fail(f"the guest kernel locked up before the workload started ({m.group(0)}); "
+                f"docs/migration.md 'A guest that hangs while the module loads' says what is "
+                f"known. vCPUs:\n{state}\nconsole:\n{vm.console_text[-12000:]}")
 
 
 def plain_device(shm):
@@ -116,7 +162,7 @@ def run_doorbell(tmp, add):
     t = {}
     try:
         with s.ivtvm.VM(**vm_kwargs(add, tmp, "a", qa, doorbell_device(a.sock))) as vm_a:
-            vm_a.wait_for(r"^MIG: writing", timeout=s.TIMEOUT)
+            wait_writing(vm_a, qa)
             a.wait_guest(NAME, "recording", timeout=60)
             vm_b = s.ivtvm.VM(**vm_kwargs(add, tmp, "b", qb, [
                 *doorbell_device(b.sock), "-incoming", f"tcp:127.0.0.1:{port}"]))
@@ -181,7 +227,7 @@ def run_plain(tmp, add):
     try:
         with s.ivtvm.VM(**vm_kwargs(add, tmp, "a", qa, plain_device(shm_a))) as vm_a:
             rec_a = recorder(shm_a, out_a)
-            vm_a.wait_for(r"^MIG: writing", timeout=s.TIMEOUT)
+            wait_writing(vm_a, qa)
             vm_b = s.ivtvm.VM(**vm_kwargs(add, tmp, "b", qb, [
                 *plain_device(shm_b), "-incoming", f"tcp:127.0.0.1:{port}"]))
             vm_b.start()
