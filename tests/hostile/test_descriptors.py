@@ -26,15 +26,23 @@ def settle(pid, target, secs=20):
 
 def test_5000_connections_in_a_row_under_1024_descriptors(tmp_path):
     """The acceptance line: 5000 guest connections in a row under a 1024 limit leave serve
-    serving new guests with its descriptor count back where it started."""
+    serving new guests with its descriptor count back where it started. Every one of them is
+    admitted: a guest whose client hung up before formatting its region no longer counts
+    against the budget, even while the drain pool has not got to it yet (under load that
+    was ten connections later, and the eleventh was refused)."""
     need_tools()
     srv = Server(tmp_path / "traces", "--size", "16M", limit=(1024, 1024))
     try:
         wait_for(lambda: "descriptor" in srv.stderr() or "listening" in srv.stderr(), 10, "serve")
         time.sleep(0.3)
         start = fds_of(srv.pid)
-        for _ in range(5000):
-            FakeClient(srv.sock).close()
+        for i in range(5000):
+            try:
+                FakeClient(srv.sock).close()
+            except (OSError, struct.error) as e:   # EOF or a cut message: serve closed it
+                log = "\n".join(srv.stderr().splitlines()[-12:])
+                pytest.fail(f"connection {i + 1} of 5000 (one at a time) was cut: {e!r}; "
+                            f"serve's log ends:\n{log}")
         end = settle(srv.pid, start)
         print(f"\ndescriptors of serve: {start} before, {end} after 5000 connections")
         assert end <= start, f"{end - start} descriptors left behind"

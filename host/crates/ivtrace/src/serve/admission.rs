@@ -16,9 +16,21 @@
 //!   leave less than a guest's budget, or when the descriptors actually
 //!   open say so;
 //! - gives every descriptor of a guest back when it goes (the registry
-//!   keeps only a finished guest's last status).
+//!   keeps only a finished guest's last status);
+//! - does not count a guest whose QEMU hung up before its region was
+//!   recorded ([`Seat`]): the drain pool ends such a guest when a worker
+//!   next gets to it, which under load can be many connections later, and
+//!   it will never open another descriptor (it only closes the few it has).
+//!   Counting it refused a new QEMU while serve was within its limits
+//!   (VMs started in a row: 10 hung-up guests awaiting their turn filled a
+//!   1024-descriptor budget). The descriptors it still has are counted by
+//!   the check of the descriptors actually open.
 
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
 use std::path::Path;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 
 /// Descriptors serve keeps for itself: sockets, the signal pipe, control
 /// connections, the host time base, standard streams, headroom.
@@ -119,6 +131,79 @@ impl Budget {
     }
 }
 
+/// A guest's place in the budget: waiting (for its region to be formatted,
+/// again after a recording, or for a migration to end), recording, or
+/// gone (its QEMU hung up while it waited: it will never record).
+///
+/// The accept loop moves a waiting guest whose connection hung up to gone
+/// and stops counting it; the guest's task moves waiting to recording
+/// before it starts a recording. Both are one compare-and-swap on the same
+/// state, so a guest that is no longer counted can never start recording.
+pub struct Seat {
+    state: AtomicU8,
+    /// QEMU's connection (shared with the guest's waiter; no descriptor of
+    /// its own).
+    conn: Arc<UnixStream>,
+}
+
+const WAITING: u8 = 0;
+const RECORDING: u8 = 1;
+const GONE: u8 = 2;
+
+impl Seat {
+    pub fn new(conn: Arc<UnixStream>) -> Seat {
+        Seat {
+            state: AtomicU8::new(WAITING),
+            conn,
+        }
+    }
+
+    /// The guest's task, before it records: false if the guest is gone.
+    pub fn start_recording(&self) -> bool {
+        // AcqRel/Acquire: pairs with the accept loop's swap to GONE in
+        // `leave_if_hung_up`; exactly one of the two swaps succeeds.
+        self.state
+            .compare_exchange(WAITING, RECORDING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// The guest's task, after a recording, when the guest may format its
+    /// region again (waiting again: it leaves once it hangs up).
+    pub fn stop_recording(&self) {
+        // AcqRel: pairs with the Acquire load in `leave_if_hung_up`.
+        let _ =
+            self.state
+                .compare_exchange(RECORDING, WAITING, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// Whether the guest has left the budget (its task will end it without
+    /// a recording).
+    pub fn gone(&self) -> bool {
+        // Acquire: pairs with the AcqRel swap to GONE.
+        self.state.load(Ordering::Acquire) == GONE
+    }
+
+    /// The accept loop: a waiting guest whose connection is readable (QEMU
+    /// hung up; QEMU never sends data, so bytes end the guest too) leaves
+    /// the budget. Returns whether the guest is gone.
+    pub fn leave_if_hung_up(&self) -> bool {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        // Acquire: pairs with the task's swaps (a recording guest stays).
+        match self.state.load(Ordering::Acquire) {
+            GONE => return true,
+            RECORDING => return false,
+            _ => {}
+        }
+        let mut fds = [PollFd::new(self.conn.as_fd(), PollFlags::POLLIN)];
+        let hung_up = matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0);
+        hung_up
+            && self
+                .state
+                .compare_exchange(WAITING, GONE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +220,34 @@ mod tests {
         let err = b.admit(b.max_guests() as usize).unwrap_err();
         assert!(err.contains("raise the limit"), "{err}");
         assert!(open_descriptors().is_some_and(|n| n > 2));
+    }
+
+    #[test]
+    fn a_guest_that_hung_up_while_waiting_leaves_and_never_records() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let seat = Seat::new(Arc::new(ours));
+        assert!(!seat.leave_if_hung_up(), "the peer is still there");
+        drop(theirs);
+        assert!(seat.leave_if_hung_up());
+        assert!(seat.gone());
+        assert!(
+            !seat.start_recording(),
+            "a guest no longer counted must not record"
+        );
+    }
+
+    #[test]
+    fn a_recording_guest_stays_counted_after_its_peer_hangs_up() {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let seat = Seat::new(Arc::new(ours));
+        assert!(seat.start_recording());
+        drop(theirs);
+        // It still finalizes its trace (the kernel expansion needs its budget).
+        assert!(!seat.leave_if_hung_up());
+        seat.stop_recording();
+        assert!(
+            seat.leave_if_hung_up(),
+            "waiting again, and hung up: it leaves"
+        );
     }
 }

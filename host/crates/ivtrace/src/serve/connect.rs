@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
+use crate::serve::admission::Seat;
 use crate::serve::pool::Pool;
 use crate::serve::{guest, proto, GuestEntry, Registry, ServeConfig};
 
@@ -27,6 +28,7 @@ pub struct Context {
 /// recording goes to the drain pool (its entry is given back when it is
 /// done) and this thread ends.
 pub fn serve_connection(ctx: Context, conn: UnixStream, n: u64) {
+    let conn = Arc::new(conn);
     let guest = match connect(&ctx, &conn, n) {
         Ok(guest) => guest,
         Err(e) => {
@@ -63,7 +65,7 @@ fn register(registry: &Registry, base: &str, make: impl FnOnce(String) -> GuestE
 
 /// Identifies the peer, registers it, creates its region and descriptors
 /// and runs the handshake.
-fn connect(ctx: &Context, conn: &UnixStream, n: u64) -> Result<guest::Guest> {
+fn connect(ctx: &Context, conn: &Arc<UnixStream>, n: u64) -> Result<guest::Guest> {
     conn.set_nonblocking(false)?;
     conn.set_write_timeout(Some(Duration::from_secs(2)))?;
     let peer = proto::peer_info(conn);
@@ -80,12 +82,14 @@ fn connect(ctx: &Context, conn: &UnixStream, n: u64) -> Result<guest::Guest> {
         state: "connecting".into(),
         ..Default::default()
     }));
+    let seat = Arc::new(Seat::new(Arc::clone(conn)));
     let name = register(&ctx.registry, &base, |name| GuestEntry {
         id: n,
         name,
         requests: tx,
         wake: Arc::clone(&wake),
         status: Arc::clone(&status),
+        seat: Arc::clone(&seat),
     });
     let made = handshake(ctx, conn, &name, n);
     let (shm, fds) = match made {
@@ -111,6 +115,7 @@ fn connect(ctx: &Context, conn: &UnixStream, n: u64) -> Result<guest::Guest> {
         wake,
         requests: rx,
         status,
+        seat,
         cfg: Arc::clone(&ctx.cfg),
         stop: Arc::clone(&ctx.stop),
     })

@@ -24,6 +24,7 @@ use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
 use ivtrace_engine::{Backoff, RegionWait, Step, StopReason, Wait, Woken};
 use ivtrace_region::{Ack, Command, FtraceAck, RegionError};
 
+use crate::serve::admission::Seat;
 use crate::serve::migration::{self, Resume};
 use crate::serve::proto::{PeerInfo, Shm};
 use crate::serve::{recording, ServeConfig};
@@ -122,6 +123,8 @@ pub struct Guest {
     pub wake: Arc<EventFd>,
     pub requests: Receiver<Request>,
     pub status: Arc<Mutex<GuestStatus>>,
+    /// Its place in the descriptor budget (waiting, recording or gone).
+    pub seat: Arc<Seat>,
     pub cfg: Arc<ServeConfig>,
     pub stop: Arc<AtomicBool>,
 }
@@ -131,7 +134,7 @@ pub struct Guest {
 /// server stopping).
 pub struct GuestWaiter {
     pub notifier: Notifier,
-    conn: UnixStream,
+    conn: Arc<UnixStream>,
     conn_open: bool,
     wake: Arc<EventFd>,
     name: String,
@@ -141,7 +144,7 @@ pub struct GuestWaiter {
 }
 
 impl GuestWaiter {
-    fn new(guest: &mut Guest, conn: UnixStream) -> Result<GuestWaiter> {
+    fn new(guest: &mut Guest, conn: Arc<UnixStream>) -> Result<GuestWaiter> {
         let doorbells = std::mem::take(&mut guest.doorbells);
         let notifier =
             Notifier::new(doorbells).map_err(|e| e.context("cannot set up notification"))?;
@@ -212,7 +215,7 @@ impl GuestWaiter {
             return Some(StopReason::Disconnected);
         }
         let mut buf = [0u8; 256];
-        let gone = match self.conn.read(&mut buf) {
+        let gone = match (&*self.conn).read(&mut buf) {
             Ok(0) => StopReason::Disconnected,
             Ok(n) => {
                 eprintln!("ivtrace serve: [{}] the peer sent {n} bytes; QEMU never sends data: closing the connection", self.name);
@@ -336,7 +339,7 @@ impl GuestTask {
     /// `conn` is QEMU's connection.
     pub fn new(
         mut guest: Guest,
-        conn: UnixStream,
+        conn: Arc<UnixStream>,
         retire: Box<dyn FnOnce() + Send>,
     ) -> Result<GuestTask> {
         let waiter = GuestWaiter::new(&mut guest, conn)?;
@@ -437,6 +440,13 @@ impl GuestTask {
             self.phase = Phase::Awaiting;
             return Turn::Park(Instant::now() + FORMAT_POLL);
         };
+        if !self.guest.seat.start_recording() {
+            // The accept loop saw the hang-up first and no longer counts
+            // this guest's descriptors: it must not open a trace now.
+            self.guest
+                .log("QEMU hung up before the recording of its formatted region started: no trace");
+            return Turn::Done;
+        }
         self.last_uuid = Some(region.header().uuid);
         let resume = self.resume.take();
         match recording::start(&self.guest, &mut self.waiter, region, resume.as_ref()) {
@@ -493,6 +503,7 @@ impl GuestTask {
                 if (guest_alive(end) && !self.guest.stop.load(Ordering::Relaxed))
                     || end == StopReason::Withdrawn =>
             {
+                self.guest.seat.stop_recording();
                 self.guest
                     .set_state("waiting for the guest module to format the region");
                 self.phase = Phase::Awaiting;

@@ -228,6 +228,8 @@ pub struct GuestEntry {
     pub requests: mpsc::Sender<guest::Request>,
     pub wake: Arc<EventFd>,
     pub status: Arc<Mutex<guest::GuestStatus>>,
+    /// Its place in the descriptor budget.
+    pub seat: Arc<admission::Seat>,
 }
 
 impl GuestEntry {
@@ -248,6 +250,14 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// Live guests that have left the descriptor budget: their QEMU hung
+    /// up while they waited (they end without a recording when the drain
+    /// pool gets to them). Marks the ones that hung up since last asked.
+    pub fn leaving(&self) -> usize {
+        let guests = self.guests.lock().expect("lock");
+        guests.iter().filter(|g| g.seat.leave_if_hung_up()).count()
+    }
+
     /// Removes guest `id` (its thread is ending): its descriptors go with
     /// the entry; its last status joins the bounded history.
     pub fn retire(&self, id: u64) {
@@ -543,8 +553,7 @@ impl Server {
             };
             *served += 1;
             let n = *served;
-            self.reap();
-            if let Err(why) = self.budget.admit(self.threads.len() + self.pool.live()) {
+            if let Err(why) = self.admit() {
                 eprintln!("ivtrace serve: connection #{n} refused: {why}");
                 drop(conn);
                 continue;
@@ -553,6 +562,17 @@ impl Server {
                 eprintln!("ivtrace serve: connection #{n} refused: {e:#}");
             }
         }
+    }
+
+    /// Whether the budget has room for one more guest. The guests counted
+    /// are the connection threads and the pool's, less those whose QEMU
+    /// hung up while waiting (the pool has not got to them yet: under load
+    /// that can take many back-to-back connections).
+    fn admit(&mut self) -> Result<(), String> {
+        self.reap();
+        let counted = self.threads.len() + self.pool.live();
+        self.budget
+            .admit(counted.saturating_sub(self.registry.leaving()))
     }
 
     fn start_connection(&mut self, conn: UnixStream, n: u64) -> Result<()> {
@@ -653,6 +673,47 @@ mod tests {
         assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
         assert!(parse_size("12Q").is_err());
         assert!(parse_size("99999999999G").is_err());
+    }
+
+    fn entry(id: u64, conn: UnixStream) -> GuestEntry {
+        GuestEntry {
+            id,
+            name: format!("guest{id}"),
+            requests: mpsc::channel().0,
+            wake: Arc::new(EventFd::new().unwrap()),
+            status: Arc::default(),
+            seat: Arc::new(admission::Seat::new(Arc::new(conn))),
+        }
+    }
+
+    /// VMs started in a row under a 1024-descriptor limit (room for 10):
+    /// ten whose QEMU hung up while they waited for their region, and that
+    /// the drain pool has not ended yet, must not refuse the eleventh.
+    #[test]
+    fn guests_that_hung_up_while_waiting_do_not_fill_the_budget() {
+        let budget = admission::Budget {
+            limit: 1024,
+            was: 1024,
+            per_guest: 88,
+        };
+        assert_eq!(budget.max_guests(), 10);
+        let registry = Registry::default();
+        let mut peers = Vec::new();
+        for id in 1..=10 {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            registry.guests.lock().unwrap().push(entry(id, ours));
+            peers.push(theirs);
+        }
+        let counted = 10;
+        assert_eq!(registry.leaving(), 0);
+        let err = budget.admit(counted - registry.leaving()).unwrap_err();
+        assert!(err.contains("10 guests are being served"), "{err}");
+        // One guest starts recording: it stays counted when its QEMU goes
+        // (its trace still has to be finalized).
+        assert!(registry.guests.lock().unwrap()[0].seat.start_recording());
+        peers.clear();
+        assert_eq!(registry.leaving(), 9);
+        assert!(budget.admit(counted - registry.leaving()).is_ok());
     }
 
     #[test]
