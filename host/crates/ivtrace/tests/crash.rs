@@ -8,7 +8,7 @@ mod common;
 
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{ivtrace, ivtrace_shm, report_json, run};
@@ -30,6 +30,17 @@ fn live_region() -> Vec<u8> {
     r.bytes
 }
 
+/// `ivtrace record` of a [`live_region`] in `dir` into `out`, running.
+fn record_live_region(dir: &Path, out: &Path) -> Child {
+    let shm = dir.join("live.shm");
+    std::fs::write(&shm, live_region()).unwrap();
+    ivtrace_shm(&["record"], &shm, out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn sidecar(dir: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(dir.join("ivtrace.json")).unwrap()).unwrap()
 }
@@ -45,14 +56,8 @@ fn wait_until(what: &str, cond: impl Fn() -> bool) {
 #[test]
 fn a_killed_recording_is_recovered_kernel_trace_included() {
     let tmp = tempfile::tempdir().unwrap();
-    let shm = tmp.path().join("live.shm");
-    std::fs::write(&shm, live_region()).unwrap();
     let out = tmp.path().join("t");
-    let mut rec = ivtrace_shm(&["record"], &shm, &out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut rec = record_live_region(tmp.path(), &out);
     let staged = out.join(".kernel-wire/kernel_chan0");
     wait_until("the staged kernel stream", || staged.exists());
     wait_until("the user stream", || out.join("user/user_chan2").exists());
@@ -118,14 +123,8 @@ fn a_killed_recording_is_recovered_kernel_trace_included() {
 #[test]
 fn recovery_keeps_staged_ftrace_pages_and_says_so() {
     let tmp = tempfile::tempdir().unwrap();
-    let shm = tmp.path().join("live.shm");
-    std::fs::write(&shm, live_region()).unwrap();
     let out = tmp.path().join("t");
-    let mut rec = ivtrace_shm(&["record"], &shm, &out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut rec = record_live_region(tmp.path(), &out);
     let staged = out.join(".kernel-wire/kernel_chan0");
     wait_until("the staged kernel stream", || {
         std::fs::metadata(&staged).is_ok_and(|m| m.len() > 0)

@@ -16,7 +16,7 @@
 //! Everything is bounds-checked: a truncated or corrupt page ends its walk
 //! and is counted, never a panic.
 
-use crate::format::HeaderPage;
+use crate::format::{EventFmt, HeaderPage};
 
 pub const TYPE_PADDING: u32 = 29;
 pub const TYPE_TIME_EXTEND: u32 = 30;
@@ -194,6 +194,37 @@ pub fn walk(page: &[u8], hp: &HeaderPage, mut emit: impl FnMut(u64, &[u8])) -> P
         }
     }
     info
+}
+
+/// A tracefs record of `f` written by `pid`: integers and text by field
+/// name, at the format file's offsets (tests, fixtures; panics on a field
+/// `f` does not have).
+pub fn build_record(
+    f: &EventFmt,
+    pid: i32,
+    ints: &[(&str, u64)],
+    texts: &[(&str, &str)],
+) -> Vec<u8> {
+    let len = f
+        .fields
+        .iter()
+        .map(|x| x.offset + x.size)
+        .max()
+        .unwrap_or(8);
+    let mut r = vec![0u8; len];
+    r[0..2].copy_from_slice(&f.id.to_le_bytes());
+    r[4..8].copy_from_slice(&pid.to_le_bytes());
+    for (name, v) in ints {
+        let x = f
+            .field(name)
+            .unwrap_or_else(|| panic!("{} has no {name}", f.name));
+        r[x.offset..x.offset + x.size].copy_from_slice(&v.to_le_bytes()[..x.size]);
+    }
+    for (name, t) in texts {
+        let x = f.field(name).unwrap();
+        r[x.offset..x.offset + t.len()].copy_from_slice(t.as_bytes());
+    }
+    r
 }
 
 /// Builds sub-buffers the way the kernel writes them (tests, fixtures).

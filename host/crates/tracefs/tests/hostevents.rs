@@ -12,7 +12,7 @@ use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
 use ivtrace_testutil::{babeltrace2_lines, have_tool, RegionBuilder};
 use ivtrace_tracefs::decode::Decoder;
 use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
-use ivtrace_tracefs::page::{walk, PageBuilder};
+use ivtrace_tracefs::page::{build_record, walk, PageBuilder};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tracefs")
@@ -108,27 +108,6 @@ fn captured_sched_switch_pages_match_the_kernels_text() {
     }
 }
 
-/// A record of `f` with its fields set by name (integers), at their
-/// format offsets.
-fn record(f: &EventFmt, pid: i32, values: &[(&str, u64)]) -> Vec<u8> {
-    let len = f
-        .fields
-        .iter()
-        .map(|x| x.offset + x.size)
-        .max()
-        .unwrap_or(8);
-    let mut r = vec![0u8; len];
-    r[0..2].copy_from_slice(&f.id.to_le_bytes());
-    r[4..8].copy_from_slice(&pid.to_le_bytes());
-    for (name, v) in values {
-        let x = f
-            .field(name)
-            .unwrap_or_else(|| panic!("{} has no {name}", f.name));
-        r[x.offset..x.offset + x.size].copy_from_slice(&v.to_le_bytes()[..x.size]);
-    }
-    r
-}
-
 /// kvm_* samples: decoded fields follow whichever format file is given.
 #[test]
 fn kvm_records_decode_with_the_running_kernels_layout() {
@@ -156,7 +135,7 @@ fn kvm_records_decode_with_the_running_kernels_layout() {
     // A guest vmcall: exit (VMX reason 18), hypercall, entry.
     b.record(
         5_000_000_100,
-        &record(
+        &build_record(
             &exit,
             4242,
             &[
@@ -165,20 +144,22 @@ fn kvm_records_decode_with_the_running_kernels_layout() {
                 ("isa", 1),
                 ("vcpu_id", 1),
             ],
+            &[],
         ),
         false,
     );
     b.record(
         5_000_000_400,
-        &record(&hyper, 4242, &[("nr", 0x1f7a), ("a0", 7)]),
+        &build_record(&hyper, 4242, &[("nr", 0x1f7a), ("a0", 7)], &[]),
         false,
     );
     b.record(
         5_000_000_900,
-        &record(
+        &build_record(
             &entry,
             4242,
             &[("vcpu_id", 1), ("rip", 0xffff_ffff_8100_1237)],
+            &[],
         ),
         false,
     );
@@ -204,10 +185,11 @@ fn kvm_records_decode_with_the_running_kernels_layout() {
     let (d61, c61) = Decoder::new(&[(entry61.clone(), 102)]);
     let f61: Vec<&str> = c61[0].fields.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(f61, ["vcpu_id", "rip", "immediate_exit"]);
-    let r = record(
+    let r = build_record(
         &entry61,
         1,
         &[("vcpu_id", 3), ("rip", 0x1000), ("immediate_exit", 1)],
+        &[],
     );
     let p = d61.decode(&r).unwrap().payload;
     assert_eq!(p, [3, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 1]);
@@ -243,7 +225,7 @@ fn write_host_trace(dir: &Path, t0: u64, t1: u64) -> usize {
     let kstream = t.add_stream(STREAM_KERNEL, 2, "host_cpu2").unwrap();
     for k in 0..3u64 {
         let d = decoder
-            .decode(&record(&exit, 4242, &[("exit_reason", 18)]))
+            .decode(&build_record(&exit, 4242, &[("exit_reason", 18)], &[]))
             .unwrap();
         t.event(kstream, d.class_id, host(mid + k * 1000), d.tid, &d.payload)
             .unwrap();

@@ -21,7 +21,7 @@ use ivtrace_region::abi::{IVT_HC_EVENT_FIRST, IVT_HC_VMSYNC};
 use ivtrace_testutil::{babeltrace2_lines, have_tool, RegionBuilder};
 use ivtrace_tracefs::decode::Decoder;
 use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
-use ivtrace_tracefs::page::{walk, PageBuilder};
+use ivtrace_tracefs::page::{build_record, walk, PageBuilder};
 use ivtrace_tracefs::statedump::{self, process_state_payload, ThreadState};
 use ivtrace_vmview::derive::{derive, Derived, GuestTraces, Request};
 
@@ -47,31 +47,6 @@ fn fmt(system: &str, name: &str) -> EventFmt {
 
 fn header_page() -> HeaderPage {
     parse_header_page(&fs::read_to_string(fixtures().join("header_page")).unwrap()).unwrap()
-}
-
-/// A tracefs record of `f` written by `pid`: integers and text by field
-/// name, at the format file's offsets.
-fn record(f: &EventFmt, pid: i32, ints: &[(&str, u64)], texts: &[(&str, &str)]) -> Vec<u8> {
-    let len = f
-        .fields
-        .iter()
-        .map(|x| x.offset + x.size)
-        .max()
-        .unwrap_or(8);
-    let mut r = vec![0u8; len];
-    r[0..2].copy_from_slice(&f.id.to_le_bytes());
-    r[4..8].copy_from_slice(&pid.to_le_bytes());
-    for (name, v) in ints {
-        let x = f
-            .field(name)
-            .unwrap_or_else(|| panic!("{} has no {name}", f.name));
-        r[x.offset..x.offset + x.size].copy_from_slice(&v.to_le_bytes()[..x.size]);
-    }
-    for (name, t) in texts {
-        let x = f.field(name).unwrap();
-        r[x.offset..x.offset + t.len()].copy_from_slice(t.as_bytes());
-    }
-    r
 }
 
 struct Formats {
@@ -103,7 +78,7 @@ impl Formats {
             ("next_pid", next.0 as u64),
             ("next_prio", 120),
         ];
-        record(
+        build_record(
             &self.switch,
             prev.0,
             &ints,
@@ -118,11 +93,11 @@ impl Formats {
             ("isa", 1),
             ("vcpu_id", vcpu),
         ];
-        record(&self.exit, tid, &ints, &[])
+        build_record(&self.exit, tid, &ints, &[])
     }
 
     fn entry(&self, tid: i32, vcpu: u64) -> Vec<u8> {
-        record(
+        build_record(
             &self.entry,
             tid,
             &[("vcpu_id", vcpu), ("rip", RIP + 3)],
@@ -138,7 +113,7 @@ impl Formats {
             ("a2", a[2]),
             ("a3", a[3]),
         ];
-        record(&self.hyper, tid, &ints, &[])
+        build_record(&self.hyper, tid, &ints, &[])
     }
 }
 
@@ -167,7 +142,7 @@ fn scenario(f: &Formats) -> [Vec<(u64, Vec<u8>)>; 2] {
         // A's vCPU 0 is woken onto host CPU 1, waits, runs, enters.
         (
             2_500,
-            record(
+            build_record(
                 &f.wakeup,
                 1,
                 &[("pid", A_VCPU0 as u64), ("prio", 120), ("target_cpu", 1)],
@@ -176,7 +151,7 @@ fn scenario(f: &Formats) -> [Vec<(u64, Vec<u8>)>; 2] {
         ),
         (
             2_600,
-            record(
+            build_record(
                 &f.migrate,
                 1,
                 &[

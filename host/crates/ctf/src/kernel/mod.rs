@@ -52,6 +52,7 @@ pub mod lttng;
 pub mod names;
 pub mod online;
 pub mod plan;
+pub mod rewrite;
 pub mod syscalls;
 pub mod wire;
 
@@ -74,8 +75,9 @@ use lttng::SyscallWire;
 use crate::outdir::OutDir;
 use crate::trace::{create_err, write_err, CtfError};
 use ivtrace_region::names::NameTable;
-use names::{sanitize_comm, swapper, Comm, Name, TableNames, ThreadNames, COMM_LEN};
-use plan::{Facts, Lookup, Naming, Op, Out, Output, Plans};
+use names::{sanitize_comm, Comm, Name, TableNames, ThreadNames, COMM_LEN};
+use plan::{ClassPlan, Facts, Lookup, Naming, Op, Output, Plans};
+use rewrite::{Event, WriteEvent};
 use wire::{align_event, event_header, le_u32, packet_content, Offsets, PacketFile};
 
 /// Hidden directory (inside the output) holding the staged wire packets.
@@ -353,15 +355,6 @@ fn collect(plans: &Plans, dirs: &Dirs, files: &[Staged], facts: &mut Facts) -> i
     Ok(())
 }
 
-/// One wire event of the packet being rewritten.
-struct Event<'p> {
-    ts: u64,
-    wire_hdr: &'p [u8],
-    payload: &'p [u8],
-    /// Field offsets in `payload`, its end last.
-    offs: &'p [u32],
-}
-
 /// Pass 2: rewrites packets.
 struct Expander<'a> {
     plans: &'a Plans,
@@ -382,7 +375,8 @@ impl Expander<'_> {
         let mut lost = 0u64;
         while input.next_packet()? {
             self.stats.bytes_in += input.buf.len() as u64;
-            match self.packet(&input.buf, out) {
+            let plans = self.plans;
+            match rewrite::packet(plans, &input.buf, self, out) {
                 Some(events) => {
                     self.stats.events += events;
                     self.stats.packets += 1;
@@ -450,55 +444,13 @@ impl Expander<'_> {
             },
         }
     }
+}
 
-    /// The expanded form of one packet in `out`; None if it does not walk.
-    fn packet(&mut self, pkt: &[u8], out: &mut Vec<u8>) -> Option<u64> {
-        let (h, content) = packet_content(pkt)?;
-        let content = &pkt[..content];
-        let idle = swapper(h.cpu_id);
-        out.clear();
-        out.extend_from_slice(&content[..abi::PACKET_HDR_SIZE]);
-        let mut off = abi::PACKET_HDR_SIZE;
-        let mut last_ts = h.timestamp_begin;
-        let mut events = 0u64;
-        let mut scratch: Offsets = [0; abi::IVT_FIELDS_MAX as usize + 1];
-        while off < content.len() {
-            let eh = event_header(content, off, last_ts)?;
-            let plan = self.plans.get(eh.id)?;
-            let p0 = off + eh.len;
-            let offs = plan.layout.offsets(&content[p0..], &mut scratch)?;
-            let payload = &content[p0..p0 + *offs.last()? as usize];
-            out.resize(align_event(out.len()), 0);
-            let event = Event {
-                ts: eh.ts,
-                wire_hdr: &content[off..p0],
-                payload,
-                offs,
-            };
-            match &plan.out {
-                Out::Verbatim => {
-                    out.extend_from_slice(event.wire_hdr);
-                    out.extend_from_slice(payload);
-                }
-                Out::Expand(ops) => self.expand_event(plan, ops, &event, &idle, out),
-                Out::Syscall { exit } => self.syscall_event(*exit, &event, out),
-            }
-            events += 1;
-            last_ts = eh.ts;
-            off = align_event(p0 + payload.len());
-        }
-        let end = out.len();
-        let padded = end.next_multiple_of(8);
-        out.resize(padded, 0);
-        put_u64(out, abi::pkt::CONTENT_SIZE, end as u64 * 8);
-        put_u64(out, abi::pkt::PACKET_SIZE, padded as u64 * 8);
-        Some(events)
-    }
-
+impl WriteEvent for Expander<'_> {
     /// Writes one event with its plan's insertions, widenings and reshapes.
-    fn expand_event(
+    fn expanded(
         &mut self,
-        plan: &plan::ClassPlan,
+        plan: &ClassPlan,
         ops: &[Op],
         e: &Event,
         idle: &Comm,
@@ -518,7 +470,7 @@ impl Expander<'_> {
 
     /// Writes a wire syscall event as LTTng's `syscall_{entry,exit}_<name>`,
     /// or as it is (`_unknown`) when the table cannot name it.
-    fn syscall_event(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>) {
+    fn syscall(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>) {
         let w = SyscallWire::parse(exit, e.payload, e.offs);
         let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
         let id = named.and_then(|_| self.output.syscall_id(exit, w.nr));

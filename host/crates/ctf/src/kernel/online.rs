@@ -22,14 +22,15 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use ivtrace_region::abi::{self, put_u64};
+use ivtrace_region::abi;
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::names::NameTable;
 
 use super::lttng::{self, SyscallWire};
-use super::names::{sanitize_comm, swapper, Comm, IrqNames, TableNames, COMM_LEN};
-use super::plan::{self, Lookup, Naming, Op, Out, Plans};
-use super::wire::{align_event, event_header, le_u32, packet_content, Offsets};
+use super::names::{sanitize_comm, Comm, IrqNames, TableNames, COMM_LEN};
+use super::plan::{self, ClassPlan, Lookup, Naming, Op, Out, Plans};
+use super::rewrite::{self, Event, WriteEvent};
+use super::wire::le_u32;
 use super::{put_header, syscalls, KernelExpansion};
 
 /// Most thread names kept (the table of a guest with more threads than this
@@ -160,7 +161,7 @@ impl OnlineKernel {
         self.stats.bytes_in += pkt.len() as u64;
         let mut out = std::mem::take(&mut self.out);
         let plans = std::mem::take(&mut self.plans);
-        let events = self.rewrite(&plans, wire, pkt, &mut out);
+        let events = rewrite::packet(&plans, pkt, &mut Writer { k: self, wire }, &mut out);
         self.plans = plans;
         self.out = out;
         self.stats.seconds += started.elapsed().as_secs_f64();
@@ -176,55 +177,8 @@ impl OnlineKernel {
         Some(&self.out)
     }
 
-    fn rewrite(
-        &mut self,
-        plans: &Plans,
-        wire: &StreamClasses,
-        pkt: &[u8],
-        out: &mut Vec<u8>,
-    ) -> Option<u64> {
-        let (h, content) = packet_content(pkt)?;
-        let content = &pkt[..content];
-        let idle = swapper(h.cpu_id);
-        out.clear();
-        out.extend_from_slice(&content[..abi::PACKET_HDR_SIZE]);
-        let mut off = abi::PACKET_HDR_SIZE;
-        let mut last_ts = h.timestamp_begin;
-        let mut events = 0u64;
-        let mut scratch: Offsets = [0; abi::IVT_FIELDS_MAX as usize + 1];
-        while off < content.len() {
-            let eh = event_header(content, off, last_ts)?;
-            let p0 = off + eh.len;
-            let plan = plans.get(eh.id)?;
-            let offs = plan.layout.offsets(&content[p0..], &mut scratch)?;
-            let payload = &content[p0..p0 + *offs.last()? as usize];
-            self.learn(plan, payload, offs);
-            out.resize(align_event(out.len()), 0);
-            let wire_hdr = &content[off..p0];
-            match &plan.out {
-                Out::Verbatim => {
-                    out.extend_from_slice(wire_hdr);
-                    out.extend_from_slice(payload);
-                }
-                Out::Expand(ops) => self.expand(plan, ops, wire_hdr, payload, offs, &idle, out),
-                Out::Syscall { exit } => {
-                    self.syscall(*exit, wire, eh.id, wire_hdr, eh.ts, payload, offs, out)
-                }
-            }
-            events += 1;
-            last_ts = eh.ts;
-            off = align_event(p0 + payload.len());
-        }
-        let end = out.len();
-        let padded = end.next_multiple_of(8);
-        out.resize(padded, 0);
-        put_u64(out, abi::pkt::CONTENT_SIZE, end as u64 * 8);
-        put_u64(out, abi::pkt::PACKET_SIZE, padded as u64 * 8);
-        Some(events)
-    }
-
     /// What a naming event teaches: a thread's name, an interrupt's.
-    fn learn(&mut self, plan: &plan::ClassPlan, payload: &[u8], offs: &[u32]) {
+    fn learn(&mut self, plan: &ClassPlan, payload: &[u8], offs: &[u32]) {
         let field = |i: u8| &payload[offs[i as usize] as usize..offs[i as usize + 1] as usize];
         match plan.naming {
             Some(Naming::Thread { tid, comm }) => {
@@ -269,56 +223,61 @@ impl OnlineKernel {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn expand(
+    /// Writes a wire syscall event as LTTng's `syscall_{entry,exit}_<name>`,
+    /// declaring its class on first use, or as it is (`_unknown`).
+    fn syscall(&mut self, exit: bool, wire: &StreamClasses, e: &Event, out: &mut Vec<u8>) {
+        let w = SyscallWire::parse(exit, e.payload, e.offs);
+        let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
+        let id = named.and_then(|_| self.syscall_id(exit, w.nr));
+        match named.zip(id) {
+            Some((s, id)) => {
+                self.stats.syscalls_named += 1;
+                put_header(out, e.wire_hdr, e.ts, id);
+                lttng::write_syscall(out, exit, s, &w);
+            }
+            None => {
+                self.stats.syscalls_unknown += 1;
+                self.declare_unknown(exit, wire, e.id);
+                out.extend_from_slice(e.wire_hdr);
+                out.extend_from_slice(e.payload);
+            }
+        }
+    }
+}
+
+/// The online expander writing one packet of wire classes `wire`.
+struct Writer<'a> {
+    k: &'a mut OnlineKernel,
+    wire: &'a StreamClasses,
+}
+
+impl WriteEvent for Writer<'_> {
+    fn saw(&mut self, plan: &ClassPlan, e: &Event) {
+        self.k.learn(plan, e.payload, e.offs);
+    }
+
+    fn expanded(
         &mut self,
-        plan: &plan::ClassPlan,
+        plan: &ClassPlan,
         ops: &[Op],
-        wire_hdr: &[u8],
-        payload: &[u8],
-        offs: &[u32],
+        e: &Event,
         idle: &Comm,
         out: &mut Vec<u8>,
     ) {
-        let bytes = (wire_hdr, payload, offs);
+        let k = &mut *self.k;
+        let bytes = (e.wire_hdr, e.payload, e.offs);
         plan::write_expanded((plan, ops), bytes, out, &mut |what, out| match what {
-            Lookup::Comm(tid) => out.extend_from_slice(&self.comm(tid, idle)),
+            Lookup::Comm(tid) => out.extend_from_slice(&k.comm(tid, idle)),
             Lookup::IrqName(irq) => {
-                let name = self.irqs.get(irq);
-                self.stats.irq_names_unknown += name.is_empty() as u64;
+                let name = k.irqs.get(irq);
+                k.stats.irq_names_unknown += name.is_empty() as u64;
                 out.extend_from_slice(name);
                 out.push(0);
             }
         });
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn syscall(
-        &mut self,
-        exit: bool,
-        wire: &StreamClasses,
-        wire_id: u32,
-        wire_hdr: &[u8],
-        ts: u64,
-        payload: &[u8],
-        offs: &[u32],
-        out: &mut Vec<u8>,
-    ) {
-        let w = SyscallWire::parse(exit, payload, offs);
-        let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
-        let id = named.and_then(|_| self.syscall_id(exit, w.nr));
-        match named.zip(id) {
-            Some((s, id)) => {
-                self.stats.syscalls_named += 1;
-                put_header(out, wire_hdr, ts, id);
-                lttng::write_syscall(out, exit, s, &w);
-            }
-            None => {
-                self.stats.syscalls_unknown += 1;
-                self.declare_unknown(exit, wire, wire_id);
-                out.extend_from_slice(wire_hdr);
-                out.extend_from_slice(payload);
-            }
-        }
+    fn syscall(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>) {
+        self.k.syscall(exit, self.wire, e, out);
     }
 }
