@@ -76,7 +76,7 @@ use crate::outdir::OutDir;
 use crate::trace::{create_err, write_err, CtfError};
 use ivtrace_region::names::NameTable;
 use names::{sanitize_comm, Comm, Name, TableNames, ThreadNames, COMM_LEN};
-use plan::{ClassPlan, Facts, Lookup, Naming, Op, Output, Plans};
+use plan::{Facts, Naming, Output, Plans};
 use rewrite::{Event, WriteEvent};
 use wire::{align_event, event_header, le_u32, packet_content, Offsets, PacketFile};
 
@@ -447,25 +447,14 @@ impl Expander<'_> {
 }
 
 impl WriteEvent for Expander<'_> {
-    /// Writes one event with its plan's insertions, widenings and reshapes.
-    fn expanded(
-        &mut self,
-        plan: &ClassPlan,
-        ops: &[Op],
-        e: &Event,
-        idle: &Comm,
-        out: &mut Vec<u8>,
-    ) {
-        let bytes = (e.wire_hdr, e.payload, e.offs);
-        plan::write_expanded((plan, ops), bytes, out, &mut |what, out| match what {
-            Lookup::Comm(tid) => out.extend_from_slice(&self.comm(tid, e.ts, idle)),
-            Lookup::IrqName(irq) => {
-                let name = self.irqs.get(irq);
-                self.stats.irq_names_unknown += name.is_empty() as u64;
-                out.extend_from_slice(name);
-                out.push(0);
-            }
-        });
+    fn thread_name(&mut self, tid: u32, ts: u64, idle: &Comm) -> Comm {
+        self.comm(tid, ts, idle)
+    }
+
+    fn irq_name(&mut self, irq: u32) -> &[u8] {
+        let name = self.irqs.get(irq);
+        self.stats.irq_names_unknown += name.is_empty() as u64;
+        name
     }
 
     /// Writes a wire syscall event as LTTng's `syscall_{entry,exit}_<name>`,

@@ -28,7 +28,7 @@ use ivtrace_region::names::NameTable;
 
 use super::lttng::{self, SyscallWire};
 use super::names::{sanitize_comm, Comm, IrqNames, TableNames, COMM_LEN};
-use super::plan::{self, ClassPlan, Lookup, Naming, Op, Out, Plans};
+use super::plan::{self, ClassPlan, Naming, Out, Plans};
 use super::rewrite::{self, Event, WriteEvent};
 use super::wire::le_u32;
 use super::{put_header, syscalls, KernelExpansion};
@@ -256,25 +256,14 @@ impl WriteEvent for Writer<'_> {
         self.k.learn(plan, e.payload, e.offs);
     }
 
-    fn expanded(
-        &mut self,
-        plan: &ClassPlan,
-        ops: &[Op],
-        e: &Event,
-        idle: &Comm,
-        out: &mut Vec<u8>,
-    ) {
-        let k = &mut *self.k;
-        let bytes = (e.wire_hdr, e.payload, e.offs);
-        plan::write_expanded((plan, ops), bytes, out, &mut |what, out| match what {
-            Lookup::Comm(tid) => out.extend_from_slice(&k.comm(tid, idle)),
-            Lookup::IrqName(irq) => {
-                let name = k.irqs.get(irq);
-                k.stats.irq_names_unknown += name.is_empty() as u64;
-                out.extend_from_slice(name);
-                out.push(0);
-            }
-        });
+    fn thread_name(&mut self, tid: u32, _ts: u64, idle: &Comm) -> Comm {
+        self.k.comm(tid, idle)
+    }
+
+    fn irq_name(&mut self, irq: u32) -> &[u8] {
+        let name = self.k.irqs.get(irq);
+        self.k.stats.irq_names_unknown += name.is_empty() as u64;
+        name
     }
 
     fn syscall(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>) {

@@ -1,13 +1,13 @@
 //! One wire packet rewritten event by event: the walk the staged expansion
 //! ([`super`]) and the streaming one ([`super::online`]) share. They differ
-//! only in how they write an expanded or a system call event (where a
-//! thread's name comes from, when a class is declared) and in what they
-//! learn on the way, which is what [`WriteEvent`] asks of them.
+//! only in where a thread's name comes from, how a system call's output
+//! class is found or declared, and what they learn on the way, which is
+//! what [`WriteEvent`] asks of them.
 
 use ivtrace_region::abi::{self, put_u64};
 
 use super::names::{swapper, Comm};
-use super::plan::{ClassPlan, Op, Out, Plans};
+use super::plan::{self, ClassPlan, Lookup, Op, Out, Plans};
 use super::wire::{align_event, event_header, packet_content, Offsets};
 
 /// One wire event of the packet being rewritten.
@@ -27,9 +27,12 @@ pub trait WriteEvent {
     /// Sees every event before it is written (what a naming event teaches).
     fn saw(&mut self, _plan: &ClassPlan, _e: &Event) {}
 
-    /// Writes an event with its plan's insertions, widenings and reshapes;
-    /// `idle` names thread 0 on this packet's CPU.
-    fn expanded(&mut self, plan: &ClassPlan, ops: &[Op], e: &Event, idle: &Comm, out: &mut Vec<u8>);
+    /// The name of thread `tid` at time `ts` (`idle` for thread 0 on this
+    /// packet's CPU).
+    fn thread_name(&mut self, tid: u32, ts: u64, idle: &Comm) -> Comm;
+
+    /// The name of interrupt `irq` (empty if unknown, and counted).
+    fn irq_name(&mut self, irq: u32) -> &[u8];
 
     /// Writes a wire system call event (`exit` or entry).
     fn syscall(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>);
@@ -75,7 +78,7 @@ pub fn packet(
                 out.extend_from_slice(event.wire_hdr);
                 out.extend_from_slice(payload);
             }
-            Out::Expand(ops) => w.expanded(plan, ops, &event, &idle, out),
+            Out::Expand(ops) => expanded(w, (plan, ops), &event, &idle, out),
             Out::Syscall { exit } => w.syscall(*exit, &event, out),
         }
         events += 1;
@@ -84,6 +87,24 @@ pub fn packet(
     }
     set_sizes(out);
     Some(events)
+}
+
+/// Writes an event with its plan's insertions, widenings and reshapes.
+fn expanded(
+    w: &mut impl WriteEvent,
+    how: (&ClassPlan, &[Op]),
+    e: &Event,
+    idle: &Comm,
+    out: &mut Vec<u8>,
+) {
+    let bytes = (e.wire_hdr, e.payload, e.offs);
+    plan::write_expanded(how, bytes, out, &mut |what, out| match what {
+        Lookup::Comm(tid) => out.extend_from_slice(&w.thread_name(tid, e.ts, idle)),
+        Lookup::IrqName(irq) => {
+            out.extend_from_slice(w.irq_name(irq));
+            out.push(0);
+        }
+    });
 }
 
 /// Pads a rewritten packet to whole 64-bit words and sets its content and
