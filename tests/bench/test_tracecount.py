@@ -94,7 +94,7 @@ def test_ftrace_raw_pages_of_this_kernel(gb_work, gb_other, tmp_path):
 
 def test_perf_data_of_this_kernel(gb_work, gb_other, tmp_path):
     """perf record of the whole machine (-a, as in the guest): perf script's view counted
-    the same way, the other task's getppid calls apart, no record seen twice."""
+    the same way, the other task's getppid calls apart, a record perf wrote twice counted once."""
     if os.geteuid() != 0 or not shutil.which("perf"):
         pytest.skip("needs root and perf")
     p = subprocess.run(["perf", "record", "-q", "-a", "-m", "4M", "-e",
@@ -111,7 +111,12 @@ def test_perf_data_of_this_kernel(gb_work, gb_other, tmp_path):
     assert b.get("getppid_other_entry", 0) <= OTHER_CALLS + 1, c  # + the shell's own
     assert c["lost"] or b["getppid_other_entry"] >= OTHER_CALLS, c
     assert c["lost"] or "gb-other" in " ".join(c["other_getppid_by"]), c
-    assert c["duplicate_records"] == 0, c
+    # perf 6.1 itself can write a block of records twice when the host is busy (see
+    # test_perf_records_written_twice_are_counted_once): the copies are counted once, so with
+    # nothing lost the counts are exact, and how many copies there were is said.
+    assert c["lost"] or (b["getppid_entry"], b["getppid_exit"]) == (CALLS, CALLS), c
+    print(f"\nperf record -a: {b['getppid_entry']} getppid entries, {c['lost']} lost, "
+          f"{c['duplicate_records']} records written twice")
 
 
 def test_perf_records_written_twice_are_counted_once():
