@@ -109,6 +109,20 @@ impl Connection {
         Ok(proto::get_be32(&self.reply::<4>(during)?, 0))
     }
 
+    /// A command whose reply is a status word that must be LTTNG_OK.
+    fn command(&mut self, bytes: &[u8], during: &'static str) -> Result<(), RelayError> {
+        accepted(self.generic(bytes, during)?, during)
+    }
+
+    /// A command whose reply is a 64-bit id (session, stream handle), then
+    /// a status word that must be LTTNG_OK; returns the id.
+    fn command_with_id(&mut self, bytes: &[u8], during: &'static str) -> Result<u64, RelayError> {
+        self.send(bytes, during)?;
+        let r = self.reply::<12>(during)?;
+        accepted(proto::get_be32(&r, 8), during)?;
+        Ok(proto::get_be64(&r, 0))
+    }
+
     fn version(&mut self) -> Result<(), RelayError> {
         self.send(&proto::version(), "version check")?;
         let r = self.reply::<8>("version check")?;
@@ -121,45 +135,19 @@ impl Connection {
     }
 
     fn create_session(&mut self, name: &str, host: &str, live_us: u32) -> Result<(), RelayError> {
-        const DURING: &str = "create session";
-        self.send(&proto::create_session(name, host, live_us), DURING)?;
-        let r = self.reply::<12>(DURING)?;
-        let status = proto::get_be32(&r, 8);
-        if status != proto::LTTNG_OK {
-            return Err(RelayError::Refused {
-                during: DURING,
-                status,
-            });
-        }
-        self.session_id = proto::get_be64(&r, 0);
+        let msg = proto::create_session(name, host, live_us);
+        self.session_id = self.command_with_id(&msg, "create session")?;
         Ok(())
     }
 
     /// Adds stream file `channel` under `path`; returns its handle.
     pub fn add_stream(&mut self, channel: &str, path: &str) -> Result<u64, RelayError> {
-        const DURING: &str = "add stream";
-        self.send(&proto::add_stream(channel, path), DURING)?;
-        let r = self.reply::<12>(DURING)?;
-        let status = proto::get_be32(&r, 8);
-        if status != proto::LTTNG_OK {
-            return Err(RelayError::Refused {
-                during: DURING,
-                status,
-            });
-        }
-        Ok(proto::get_be64(&r, 0))
+        self.command_with_id(&proto::add_stream(channel, path), "add stream")
     }
 
     /// Publishes the streams added so far to live viewers.
     pub fn streams_sent(&mut self) -> Result<(), RelayError> {
-        const DURING: &str = "streams sent";
-        match self.generic(&proto::streams_sent(), DURING)? {
-            proto::LTTNG_OK => Ok(()),
-            status => Err(RelayError::Refused {
-                during: DURING,
-                status,
-            }),
-        }
+        self.command(&proto::streams_sent(), "streams sent")
     }
 
     /// Appends `text` to metadata stream `handle` (no reply).
@@ -188,14 +176,7 @@ impl Connection {
 
     /// An index entry; with `packet_size` 0, a live beacon.
     pub fn index(&mut self, handle: u64, net_seq: u64, ix: &PacketIndex) -> Result<(), RelayError> {
-        const DURING: &str = "send index";
-        match self.generic(&proto::send_index(handle, net_seq, ix), DURING)? {
-            proto::LTTNG_OK => Ok(()),
-            status => Err(RelayError::Refused {
-                during: DURING,
-                status,
-            }),
-        }
+        self.command(&proto::send_index(handle, net_seq, ix), "send index")
     }
 
     /// Whether the relay has written every packet of `handle` up to
@@ -205,13 +186,14 @@ impl Connection {
     }
 
     pub fn close_stream(&mut self, handle: u64, last_net_seq: u64) -> Result<(), RelayError> {
-        const DURING: &str = "close stream";
-        match self.generic(&proto::close_stream(handle, last_net_seq), DURING)? {
-            proto::LTTNG_OK => Ok(()),
-            status => Err(RelayError::Refused {
-                during: DURING,
-                status,
-            }),
-        }
+        self.command(&proto::close_stream(handle, last_net_seq), "close stream")
+    }
+}
+
+/// `status` as a result: LTTNG_OK, or the relay's refusal during `during`.
+fn accepted(status: u32, during: &'static str) -> Result<(), RelayError> {
+    match status {
+        proto::LTTNG_OK => Ok(()),
+        status => Err(RelayError::Refused { during, status }),
     }
 }
