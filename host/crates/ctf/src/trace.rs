@@ -820,41 +820,16 @@ impl Online {
         let wire = classes.stream(abi::IVT_STREAM_KERNEL);
         let mut out = match self.kernel.packet(wire, classes.generation(), bytes) {
             Some(p) => p.to_vec(),
-            None => self.skipped(chan, bytes),
+            None => {
+                let mut out = Vec::new();
+                let n = kernel::rewrite::skipped(&mut self.kernel.stats, chan, bytes, &mut out);
+                let lost = self.lost.entry(chan).or_default();
+                *lost = lost.saturating_add(n);
+                out
+            }
         };
-        if let Some(&lost) = self.lost.get(&chan) {
-            let at = abi::pkt::EVENTS_DISCARDED;
-            let v = kernel::wire::le_u64(&out, at)
-                .saturating_add(lost)
-                .min(i64::MAX as u64);
-            abi::put_u64(&mut out, at, v);
-        }
-        out
-    }
-
-    fn skipped(&mut self, chan: u32, pkt: &[u8]) -> Vec<u8> {
-        use ivtrace_region::packet::PacketHeader;
-        let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
-        let events = match h.event_count {
-            abi::IVT_EVENT_COUNT_UNKNOWN => 0,
-            n => n as u64,
-        };
-        let stats = &mut self.kernel.stats;
-        stats.packets_skipped += 1;
-        stats.events_lost = stats.events_lost.saturating_add(events);
-        let n = stats.lost_by_channel.entry(chan).or_default();
-        *n = n.saturating_add(events);
-        let n = self.lost.entry(chan).or_default();
-        *n = n.saturating_add(events);
-        let empty = PacketHeader {
-            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
-            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
-            event_count: 0,
-            timestamp_end: h.timestamp_begin,
-            ..h
-        };
-        let mut out = vec![0u8; abi::PACKET_HDR_SIZE];
-        empty.write(&mut out);
+        let lost = self.lost.get(&chan).copied().unwrap_or(0);
+        kernel::rewrite::add_discarded(&mut out, lost);
         out
     }
 }

@@ -66,9 +66,8 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use ivtrace_region::abi::{self, put_u64};
+use ivtrace_region::abi;
 use ivtrace_region::classes::StreamClasses;
-use ivtrace_region::packet::PacketHeader;
 
 use lttng::SyscallWire;
 
@@ -77,7 +76,7 @@ use crate::trace::{create_err, write_err, CtfError};
 use ivtrace_region::names::NameTable;
 use names::{sanitize_comm, Comm, Name, TableNames, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Output, Plans};
-use rewrite::{Event, WriteEvent};
+use rewrite::WriteEvent;
 use wire::{align_event, event_header, le_u32, packet_content, Offsets, PacketFile};
 
 /// Hidden directory (inside the output) holding the staged wire packets.
@@ -382,42 +381,15 @@ impl Expander<'_> {
                     self.stats.packets += 1;
                 }
                 None => {
-                    self.stats.packets_skipped += 1;
-                    lost = lost.saturating_add(self.skipped(f.chan, &input.buf, out));
+                    let n = rewrite::skipped(self.stats, f.chan, &input.buf, out);
+                    lost = lost.saturating_add(n);
                 }
             }
-            add_discarded(out, lost);
+            rewrite::add_discarded(out, lost);
             self.stats.bytes_out += out.len() as u64;
             w.write_all(out)?;
         }
         w.flush()
-    }
-
-    /// A staged packet that does not walk (the drain validated it, so a
-    /// host bug or a damaged file): its events are lost and counted, and an
-    /// empty packet with its header takes its place in `out`, so the
-    /// stream's sequence has no gap and the loss reaches CTF readers.
-    /// Returns the events lost.
-    fn skipped(&mut self, chan: u32, pkt: &[u8], out: &mut Vec<u8>) -> u64 {
-        let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
-        let events = match h.event_count {
-            abi::IVT_EVENT_COUNT_UNKNOWN => 0,
-            n => n as u64,
-        };
-        let empty = PacketHeader {
-            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
-            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
-            event_count: 0,
-            timestamp_end: h.timestamp_begin,
-            ..h
-        };
-        out.clear();
-        out.resize(abi::PACKET_HDR_SIZE, 0);
-        empty.write(out);
-        self.stats.events_lost = self.stats.events_lost.saturating_add(events);
-        let n = self.stats.lost_by_channel.entry(chan).or_default();
-        *n = n.saturating_add(events);
-        events
     }
 
     #[inline]
@@ -457,53 +429,12 @@ impl WriteEvent for Expander<'_> {
         name
     }
 
-    /// Writes a wire syscall event as LTTng's `syscall_{entry,exit}_<name>`,
-    /// or as it is (`_unknown`) when the table cannot name it.
-    fn syscall(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>) {
-        let w = SyscallWire::parse(exit, e.payload, e.offs);
-        let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
-        let id = named.and_then(|_| self.output.syscall_id(exit, w.nr));
-        match named.zip(id) {
-            Some((s, id)) => {
-                self.stats.syscalls_named += 1;
-                put_header(out, e.wire_hdr, e.ts, id);
-                lttng::write_syscall(out, exit, s, &w);
-            }
-            None => {
-                self.stats.syscalls_unknown += 1;
-                out.extend_from_slice(e.wire_hdr);
-                out.extend_from_slice(e.payload);
-            }
-        }
+    fn syscall_id(&mut self, exit: bool, nr: u64) -> Option<u32> {
+        self.output.syscall_id(exit, nr)
     }
-}
 
-/// Adds `lost` (events of skipped packets before this one) to the running
-/// `events_discarded` of the packet in `out`, within what CTF readers
-/// accept (babeltrace2 takes 2^64-1 for "unknown").
-fn add_discarded(out: &mut [u8], lost: u64) {
-    if lost == 0 {
-        return;
-    }
-    let at = abi::pkt::EVENTS_DISCARDED;
-    let v = wire::le_u64(out, at)
-        .saturating_add(lost)
-        .min(i64::MAX as u64);
-    put_u64(out, at, v);
-}
-
-/// Writes the header of an event whose class id changes to `id`: the
-/// compact form when the wire one was compact and `id` fits in 5 bits,
-/// else the extended form with the full timestamp.
-#[inline]
-fn put_header(out: &mut Vec<u8>, wire_hdr: &[u8], ts: u64, id: u32) {
-    if wire_hdr.len() == abi::IVT_EV_COMPACT_SIZE && id <= abi::IVT_EV_COMPACT_MAX_ID {
-        let word = (le_u32(wire_hdr, 0) & !((1 << abi::IVT_EV_ID_BITS) - 1)) | id;
-        out.extend_from_slice(&word.to_le_bytes());
-    } else {
-        out.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
-        out.extend_from_slice(&id.to_le_bytes());
-        out.extend_from_slice(&ts.to_le_bytes());
+    fn stats(&mut self) -> &mut KernelExpansion {
+        self.stats
     }
 }
 

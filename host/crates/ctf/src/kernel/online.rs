@@ -26,12 +26,12 @@ use ivtrace_region::abi;
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::names::NameTable;
 
-use super::lttng::{self, SyscallWire};
+use super::lttng;
 use super::names::{sanitize_comm, Comm, IrqNames, TableNames, COMM_LEN};
 use super::plan::{self, ClassPlan, Naming, Out, Plans};
 use super::rewrite::{self, Event, WriteEvent};
 use super::wire::le_u32;
-use super::{put_header, syscalls, KernelExpansion};
+use super::{syscalls, KernelExpansion};
 
 /// Most thread names kept (the table of a guest with more threads than this
 /// still names the rest).
@@ -222,27 +222,6 @@ impl OnlineKernel {
             }
         }
     }
-
-    /// Writes a wire syscall event as LTTng's `syscall_{entry,exit}_<name>`,
-    /// declaring its class on first use, or as it is (`_unknown`).
-    fn syscall(&mut self, exit: bool, wire: &StreamClasses, e: &Event, out: &mut Vec<u8>) {
-        let w = SyscallWire::parse(exit, e.payload, e.offs);
-        let named = syscalls::get(w.nr).filter(|s| w.matches(exit, s));
-        let id = named.and_then(|_| self.syscall_id(exit, w.nr));
-        match named.zip(id) {
-            Some((s, id)) => {
-                self.stats.syscalls_named += 1;
-                put_header(out, e.wire_hdr, e.ts, id);
-                lttng::write_syscall(out, exit, s, &w);
-            }
-            None => {
-                self.stats.syscalls_unknown += 1;
-                self.declare_unknown(exit, wire, e.id);
-                out.extend_from_slice(e.wire_hdr);
-                out.extend_from_slice(e.payload);
-            }
-        }
-    }
 }
 
 /// The online expander writing one packet of wire classes `wire`.
@@ -266,7 +245,15 @@ impl WriteEvent for Writer<'_> {
         name
     }
 
-    fn syscall(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>) {
-        self.k.syscall(exit, self.wire, e, out);
+    fn syscall_id(&mut self, exit: bool, nr: u64) -> Option<u32> {
+        self.k.syscall_id(exit, nr)
+    }
+
+    fn unknown_syscall(&mut self, exit: bool, wire_id: u32) {
+        self.k.declare_unknown(exit, self.wire, wire_id);
+    }
+
+    fn stats(&mut self) -> &mut KernelExpansion {
+        &mut self.k.stats
     }
 }

@@ -1,14 +1,18 @@
-//! One wire packet rewritten event by event: the walk the staged expansion
-//! ([`super`]) and the streaming one ([`super::online`]) share. They differ
-//! only in where a thread's name comes from, how a system call's output
-//! class is found or declared, and what they learn on the way, which is
-//! what [`WriteEvent`] asks of them.
+//! One wire packet rewritten event by event, or replaced by an empty one
+//! when it does not walk: what the staged expansion ([`super`]) and the
+//! streaming one ([`super::online`]) share. They differ only in where a
+//! thread's name comes from, how a system call's output class is found or
+//! declared, and what they learn on the way, which is what [`WriteEvent`]
+//! asks of them.
 
 use ivtrace_region::abi::{self, put_u64};
+use ivtrace_region::packet::PacketHeader;
 
+use super::lttng::{self, SyscallWire};
 use super::names::{swapper, Comm};
 use super::plan::{self, ClassPlan, Lookup, Op, Out, Plans};
-use super::wire::{align_event, event_header, packet_content, Offsets};
+use super::wire::{align_event, event_header, le_u32, le_u64, packet_content, Offsets};
+use super::{syscalls, KernelExpansion};
 
 /// One wire event of the packet being rewritten.
 pub struct Event<'p> {
@@ -34,8 +38,17 @@ pub trait WriteEvent {
     /// The name of interrupt `irq` (empty if unknown, and counted).
     fn irq_name(&mut self, irq: u32) -> &[u8];
 
-    /// Writes a wire system call event (`exit` or entry).
-    fn syscall(&mut self, exit: bool, e: &Event, out: &mut Vec<u8>);
+    /// The output class of system call `nr` (entry or `exit`), if it has
+    /// one (the streaming expansion declares it on first use).
+    fn syscall_id(&mut self, exit: bool, nr: u64) -> Option<u32>;
+
+    /// A system call event of wire class `wire_id` is written as it is, as
+    /// `syscall_{entry,exit}_unknown` (the streaming expansion declares
+    /// that class on first use).
+    fn unknown_syscall(&mut self, _exit: bool, _wire_id: u32) {}
+
+    /// The counters of this expansion.
+    fn stats(&mut self) -> &mut KernelExpansion;
 }
 
 /// The rewritten form of packet `pkt` in `out`: its header, each event at
@@ -79,7 +92,7 @@ pub fn packet(
                 out.extend_from_slice(payload);
             }
             Out::Expand(ops) => expanded(w, (plan, ops), &event, &idle, out),
-            Out::Syscall { exit } => w.syscall(*exit, &event, out),
+            Out::Syscall { exit } => syscall(w, *exit, &event, out),
         }
         events += 1;
         last_ts = eh.ts;
@@ -105,6 +118,83 @@ fn expanded(
             out.push(0);
         }
     });
+}
+
+/// Writes a wire system call event as LTTng's
+/// `syscall_{entry,exit}_<name>`, or as it is (`_unknown`) when the table
+/// cannot name it or it has no output class.
+fn syscall(w: &mut impl WriteEvent, exit: bool, e: &Event, out: &mut Vec<u8>) {
+    let call = SyscallWire::parse(exit, e.payload, e.offs);
+    let named = syscalls::get(call.nr).filter(|s| call.matches(exit, s));
+    let id = named.and_then(|_| w.syscall_id(exit, call.nr));
+    match named.zip(id) {
+        Some((s, id)) => {
+            w.stats().syscalls_named += 1;
+            put_header(out, e.wire_hdr, e.ts, id);
+            lttng::write_syscall(out, exit, s, &call);
+        }
+        None => {
+            w.stats().syscalls_unknown += 1;
+            w.unknown_syscall(exit, e.id);
+            out.extend_from_slice(e.wire_hdr);
+            out.extend_from_slice(e.payload);
+        }
+    }
+}
+
+/// Writes the header of an event whose class id changes to `id`: the
+/// compact form when the wire one was compact and `id` fits in 5 bits,
+/// else the extended form with the full timestamp.
+#[inline]
+pub(super) fn put_header(out: &mut Vec<u8>, wire_hdr: &[u8], ts: u64, id: u32) {
+    if wire_hdr.len() == abi::IVT_EV_COMPACT_SIZE && id <= abi::IVT_EV_COMPACT_MAX_ID {
+        let word = (le_u32(wire_hdr, 0) & !((1 << abi::IVT_EV_ID_BITS) - 1)) | id;
+        out.extend_from_slice(&word.to_le_bytes());
+    } else {
+        out.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&ts.to_le_bytes());
+    }
+}
+
+/// A packet that does not walk (the drain validated it, so a host bug or a
+/// damaged file): its events are lost and counted in `stats` for channel
+/// `chan`, and an empty packet with its header takes its place in `out`,
+/// so the stream's sequence has no gap and the loss reaches CTF readers
+/// (through [`add_discarded`]). Returns the events lost.
+pub fn skipped(stats: &mut KernelExpansion, chan: u32, pkt: &[u8], out: &mut Vec<u8>) -> u64 {
+    let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
+    let events = match h.event_count {
+        abi::IVT_EVENT_COUNT_UNKNOWN => 0,
+        n => n as u64,
+    };
+    let empty = PacketHeader {
+        content_size: abi::PACKET_HDR_SIZE as u64 * 8,
+        packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+        event_count: 0,
+        timestamp_end: h.timestamp_begin,
+        ..h
+    };
+    out.clear();
+    out.resize(abi::PACKET_HDR_SIZE, 0);
+    empty.write(out);
+    stats.packets_skipped += 1;
+    stats.events_lost = stats.events_lost.saturating_add(events);
+    let n = stats.lost_by_channel.entry(chan).or_default();
+    *n = n.saturating_add(events);
+    events
+}
+
+/// Adds `lost` (events of skipped packets before this one) to the running
+/// `events_discarded` of the packet in `out`, within what CTF readers
+/// accept (babeltrace2 takes 2^64-1 for "unknown").
+pub fn add_discarded(out: &mut [u8], lost: u64) {
+    if lost == 0 {
+        return;
+    }
+    let at = abi::pkt::EVENTS_DISCARDED;
+    let v = le_u64(out, at).saturating_add(lost).min(i64::MAX as u64);
+    put_u64(out, at, v);
 }
 
 /// Pads a rewritten packet to whole 64-bit words and sets its content and

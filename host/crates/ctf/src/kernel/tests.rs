@@ -1036,14 +1036,14 @@ fn renamed_headers_stay_compact_when_the_id_fits() {
     let ts = 0x0123_4567_89ab_cdef_u64;
     let compact = ((((ts & abi::IVT_EV_TS_MASK) as u32) << abi::IVT_EV_ID_BITS) | 12).to_le_bytes();
     let mut out = Vec::new();
-    super::put_header(&mut out, &compact, ts, 29);
+    super::rewrite::put_header(&mut out, &compact, ts, 29);
     let word = u32::from_le_bytes(out[..4].try_into().unwrap());
     assert_eq!(
         (out.len(), word & 0x1f, word >> 5),
         (4, 29, (ts & abi::IVT_EV_TS_MASK) as u32)
     );
     out.clear();
-    super::put_header(&mut out, &compact, ts, 31);
+    super::rewrite::put_header(&mut out, &compact, ts, 31);
     assert_eq!(out.len(), abi::IVT_EV_EXT_SIZE);
     assert_eq!(u32::from_le_bytes(out[4..8].try_into().unwrap()), 31);
     assert_eq!(u64::from_le_bytes(out[8..16].try_into().unwrap()), ts);
