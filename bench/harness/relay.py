@@ -23,13 +23,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from . import BenchError, Prerequisite, hostload
+from .relayd import Relayd
 from .results import ROOT
 
 NAME = "relay"
@@ -57,41 +57,6 @@ def status_kb(pid: int, key: str) -> int:
     return 0
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-class Relayd:
-    def __init__(self, tmp: Path):
-        self.control, self.data, self.live = free_ports(3)
-        self.url = f"net://127.0.0.1:{self.control}:{self.data}"
-        env = dict(os.environ, LTTNG_HOME=str(tmp))
-        self.proc = subprocess.Popen(
-            ["lttng-relayd", "-C", f"tcp://127.0.0.1:{self.control}", "-D",
-             f"tcp://127.0.0.1:{self.data}", "-L", f"tcp://127.0.0.1:{self.live}",
-             "-o", str(tmp / "relay")], env=env, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
-        end = time.monotonic() + 15
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.control), timeout=1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > end:
-                    raise BenchError("lttng-relayd did not start")
-                time.sleep(0.05)
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-
-
 def serve(tmp: Path, relay: Relayd | None) -> tuple[subprocess.Popen, Path]:
     sock = tmp / "s.sock"
     cmd = [str(IVTRACE), "serve", "--socket", str(sock), "-o", str(tmp / "traces"),
@@ -111,7 +76,7 @@ def serve(tmp: Path, relay: Relayd | None) -> tuple[subprocess.Popen, Path]:
 
 def one_run(guests: int, sink: str, events: int, rate: int) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix=f"ivt-bench-relay-{guests}-", dir="/dev/shm"))
-    relay = Relayd(tmp) if sink == "relay" else None
+    relay = Relayd(tmp / "relay", tmp) if sink == "relay" else None
     srv, sock = serve(tmp, relay)
     try:
         time.sleep(0.5)

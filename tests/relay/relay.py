@@ -1,16 +1,15 @@
 """Helpers of the relay tests (tests/relay): a real lttng-relayd on free ports with its output
-in a temporary directory, simulated guests (ivtrace-loadgen --ivshmem-socket), reading traces
+in a temporary directory (bench/harness/relayd.py), simulated guests (ivtrace-loadgen --ivshmem-socket), reading traces
 back with babeltrace2 (the CLI for event-by-event comparison, bt2 for per-stream counts) and a
 live viewer that notes when each event line arrived.
 
 Nothing here knows ivtrace's wire format: babeltrace2 decodes every trace.
 """
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,81 +17,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+from harness.relayd import Relayd  # noqa: E402,F401  (the tests' relay)
 LOADGEN = REPO / "bin" / "ivtrace-loadgen"
-
-
-def free_ports(n):
-    """`n` TCP ports free on 127.0.0.1 right now (the kernel's choice)."""
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-class Relayd:
-    """lttng-relayd on three free ports, its traces in `out`, its home (health sockets) in a
-    private directory, so it never meets another run's relay."""
-
-    def __init__(self, out, home):
-        self.out, self.home = Path(out), Path(home)
-        self.home.mkdir(parents=True, exist_ok=True)
-        self.control, self.data, self.live = free_ports(3)
-        self.url = f"net://127.0.0.1:{self.control}:{self.data}"
-        self.live_url = f"net://127.0.0.1:{self.live}"
-        self.log = self.home / "relayd.log"
-        self.proc = None
-        self.start()
-
-    def start(self):
-        env = dict(os.environ, LTTNG_HOME=str(self.home))
-        cmd = ["lttng-relayd", "-C", f"tcp://127.0.0.1:{self.control}",
-               "-D", f"tcp://127.0.0.1:{self.data}", "-L", f"tcp://127.0.0.1:{self.live}",
-               "-o", str(self.out)]
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log,
-                                         stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.control), timeout=1).close()
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"lttng-relayd did not start:\n{self.log.read_text()}")
-                time.sleep(0.05)
-
-    def kill(self):
-        """SIGKILL: the relay vanishes mid-stream."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def pause(self):
-        """SIGSTOP: the relay stalls (its sockets stay open, nothing is read)."""
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self):
-        self.proc.send_signal(signal.SIGCONT)
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def session_dir(self, host, session):
-        """The relay's directory of `session` of `host` (HOST/SESSION-DATE)."""
-        found = sorted((self.out / host).glob(f"{session}-*"))
-        assert len(found) == 1, f"{host}/{session}: {found}"
-        return found[0]
 
 
 class SimGuest:
