@@ -26,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use ivtrace_region::abi::{le_u32, le_u64, pkt, put_u64};
 use serde::Serialize;
 
 use crate::client::{Connection, RelayError};
@@ -34,16 +35,8 @@ use crate::url::RelayUrl;
 
 /// Bytes of the CTF packet header fields every ivtrace packet starts
 /// with (magic, stream id, instance, timestamps, sizes, sequence number,
-/// events discarded), all little-endian.
-const HDR_COMMON: usize = 64;
-const OFF_STREAM_ID: usize = 4;
-const OFF_INSTANCE: usize = 8;
-const OFF_TS_BEGIN: usize = 16;
-const OFF_TS_END: usize = 24;
-const OFF_CONTENT: usize = 32;
-const OFF_PACKET: usize = 40;
-const OFF_SEQ: usize = 48;
-const OFF_DISCARDED: usize = 56;
+/// events discarded: `abi::pkt`), all little-endian.
+const HDR_COMMON: usize = pkt::EVENTS_DISCARDED + 8;
 /// Packets sent per session per turn before the next session's.
 const TURN_PACKETS: usize = 64;
 const RETRY: Duration = Duration::from_secs(1);
@@ -51,26 +44,17 @@ const RETRY: Duration = Duration::from_secs(1);
 /// queue.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 
-fn le64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
-fn put_le64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
 /// The index entry of a packet, from its header.
 fn index_of(p: &[u8]) -> PacketIndex {
     PacketIndex {
-        packet_size: le64(p, OFF_PACKET),
-        content_size: le64(p, OFF_CONTENT),
-        timestamp_begin: le64(p, OFF_TS_BEGIN),
-        timestamp_end: le64(p, OFF_TS_END),
-        events_discarded: le64(p, OFF_DISCARDED),
-        stream_id: u32::from_le_bytes(p[OFF_STREAM_ID..OFF_STREAM_ID + 4].try_into().expect("4"))
-            as u64,
-        stream_instance_id: le64(p, OFF_INSTANCE),
-        packet_seq_num: le64(p, OFF_SEQ),
+        packet_size: le_u64(p, pkt::PACKET_SIZE),
+        content_size: le_u64(p, pkt::CONTENT_SIZE),
+        timestamp_begin: le_u64(p, pkt::TIMESTAMP_BEGIN),
+        timestamp_end: le_u64(p, pkt::TIMESTAMP_END),
+        events_discarded: le_u64(p, pkt::EVENTS_DISCARDED),
+        stream_id: le_u32(p, pkt::STREAM_ID) as u64,
+        stream_instance_id: le_u64(p, pkt::STREAM_INSTANCE_ID),
+        packet_seq_num: le_u64(p, pkt::PACKET_SEQ_NUM),
     }
 }
 
@@ -726,10 +710,10 @@ impl Link {
     }
 
     fn send_one(&mut self, p: &mut Packet, lost: u64) -> Result<(), RelayError> {
-        let discarded = le64(&p.bytes, OFF_DISCARDED)
+        let discarded = le_u64(&p.bytes, pkt::EVENTS_DISCARDED)
             .saturating_add(lost)
             .min(i64::MAX as u64);
-        put_le64(&mut p.bytes, OFF_DISCARDED, discarded);
+        put_u64(&mut p.bytes, pkt::EVENTS_DISCARDED, discarded);
         let ix = index_of(&p.bytes);
         let w = &mut self.wires[p.stream];
         let handle = w.handle.expect("published");
@@ -835,10 +819,10 @@ impl Link {
             if s.lost > s.lost_carried && s.last_header.len() >= HDR_COMMON {
                 let mut p = s.last_header.clone();
                 let bits = (p.len() * 8) as u64;
-                let end = le64(&p, OFF_TS_END);
-                put_le64(&mut p, OFF_TS_BEGIN, end);
-                put_le64(&mut p, OFF_CONTENT, bits);
-                put_le64(&mut p, OFF_PACKET, bits);
+                let end = le_u64(&p, pkt::TIMESTAMP_END);
+                put_u64(&mut p, pkt::TIMESTAMP_BEGIN, end);
+                put_u64(&mut p, pkt::CONTENT_SIZE, bits);
+                put_u64(&mut p, pkt::PACKET_SIZE, bits);
                 // The sequence number stays the last handed-over packet's:
                 // that one was lost, so this one takes its place.
                 // ivtrace guest packets count their events at byte 72.
@@ -869,14 +853,15 @@ impl Link {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ivtrace_region::abi::put_u32;
     use std::collections::HashMap;
 
     /// A packet of `len` bytes whose header says `events_discarded` = 0.
     fn packet(len: usize, seq: u64) -> Vec<u8> {
         let mut p = vec![0u8; len.max(HDR_COMMON)];
-        put_le64(&mut p, OFF_CONTENT, (len * 8) as u64);
-        put_le64(&mut p, OFF_PACKET, (len * 8) as u64);
-        put_le64(&mut p, OFF_SEQ, seq);
+        put_u64(&mut p, pkt::CONTENT_SIZE, (len * 8) as u64);
+        put_u64(&mut p, pkt::PACKET_SIZE, (len * 8) as u64);
+        put_u64(&mut p, pkt::PACKET_SEQ_NUM, seq);
         p
     }
 
@@ -930,11 +915,11 @@ mod tests {
     #[test]
     fn indexes_come_from_the_packet_header() {
         let mut p = packet(256, 9);
-        p[OFF_STREAM_ID..OFF_STREAM_ID + 4].copy_from_slice(&1u32.to_le_bytes());
-        put_le64(&mut p, OFF_INSTANCE, 3);
-        put_le64(&mut p, OFF_TS_BEGIN, 100);
-        put_le64(&mut p, OFF_TS_END, 200);
-        put_le64(&mut p, OFF_DISCARDED, 5);
+        put_u32(&mut p, pkt::STREAM_ID, 1);
+        put_u64(&mut p, pkt::STREAM_INSTANCE_ID, 3);
+        put_u64(&mut p, pkt::TIMESTAMP_BEGIN, 100);
+        put_u64(&mut p, pkt::TIMESTAMP_END, 200);
+        put_u64(&mut p, pkt::EVENTS_DISCARDED, 5);
         let ix = index_of(&p);
         assert_eq!(
             (ix.stream_id, ix.stream_instance_id, ix.packet_seq_num),
