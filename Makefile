@@ -79,7 +79,7 @@ test-host:
 
 # tests/deb and tests/libvirt need the packages: test-deb runs them.
 test-py: all
-	$(PYTHON) -m pytest -q tests --ignore=tests/deb --ignore=tests/libvirt
+	$(PYTHON) -m pytest -q --tb=short -rfE tests --ignore=tests/deb --ignore=tests/libvirt
 
 deb:
 	scripts/build-deb
@@ -91,7 +91,7 @@ gen-docs:
 # Installs the packages on this machine (as an administrator would) and checks them;
 # then the libvirt test, whose serve is the installed one run as its unit runs it.
 test-deb: deb guest
-	$(PYTHON) -m pytest -q tests/deb tests/libvirt
+	$(PYTHON) -m pytest -q --tb=short -rfE tests/deb tests/libvirt
 
 # The evaluation's quick mode: every tracing state and transport once, short workloads
 # (~2-3 min); fails only when something could not be measured, never on a timing. Its

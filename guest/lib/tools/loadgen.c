@@ -555,6 +555,11 @@ static struct ivt_region *open_region(const struct opts *o)
 		runtime_error("cannot create region", o->shm, err,
 			      "the geometry is out of range: --channels 1..4096, "
 			      "--subbufs 2..65536, --subbuf-size 4K..16M (powers of two)");
+	if (err == -EPERM && o->ivshmem_socket)
+		runtime_error("cannot format the server's region", o->shm, err,
+			      "its size is fixed (sealed) and too small for "
+			      "--channels x --subbuf-size x 2 sub-buffers: pass "
+			      "fewer --channels or a smaller --subbuf-size");
 	if (err)
 		runtime_error("cannot create region", o->shm, err,
 			      "is the directory writable, and is there room "

@@ -425,9 +425,13 @@ impl GuestTask {
         }
     }
 
+    /// A look for the region. A control request wakes the guest too: the
+    /// look comes first, so that a request sent just after the module
+    /// formatted the region (before this guest's next poll) is served by the
+    /// recording it starts instead of being refused.
     fn look(&mut self) -> Turn {
-        self.guest.answer_requests_without_region();
         if !self.still_wanted() {
+            self.guest.answer_requests_without_region();
             return Turn::Done;
         }
         let mut once = OneLook {
@@ -437,6 +441,7 @@ impl GuestTask {
         let path = self.guest.shm.path.clone();
         let Ok(Some(region)) = ivtrace_engine::wait_for_region(&path, self.last_uuid, &mut once)
         else {
+            self.guest.answer_requests_without_region();
             self.phase = Phase::Awaiting;
             return Turn::Park(Instant::now() + FORMAT_POLL);
         };
