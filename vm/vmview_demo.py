@@ -62,6 +62,11 @@ HOG = ("import ctypes, sys, time\n"
        "while time.monotonic() < end: pass\n")
 
 
+# A phase with less than this of other work on vCPU 0's host CPU is quiet (ticks of 10 ms
+# on the CPU's busy time, kernel threads and interrupts: a few ticks even when nothing else runs).
+QUIET_OTHERS_NS = 60_000_000
+
+
 @dataclass
 class Phase:
     name: str
@@ -74,6 +79,9 @@ class Phase:
     schedstat_wait_ns: int = 0
     hog_pid: int = 0
     hog_cpu_ns: int = 0
+    # What else ran on vCPU 0's host CPU (the hog, other tasks, interrupts), ns: the CPU's
+    # busy time (/proc/stat, 10 ms ticks) less vCPU 0's own run time (schedstat).
+    others_ns: int = 0
 
 
 @dataclass
@@ -83,6 +91,7 @@ class Run:
     qemu_pid: int = 0
     vcpu_threads: dict = field(default_factory=dict)  # vcpu -> tid
     vcpu0_cpu: int = 1
+    other_cpu: int = 0  # the host CPU of QEMU's other threads
     phases: list = field(default_factory=list)
     console: str = ""
     serve_log: str = ""
@@ -120,10 +129,34 @@ def vcpu_threads(pid: int) -> dict[int, int]:
 
 
 def pin(pid: int, vcpus: dict[int, int], vcpu0_cpu: int, other_cpu: int) -> None:
-    """Every QEMU thread on `other_cpu`, vCPU 0's alone on `vcpu0_cpu`."""
+    """Every QEMU thread on `other_cpu`, vCPU 0's alone on `vcpu0_cpu`. QEMU's worker threads
+    come and go (its thread pool retires idle ones): one that ended meanwhile is skipped, and
+    a thread started later inherits the main thread's affinity."""
     for t in Path(f"/proc/{pid}/task").iterdir():
-        os.sched_setaffinity(int(t.name), {other_cpu})
+        try:
+            os.sched_setaffinity(int(t.name), {other_cpu})
+        except ProcessLookupError:
+            pass
     os.sched_setaffinity(vcpus[0], {vcpu0_cpu})
+
+
+def two_cpus() -> tuple[int, int]:
+    """(vCPU 0's host CPU, the rest of QEMU's): two CPUs this process may run on (a cpuset
+    may leave out CPUs 0 and 1)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise RuntimeError(f"the scenario pins vCPU 0 and the rest of QEMU to two host CPUs; "
+                           f"this process may run on {cpus} only")
+    return cpus[-1], cpus[0]
+
+
+def cpu_busy_ns(cpu: int) -> int:
+    """Time host CPU `cpu` ran anything (tasks, interrupts), from /proc/stat: ticks, 10 ms."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{cpu} "):
+            user, nice, system, _idle, _iowait, irq, softirq = map(int, line.split()[1:8])
+            return (user + nice + system + irq + softirq) * 10**9 // os.sysconf("SC_CLK_TCK")
+    raise RuntimeError(f"/proc/stat has no line for CPU {cpu}")
 
 
 def hog(cpu: int, seconds: float) -> subprocess.Popen:
@@ -135,7 +168,8 @@ def hog(cpu: int, seconds: float) -> subprocess.Popen:
 def measure(r: Run, phase: Phase, offset: int) -> None:
     """Runs one phase: its host-time window and the vCPU 0 thread's schedstat wait in it."""
     tid = r.vcpu_threads[0]
-    _, w0 = schedstat(r.qemu_pid, tid)
+    run0, w0 = schedstat(r.qemu_pid, tid)
+    busy0 = cpu_busy_ns(r.vcpu0_cpu)
     phase.start_ns = time.monotonic_ns() + offset
     if phase.hog:
         h = hog(r.vcpu0_cpu, phase.seconds)
@@ -148,9 +182,10 @@ def measure(r: Run, phase: Phase, offset: int) -> None:
             time.sleep(0.05)
     else:
         time.sleep(phase.seconds)
-    _, w1 = schedstat(r.qemu_pid, tid)
+    run1, w1 = schedstat(r.qemu_pid, tid)
     phase.end_ns = time.monotonic_ns() + offset
     phase.schedstat_wait_ns = w1 - w0
+    phase.others_ns = max(0, cpu_busy_ns(r.vcpu0_cpu) - busy0 - (run1 - run0))
 
 
 class Server:
@@ -210,8 +245,7 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
         timeout: float = 300) -> Run:
     """Boots the guest under serve, runs `phases` on the host, returns what was measured
     (the trace in outroot/NAME once the guest and serve are done)."""
-    if (os.cpu_count() or 1) < 2:
-        raise RuntimeError("the scenario pins vCPU 0 and the rest of QEMU to two host CPUs")
+    two_cpus()
     mount_tracefs()
     outroot.mkdir(parents=True, exist_ok=True)
     r = Run(out=outroot / NAME)
@@ -226,7 +260,8 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
             wait_file(r.out / "host" / "host_statedump", 60)  # host events are recorded
             r.qemu_pid = vm.proc.pid
             r.vcpu_threads = vcpu_threads(r.qemu_pid)
-            pin(r.qemu_pid, r.vcpu_threads, r.vcpu0_cpu, 0)
+            r.vcpu0_cpu, r.other_cpu = two_cpus()
+            pin(r.qemu_pid, r.vcpu_threads, r.vcpu0_cpu, r.other_cpu)
             time.sleep(1.0)  # the pinning settles
             r.loadavg = os.getloadavg()[0]
             offset = realtime_offset_ns()
@@ -310,7 +345,7 @@ def demo(args) -> int:
         f"{args.hog_seconds:g} s")
     r = run(out, guest.add("ivtrace.ko", "ivtwl"), phases, accel=args.accel)
     say(f"   QEMU pid {r.qemu_pid}, vCPU threads {r.vcpu_threads}; vCPU 0 on host CPU "
-        f"{r.vcpu0_cpu}, the rest of QEMU on CPU 0")
+        f"{r.vcpu0_cpu}, the rest of QEMU on CPU {r.other_cpu}")
     say("== [4/4] what ivtrace says")
     report = subprocess.run([str(IVTRACE), "report", str(r.out)], capture_output=True, text=True)
     vm_part = report.stdout[report.stdout.find("VM view"):] if "VM view" in report.stdout else \
@@ -339,8 +374,9 @@ def demo(args) -> int:
         say(f"  {p.name}: {HOG_NAME} ran {p.hog_cpu_ns / 1e6:.1f} ms on host CPU {r.vcpu0_cpu} "
             f"(its schedstat); it took the CPU from vCPU 0 in {len(by_hog)} of {len(waits)} "
             f"waits, {sum(i.end_ns - i.start_ns for i in by_hog) / 1e6:.1f} ms of them")
-    if r.loadavg >= 1.0:
-        say(f"  (host load {r.loadavg:.2f}: other host tasks shared CPU {r.vcpu0_cpu} too)")
+    for p in [p for p in r.phases if not p.hog and p.others_ns > QUIET_OTHERS_NS]:
+        say(f"  ({p.name}: other host tasks ran {p.others_ns / 1e6:.0f} ms on CPU "
+            f"{r.vcpu0_cpu} too)")
     lost = {}
     for i in iv:
         if i.vcpu == 0 and i.state == "preempted":

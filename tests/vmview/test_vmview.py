@@ -11,8 +11,9 @@ interval's guest thread is the one the guest's last context switch on CPU 0 put 
 
 Real parts only: QEMU (TCG here), the Debian guest kernel with ivtrace.ko, bin/ivtrace serve
 reading the host's tracefs, babeltrace2's bindings. The machine is shared: the quiet phase's
-"near zero" is asserted only when the host was quiet (1-minute load below 1); the agreement
-with schedstat is asserted always.
+"near zero" is asserted only when nothing else ran on vCPU 0's host CPU during the phase
+(/proc/stat's busy time of that CPU less the vCPU's own run time); the agreement with
+schedstat is asserted always.
 """
 import json
 import os
@@ -40,14 +41,28 @@ def scenario(guest, tmp_path_factory):
         pytest.skip("the scenario pins vCPU 0 and the rest of QEMU to two different host CPUs")
     out = tmp_path_factory.mktemp("vmview")
     phases = [vmview.Phase("quiet", QUIET_S, False), vmview.Phase("hog", HOG_S, True)]
-    r = vmview.run(out, guest.add("ivtrace.ko", "ivtwl"), phases)
-    iv = vmview.vm_intervals(r.out)
+    try:
+        r = vmview.run(out, guest.add("ivtrace.ko", "ivtwl"), phases)
+        iv = vmview.vm_intervals(r.out)
+    except Exception as e:  # one readable failure (with what serve and the guest said)
+        pytest.fail(f"the scenario failed: {type(e).__name__}: {e}\n{tails(out)}")
     for p in r.phases:
         print(f"\n{p.name}: schedstat wait {p.schedstat_wait_ns / 1e6:.1f} ms, ivtrace preempted "
               f"{vmview.preempted_ns(iv, 0, p.start_ns, p.end_ns) / 1e6:.1f} ms (untraced at most "
               f"{vmview.preempted_ns(iv, 0, p.start_ns, p.end_ns, 'runnable_untraced') / 1e6:.1f}"
-              f" ms), hog on CPU {p.hog_cpu_ns / 1e6:.1f} ms; load {r.loadavg:.2f}")
+              f" ms), hog on CPU {p.hog_cpu_ns / 1e6:.1f} ms, others on the CPU "
+              f"{p.others_ns / 1e6:.0f} ms; load {r.loadavg:.2f}")
     return r, iv
+
+
+def tails(out, lines=25):
+    """The last lines of serve's log and the guest's console in `out`."""
+    parts = []
+    for name in ("serve.log", "console.log"):
+        f = out / name
+        text = f.read_text(errors="replace").splitlines()[-lines:] if f.exists() else ["(none)"]
+        parts.append(f"--- {name} (last {lines} lines)\n" + "\n".join(text))
+    return "\n".join(parts)
 
 
 def vm_view_section(r):
@@ -102,11 +117,13 @@ def test_without_the_hog_preempted_time_matches_schedstat(scenario):
     p = phase(r, "quiet")
     # Near zero, both: within 2 % of the phase's length of each other.
     ours = check_against_schedstat(r, iv, p, 0.02 * QUIET_S * 1e9)
-    if r.loadavg < 1.0:
+    # Quiet is measured on vCPU 0's host CPU itself, during the phase: the 1-minute load
+    # average lags behind a load that has just begun.
+    if p.others_ns <= vmview.QUIET_OTHERS_NS:
         assert ours < 0.02 * QUIET_S * 1e9, f"near zero on a quiet host: {ours / 1e6:.1f} ms"
     else:
-        print(f"\nthe host was busy (load {r.loadavg:.2f}): vCPU 0 waited {ours / 1e6:.1f} ms "
-              "for other host tasks without the hog; 'near zero' not asserted")
+        print(f"\nthe host was busy (other tasks ran {p.others_ns / 1e6:.0f} ms on vCPU 0's "
+              f"CPU): vCPU 0 waited {ours / 1e6:.1f} ms without the hog; 'near zero' not asserted")
 
 
 def test_the_hog_takes_the_cpu_only_while_it_runs(scenario):
