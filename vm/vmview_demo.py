@@ -245,10 +245,10 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
         timeout: float = 300) -> Run:
     """Boots the guest under serve, runs `phases` on the host, returns what was measured
     (the trace in outroot/NAME once the guest and serve are done)."""
-    two_cpus()
+    r = Run(out=outroot / NAME)
+    r.vcpu0_cpu, r.other_cpu = two_cpus()
     mount_tracefs()
     outroot.mkdir(parents=True, exist_ok=True)
-    r = Run(out=outroot / NAME)
     srv = Server(outroot, outroot / "serve.log")
     seconds = 4 + sum(p.seconds for p in phases) + 6
     script = GUEST_SCRIPT.format(spin=SPIN, seconds=int(seconds))
@@ -260,7 +260,6 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
             wait_file(r.out / "host" / "host_statedump", 60)  # host events are recorded
             r.qemu_pid = vm.proc.pid
             r.vcpu_threads = vcpu_threads(r.qemu_pid)
-            r.vcpu0_cpu, r.other_cpu = two_cpus()
             pin(r.qemu_pid, r.vcpu_threads, r.vcpu0_cpu, r.other_cpu)
             time.sleep(1.0)  # the pinning settles
             r.loadavg = os.getloadavg()[0]

@@ -176,13 +176,6 @@ impl Seat {
                 .compare_exchange(RECORDING, WAITING, Ordering::AcqRel, Ordering::Acquire);
     }
 
-    /// Whether the guest has left the budget (its task will end it without
-    /// a recording).
-    pub fn gone(&self) -> bool {
-        // Acquire: pairs with the AcqRel swap to GONE.
-        self.state.load(Ordering::Acquire) == GONE
-    }
-
     /// The accept loop: a waiting guest whose connection is readable (QEMU
     /// hung up; QEMU never sends data, so bytes end the guest too) leaves
     /// the budget. Returns whether the guest is gone.
@@ -229,7 +222,7 @@ mod tests {
         assert!(!seat.leave_if_hung_up(), "the peer is still there");
         drop(theirs);
         assert!(seat.leave_if_hung_up());
-        assert!(seat.gone());
+        assert!(seat.leave_if_hung_up(), "and stays gone");
         assert!(
             !seat.start_recording(),
             "a guest no longer counted must not record"
