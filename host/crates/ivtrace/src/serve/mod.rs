@@ -210,7 +210,11 @@ impl ServeConfig {
     pub fn report(&self, sidecar: &Sidecar, doc: &serde_json::Value, out: &Path) {
         let _g = self.print.lock();
         if self.json {
-            if let Ok(line) = serde_json::to_string(doc) {
+            let mut doc = doc.clone();
+            if let Some(o) = doc.as_object_mut() {
+                o.remove(ivtrace_ctf::sidecar::TRACEFS_FORMATS_KEY);
+            }
+            if let Ok(line) = serde_json::to_string(&doc) {
                 let mut o = io::stdout().lock();
                 let _ = writeln!(o, "{line}");
                 let _ = o.flush();

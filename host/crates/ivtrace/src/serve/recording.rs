@@ -427,6 +427,10 @@ fn finish(
         .host_event_stats
         .as_ref()
         .map(crate::record::host_lost);
+    sidecar.tracefs_formats.host = observed
+        .host_event_stats
+        .as_ref()
+        .map(|s| s.formats.clone());
     migration_sidecar(&mut sidecar, &rec, observed)?;
     if rec.output_error.is_some() {
         sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
