@@ -87,6 +87,9 @@ trace directories. To go on recording the same region into DIR instead, run
 Example:
   ivtrace recover /var/tmp/traces/web1")]
     Recover(RecoverArgs),
+    /// Write recordings as another tool's files: trace-cmd's (a host file, one per guest).
+    #[command(after_help = crate::export::EXPORT_HELP)]
+    Export(crate::export::ExportArgs),
 }
 
 /// Who may read a trace and where it may be written (record and serve).

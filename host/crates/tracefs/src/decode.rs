@@ -1,8 +1,9 @@
 //! tracefs records -> host trace events, driven by the parsed formats.
 //!
 //! Names follow LTTng's kernel tracer so Trace Compass's analyses apply:
-//! `sched_switch` with `prev_tid`/`next_tid` (tracefs says `*_pid`),
-//! `sched_wakeup` / `sched_migrate_task` with `tid`, priorities minus 100
+//! `sched_switch` with `prev_tid`/`next_tid` (tracefs says `*_pid`), the
+//! other `sched` events with `tid` (`parent_tid`, `child_tid`, `old_tid`),
+//! priorities minus 100
 //! (`MAX_RT_PRIO`) and `prev_state` 0 for a preempted
 //! task (tracefs reports `TASK_REPORT_MAX` then; the low 8 bits are the
 //! task state), `kvm_x86_exit` / `kvm_x86_entry` / `kvm_x86_hypercall`
@@ -30,16 +31,19 @@ pub fn lttng_name(fmt: &EventFmt) -> String {
     }
 }
 
-/// LTTng's name and value adjustment of a `sched` event's field: thread
-/// ids are `tid` (tracefs says `pid`), priorities lose `MAX_RT_PRIO`.
+/// LTTng's name and value adjustment of a `sched` (or `task`) event's
+/// field: thread ids are `tid` (tracefs says `pid`), priorities lose
+/// `MAX_RT_PRIO`.
 fn sched_field(event: &str, field: &str) -> (Option<&'static str>, Adjust) {
     match (event, field) {
         (_, "prev_pid") => (Some("prev_tid"), Adjust::None),
         (_, "next_pid") => (Some("next_tid"), Adjust::None),
         ("sched_switch", "prev_state") => (None, Adjust::State),
-        ("sched_wakeup" | "sched_waking" | "sched_migrate_task", "pid") => {
-            (Some("tid"), Adjust::None)
-        }
+        ("sched_process_fork", "parent_pid") => (Some("parent_tid"), Adjust::None),
+        ("sched_process_fork", "child_pid") => (Some("child_tid"), Adjust::None),
+        ("sched_process_exec", "old_pid") => (Some("old_tid"), Adjust::None),
+        ("sched_process_fork", _) => (None, Adjust::None),
+        (_, "pid") => (Some("tid"), Adjust::None),
         (_, "prio" | "prev_prio" | "next_prio") => (None, Adjust::Prio),
         _ => (None, Adjust::None),
     }
@@ -250,7 +254,7 @@ fn is_hex(name: &str) -> bool {
 fn host_plan(fmt: &EventFmt, f: &FieldFmt) -> FieldPlan {
     let mut name = f.name.clone();
     let mut adjust = Adjust::None;
-    if fmt.system == "sched" {
+    if matches!(fmt.system.as_str(), "sched" | "task") {
         let (renamed, adj) = sched_field(&fmt.name, &name);
         if let Some(r) = renamed {
             name = r.into();

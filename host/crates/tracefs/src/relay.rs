@@ -198,6 +198,14 @@ fn guest_class(fmt: &EventFmt, id: u32, taken: &mut HashSet<String>) -> (EventCl
     (EventClass::new(id, class.stream, class.name, fields), dec)
 }
 
+/// The class (and decoder) the relay gives ftrace event `fmt` when it
+/// decodes its records, under the name it takes when no other event
+/// sanitizes to the same: what an export matches the trace's classes
+/// against to write the records back in the guest's layout.
+pub fn relayed_class(fmt: &EventFmt) -> (EventClass, EventDecoder) {
+    guest_class(fmt, 0, &mut HashSet::new())
+}
+
 /// One event of a staged wire packet: a page, or a CPU's counters.
 enum Wire<'a> {
     Page(&'a [u8]),
