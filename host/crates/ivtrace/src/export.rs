@@ -51,6 +51,8 @@ pub struct ExportArgs {
     /// Print what was written as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub access: crate::cli::OutputAccessArgs,
 }
 
 /// One line per file, then the commands that open them.
@@ -104,6 +106,7 @@ pub fn run(a: &ExportArgs) -> Result<u64> {
     let o = Options {
         out: a.output.clone(),
         force: a.force,
+        policy: a.access.policy()?,
     };
     let e = ivtrace_tracecmd::export(&a.dirs, &o)?;
     if a.json {

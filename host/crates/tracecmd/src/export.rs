@@ -23,6 +23,7 @@ use serde::Serialize;
 
 use ivtrace_ctf::read::{Item, Merge, Record, Recording, Trace, TraceKind};
 use ivtrace_ctf::sidecar::SIDECAR_NAME;
+use ivtrace_ctf::{OutDir, OutputPolicy};
 
 use crate::dat::opt;
 use crate::formats::ident;
@@ -39,6 +40,8 @@ pub struct Options {
     /// `force`).
     pub out: PathBuf,
     pub force: bool,
+    /// Who may read the files, and whether a shared directory is accepted.
+    pub policy: OutputPolicy,
 }
 
 /// One guest's file and how it lines up with the host's.
@@ -314,20 +317,17 @@ fn guest_option(name: &str, id: u64, cpus: u32, vcpus: &BTreeMap<u32, i32>) -> V
     d
 }
 
-/// The output directory, made; existing export files are replaced only
-/// with `force`.
-fn prepare_out(o: &Options, names: &[String]) -> Result<()> {
-    std::fs::create_dir_all(&o.out)
-        .with_context(|| format!("cannot create the output directory {}", o.out.display()))?;
-    if !o.force {
-        for n in names {
-            let p = o.out.join(n);
-            if p.exists() {
-                bail!(
-                    "{} exists\nhint: add --force to replace it, or choose another -o",
-                    p.display()
-                );
-            }
+/// Existing export files in `out` are replaced only with `force`.
+fn check_out(out: &OutDir, force: bool, names: &[String]) -> Result<()> {
+    if force {
+        return Ok(());
+    }
+    for n in names {
+        if out.kind(n)?.is_some() {
+            bail!(
+                "{} exists\nhint: add --force to replace it, or choose another -o",
+                out.join(n).display()
+            );
         }
     }
     Ok(())
@@ -355,6 +355,16 @@ fn guest_file(r: &Recording) -> String {
 /// Exports `inputs` (recording directories, or directories of them) into
 /// `o.out`: `host.dat` and `guest-NAME.dat` per recording.
 pub fn export(inputs: &[PathBuf], o: &Options) -> Result<Exported> {
+    let out = OutDir::root(&o.out, &o.policy).map_err(|e| {
+        let hint = e.hint();
+        anyhow::anyhow!("{e}\nhint: {hint}")
+    })?;
+    export_into(inputs, &out, o.force)
+}
+
+/// [`export`] into a directory already held (serve's, for a recording
+/// that just ended).
+pub fn export_into(inputs: &[PathBuf], out: &OutDir, force: bool) -> Result<Exported> {
     let recs = recordings(inputs)?;
     let mut names: Vec<String> = recs.iter().map(guest_file).collect();
     let mut seen = std::collections::HashSet::new();
@@ -363,14 +373,14 @@ pub fn export(inputs: &[PathBuf], o: &Options) -> Result<Exported> {
             *n = format!("{}-2.dat", n.trim_end_matches(".dat"));
         }
     }
-    prepare_out(o, &[&names[..], &[HOST_FILE.to_string()]].concat())?;
+    check_out(out, force, &[&names[..], &[HOST_FILE.to_string()]].concat())?;
     let host_origin = recs
         .iter()
         .find_map(|r| r.trace(TraceKind::Host))
         .map_or(0, |t| t.clock().origin_ns());
     let mut guests = Vec::new();
     for r in &recs {
-        let mut side = Side::new(&o.out, guest_origin(r), false);
+        let mut side = Side::new(out, guest_origin(r), false);
         if let Some(k) = r.trace(TraceKind::Kernel) {
             seed_current(&mut side, k)?;
         }
@@ -389,22 +399,22 @@ pub fn export(inputs: &[PathBuf], o: &Options) -> Result<Exported> {
         recs: &recs,
         sources,
         guests,
-        host: Side::new(&o.out, host_origin, true),
+        host: Side::new(out, host_origin, true),
         targets: HashMap::new(),
     };
     for m in merge.by_ref() {
         pass.item(m.source, m.ns, m.item)
-            .with_context(|| format!("cannot write into {}", o.out.display()))?;
+            .with_context(|| format!("cannot write into {}", out.path().display()))?;
     }
     let read_errors = merge.errors.clone();
-    finish(pass, &names, o, read_errors)
+    finish(pass, &names, out, read_errors)
 }
 
 /// Writes one guest's file; what the host file's GUEST option says of it.
 fn write_guest(
     r: &Recording,
     g: GuestState,
-    path: &Path,
+    (out, file): (&OutDir, &str),
     host_id: u64,
     host_origin: i128,
 ) -> Result<(GuestFile, Vec<u8>)> {
@@ -436,8 +446,8 @@ fn write_guest(
     let vcpus = g.vcpus.iter().map(|(v, t)| (*v, *t)).collect();
     let mut file = g
         .side
-        .write(path, "tsc2nsec", options)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+        .write(file, "tsc2nsec", options)
+        .with_context(|| format!("cannot write {}", out.join(file).display()))?;
     file.trace_id = id;
     let g = GuestFile {
         name,
@@ -453,7 +463,12 @@ fn write_guest(
 
 /// Writes every file: the guests' first (their ids go into the host's
 /// GUEST options), then the host's.
-fn finish(pass: Pass, names: &[String], o: &Options, read_errors: Vec<String>) -> Result<Exported> {
+fn finish(
+    pass: Pass,
+    names: &[String],
+    out: &OutDir,
+    read_errors: Vec<String>,
+) -> Result<Exported> {
     let Pass {
         recs, guests, host, ..
     } = pass;
@@ -475,7 +490,7 @@ fn finish(pass: Pass, names: &[String], o: &Options, read_errors: Vec<String>) -
     let mut files = Vec::new();
     let mut warnings = Vec::new();
     for ((r, g), file) in recs.iter().zip(guests).zip(names) {
-        let (f, option) = write_guest(r, g, &o.out.join(file), host_id, host_origin_of(recs))?;
+        let (f, option) = write_guest(r, g, (out, file), host_id, host_origin_of(recs))?;
         host_options.push((opt::GUEST, option));
         if f.vcpus.is_empty() {
             warnings.push(format!(
@@ -494,10 +509,9 @@ fn finish(pass: Pass, names: &[String], o: &Options, read_errors: Vec<String>) -
                 .into(),
         );
     }
-    let path = o.out.join(HOST_FILE);
     let mut host_summary = host
-        .write(&path, "mono", host_options)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+        .write(HOST_FILE, "mono", host_options)
+        .with_context(|| format!("cannot write {}", out.join(HOST_FILE).display()))?;
     host_summary.trace_id = host_id;
     Ok(Exported {
         host: host_summary,

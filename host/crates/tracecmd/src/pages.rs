@@ -9,7 +9,8 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
+
+use ivtrace_ctf::OutDir;
 
 use ivtrace_tracefs::format::HeaderPage;
 use ivtrace_tracefs::page::{record_space, PageBuilder};
@@ -43,9 +44,9 @@ pub struct CpuPages {
 
 impl CpuPages {
     /// A buffer for `cpu`, its pages in an unnamed file in `dir`.
-    pub fn new(dir: &Path, cpu: u32) -> io::Result<CpuPages> {
+    pub fn new(dir: &OutDir, cpu: u32) -> io::Result<CpuPages> {
         Ok(CpuPages {
-            file: BufWriter::with_capacity(256 << 10, tempfile::tempfile_in(dir)?),
+            file: BufWriter::with_capacity(256 << 10, dir.create_unnamed()?),
             page: None,
             missed: 0,
             stats: CpuStats {
@@ -135,8 +136,9 @@ mod tests {
 
     #[test]
     fn records_fill_pages_and_losses_mark_the_next_page() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut c = CpuPages::new(dir.path(), 1).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = OutDir::root(tmp.path(), &Default::default()).unwrap();
+        let mut c = CpuPages::new(&dir, 1).unwrap();
         for i in 0..500u64 {
             if i == 300 {
                 c.lost(7);

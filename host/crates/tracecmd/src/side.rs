@@ -7,10 +7,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ivtrace_ctf::read::Record;
 use ivtrace_ctf::sidecar::TracefsFormats;
+use ivtrace_ctf::OutDir;
 use serde::Serialize;
 
 use crate::dat::{self, CpuData, Meta};
@@ -52,7 +53,7 @@ pub struct FileSummary {
 
 /// One file being written.
 pub struct Side {
-    dir: PathBuf,
+    dir: OutDir,
     pub catalog: Catalog,
     cpus: BTreeMap<u32, CpuPages>,
     names: HashMap<i32, Comm>,
@@ -70,9 +71,9 @@ pub struct Side {
 
 impl Side {
     /// A file whose time 0 is `origin_ns`; its pages are kept in `dir`.
-    pub fn new(dir: &Path, origin_ns: i128, dedupe: bool) -> Side {
+    pub fn new(dir: &OutDir, origin_ns: i128, dedupe: bool) -> Side {
         Side {
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
             catalog: Catalog::default(),
             cpus: BTreeMap::new(),
             names: HashMap::new(),
@@ -196,11 +197,12 @@ impl Side {
         s
     }
 
-    /// Writes the file at `path` (through a temporary name) with `options`
-    /// after the ones every file has.
+    /// Writes the file `name` of the output directory (through a hidden
+    /// temporary name, renamed at the end) with `options` after the ones
+    /// every file has.
     pub fn write(
         mut self,
-        path: &Path,
+        name: &str,
         clock: &str,
         mut options: Vec<(u16, Vec<u8>)>,
     ) -> io::Result<FileSummary> {
@@ -230,15 +232,18 @@ impl Side {
             clock: clock.to_string(),
             options,
         };
-        let tmp = path.with_extension("dat.tmp");
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        dat::write(file, &meta, &mut cpus)?;
-        std::fs::rename(&tmp, path)?;
-        self.summary.path = path.to_path_buf();
+        let tmp = format!(".{name}.tmp");
+        if self.dir.kind(&tmp)?.is_some() {
+            self.dir.remove_file(&tmp)?;
+        }
+        let mut file = self.dir.create_file(&tmp)?;
+        let written = dat::write(&mut file, &meta, &mut cpus).and_then(|()| file.sync_data());
+        if let Err(e) = written {
+            let _ = self.dir.remove_file(&tmp);
+            return Err(e);
+        }
+        self.dir.rename(&tmp, name)?;
+        self.summary.path = self.dir.join(name);
         self.summary.lost = stats.iter().fold(0u64, |a, s| a.saturating_add(s.lost));
         self.summary.cpus = stats;
         Ok(self.summary)
