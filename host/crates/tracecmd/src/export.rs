@@ -222,7 +222,7 @@ impl Pass<'_> {
         let t = side.catalog.target(s.origin, &r.class, formats);
         side.summary.classes.insert(
             format!("{}:{}", s.origin.label(), r.class.name),
-            format!("{}:{}", t.system, t.event),
+            t.key.clone(),
         );
         self.targets.insert(key, Arc::clone(&t));
         t

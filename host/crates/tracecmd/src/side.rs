@@ -164,8 +164,12 @@ impl Side {
             return Ok(());
         }
         self.cpu(cpu)?.record(ts, &rec)?;
-        let key = format!("{}:{}", t.system, t.event);
-        *self.summary.events.entry(key).or_default() += 1;
+        match self.summary.events.get_mut(&t.key) {
+            Some(n) => *n += 1,
+            None => {
+                self.summary.events.insert(t.key.clone(), 1);
+            }
+        }
         Ok(())
     }
 

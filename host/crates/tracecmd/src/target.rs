@@ -62,6 +62,8 @@ pub enum Pid {
 pub struct Target {
     pub system: String,
     pub event: String,
+    /// `system:event`.
+    pub key: String,
     pub id: u16,
     /// Its format file (ID included).
     pub format: String,
@@ -468,6 +470,7 @@ impl Catalog {
         let id = self.id(wanted);
         let t = Arc::new(Target {
             format: rename(&with_id(&p.text, id), &event),
+            key: format!("{}:{event}", p.system),
             system: p.system.clone(),
             event: event.clone(),
             id,
@@ -488,6 +491,7 @@ impl Catalog {
     fn reuse(&self, t: Arc<Target>, p: Parts, origin: Origin, class: &EventClass) -> Arc<Target> {
         Arc::new(Target {
             format: t.format.clone(),
+            key: t.key.clone(),
             system: t.system.clone(),
             event: t.event.clone(),
             id: t.id,
