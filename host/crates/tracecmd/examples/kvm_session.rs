@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
 use ivtrace_ctf::sidecar::{Sidecar, TracefsFormats};
-use ivtrace_testutil::{RegionBuilder, TestRegion};
+use ivtrace_testutil::{sched_switch_payload, task_rename_payload, RegionBuilder, TestRegion};
 use ivtrace_tracefs::decode::Decoder;
 use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
 use ivtrace_tracefs::page::{build_record, walk, PageBuilder};
@@ -252,20 +252,7 @@ fn write_guest(dir: &Path, s: &mut Session) {
     b.freq_hz = GUEST_HZ;
     let mut r: TestRegion = b.build_region();
     r.register_kernel_events();
-    let rename = |tid: u32, name: &str| {
-        let mut p = tid.to_le_bytes().to_vec();
-        let mut n = [0u8; 16];
-        n[..name.len()].copy_from_slice(name.as_bytes());
-        p.extend_from_slice(&n);
-        p
-    };
-    let switch = |prev: u32, next: u32| {
-        let mut p = prev.to_le_bytes().to_vec();
-        p.extend_from_slice(&[20, 0, 0]);
-        p.extend_from_slice(&next.to_le_bytes());
-        p.push(20);
-        p
-    };
+    let (rename, switch) = (task_rename_payload, sched_switch_payload);
     for cpu in 0..2u32 {
         let (a, b) = (100 + 2 * cpu, 101 + 2 * cpu);
         let first = s.runs[&cpu][0].0;

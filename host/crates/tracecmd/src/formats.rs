@@ -73,12 +73,13 @@ pub fn clean_text(s: &str) -> String {
         .collect()
 }
 
-/// `text` with its `ID:` line saying `id`.
-pub fn with_id(text: &str, id: u16) -> String {
+/// Format file `text` with its `key:` line (`name`, `ID`) saying `value`.
+pub fn with_line(text: &str, key: &str, value: &str) -> String {
     let mut out = String::with_capacity(text.len() + 8);
     for line in text.lines() {
-        if line.trim_start().starts_with("ID:") {
-            let _ = writeln!(out, "ID: {id}");
+        let said = line.trim_start().strip_prefix(key);
+        if said.is_some_and(|rest| rest.starts_with(':')) {
+            let _ = writeln!(out, "{key}: {value}");
         } else {
             out.push_str(line);
             out.push('\n');
@@ -426,10 +427,9 @@ mod tests {
 
     #[test]
     fn ids_and_guest_text_are_rewritten() {
-        assert_eq!(
-            with_id("name: x\nID: 12\nformat:\n", 99),
-            "name: x\nID: 99\nformat:\n"
-        );
+        let text = "name: x\nID: 12\nformat:\n";
+        assert_eq!(with_line(text, "ID", "99"), "name: x\nID: 99\nformat:\n");
+        assert_eq!(with_line(text, "name", "y"), "name: y\nID: 12\nformat:\n");
         assert_eq!(clean_text("a\u{1b}[2Jb\tc\n\0"), "a[2Jb\tc\n");
         assert_eq!(ident("ftrace:sched:x"), "ftrace_sched_x");
     }

@@ -18,7 +18,7 @@ use ivtrace_tracefs::decode::{
 use ivtrace_tracefs::format::{parse_event, EventFmt};
 use ivtrace_tracefs::relay::{relayed_class, LTTNG_SYSTEMS};
 
-use crate::formats::{self, builtin, clean_text, generated, ident, with_id, Source};
+use crate::formats::{self, builtin, clean_text, generated, ident, with_line, Source};
 
 /// Which trace of a recording an event comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -426,15 +426,17 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    /// An id for a new event: `wanted` if free, else the next free one.
+    /// An id for a new event: `wanted` if free, else the next free one
+    /// (past 60 000 events, which no recording comes near, the last id
+    /// again: never a hang).
     fn id(&mut self, wanted: Option<u16>) -> u16 {
         if let Some(w) = wanted.filter(|w| !self.used.contains(w)) {
             self.used.insert(w);
             return w;
         }
         self.next = self.next.max(FIRST_NEW_ID);
-        while self.used.contains(&self.next) {
-            self.next = self.next.checked_add(1).unwrap_or(FIRST_NEW_ID);
+        while self.used.contains(&self.next) && self.next < u16::MAX {
+            self.next += 1;
         }
         self.used.insert(self.next);
         self.next
@@ -469,7 +471,7 @@ impl Catalog {
             .filter(|_| kernel);
         let id = self.id(wanted);
         let t = Arc::new(Target {
-            format: rename(&with_id(&p.text, id), &event),
+            format: with_line(&with_line(&p.text, "ID", &id.to_string()), "name", &event),
             key: format!("{}:{event}", p.system),
             system: p.system.clone(),
             event: event.clone(),
@@ -525,16 +527,136 @@ impl Catalog {
 /// New events' ids start here (above any kernel's, ~1800 in 6.1).
 const FIRST_NEW_ID: u16 = 5000;
 
-/// `text` with its `name:` line saying `name`.
-fn rename(text: &str, name: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 8);
-    for line in text.lines() {
-        if line.trim_start().starts_with("name:") {
-            let _ = writeln!(out, "name: {name}");
-        } else {
-            out.push_str(line);
-            out.push('\n');
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivtrace_ctf::read::PacketInfo;
+    use ivtrace_region::classes::Field;
+    use ivtrace_tracefs::format::parse_event;
+
+    fn class(stream: u32, name: &str, fields: &[(&str, FieldType)]) -> EventClass {
+        let fields = fields
+            .iter()
+            .map(|(n, t)| Field::new(*n, *t, false))
+            .collect();
+        EventClass::new(1, stream, name.into(), fields)
+    }
+
+    fn record(c: &EventClass, payload: Vec<u8>, offsets: Vec<u32>) -> Record {
+        Record {
+            ts: 0,
+            class: Arc::new(c.clone()),
+            tid: None,
+            packet: PacketInfo::default(),
+            payload,
+            offsets,
         }
     }
-    out
+
+    #[test]
+    fn native_events_take_the_kernels_names() {
+        for (lttng, kernel) in [
+            ("sched_switch", "sched/sched_switch"),
+            ("irq_softirq_entry", "irq/softirq_entry"),
+            ("kmem_mm_page_free", "kmem/mm_page_free"),
+            (
+                "x86_irq_vectors_ipi_entry",
+                "irq_vectors/x86_platform_ipi_entry",
+            ),
+            (
+                "x86_irq_vectors_local_timer_exit",
+                "irq_vectors/local_timer_exit",
+            ),
+        ] {
+            assert_eq!(native_event(lttng).as_deref(), Some(kernel));
+            assert!(builtin().get(kernel).is_some(), "{kernel} is built in");
+        }
+        assert_eq!(native_event("lttng_statedump_start"), None);
+    }
+
+    #[test]
+    fn a_native_switch_is_the_kernels_record() {
+        let c = class(
+            0,
+            "sched_switch",
+            &[
+                ("prev_comm", FieldType::Chars(16)),
+                ("prev_tid", FieldType::S32),
+                ("prev_prio", FieldType::S32),
+                ("prev_state", FieldType::S64),
+                ("next_comm", FieldType::Chars(16)),
+                ("next_tid", FieldType::S32),
+                ("next_prio", FieldType::S32),
+            ],
+        );
+        let mut p = b"sh".to_vec();
+        p.resize(16, 0);
+        p.extend_from_slice(&42i32.to_le_bytes());
+        p.extend_from_slice(&20i32.to_le_bytes());
+        p.extend_from_slice(&0x100i64.to_le_bytes()); // preempted
+        p.extend_from_slice(b"swapper/0\0\0\0\0\0\0\0");
+        p.extend_from_slice(&0i32.to_le_bytes());
+        p.extend_from_slice(&20i32.to_le_bytes());
+        let r = record(&c, p, vec![0, 16, 20, 24, 32, 48, 52, 56]);
+        let mut cat = Catalog::default();
+        let t = cat.target(Origin::Kernel, &c, &TracefsFormats::default());
+        assert!(t.kernel && t.key == "sched:sched_switch");
+        assert_eq!((t.pid, t.switch_in), (Pid::Field(1), Some(5)));
+        let rec = t.encode(&r, 42, &|_| None);
+        let f = parse_event("sched", builtin().get("sched/sched_switch").unwrap()).unwrap();
+        let at = |n: &str| f.field(n).unwrap().offset;
+        let int = |o: usize, n: usize| {
+            let mut v = [0u8; 8];
+            v[..n].copy_from_slice(&rec[o..o + n]);
+            i64::from_le_bytes(v)
+        };
+        assert_eq!(int(0, 2), t.id as i64);
+        assert_eq!(int(4, 4), 42, "common_pid");
+        assert_eq!(int(at("prev_pid"), 4), 42);
+        assert_eq!(int(at("prev_prio"), 4), 120, "plus MAX_RT_PRIO");
+        assert_eq!(int(at("prev_state"), 8), 0x100);
+        assert_eq!(&rec[at("next_comm")..at("next_comm") + 9], b"swapper/0");
+    }
+
+    #[test]
+    fn hostile_guest_formats_fall_back_to_generated_ones() {
+        let c = class(
+            2,
+            "ftrace:evil:ev",
+            &[("common_pid", FieldType::S32), ("x", FieldType::U32)],
+        );
+        let mut evil = TracefsFormats::default();
+        for text in [
+            "name: ev\u{1b}]0;pwned\u{7}\nID: 7\nformat:\n\tfield:unsigned int x;\toffset:8;\tsize:4;\tsigned:0;\n",
+            "name: e v\nID: 7\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n",
+            "garbage",
+        ] {
+            evil.events.insert("evil/ev".into(), text.into());
+            let t = Catalog::default().target(Origin::Kernel, &c, &evil);
+            assert!(!t.kernel, "{text:?}");
+            assert_eq!((t.key.as_str(), t.pid), ("evil:ev", Pid::Field(0)));
+            assert!(t.format.chars().all(|ch| ch == '\n' || ch == '\t' || (' '..='~').contains(&ch)));
+            let r = record(&c, [7i32.to_le_bytes(), 9u32.to_le_bytes()].concat(), vec![0, 4, 8]);
+            let rec = t.encode(&r, 7, &|_| None);
+            assert_eq!(&rec[8..12], &9u32.to_le_bytes(), "x, the writing thread left out");
+        }
+    }
+
+    #[test]
+    fn one_format_per_event_name_each_id_once() {
+        let mut cat = Catalog::default();
+        let a = class(1, "p:e", &[("v", FieldType::U8)]);
+        let b = class(1, "p:e", &[("v", FieldType::U64)]);
+        let (ta, ta2, tb) = (
+            cat.target(Origin::User, &a, &TracefsFormats::default()),
+            cat.target(Origin::User, &a, &TracefsFormats::default()),
+            cat.target(Origin::User, &b, &TracefsFormats::default()),
+        );
+        assert_eq!((ta.id, ta.key.as_str()), (ta2.id, "ivtrace_user:p_e"));
+        assert_eq!(tb.key, "ivtrace_user:p_e_2", "another layout, another name");
+        assert_ne!(ta.id, tb.id);
+        let (_, systems) = cat.formats();
+        assert_eq!(systems.len(), 1);
+        assert_eq!(systems[0].1.len(), 2);
+    }
 }

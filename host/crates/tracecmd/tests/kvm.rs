@@ -204,3 +204,32 @@ fn trace_cmd_stat_hist_and_dump_run_on_the_files() {
         "time shift: {opts}"
     );
 }
+
+#[test]
+fn a_damaged_stream_is_reported_and_the_rest_exported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = kvm_session::build(&tmp.path().join("web1"));
+    // A crash mid-write: the guest's CPU 1 stream cut inside a packet.
+    let f = s.rec.join("kernel/kernel_chan1");
+    let len = std::fs::metadata(&f).unwrap().len();
+    let file = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
+    file.set_len(len / 2 + 100).unwrap();
+    let o = Options {
+        out: tmp.path().join("tc"),
+        force: false,
+        policy: Default::default(),
+    };
+    let e = export(std::slice::from_ref(&s.rec), &o).unwrap();
+    assert_eq!(e.read_errors.len(), 1, "{:?}", e.read_errors);
+    assert!(
+        e.read_errors[0].contains("kernel_chan1"),
+        "{:?}",
+        e.read_errors
+    );
+    let cpus: Vec<u64> = e.guests[0].file.cpus.iter().map(|c| c.events).collect();
+    let want = |c: u32| s.guest_switches[&c].len() as u64;
+    assert!(cpus[0] >= want(0) && cpus[1] < want(1), "{cpus:?}");
+    // An export over files already there needs --force.
+    let again = export(std::slice::from_ref(&s.rec), &o).unwrap_err();
+    assert!(format!("{again:#}").contains("--force"), "{again:#}");
+}

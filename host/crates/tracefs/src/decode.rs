@@ -533,16 +533,15 @@ mod tests {
     fn records_encode_back_to_what_decodes() {
         let f = parse_event("sched", SCHED_SWITCH).unwrap();
         let (d, classes) = Decoder::new(&[(f.clone(), 100)]);
-        let mut rec = vec![0u8; 64];
-        rec[0..2].copy_from_slice(&f.id.to_le_bytes());
-        rec[4..8].copy_from_slice(&77i32.to_le_bytes());
-        rec[8..12].copy_from_slice(b"qemu");
-        rec[24..28].copy_from_slice(&77i32.to_le_bytes());
-        rec[28..32].copy_from_slice(&120i32.to_le_bytes());
-        rec[32..40].copy_from_slice(&1i64.to_le_bytes());
-        rec[40..47].copy_from_slice(b"swapper");
-        rec[56..60].copy_from_slice(&9i32.to_le_bytes());
-        rec[60..64].copy_from_slice(&139i32.to_le_bytes());
+        let ints = [
+            ("prev_pid", 77),
+            ("prev_prio", 120),
+            ("prev_state", 1),
+            ("next_pid", 9),
+            ("next_prio", 139),
+        ];
+        let texts = [("prev_comm", "qemu"), ("next_comm", "swapper")];
+        let rec = crate::page::build_record(&f, 77, &ints, &texts);
         let e = d.decode(&rec).unwrap();
         // The payload's fields as values, by the class's types.
         let mut values = Vec::new();
