@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "vm"))
 import ivtvm  # noqa: E402
+from ivtools.proc import say  # noqa: E402
 
 IVTRACE = REPO / "bin" / "ivtrace"
 NAME = "vmview"
@@ -325,10 +326,6 @@ def preempted_ns(intervals: list[Interval], vcpu: int, start_ns: int, end_ns: in
 
 
 # --------------------------------------------------------------------------- the demo
-
-def say(msg: str = "") -> None:
-    print(msg, flush=True)
-
 
 def demo(args) -> int:
     say("== [2/4] host tools (make all) and the guest (make guest)")

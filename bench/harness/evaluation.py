@@ -17,6 +17,7 @@ state and transport once, short workloads (`make test-eval`, part of `make test`
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -31,6 +32,8 @@ import time
 from pathlib import Path
 
 import ivtvm
+from ivtools import proc
+from ivtools.proc import sayer
 
 from . import BenchError, guests, hostload, stats
 from .hostload import busy_pct, cpu_times, loadavg, steal_pct, top_procs
@@ -57,12 +60,8 @@ class EvalError(BenchError):
     """Something could not be measured (exit 1)."""
 
 
-def say(msg: str) -> None:
-    print(f"eval: {msg}", flush=True)
-
-
-def sh(cmd, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+say = sayer("eval")
+sh = functools.partial(proc.sh, check=False, error=EvalError)  # the callers read the exit status
 
 
 # --------------------------------------------------------------------------- dropbear (SSH)

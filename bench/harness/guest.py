@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import ivtvm
+from ivtools.proc import sayer
 
 from . import BenchError, guest_native, guests, tracecount
 from .evaluation import ConsoleTail, pin_qemu, thread_sched
@@ -48,8 +49,7 @@ RATES = "20000,50000,100000,200000,400000"
 KV = re.compile(r"(\w+)=(\"[^\"]*\"|\S+)")
 
 
-def say(msg: str) -> None:
-    print(f"guest: {msg}", flush=True)
+say = sayer("guest")
 
 
 def add_arguments(ap):

@@ -12,7 +12,7 @@ import os
 import subprocess
 import time
 
-from conftest import abi
+from common import abi
 from hostile.helpers import FakeClient, IVTRACE, LOADGEN, Server, need_tools, wait_for
 
 

@@ -10,7 +10,7 @@ the user trace's `user_no_channel` stream's.
 """
 import subprocess
 
-from conftest import run
+from common import run
 import losses
 
 SMALL = ["--channels", 2, "--subbufs", 4, "--subbuf-size", 4096]

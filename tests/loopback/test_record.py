@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import run
+from common import run
 import ctf
 import loadgen_pattern as pattern
 

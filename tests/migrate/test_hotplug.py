@@ -122,7 +122,7 @@ def channel_commit(shm, chan):
     """(commit_pos, subbuf_size) of channel `chan`, read from the region file (abi/vectors.json
     offsets; little-endian)."""
     import struct
-    from conftest import abi
+    from common import abi
     data = Path(shm).read_bytes()[:1 << 20]
     lay = abi("offsetof.ivt_region_hdr.layout")
     chans_off = struct.unpack_from("<Q", data, lay + abi("offsetof.ivt_layout.channels_off"))[0]
