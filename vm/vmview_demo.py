@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "vm"))
 import ivtvm  # noqa: E402
 from ivtools.proc import say  # noqa: E402
+from ivtools.qemu_threads import pin_qemu, schedstat, vcpu_threads  # noqa: E402
 
 IVTRACE = REPO / "bin" / "ivtrace"
 NAME = "vmview"
@@ -113,34 +114,6 @@ def realtime_offset_ns() -> int:
     return best[1]
 
 
-def schedstat(pid: int, tid: int) -> tuple[int, int]:
-    """(time on CPU, time waiting on a run queue) of thread `tid`, ns."""
-    run_ns, wait_ns, _ = (Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split())
-    return int(run_ns), int(wait_ns)
-
-
-def vcpu_threads(pid: int) -> dict[int, int]:
-    """vCPU index -> thread id, from QEMU's `CPU n/TCG` / `CPU n/KVM` thread names."""
-    out = {}
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        comm = (t / "comm").read_text().strip()
-        if comm.startswith("CPU ") and "/" in comm:
-            out[int(comm[4:comm.index("/")])] = int(t.name)
-    return out
-
-
-def pin(pid: int, vcpus: dict[int, int], vcpu0_cpu: int, other_cpu: int) -> None:
-    """Every QEMU thread on `other_cpu`, vCPU 0's alone on `vcpu0_cpu`. QEMU's worker threads
-    come and go (its thread pool retires idle ones): one that ended meanwhile is skipped, and
-    a thread started later inherits the main thread's affinity."""
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            os.sched_setaffinity(int(t.name), {other_cpu})
-        except ProcessLookupError:
-            pass
-    os.sched_setaffinity(vcpus[0], {vcpu0_cpu})
-
-
 def two_cpus() -> tuple[int, int]:
     """(vCPU 0's host CPU, the rest of QEMU's): two CPUs this process may run on (a cpuset
     may leave out CPUs 0 and 1)."""
@@ -177,7 +150,7 @@ def measure(r: Run, phase: Phase, offset: int) -> None:
         phase.hog_pid = h.pid
         while h.poll() is None:
             try:
-                phase.hog_cpu_ns = int(Path(f"/proc/{h.pid}/schedstat").read_text().split()[0])
+                phase.hog_cpu_ns = schedstat(h.pid)[0]
             except OSError:
                 pass
             time.sleep(0.05)
@@ -261,7 +234,7 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
             wait_file(r.out / "host" / "host_statedump", 60)  # host events are recorded
             r.qemu_pid = vm.proc.pid
             r.vcpu_threads = vcpu_threads(r.qemu_pid)
-            pin(r.qemu_pid, r.vcpu_threads, r.vcpu0_cpu, r.other_cpu)
+            pin_qemu(r.qemu_pid, r.vcpu0_cpu, r.other_cpu, vcpus={0})  # vCPU 0 alone
             time.sleep(1.0)  # the pinning settles
             r.loadavg = os.getloadavg()[0]
             offset = realtime_offset_ns()

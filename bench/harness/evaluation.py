@@ -34,6 +34,7 @@ from pathlib import Path
 import ivtvm
 from ivtools import proc
 from ivtools.proc import sayer
+from ivtools.qemu_threads import pin_qemu, vcpu_sched
 
 from . import BenchError, guests, hostload, stats
 from .hostload import busy_pct, cpu_times, loadavg, steal_pct, top_procs
@@ -129,56 +130,7 @@ def dropbear_adds() -> list[str]:
     return adds
 
 
-# --------------------------------------------------------------------------- pinning
-
-def qemu_threads(pid: int) -> dict[int, str]:
-    out = {}
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            out[int(t.name)] = (t / "comm").read_text().strip()
-        except OSError:
-            pass
-    return out
-
-
-def pin_qemu(pid: int, vcpu_cpu: int, other_cpu: int) -> dict:
-    """vCPU threads ("CPU n/TCG" or "CPU n/KVM", named with -name debug-threads=on) on
-    vcpu_cpu, every other QEMU thread (main loop, RCU, workers for 9p/slirp) on other_cpu."""
-    done = {"vcpu": [], "other": []}
-    try:
-        for tid, comm in qemu_threads(pid).items():
-            is_vcpu = comm.startswith("CPU ")
-            try:
-                os.sched_setaffinity(tid, {vcpu_cpu if is_vcpu else other_cpu})
-                done["vcpu" if is_vcpu else "other"].append(comm)
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return done
-
-
-def thread_sched(pid: int) -> tuple[int, int, int]:
-    """(vCPU run ns, vCPU run-queue wait ns, other QEMU threads' run ns) from
-    /proc/PID/task/*/schedstat: what the host scheduler gave the guest, and what QEMU's
-    I/O side (slirp, 9p, chardev, ivshmem needs none) cost."""
-    run = wait = other = 0
-    try:
-        for t in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                comm = (t / "comm").read_text().strip()
-                r, w, _ = (int(x) for x in (t / "schedstat").read_text().split())
-            except (OSError, ValueError):
-                continue
-            if comm.startswith("CPU "):
-                run += r
-                wait += w
-            else:
-                other += r
-    except OSError:
-        pass
-    return run, wait, other
-
+# --------------------------------------------------------------------------- QEMU's CPU time
 
 def proc_cpu_s(pid: int | None) -> float:
     """utime + stime of a process (all its threads), seconds."""
@@ -202,7 +154,7 @@ class Sampler:
         self.done: dict[tuple, dict] = {}
 
     def snap(self) -> dict:
-        run, wait, other = thread_sched(self.qemu)
+        run, wait, other = vcpu_sched(self.qemu)
         helper = sum(proc_cpu_s(p.pid) for p in list(self.host.proc.values())
                      if p.poll() is None)
         return {"t": time.monotonic(), "run": run, "wait": wait, "other": other,

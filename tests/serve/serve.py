@@ -28,17 +28,6 @@ LOADGEN = REPO / "bin" / "ivtrace-loadgen"
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))
 
 
-def task_cpu_ns(pid):
-    """CPU time of every thread of `pid` so far, ns (schedstat: exact, all threads)."""
-    total = 0
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((t / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that just exited
-    return total
-
-
 class Server:
     """`ivtrace serve` in the background (socket in a short private directory)."""
 
