@@ -24,7 +24,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ from pathlib import Path
 
 import ivtvm
 from ivtools import proc
+from ivtools.ports import free_ports
 from ivtools.proc import sayer
 from ivtools.qemu_threads import pin_qemu, vcpu_sched
 
@@ -204,14 +204,6 @@ class ConsoleTail:
 
 # --------------------------------------------------------------------------- host helpers
 
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def dir_bytes(d: Path) -> int:
     return sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
 
@@ -374,7 +366,7 @@ class Setup:
             (self.work / d).mkdir(parents=True, exist_ok=True)
         self.shm = Path(f"/dev/shm/ivt-eval-{os.getpid()}")
         self.sock = self.work / "vserial.sock"
-        self.ssh_port = free_port()
+        [self.ssh_port] = free_ports(1)
         self.host = Host(a, self.work, self.shm, self.ssh_port, self.taskset)
         self.sink = self.sink_cmd = self.port = None
 

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 from ivtools.qemu_threads import cpu_ns
+from ivtools.relayd import Relayd
 
 from . import BenchError, Prerequisite, hostload
-from .relayd import Relayd
 from .results import ROOT
 
 NAME = "relay"
