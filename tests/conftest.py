@@ -7,13 +7,11 @@ use babeltrace2 as the independent reader of what ivtrace writes.
 
 import os
 import pathlib
-import sys
 import uuid
 
 import pytest
 
-from common import IVTRACE, LOADGEN, REPO
-from common import abi, assert_no_panic, run  # noqa: F401  (for tests that import them from here)
+from common import IVTRACE, LOADGEN, REPO, abi, assert_no_panic, run  # noqa: F401  (for tests that import them from here)
 
 
 @pytest.fixture(scope="session")
@@ -26,12 +24,11 @@ def tools():
 
 @pytest.fixture(scope="session")
 def guest():
-    """The guest, built once per session by the one guest build (vm/guestbuild.py
+    """The guest, built once per session by the one guest build (python/ivtools/guestbuild.py
     build_guest, what `make guest` runs): kernel and initramfs, ivtrace.ko for that kernel,
     the static tools and the workloads. `guest.add("ivtrace.ko", ...)` is an ivtvm `add=`
     list. A failed build fails the tests that boot a guest; nothing older is reused."""
-    sys.path.insert(0, str(REPO / "vm"))
-    import guestbuild
+    from ivtools import guestbuild
 
     try:
         return guestbuild.build_guest()

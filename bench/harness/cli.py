@@ -31,11 +31,22 @@ import sys
 import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm
 from ivtools.relayd import RelaydError
 
-from . import (BenchError, Prerequisite, doorbell, evaluation, ftrace, guest, history, native,
-               relay, results, soak)
+from . import (
+    BenchError,
+    Prerequisite,
+    doorbell,
+    evaluation,
+    ftrace,
+    guest,
+    history,
+    native,
+    relay,
+    results,
+    soak,
+)
 
 PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay, ftrace)}
 ALIASES = {"eval": "evaluation"}

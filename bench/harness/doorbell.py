@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm
 from ivtools.proc import sh
 
 from . import BenchError, Prerequisite, guests

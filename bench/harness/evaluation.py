@@ -1,6 +1,6 @@
 """evaluation: the seeds' overhead tables, measured here, in one command.
 
-Boots ONE real guest (vm/ivtvm.py; auto accelerator, TCG on these machines) with every
+Boots ONE real guest (python/ivtools/ivtvm.py; auto accelerator, TCG on these machines) with every
 transport device present (ivshmem, virtio-net user networking, a 9p share, a virtio-serial
 port), and runs bench/guest/evalguest.sh in it: per repetition every configuration
 (ivtrace's tracing states and the alternatives) in a rotated order, each running every
@@ -30,8 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-import ivtvm
-from ivtools import proc
+from ivtools import ivtvm, proc
 from ivtools.ports import free_ports
 from ivtools.proc import sayer
 from ivtools.qemu_threads import pin_qemu, vcpu_sched

@@ -1,9 +1,9 @@
 """guest: the hypertracing micro-benchmark, reproduced. ivtrace.ko against LTTng's kernel
 tracer, ftrace and perf, recording the same tracepoints of the same kernel, in ONE guest.
 
-Boots the guest once (vm/ivtvm.py; auto accelerator, TCG on these machines; one vCPU pinned
+Boots the guest once (python/ivtools/ivtvm.py; auto accelerator, TCG on these machines; one vCPU pinned
 to host CPU 0, QEMU's other threads and every host helper on CPU 1) with the tracers built
-for its kernel (vm/tracers.py) and runs bench/guest/guestbench.sh: per repetition every
+for its kernel (python/ivtools/tracers.py) and runs bench/guest/guestbench.sh: per repetition every
 configuration in a rotated order (off; ivtrace.ko as a flight recorder and streaming to
 `ivtrace record` on the host; LTTng in snapshot and discard mode; ftrace's ring and
 trace_pipe_raw to a file; perf record and perf trace), each with three workloads (getppid
@@ -27,7 +27,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm
 from ivtools.proc import sayer
 from ivtools.qemu_threads import cpu_ns, pin_qemu, vcpu_sched
 

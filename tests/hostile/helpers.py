@@ -10,17 +10,15 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from serve import serve as s
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "vm"))
-from serve import serve as s  # noqa: E402
 
 IVTRACE = Path(os.environ.get("IVTRACE_BIN", REPO / "bin" / "ivtrace"))
 LOADGEN = REPO / "bin" / "ivtrace-loadgen"

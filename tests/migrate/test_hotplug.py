@@ -17,16 +17,15 @@ what it wrote; the trace announces at least the dropped ones.
 """
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from migrate.qmp import QMP
+from serve import serve as s  # tests/serve/serve.py (a bare "serve" is the package)
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from serve import serve as s  # noqa: E402  (tests/serve/serve.py; a bare "serve" is the package)
-from migrate.qmp import QMP  # noqa: E402
 
 NAME = "movenest-hotplug"
 CYCLES = 3
@@ -122,6 +121,7 @@ def channel_commit(shm, chan):
     """(commit_pos, subbuf_size) of channel `chan`, read from the region file (abi/vectors.json
     offsets; little-endian)."""
     import struct
+
     from common import abi
     data = Path(shm).read_bytes()[:1 << 20]
     lay = abi("offsetof.ivt_region_hdr.layout")

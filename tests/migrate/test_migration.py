@@ -21,18 +21,17 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from ivtools.ports import free_ports
+from migrate.qmp import QMP
+from serve import serve as s  # tests/serve/serve.py (a bare "serve" is the package)
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from serve import serve as s  # noqa: E402  (tests/serve/serve.py; a bare "serve" is the package)
-from migrate.qmp import QMP  # noqa: E402
-from ivtools.ports import free_ports  # noqa: E402
 
 NAME = "movenest-mig"
 EVENTS = 12000

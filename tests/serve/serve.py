@@ -8,18 +8,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from ivtools import ivtvm  # noqa: F401  (the tests' s.ivtvm)
+from ivtools.ivshmem import FakeClient  # noqa: F401  (the tests' s.FakeClient)
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "vm"))
-sys.path.insert(0, str(REPO / "tests"))
-import ivtvm  # noqa: E402
-from ivtools.ivshmem import FakeClient  # noqa: E402,F401  (the tests' s.FakeClient)
 
 IVTRACE = REPO / "bin" / "ivtrace"
 LOADGEN = REPO / "bin" / "ivtrace-loadgen"
@@ -120,6 +118,7 @@ class Server:
 def bt2_events(path, names):
     """(name, ns, cycles, stream_id, payload) of the events named in `names` under `path`."""
     import bt2
+
     from ctf import value
     out = []
     for msg in bt2.TraceCollectionMessageIterator(str(path)):

@@ -15,16 +15,15 @@ import json
 import os
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from ivtools import ivtvm
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "vm"))
-import ivtvm  # noqa: E402
 
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "180"))
 SHM_SIZE = 1 << 20

@@ -36,9 +36,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import guestbuild
-from ivtools import proc
-from guestbuild import BuildError, log
+from . import guestbuild, proc
+from .guestbuild import BuildError, log
 
 LTTNG_PKG = "lttng-modules-dkms"
 HOST_PACKAGES = ("lttng-tools", "linux-perf")

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """The VM view demo (`make demo-vmview`) and the scenario tests/vmview measures.
 
 A real guest (QEMU, TCG here, the Debian kernel, ivtrace.ko) served by `bin/ivtrace serve
@@ -29,11 +28,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "vm"))
-import ivtvm  # noqa: E402
-from ivtools.proc import say  # noqa: E402
-from ivtools.qemu_threads import pin_qemu, schedstat, vcpu_threads  # noqa: E402
+from . import REPO, ivtvm
+from .proc import say
+from .qemu_threads import pin_qemu, schedstat, vcpu_threads
 
 IVTRACE = REPO / "bin" / "ivtrace"
 NAME = "vmview"
@@ -303,7 +300,7 @@ def preempted_ns(intervals: list[Interval], vcpu: int, start_ns: int, end_ns: in
 def demo(args) -> int:
     say("== [2/4] host tools (make all) and the guest (make guest)")
     subprocess.run(["make", "all"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-    import guestbuild
+    from . import guestbuild
     guest = guestbuild.build_guest()
     out = Path(args.output).resolve()
     if out.exists():

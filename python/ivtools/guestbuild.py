@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Build the ivtrace demo guest: Debian kernel + matching headers + busybox initramfs, and
 (build_guest, `vm/build --all`, `make guest`) what runs in it: ivtrace.ko against that kernel,
 the static guest tools and the workloads. Every Python caller builds the guest through
@@ -38,8 +37,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-VM_DIR = Path(__file__).resolve().parent
-REPO = VM_DIR.parent
+from . import REPO
+
+VM_DIR = REPO / "vm"  # the guest's own files (vm/guest) and what the build writes (vm/out)
 DEFAULT_OUT = VM_DIR / "out"
 INIT_SRC = VM_DIR / "guest" / "init"
 
@@ -759,7 +759,7 @@ def build_guest(*, reuse_stale: bool = False, out: Path = DEFAULT_OUT,
     guest tools and the workloads. Every Python caller (vm/demo, the tests, bench/run) builds
     the guest through this function. tracers=True (`vm/build --all --tracers`, the guest
     benchmark) also builds the tracers it compares ivtrace.ko with: LTTng's kernel tracer
-    against the guest kernel, LTTng's and perf's user space (vm/tracers.py; minutes the
+    against the guest kernel, LTTng's and perf's user space (python/ivtools/tracers.py; minutes the
     first time, cached after).
 
     A part whose build fails is an error (BuildError, with make's output). reuse_stale=True
@@ -789,7 +789,7 @@ def build_guest(*, reuse_stale: bool = False, out: Path = DEFAULT_OUT,
             files.update(paths)
     built = GuestBuild(manifest, files, stale)
     if tracers:
-        import tracers as comparison  # vm/tracers.py: only the guest benchmark needs it
+        from . import tracers as comparison  # only the guest benchmark needs it
         built.tracers = comparison.build(manifest, files["ivtrace.ko"], out)
     return built
 
@@ -820,7 +820,7 @@ def main(argv: list[str] | None = None) -> int:
                          "the static guest tools and the workloads (`make guest`)")
     ap.add_argument("--tracers", action="store_true",
                     help="with --all: also LTTng's kernel tracer (lttng-modules built against "
-                         "the guest kernel), LTTng's and perf's user space (vm/tracers.py)")
+                         "the guest kernel), LTTng's and perf's user space (python/ivtools/tracers.py)")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     try:
