@@ -147,7 +147,7 @@ class Sampler:
     `EV m` lines): evidence of host contention (the vCPU thread waiting for its CPU) and the
     host CPU each transport costs (QEMU's I/O threads, the sink, the recorder or ssh)."""
 
-    def __init__(self, qemu_pid: int, sink_pid: int, host: "Host"):
+    def __init__(self, qemu_pid: int, sink_pid: int, host: Host):
         self.qemu, self.sink, self.host = qemu_pid, sink_pid, host
         self.open: dict[tuple, dict] = {}
         self.done: dict[tuple, dict] = {}

@@ -263,7 +263,7 @@ def run(args, rec) -> list[str]:
     tools = {"ivtrace": Path(args.bin) / "ivtrace", "loadgen": Path(args.bin) / "ivtrace-loadgen"}
     if os.geteuid() != 0:
         raise Prerequisite("run as root (tracefs, mlockall, lttng-sessiond)")
-    for name, path in [*tools.items(), ("ivbench", Path(args.ivbench))]:
+    for path in [*tools.values(), Path(args.ivbench)]:
         if not os.access(path, os.X_OK):
             raise Prerequisite(f"{path} is missing; build it first (`make` at the top, "
                                f"`make -C bench build`)")

@@ -38,7 +38,6 @@ from ivtools.ivshmem import FakeClient
 from . import Prerequisite, hostload
 from .results import ROOT
 
-
 NAME = "soak"
 HELP = "serve for a long time: guests coming and going, a never-idle writer, a full disk"
 IVTRACE = ROOT / "bin" / "ivtrace"

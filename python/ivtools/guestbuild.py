@@ -238,7 +238,8 @@ def kernel_version(apt: Apt, override: str | None) -> str:
 def fetch_kernel(apt: Apt, ver: str, out: Path) -> Path:
     """Download linux-image-<ver> and extract it (dpkg-deb -x). Returns the extracted root."""
     root = out / "kernel" / ver
-    if (root / "boot" / f"vmlinuz-{ver}").is_file() and (root / "lib" / "modules" / ver / "modules.dep").is_file():
+    if (root / "boot" / f"vmlinuz-{ver}").is_file() and \
+            (root / "lib" / "modules" / ver / "modules.dep").is_file():
         return root
     debs = out / "debs"
     debs.mkdir(parents=True, exist_ok=True)
@@ -454,7 +455,7 @@ def parse_add(spec: str, kver: str) -> tuple[Path, str]:
     return src, dest
 
 
-def add_files_to(cpio: Cpio, adds: list[tuple[Path, str]], h: "hashlib._Hash | None" = None) -> None:
+def add_files_to(cpio: Cpio, adds: list[tuple[Path, str]], h: hashlib._Hash | None = None) -> None:
     for src, dest in adds:
         items = []
         if src.is_dir():
@@ -556,7 +557,8 @@ def build_base(kroot: Path, ver: str, modules: list[str], out: Path) -> tuple[Pa
             dst.write_bytes(decompress_module(mdir / rel))
         if (sm / "modules.order").is_file():
             kept = {re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", r) for r in order}
-            lines = [re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", l) for l in (sm / "modules.order").read_text().splitlines()]
+            lines = [re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", l)
+                     for l in (sm / "modules.order").read_text().splitlines()]
             (sm / "modules.order").write_text("".join(l + "\n" for l in lines if l in kept))
         run(["/sbin/depmod", "-b", str(stage), ver], what="depmod on the initramfs module tree")
         for p in sorted(stage.rglob("*")):
@@ -718,7 +720,7 @@ class GuestBuild:
     manifest: dict
     files: dict[str, Path]
     stale: list[dict]
-    tracers: "object | None" = None   # tracers.Tracers when built with tracers=True
+    tracers: object | None = None   # tracers.Tracers when built with tracers=True
 
     @property
     def kernel_version(self) -> str:

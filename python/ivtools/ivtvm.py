@@ -33,9 +33,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from . import REPO
 
@@ -177,7 +177,7 @@ def ensure_built(out: Path = DEFAULT_OUT) -> dict:
         raise VMError(f"building the guest failed: {e}") from e
 
 
-_LIVE: set["VM"] = set()
+_LIVE: set[VM] = set()
 
 
 @atexit.register
@@ -441,7 +441,7 @@ class VM:
         return cmd
 
     # ---- process
-    def start(self) -> "VM":
+    def start(self) -> VM:
         cmd = self.build_command()
         if shutil.which(cmd[0]) is None:
             self._cleanup()
@@ -576,7 +576,7 @@ class VM:
             cmd=list(self.cmd), log_path=str(self.opts["log"]) if self.opts["log"] else None,
             **info)
 
-    def __enter__(self) -> "VM":
+    def __enter__(self) -> VM:
         if self.proc is None:
             self.start()
         return self

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import shlex
 import subprocess
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 # How much of a failed command's stdout and stderr an error message keeps (the end of each).
 TAIL_CHARS = 3000

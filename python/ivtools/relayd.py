@@ -48,7 +48,7 @@ class Relayd:
                 return
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RelaydError(f"lttng-relayd did not start:\n{self.log.read_text()}")
+                    raise RelaydError(f"lttng-relayd did not start:\n{self.log.read_text()}") from None
                 time.sleep(0.05)
 
     def kill(self):

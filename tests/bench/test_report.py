@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
 
 # Absolute paths that belong to one machine or one run, never to the repository.
-MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-eval-|/var/tmp/ivtrace-guest-|/dev/shm/ivt-guestbench-)")
+MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-eval-|"
+                          r"/var/tmp/ivtrace-guest-|/dev/shm/ivt-guestbench-)")
 
 
 def kept_results():
@@ -63,5 +64,5 @@ def test_portable_rewrites_paths():
     root = "/some/checkout"
     assert results.portable(f"{root}/bin/ivtrace -o /var/tmp/ivtrace-eval-42/rec", root) == \
         "bin/ivtrace -o $WORK/rec"
-    assert results.portable({"a": [f"-initrd /tmp/ivtvm-ab_12x/initrd.img"]}, root) == \
+    assert results.portable({"a": ["-initrd /tmp/ivtvm-ab_12x/initrd.img"]}, root) == \
         {"a": ["-initrd $TMP/initrd.img"]}

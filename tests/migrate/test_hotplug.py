@@ -50,7 +50,9 @@ unload() {{ kill $LOAD; wait $LOAD 2>/dev/null; }}
 load
 wait_present 1
 c=1
-while [ $c -le {CYCLES} ]; do use_cpu 1; echo "HP: cycle $c online=$(cat /sys/devices/system/cpu/online)"; c=$((c+1)); done
+while [ $c -le {CYCLES} ]; do
+    use_cpu 1; echo "HP: cycle $c online=$(cat /sys/devices/system/cpu/online)"; c=$((c+1))
+done
 echo "HP: plug 2"
 wait_present 2
 use_cpu 2
@@ -168,7 +170,7 @@ def test_cycles_ran_and_each_cpu_has_its_own_stream(hotplug):
     assert re.search(r"^HP: cpu2 done online=0$", con, re.M), con[-2000:]
     events, _, _, streams = read_kernel(hotplug["out"])
     by_cpu = {}
-    for seq, cpu, cpu_id, sid in events:
+    for _seq, cpu, _cpu_id, _sid in events:
         by_cpu[cpu] = by_cpu.get(cpu, 0) + 1
     print(f"hotplug: test events per cpu {by_cpu}; events per stream {streams}")
     # CPU 1 wrote 2507 per cycle, CPU 2 once; CPU 0 the load.
