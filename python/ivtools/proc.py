@@ -1,4 +1,5 @@
-"""Running commands and printing progress: one `sh` and one `say` for vm/, bench/ and tests/.
+"""Running commands, waiting for a condition and printing progress: one `sh`, one
+`wait_until` and one `say` for vm/, bench/ and tests/.
 
 `sh` raises the caller's own error class (a benchmark's BenchError, the guest build's
 BuildError, a test's failure) so that each room reports a failed command its own way with
@@ -10,7 +11,11 @@ from __future__ import annotations
 import functools
 import shlex
 import subprocess
+import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # How much of a failed command's stdout and stderr an error message keeps (the end of each).
 TAIL_CHARS = 3000
@@ -50,6 +55,20 @@ def sh(cmd: Sequence, *, check: bool = True, timeout: float | None = None, what:
         raise error(f"{_name(cmd, what)} failed (exit {p.returncode})"
                     f"{_output(p.stdout, p.stderr)}")
     return p
+
+
+def wait_until(cond: Callable[[], T], timeout: float, what: str, *,
+               error: type[Exception] = TimeoutError, interval: float = 0.05) -> T:
+    """Call `cond` every `interval` s until it returns something true, and return that; after
+    `timeout` s raise `error` ("timed out after N s waiting for WHAT")."""
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise error(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(interval)
 
 
 def _name(cmd: list[str], what: str) -> str:

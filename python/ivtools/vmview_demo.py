@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import REPO, ivtvm
-from .proc import say
+from .proc import say, wait_until
 from .qemu_threads import pin_qemu, schedstat, vcpu_threads
 
 IVTRACE = REPO / "bin" / "ivtrace"
@@ -192,14 +192,6 @@ class Server:
         return next((d for d in lines if d.get("serve", {}).get("guest") == NAME), {})
 
 
-def wait_file(path: Path, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > end:
-            raise RuntimeError(f"{path} did not appear within {timeout} s")
-        time.sleep(0.1)
-
-
 def mount_tracefs() -> None:
     """serve --host-events reads the host's tracefs, which a fresh machine may not have
     mounted: mount it where the kernel documents it, as trace-cmd does."""
@@ -228,7 +220,9 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
                       modules=["ivtrace"], add=add, log=str(outroot / "console.log"),
                       extra_args=["-name", f"{NAME},debug-threads=on"]) as vm:
             vm.wait_for(r"^VMVIEW: spinning", timeout=timeout)
-            wait_file(r.out / "host" / "host_statedump", 60)  # host events are recorded
+            statedump = r.out / "host" / "host_statedump"
+            wait_until(statedump.exists, 60, f"{statedump} (host events recorded)",
+                       error=RuntimeError)
             r.qemu_pid = vm.proc.pid
             r.vcpu_threads = vcpu_threads(r.qemu_pid)
             pin_qemu(r.qemu_pid, r.vcpu0_cpu, r.other_cpu, vcpus={0})  # vCPU 0 alone
@@ -241,7 +235,8 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
             vm.wait_for(r"^VMVIEW: done", timeout=timeout)
             r.boot = vm.wait(timeout=timeout)
             r.console = r.boot.console_text
-        wait_file(r.out / "ivtrace.json", 120)  # serve finalized the trace
+        summary = r.out / "ivtrace.json"
+        wait_until(summary.exists, 120, f"{summary} (serve finalized the trace)", error=RuntimeError)
     finally:
         r.serve_summary = srv.stop()
         r.serve_log = srv.log.read_text(errors="replace")

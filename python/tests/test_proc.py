@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from ivtools.proc import CommandError, say, sayer, sh
+from ivtools.proc import CommandError, say, sayer, sh, wait_until
 
 
 class Boom(Exception):
@@ -50,3 +50,13 @@ def test_say_prefixes_and_flushes(capsys):
     sayer("eval")("with a prefix")
     say()
     assert capsys.readouterr().out == "plain\neval: with a prefix\n\n"
+
+
+def test_wait_until_returns_the_first_true_value():
+    calls = iter([0, None, "", "found", "later"])
+    assert wait_until(lambda: next(calls), 5, "a value", interval=0.01) == "found"
+
+
+def test_wait_until_raises_the_callers_error_naming_what_it_waited_for():
+    with pytest.raises(Boom, match=r"timed out after 0.1 s waiting for the moon"):
+        wait_until(lambda: False, 0.1, "the moon", error=Boom, interval=0.01)

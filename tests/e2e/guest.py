@@ -10,7 +10,6 @@ import os
 import re
 import struct
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -174,11 +173,3 @@ def write_last_word(shm, value):
     with open(shm, "r+b") as f:
         f.seek(-8, os.SEEK_END)
         f.write(struct.pack("<Q", value))
-
-
-def wait_until(cond, timeout, what):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)

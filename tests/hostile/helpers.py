@@ -11,11 +11,11 @@ import resource
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
+from common import wait_for  # noqa: F401  (the hostile tests import it from here)
 from serve import serve as s
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,13 +119,3 @@ def babeltrace2(d):
 def private_dir(prefix):
     """A directory only root can write, unique to this run (names cannot collide)."""
     return Path(tempfile.mkdtemp(prefix=f"ivt-harden-{prefix}-"))
-
-
-def wait_for(cond, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")

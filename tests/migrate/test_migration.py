@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from common import wait_for
 from ivtools.ports import free_ports
 from migrate.qmp import QMP
 from serve import serve as s  # tests/serve/serve.py (a bare "serve" is the package)
@@ -62,14 +63,6 @@ def migrate(qmp_path, port, timeout=120):
         pytest.fail(f"migration did not complete within {timeout} s: {info}")
     finally:
         q.close()
-
-
-def wait_file(path, timeout=60):
-    end = time.monotonic() + timeout
-    while not Path(path).exists():
-        if time.monotonic() > end:
-            pytest.fail(f"{path} did not appear within {timeout} s")
-        time.sleep(0.1)
 
 
 def loadgen_result(console):
@@ -169,7 +162,7 @@ def run_doorbell(tmp, add):
                 t["migrate"] = migrate(qa, port)
                 _, t["handoff"] = a.ctl("--guest", NAME, "handoff")
                 handoff = Path(t["handoff"]["result"]) / "handoff.json"
-                wait_file(handoff)
+                wait_for(handoff.exists, 60, f"{handoff} to appear")
                 _, t["resume"] = b.ctl("--guest", NAME, "resume", handoff)
                 vm_a.kill()
                 vm_b.wait_for(r"^MIG: done", timeout=s.TIMEOUT)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from common import wait_for
 from ivtools import vmview_demo as vmview
 
 REPO = Path(__file__).resolve().parents[2]
@@ -251,7 +252,7 @@ def test_qmp_names_vcpu_threads_qemu_does_not_name(guest, tmp_path):
         with vmview.ivtvm.VM(QMP_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
                              modules=["ivtrace"], add=guest.add("ivtrace.ko", "ivtwl"),
                              extra_args=["-qmp", f"unix:{qmp},server=on,wait=off"]) as vm:
-            vmview.wait_file(qmp, 60)
+            wait_for(qmp.exists, 60, f"QEMU's QMP socket {qmp}")
             p = subprocess.Popen([str(vmview.IVTRACE), "record", "--shm", str(shm), "-o",
                                   str(out), "--host-events", "--qemu-pid", str(vm.proc.pid),
                                   "--qmp", str(qmp)], stdout=subprocess.DEVNULL,
