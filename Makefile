@@ -2,7 +2,7 @@
 #   make          build bin/ivtrace, bin/ivtrace-loadgen, bin/ivtrace-forward (and libivtrace)
 #   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
 #                 the static guest tools and the workloads (vm/build --all)
-#   make check    the quick tier, before every commit (~N min warm, no root, no QEMU): build,
+#   make check    the quick tier, before every commit (~2 min warm, no root, no QEMU): build,
 #                 the C tests of abi/ (x86-64 and -m32) and guest/lib, the Rust tests, ivtools'
 #                 unit tests, then `make lint`
 #   make test     the full suite (what .ci/run runs): install what is missing, `make check`,

@@ -2,9 +2,10 @@
 
 A module belongs here when more than one of those rooms imports it; code that one room
 alone uses stays in that room (a test's helper in tests/, a preset in bench/harness/, the
-demo in vm/). Before writing a helper in a room, look here: running a command and printing
-progress (`proc`), a QEMU process's threads seen from the host (`qemu_threads`), free TCP
-ports (`ports`).
+demo in vm/). Before writing a helper in a room, look here: running a command, waiting for
+a condition and printing progress (`proc`), a QEMU process's threads seen from the host
+(`qemu_threads`), free TCP ports (`ports`), the QEMU launcher (`ivtvm`) and the guest build
+(`guestbuild`).
 
 Nothing installs this package. Its folder, python/, is put on the module search path the two
 documented ways: pytest's `pythonpath` option (pytest.ini) for the tests, and PYTHONPATH set
