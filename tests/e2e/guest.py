@@ -17,6 +17,7 @@ import pytest
 
 import ctf
 import loadgen_pattern as pattern
+from ivtools import ivtvm  # noqa: F401  (the e2e tests' g.ivtvm)
 
 REPO = Path(__file__).resolve().parents[2]
 IVTRACE = REPO / "bin" / "ivtrace"
