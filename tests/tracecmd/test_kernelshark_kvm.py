@@ -11,9 +11,9 @@ import subprocess
 
 import pytest
 
+from common import REPO
 from tracecmd import kshark
 
-REPO = kshark.Path(__file__).resolve().parents[2]
 BASE = 1_700_000_000_000_000_000  # the session's time 0 (kvm_session.rs)
 VCPUS = (4001, 4002)
 

@@ -18,21 +18,15 @@ recording. Then the real readers:
 import json
 import re
 import subprocess
-import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from ivtools import ivtvm, vmview_demo
+from serve import serve as s
 from tracecmd import kshark
-
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "vm"))
-import ivtvm  # noqa: E402
-import vmview_demo  # noqa: E402
-
-from serve import serve as s  # noqa: E402
 
 NAME = "tcguest"
 GUEST_SCRIPT = r"""

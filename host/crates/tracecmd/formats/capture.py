@@ -3,15 +3,17 @@
 linux-<major.minor>.txt (the native events' layouts `ivtrace export --format trace-cmd`
 writes, docs/trace-cmd.md): boots the guest of `make guest` (vm/ivtvm.py) and cats each file.
 
-Usage: host/crates/tracecmd/formats/capture.py [OUTPUT]   (default: linux-<version>.txt here)
+Usage, from the top of the repository (ivtools on PYTHONPATH, python/README.md):
+  PYTHONPATH=python /usr/bin/python3 host/crates/tracecmd/formats/capture.py [OUTPUT]
+(default OUTPUT: linux-<major.minor>.txt beside this script)
 """
 import re
 import sys
 from pathlib import Path
 
+from ivtools import ivtvm
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[3] / "vm"))
-import ivtvm  # noqa: E402
 
 EVENTS = """sched/sched_switch sched/sched_wakeup sched/sched_wakeup_new sched/sched_process_fork
 sched/sched_process_exec sched/sched_process_exit sched/sched_process_free sched/sched_migrate_task

@@ -16,7 +16,7 @@
 //!   ones for everything else;
 //! - [`target`]: what each event class becomes and how a record is written;
 //! - [`side`]: one file being written (threads, CPUs, command lines);
-//! - [`export`]: the whole export, the host and guest options that tie
+//! - [`mod@export`]: the whole export, the host and guest options that tie
 //!   the files together (GUEST, TRACEID, TIME_SHIFT).
 
 pub mod dat;
