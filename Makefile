@@ -2,6 +2,12 @@
 #   make          build bin/ivtrace, bin/ivtrace-loadgen, bin/ivtrace-forward (and libivtrace)
 #   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
 #                 the static guest tools and the workloads (vm/build --all)
+#   make guest KERNEL=trixie-backports   the same for another kernel: a suite (bookworm, trixie,
+#                 trixie-backports: its newest kernel) or an ABI name, in vm/out/kernels/<ver>/;
+#                 another Debian release's kernel and module in its build root (vm/buildroot.py)
+#   make test-kernels  ivtrace.ko on bookworm's 6.1, trixie's 6.12 and trixie-backports' newest
+#                 7.x: built, booted (TCG), recorded and read back, DKMS in each build root
+#                 (tests/kernels; part of make test)
 #   make test     install what is missing, build, run every test, then `make lint`
 #   make test-nested  the whole nest: L0 records L1, a TCG guest running QEMU for L2 and
 #                 forwarding L2's trace (tests/nested/full_nest.py; 5-20+ min, so not in `make test`)
@@ -35,7 +41,8 @@ PYTHON ?= /usr/bin/python3
 
 .PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
 	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback demo-vmview bench eval soak fuzz clean deb test-deb gen-docs test-nested
+	demo demo-loopback demo-vmview bench eval soak fuzz clean deb test-deb gen-docs test-nested \
+	test-kernels
 
 all: host lib
 
@@ -56,11 +63,11 @@ tracecompass:
 	$(PYTHON) scripts/install-tracecompass
 
 guest:
-	vm/build --all
+	vm/build --all $(if $(KERNEL),--kernel $(KERNEL))
 
 # lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
 test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
-	test-deb lint
+	test-deb test-kernels lint
 
 # L2 is TCG inside TCG: minutes of boot on a 2-core machine, beyond make test's budget.
 # tests/nested/test_forward.py (in make test) checks the forwarding path at one level.
@@ -77,9 +84,18 @@ test-lib:
 test-host:
 	$(CARGO) test --release --locked --manifest-path host/Cargo.toml
 
-# tests/deb and tests/libvirt need the packages: test-deb runs them.
+# tests/deb and tests/libvirt need the packages: test-deb runs them; tests/kernels: test-kernels.
 test-py: all
-	$(PYTHON) -m pytest -q --tb=short -rfE tests --ignore=tests/deb --ignore=tests/libvirt
+	$(PYTHON) -m pytest -q --tb=short -rfE tests --ignore=tests/deb --ignore=tests/libvirt \
+		--ignore=tests/kernels
+
+# The guest kernels users run, each resolved from the archive now (versions printed), built
+# (trixie's in a build root cached in /var/cache/ivtrace), booted under TCG with ivtrace.ko
+# events=all and the ftrace relay, recorded, read back; DKMS of ivtrace-dkms in each build root
+# (build/deb's package, built again if the module changed). Prints kernel | events | lost |
+# dmesg problems (also build/kernels/summary.txt).
+test-kernels: all
+	$(PYTHON) -m pytest -q --tb=short -rfE tests/kernels
 
 deb:
 	scripts/build-deb

@@ -322,8 +322,7 @@ static void ivtk_irq_vector(void *data, int vector)
 
 /* ---- timer ------------------------------------------------------------ */
 
-static void ivtk_hrtimer_expire_entry(void *data, struct hrtimer *t,
-				      ivtk_hrtimer_now_t now)
+static IVTK_HRTIMER_EXPIRE_ENTRY_PROTO(ivtk_hrtimer_expire_entry)
 {
 	struct ivt_writer *w;
 	unsigned long flags;
@@ -544,9 +543,9 @@ static void ivtk_printk_console(void *data, const char *text, size_t len)
 #define IVTK_CHECK_PROBE(_tp, _func, _group)				\
 	static_assert(__builtin_types_compatible_p(			\
 		typeof(check_trace_callback_type_##_tp),		\
-		void (typeof(&_func))),					\
-		#_func "() does not match this kernel's prototype of tracepoint " \
-		#_tp " (its TP_PROTO): adapt the probe, with a switch in wrapper/compat.h");
+		void (typeof(_func) *)),				\
+		#_func "() does not match the TP_PROTO of tracepoint " #_tp	\
+		" in these kernel headers: adapt the probe (wrapper/compat.h)");
 #define IVTK_CHECK_VECTOR(_tp, _id) IVTK_CHECK_PROBE(_tp, ivtk_irq_vector, IRQ)
 
 IVTK_PROBES(IVTK_CHECK_PROBE, IVTK_CHECK_VECTOR)

@@ -72,10 +72,12 @@
  * were type-checked. ivtk_hrtimer_now() reads it either way.
  */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(7, 1, 0)
-typedef ktime_t ivtk_hrtimer_now_t;
+#define IVTK_HRTIMER_EXPIRE_ENTRY_PROTO(probe)				\
+	void probe(void *data, struct hrtimer *t, ktime_t now)
 #define ivtk_hrtimer_now(now)	(now)
 #else
-typedef ktime_t *ivtk_hrtimer_now_t;
+#define IVTK_HRTIMER_EXPIRE_ENTRY_PROTO(probe)				\
+	void probe(void *data, struct hrtimer *t, ktime_t *now)
 #define ivtk_hrtimer_now(now)	(*(now))
 #endif
 
@@ -91,10 +93,10 @@ typedef ktime_t *ivtk_hrtimer_now_t;
 
 /*
  * The workqueue for work that may run on any CPU (the control poll, the
- * vmsync exchange). system_wq, the per-CPU queue of schedule_work(), is
- * deprecated in 7.x (queueing on it warns once in the kernel log); its
- * unbound sibling is system_dfl_wq since v6.17 ("workqueue: Add
- * system_percpu_wq and system_dfl_wq"), system_unbound_wq before.
+ * vmsync exchange): an unbound one. v6.17 added system_dfl_wq
+ * ("workqueue: Add system_percpu_wq and system_dfl_wq") to replace
+ * system_unbound_wq and system_wq, which 7.x marks deprecated: queueing
+ * on them prints "work func ... enqueued on deprecated workqueue" once.
  */
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 17, 0)
 #define ivtk_wq			system_dfl_wq
