@@ -141,6 +141,10 @@ def root_sources(suite: str) -> list[str]:
 
 # --------------------------------------------------------------------------- build roots
 
+# The root locks this process holds: lock file -> [open file, depth].
+_LOCKS: dict[Path, list] = {}
+
+
 class BuildRoot:
     """A Debian release's build root (see the top), made on first use and reused after."""
 
@@ -153,13 +157,25 @@ class BuildRoot:
 
     @contextlib.contextmanager
     def locked(self):
-        """One apt run at a time in this root, across every checkout and developer."""
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "w") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
+        """One apt run at a time in this root, across every checkout and developer. Reentrant
+        within this process (a flock taken twice through two descriptors would wait for
+        itself)."""
+        held = _LOCKS.get(self.lock_path)
+        if held is not None:
+            held[1] += 1
             try:
                 yield
             finally:
+                held[1] -= 1
+            return
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            _LOCKS[self.lock_path] = [f, 1]
+            try:
+                yield
+            finally:
+                del _LOCKS[self.lock_path]
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def ensure(self) -> "BuildRoot":
