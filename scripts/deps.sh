@@ -4,7 +4,8 @@
 set -euo pipefail
 
 # zlib1g-dev: the evaluation's static gzip workload; openssh-client: its SSH transport.
-# dpkg-dev .. lintian: `make deb`; libvirt-daemon-system: the libvirt test (tests/libvirt).
+# dpkg-dev .. lintian: `make deb`; libvirt-daemon-system: the libvirt test (tests/libvirt);
+# mmdebstrap: the build roots of guest kernels of other Debian releases (vm/buildroot.py).
 APT_PACKAGES=(
 	build-essential pkg-config zlib1g-dev openssh-client
 	qemu-system-x86 busybox-static cpio zstd xz-utils
@@ -13,6 +14,7 @@ APT_PACKAGES=(
 	linux-perf procps util-linux
 	dpkg-dev debhelper dh-dkms dkms lintian
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
+	mmdebstrap
 )
 
 missing=()
@@ -23,7 +25,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 	echo "deps: installing ${missing[*]}" >&2
 	SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 	$SUDO apt-get update -q
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+		-o DPkg::Lock::Timeout=600 "${missing[@]}"
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

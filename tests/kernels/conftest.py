@@ -59,10 +59,10 @@ def kut(request):
 
 
 def table() -> str:
-    head = ("kernel", "spec", "events", "lost", "dmesg problems", "boots", "dkms")
+    head = ("kernel", "spec", "events", "lost", "dmesg problems", "boots", "relay", "dkms")
     rows = [(r["kernel"], r["spec"], str(r.get("events", "-")), str(r.get("lost", "-")),
-             str(r.get("dmesg_problems", "-")), str(r.get("boots", "-")), r.get("dkms", "-"))
-            for r in ROWS.values()]
+             str(r.get("dmesg_problems", "-")), str(r.get("boots", "-")), r.get("relay", "-"),
+             r.get("dkms", "-")) for r in ROWS.values()]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     fmt = " | ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*head), "-+-".join("-" * w for w in widths)]

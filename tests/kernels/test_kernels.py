@@ -56,6 +56,7 @@ killall ivtrace-ftrace
 while pidof ivtrace-ftrace >/dev/null; do sleep 0.1; done
 rmmod ivtrace
 echo "KT: rmmod rc=$?"
+dmesg | grep 'ivtrace-ftrace: pages' | sed 's/^.*ivtrace-ftrace: /KT-RELAY: /'
 dmesg | grep -E 'BUG|WARNING|Oops|Call Trace|refcount_t|general protection' | sed 's/^/KT-DMESG: /'
 dmesg | grep -i -E 'deprecat' | sed 's/^/KT-DMESG: /'
 echo "KT: done"
@@ -151,6 +152,17 @@ def test_ftrace_relayed_events(run):
     assert len(switches) > 50, len(switches)
     # from boot (trace_event=) and from the workload, after the relay started
     assert "/init" in execs and "/bin/true" in execs, execs
+
+
+def test_relay_maps_the_ring_buffer_where_the_kernel_can(kut, run):
+    """6.10+ lets user space map ftrace's ring buffer (TRACE_MMAP_IOCTL_GET_READER): the relay
+    copies pages from the mapping there, and reads trace_pipe_raw before."""
+    said = g.marks(run["boot"].console_text, "KT-RELAY: ")
+    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", kut.version).groups())
+    want = "pages from the mapped ring buffer" if (major, minor) >= (6, 10) else \
+        "pages by read(2) of trace_pipe_raw"
+    assert said and said[0].startswith(want), said
+    kut.row["relay"] = "mmap" if "mapped" in said[0] else "read(2)"
 
 
 def test_nothing_lost(run):
