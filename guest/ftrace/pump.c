@@ -98,44 +98,14 @@ static int page_empty(const uint8_t *page, ssize_t n)
 	return (commit & ((1u << 27) - 1)) == 0;
 }
 
-/* Moves one page; returns 1 if it did, 0 if there was none (or no room). */
-static int pump_page(struct pump *p)
+/* read(2) one page of trace_pipe_raw to @dst; its length, 0 if none. */
+static uint32_t pump_read(struct pump *p, uint8_t *dst)
 {
-	struct ivt_writer *w = &p->w;
-	uint64_t pkt_pos = w->pkt_pos, cur_end = w->cur_end;
-	uint8_t *dst;
-	ssize_t n;
+	ssize_t n = read(p->pipe_fd, dst, IVT_FTRACE_PAGE_MAX);
 
-	if (!pump_room(p)) {
-		p->blocked++;
-		return 0;
-	}
-	if (!ivt_writer_enter(w))
-		return 0;
-	dst = ivt_writer_reserve(w, __rdtsc(), IVT_FTRACE_EV_PAGE, PAGE_EVENT_LEN);
-	if (!dst) {
-		ivt_writer_exit(w);
-		return 0;
-	}
-	n = read(p->pipe_fd, dst + 4, IVT_FTRACE_PAGE_MAX);
-	if (n <= 0 || page_empty(dst + 4, n)) {
-		pump_unreserve(w, pkt_pos, cur_end);
-		ivt_writer_exit(w);
-		if (n < 0 && errno != EAGAIN && errno != EINTR)
-			relay_log("cpu%u: reading trace_pipe_raw failed: %s", p->cpu,
-				  strerror(errno));
-		return 0;
-	}
-	__ivt_put32(dst, (uint32_t)n);
-	/* A short read leaves the reserved tail unwritten: the event ends
-	 * where the page does. */
-	w->cur_end -= IVT_FTRACE_PAGE_MAX - (uint64_t)n;
-	if (w->count == 0)
-		p->open_ms = now_ms();
-	ivt_writer_commit(w);
-	ivt_writer_exit(w);
-	p->pages++;
-	return 1;
+	if (n < 0 && errno != EAGAIN && errno != EINTR)
+		relay_log("cpu%u: reading trace_pipe_raw failed: %s", p->cpu, strerror(errno));
+	return n <= 0 || page_empty(dst, n) ? 0 : (uint32_t)n;
 }
 
 /*
@@ -337,16 +307,22 @@ static uint32_t pump_take(struct pump *p, uint8_t *dst)
 	return RB_HDR + n;
 }
 
-/* The mapped reader sub-buffer's new bytes as one ftrace_page event;
- * returns 1 if it moved some, 0 if there were none.
+/*
+ * Moves one page, from the mapping or by read(2), into an ftrace_page
+ * event; returns 1 if it did, 0 if there was none (or no room). The event
+ * is reserved for a whole page first and ends where the page does.
  */
-static int pump_subbuf(struct pump *p)
+static int pump_page(struct pump *p)
 {
 	struct ivt_writer *w = &p->w;
 	uint64_t pkt_pos = w->pkt_pos, cur_end = w->cur_end;
-	uint32_t n;
 	uint8_t *dst;
+	uint32_t n;
 
+	if (!pump_room(p)) {
+		p->blocked++;
+		return 0;
+	}
 	if (!ivt_writer_enter(w))
 		return 0;
 	dst = ivt_writer_reserve(w, __rdtsc(), IVT_FTRACE_EV_PAGE, PAGE_EVENT_LEN);
@@ -354,32 +330,20 @@ static int pump_subbuf(struct pump *p)
 		ivt_writer_exit(w);
 		return 0;
 	}
-	n = pump_take(p, dst + 4);
+	n = p->map ? pump_take(p, dst + 4) : pump_read(p, dst + 4);
 	if (!n) {
 		pump_unreserve(w, pkt_pos, cur_end);
 		ivt_writer_exit(w);
 		return 0;
 	}
 	__ivt_put32(dst, n);
-	w->cur_end -= IVT_FTRACE_PAGE_MAX - (uint64_t)n;	/* the event ends with the page */
+	w->cur_end -= IVT_FTRACE_PAGE_MAX - (uint64_t)n;
 	if (w->count == 0)
 		p->open_ms = now_ms();
 	ivt_writer_commit(w);
 	ivt_writer_exit(w);
 	p->pages++;
 	return 1;
-}
-
-/* Moves one page (from the mapping, or read(2)); 1 if it did. */
-static int pump_move(struct pump *p)
-{
-	if (!p->map)
-		return pump_page(p);
-	if (!pump_room(p)) {
-		p->blocked++;
-		return 0;
-	}
-	return pump_subbuf(p);
 }
 
 /*
@@ -427,13 +391,13 @@ static void *pump_main(void *arg)
 		poll(&pfd, 1, (int)p->r->flush_ms);
 		if (pump_unmap_asked(p))
 			continue;
-		for (n = 0; n < DRAIN_MAX && pump_move(p); n++)
+		for (n = 0; n < DRAIN_MAX && pump_page(p); n++)
 			;
 		pump_stats(p, 0);
 		pump_flush(p, 0);
 	}
 	if (region_live(p->r)) {
-		while (pump_move(p))
+		while (pump_page(p))
 			;
 		pump_stats(p, 1);
 		pump_flush(p, 1);
