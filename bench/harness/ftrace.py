@@ -29,10 +29,9 @@ import statistics
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm
 
 from . import BenchError, guests, hostload
 from .results import ROOT
@@ -56,7 +55,7 @@ def add_arguments(ap):
     ap.add_argument("--loads", default=",".join(LOADS))
     ap.add_argument("--timeout", type=float, default=1800, help="the whole boot, seconds")
     ap.add_argument("--kernel", metavar="SPEC",
-                    help="the guest kernel (vm/buildroot.py: trixie, trixie-backports, an ABI "
+                    help="the guest kernel (python/ivtools/buildroot.py: trixie, trixie-backports, an ABI "
                          "name); default: the default guest's")
     guests.add_arguments(ap, smp=2)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-import guestbuild
+from ivtools import guestbuild
 
 from . import Prerequisite
 from .results import ROOT
@@ -27,9 +27,9 @@ def build(a, rec: dict, host_tools: bool, tracers: bool = False,
           kernel: str | None = None) -> guestbuild.GuestBuild:
     """The host tools (make all, when the preset runs bin/ivtrace) and the guest (with the
     tracers ivtrace.ko is compared with, when asked; for another kernel than the default
-    guest's, kernel=, a spec of vm/buildroot.py, booted from guest_out()). Failures are errors, unless
-    --reuse-stale-binaries finds files of an earlier build: then those are measured and
-    listed in rec["build"]["stale"]."""
+    guest's, kernel=, a spec of ivtools.buildroot, booted from guest_out()). Failures are
+    errors, unless --reuse-stale-binaries finds files of an earlier build: then those are
+    measured and listed in rec["build"]["stale"]."""
     stale = rec["build"]["stale"]
     if host_tools:
         p = subprocess.run(["make", "-C", str(ROOT), "all"], capture_output=True, text=True,

@@ -1,7 +1,7 @@
 """Fixtures of `make test-kernels` (tests/kernels): the guest kernels users run, each built,
 booted and recorded, and the table of what each one gave.
 
-IVTRACE_TEST_KERNELS (comma-separated kernel specs, vm/buildroot.py) replaces the default three:
+IVTRACE_TEST_KERNELS (comma-separated kernel specs, python/ivtools/buildroot.py) replaces the default three:
 the host release's newest kernel (bookworm's 6.1), trixie's and trixie-backports' newest.
 """
 import os
@@ -10,10 +10,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "vm"))
-import guestbuild  # noqa: E402
-import buildroot  # noqa: E402
+from ivtools import REPO, buildroot, guestbuild
 
 SPECS = [s for s in os.environ.get("IVTRACE_TEST_KERNELS",
                                    "bookworm,trixie,trixie-backports").split(",") if s]
@@ -42,9 +39,9 @@ class KernelUnderTest:
         self.version = self.kernel.version
         self.out = Path(self.guest.manifest["vmlinuz"]).parent
         self.row = ROWS.setdefault(self.version, {"spec": spec, "kernel": self.version})
-        print(f"kernel {spec}: {self.version} "
-              f"({'built in the ' + self.kernel.release + ' build root' if self.kernel.release else 'built on this host'})",
-              file=sys.stderr)
+        where = (f"built in the {self.kernel.release} build root" if self.kernel.release
+                 else "built on this host")
+        print(f"kernel {spec}: {self.version} ({where})", file=sys.stderr)
 
     @property
     def root(self) -> buildroot.BuildRoot:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-import buildroot
 import losses
 from e2e import guest as g
+from ivtools import buildroot
 from kernels import conftest as kc
 
 SHM_SIZE = "32M"

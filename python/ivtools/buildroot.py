@@ -1,7 +1,7 @@
 """Guest kernels of other Debian releases than this host's: build roots, versions, module builds.
 
 The demo guest boots the host's own Debian kernel (bookworm's 6.1), built against headers
-installed on the host (vm/guestbuild.py). Users also run trixie's 6.12 LTS and the newest 7.x of
+installed on the host (python/ivtools/guestbuild.py). Users also run trixie's 6.12 LTS and the newest 7.x of
 trixie-backports. Their headers need trixie's gcc-14 and a glibc newer than bookworm's, so they
 are never installed here: each Debian release gets a *build root*, a minimal Debian tree made by
 `mmdebstrap` from the mirror this machine's apt already uses, in which the kernel packages are
@@ -19,7 +19,7 @@ Cache (outside the repository, shared by every checkout on the machine): $IVTRAC
   roots/<suite>/          the build root (mmdebstrap), with the kernels installed so far
   roots/<suite>.lock      flock: one apt run at a time per root
 
-Python 3.11 standard library only; needs root (mmdebstrap, chroot, unshare). vm/guestbuild.py
+Python 3.11 standard library only; needs root (mmdebstrap, chroot, unshare). python/ivtools/guestbuild.py
 builds the guests on top of it (and re-exports BuildError).
 """
 
@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from . import REPO
 
 # Debian releases by the number in a kernel ABI name's "+debN" suffix (none: the host's).
 RELEASES = {12: "bookworm", 13: "trixie", 14: "forky"}
@@ -178,7 +178,7 @@ class BuildRoot:
                 del _LOCKS[self.lock_path]
                 fcntl.flock(f, fcntl.LOCK_UN)
 
-    def ensure(self) -> "BuildRoot":
+    def ensure(self) -> BuildRoot:
         if (self.path / ROOT_STAMP).is_file():
             return self
         need_root("make a build root (mmdebstrap)")
@@ -300,7 +300,7 @@ def install_host_package(pkg: str) -> None:
 @dataclass(frozen=True)
 class Kernel:
     """A resolved guest kernel: its ABI name and the release whose build root builds for it
-    (None: the host's own release, built on the host as vm/guestbuild.py always did)."""
+    (None: the host's own release, built on the host as python/ivtools/guestbuild.py always did)."""
     version: str
     release: str | None
     spec: str
