@@ -91,7 +91,11 @@ reader_start() {
 			READERS="$READERS $!"
 		done ;;
 	ft-relay | ft-relay-read)
-		ivtrace-ftrace --flush-ms 100 $([ $1 = ft-relay-read ] && echo --read) 2>$W/relay.log &
+		if [ "$1" = ft-relay-read ]; then
+			ivtrace-ftrace --flush-ms 100 --read 2>$W/relay.log &
+		else
+			ivtrace-ftrace --flush-ms 100 2>$W/relay.log &
+		fi
 		READERS=$!
 		sleep 1
 		grep "pages" $W/relay.log | sed "s/^/FB info $1: /" ;;
