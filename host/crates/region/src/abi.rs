@@ -516,27 +516,10 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("offsetof.ivt_meta_field.count", meta::FIELD_COUNT as u64),
 ];
 
-/// Little-endian reads from a byte slice the caller has bounds-checked.
-/// Internal helpers; they panic on a short slice, so callers check first.
-pub fn le_u16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([b[off], b[off + 1]])
-}
-
-pub fn le_u32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-pub fn le_u64(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
-}
-
-pub fn put_u32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-pub fn put_u64(b: &mut [u8], off: usize, v: u64) {
-    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
-}
+/// The panicking little-endian helpers, for code that has checked its
+/// lengths (their one definition is [`crate::bytes`], which also has the
+/// checked readers for guest input).
+pub use crate::bytes::{le_u16, le_u32, le_u64, put_u32, put_u64};
 
 #[cfg(test)]
 mod tests {

@@ -79,6 +79,27 @@ impl PacketHeader {
     }
 }
 
+/// The tick values a trace's clock can place on every reader's timeline
+/// (ivtrace-time's `ClockMapping::expressible`, the one place that knows
+/// the conversion). Empty when `min > max`: a clock nothing fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TickRange {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl TickRange {
+    /// Every u64 (tests, and traces that never reach a CTF reader).
+    pub const ALL: TickRange = TickRange {
+        min: 0,
+        max: u64::MAX,
+    };
+
+    pub fn contains(&self, ts: u64) -> bool {
+        self.min <= ts && ts <= self.max
+    }
+}
+
 /// Why an event walk failed. Offsets are from the packet start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum WalkFault {
@@ -92,8 +113,8 @@ pub enum WalkFault {
     UnterminatedString { at: usize },
     #[error("event at {at} goes back in time")]
     TimeBackwards { at: usize },
-    #[error("event at {at} is later than the packet's timestamp_end")]
-    TimeAfterEnd { at: usize },
+    #[error("event at {at} (time {ts}) is later than the packet's timestamp_end")]
+    TimeAfterEnd { at: usize, ts: u64 },
     #[error("packet claims {claimed} events, the walk found {found}")]
     EventCount { claimed: u32, found: u64 },
 }
@@ -130,6 +151,12 @@ pub enum PacketFault {
     PacketSize { bits: u64, expected: u64 },
     #[error("timestamp_begin {begin} is after timestamp_end {end}")]
     TimeRange { begin: u64, end: u64 },
+    #[error("timestamp {ts} is outside what the trace's clock can express ({min}..={max} ticks)")]
+    TimeUnexpressible { ts: u64, min: u64, max: u64 },
+    #[error("timestamp_begin {begin} is before the end {end} of the channel's previous packet")]
+    TimeBeforePrevious { begin: u64, end: u64 },
+    #[error("the packet ends at {end}, after its successor, already in the ring, began at {next}")]
+    TimeAfterNext { end: u64, next: u64 },
     #[error("copy was overwritten by the writer while it was taken")]
     Torn,
     #[error("the sub-buffer could not be read (region file shrunk?)")]
@@ -149,6 +176,9 @@ impl PacketFault {
             PacketFault::ContentSize { .. } => "content_size",
             PacketFault::PacketSize { .. } => "packet_size",
             PacketFault::TimeRange { .. } => "time_range",
+            PacketFault::TimeUnexpressible { .. } => "time_unexpressible",
+            PacketFault::TimeBeforePrevious { .. } => "time_before_previous",
+            PacketFault::TimeAfterNext { .. } => "time_after_next",
             PacketFault::Torn => "torn",
             PacketFault::Unreadable => "unreadable",
             PacketFault::Walk(w) => w.reason(),
@@ -163,6 +193,8 @@ pub struct Expected {
     pub channel: u32,
     pub seq: u64,
     pub subbuf_size: u32,
+    /// The timestamps the trace's clock can express.
+    pub ticks: TickRange,
 }
 
 /// How much of the sub-buffer is the packet.
@@ -203,9 +235,24 @@ pub fn check_header(
             expected: exp.seq,
         });
     }
+    check_expressible(h.timestamp_begin, exp.ticks)?;
     match extent {
         Extent::Prefix(bytes) => Ok(bytes as usize),
         Extent::Complete => check_complete(h, exp),
+    }
+}
+
+/// A timestamp the trace's clock cannot place would make CTF readers
+/// refuse the whole trace (nanoseconds from the origin past int64).
+pub fn check_expressible(ts: u64, ticks: TickRange) -> Result<(), PacketFault> {
+    if ticks.contains(ts) {
+        Ok(())
+    } else {
+        Err(PacketFault::TimeUnexpressible {
+            ts,
+            min: ticks.min,
+            max: ticks.max,
+        })
     }
 }
 
@@ -221,11 +268,14 @@ fn check_complete(h: &PacketHeader, exp: &Expected) -> Result<usize, PacketFault
             expected: max * 8,
         });
     }
-    if !h.end_unknown() && h.timestamp_begin > h.timestamp_end {
-        return Err(PacketFault::TimeRange {
-            begin: h.timestamp_begin,
-            end: h.timestamp_end,
-        });
+    if !h.end_unknown() {
+        check_expressible(h.timestamp_end, exp.ticks)?;
+        if h.timestamp_begin > h.timestamp_end {
+            return Err(PacketFault::TimeRange {
+                begin: h.timestamp_begin,
+                end: h.timestamp_end,
+            });
+        }
     }
     Ok((bits / 8) as usize)
 }
@@ -305,11 +355,11 @@ pub fn walk<V: EventVisitor>(
             off += abi::IVT_EV_EXT_SIZE;
         } else {
             ts = unwrap_compact(sum.last_ts, (word >> abi::IVT_EV_ID_BITS) as u64)
-                .ok_or(WalkFault::TimeAfterEnd { at })?;
+                .ok_or(WalkFault::TimeAfterEnd { at, ts: u64::MAX })?;
             off += abi::IVT_EV_COMPACT_SIZE;
         }
         if ts > end {
-            return Err(WalkFault::TimeAfterEnd { at });
+            return Err(WalkFault::TimeAfterEnd { at, ts });
         }
         let class = classes.get(id).ok_or(WalkFault::UnknownId { at, id })?;
         let payload_end = match &class.payload {
@@ -517,7 +567,7 @@ mod tests {
             ),
             (
                 Pkt::new().ext(0, 5000, &nine),
-                WalkFault::TimeAfterEnd { at: 88 },
+                WalkFault::TimeAfterEnd { at: 88, ts: 5000 },
             ),
         ];
         for (mut p, want) in cases {
@@ -558,6 +608,7 @@ mod tests {
             channel: 2,
             seq: 3,
             subbuf_size: 4096,
+            ticks: TickRange { min: 2, max: 1000 },
         };
         assert_eq!(check_header(&good, &exp, Extent::Complete), Ok(100));
         let bad = |f: fn(&mut PacketHeader)| {
@@ -576,6 +627,12 @@ mod tests {
         assert_eq!(bad(|h| h.content_size = 801), "content_size");
         assert_eq!(bad(|h| h.packet_size = 8), "packet_size");
         assert_eq!(bad(|h| h.timestamp_begin = 10), "time_range");
+        assert_eq!(bad(|h| h.timestamp_begin = 1), "time_unexpressible");
+        assert_eq!(bad(|h| h.timestamp_end = 1001), "time_unexpressible");
+        assert_eq!(
+            bad(|h| (h.timestamp_begin, h.timestamp_end) = (1 << 63, u64::MAX)),
+            "time_unexpressible"
+        );
         let orphan = PacketHeader {
             timestamp_end: 0,
             ..good

@@ -24,7 +24,8 @@ use crate::abi;
 use crate::classes::EventClasses;
 use crate::meta::{MetaParser, ScanMode};
 use crate::packet::{
-    self, EventVisitor, Expected, Extent, PacketFault, PacketHeader, WalkFault, WalkSummary,
+    self, EventVisitor, Expected, Extent, PacketFault, PacketHeader, TickRange, WalkFault,
+    WalkSummary,
 };
 use crate::region::{Layout, Region};
 
@@ -289,13 +290,18 @@ pub struct Reader {
     no_channel_base: u64,
     /// The no-channel stream at the last commit, if it wrote since.
     no_channel_uncommitted: Option<no_channel::NoChannelStream>,
+    /// The timestamps the trace's clock can express: a packet with one
+    /// outside is skipped ([`PacketFault::TimeUnexpressible`]).
+    ticks: TickRange,
     scratch: Vec<u8>,
 }
 
 impl Reader {
     /// Starts reading each channel where a previous host left it
-    /// (`consumed`), or at packet 0.
-    pub fn new(region: Region) -> Reader {
+    /// (`consumed`), or at packet 0. `ticks`: what the trace's clock can
+    /// express (ivtrace-time's `ClockMapping::expressible`); packets with
+    /// timestamps outside are skipped and counted.
+    pub fn new(region: Region, ticks: TickRange) -> Reader {
         let layout = *region.layout();
         let channels: Vec<ChannelState> = (0..layout.nr_channels)
             .map(|c| ChannelState::new(layout.stream_of(c), region.protocol().consumed(c)))
@@ -311,6 +317,7 @@ impl Reader {
             no_channel: Default::default(),
             no_channel_base: 0,
             no_channel_uncommitted: None,
+            ticks,
             scratch: vec![0u8; layout.subbuf_size as usize + 8],
         }
     }
@@ -503,6 +510,7 @@ impl Reader {
             channel: c,
             seq,
             subbuf_size: self.layout.subbuf_size,
+            ticks: self.ticks,
         };
         let (header, content) = match self.copy_packet(c, &exp, extent) {
             Ok(v) => v,
@@ -614,7 +622,8 @@ impl Reader {
     }
 
     /// Walks the copy; an unknown event id triggers one metadata re-scan
-    /// (its registration may have committed after our last scan).
+    /// (its registration may have committed after our last scan). Then
+    /// checks the packet's place among its channel's neighbours.
     fn walk_copy(
         &mut self,
         c: u32,
@@ -623,13 +632,20 @@ impl Reader {
         extent: Extent,
     ) -> Result<WalkSummary, PacketFault> {
         let stream = self.channels[c as usize].stream;
-        let end = (extent == Extent::Complete && !h.end_unknown()).then_some(h.timestamp_end);
+        // Events may not pass the packet's end, nor (end unknown: an open
+        // packet's prefix, a sealed orphan) what the clock can express.
+        let known_end = extent == Extent::Complete && !h.end_unknown();
+        let end = if known_end {
+            h.timestamp_end
+        } else {
+            self.ticks.max
+        };
         let walk = |classes: &EventClasses, scratch: &mut [u8]| {
             packet::walk(
                 &mut scratch[..content],
                 classes.stream(stream),
                 h.timestamp_begin,
-                end,
+                Some(end),
                 &mut (),
             )
         };
@@ -639,11 +655,20 @@ impl Reader {
         {
             result = walk(&self.classes, &mut self.scratch);
         }
-        let summary = result?;
+        let summary = match result {
+            Err(WalkFault::TimeAfterEnd { ts, .. }) if !known_end => {
+                return Err(PacketFault::TimeUnexpressible {
+                    ts,
+                    min: self.ticks.min,
+                    max: self.ticks.max,
+                })
+            }
+            r => r?,
+        };
         let claimed = h.event_count;
         if extent == Extent::Complete
             && claimed != abi::IVT_EVENT_COUNT_UNKNOWN
-            && claimed as u64 != summary.events
+            && u64::from(claimed) != summary.events
         {
             return Err(WalkFault::EventCount {
                 claimed,
@@ -651,19 +676,62 @@ impl Reader {
             }
             .into());
         }
-        self.check_continuity(c, h)?;
+        let last = if known_end { end } else { summary.last_ts };
+        self.check_neighbours(c, h, last)?;
         Ok(summary)
     }
 
-    /// A packet may not start before the previous one of its channel ended.
-    fn check_continuity(&self, c: u32, h: &PacketHeader) -> Result<(), PacketFault> {
-        match self.channels[c as usize].last_written {
-            Some(last) if h.timestamp_begin < last.ts_end => Err(PacketFault::TimeRange {
+    /// A packet must lie between its channel's neighbours: begin no
+    /// earlier than the previous packet (as written) ended, and end no
+    /// later than the next one began, when the writer has already opened
+    /// it. Tolerance 0: one writer owns a channel and stamps a packet's
+    /// begin at or after the previous one's end (writer.h keeps each
+    /// stream monotonic, clamping a clock that steps back), so any overlap
+    /// is corruption, not jitter. When a packet overlaps its successor and
+    /// the successor fits after the predecessor, this packet is the one
+    /// out of line: skipped, so one wild timestamp cannot push every later
+    /// packet of its channel out of order (docs/hardening.md).
+    fn check_neighbours(&self, c: u32, h: &PacketHeader, end: u64) -> Result<(), PacketFault> {
+        let prev_end = self.channels[c as usize].last_written.map(|l| l.ts_end);
+        if let Some(prev) = prev_end.filter(|&prev| h.timestamp_begin < prev) {
+            return Err(PacketFault::TimeBeforePrevious {
                 begin: h.timestamp_begin,
-                end: last.ts_end,
-            }),
+                end: prev,
+            });
+        }
+        match self.successor_begin(c, h.packet_seq_num) {
+            Some(next) if end > next && prev_end.is_none_or(|prev| next >= prev) => {
+                Err(PacketFault::TimeAfterNext { end, next })
+            }
             _ => Ok(()),
         }
+    }
+
+    /// When the writer has already opened packet `seq + 1` of channel `c`
+    /// (commit_pos past its start, so its header is published), the time
+    /// it began, from a private copy of its header; None otherwise, or
+    /// when the copy is not that packet's header (overwritten, torn).
+    fn successor_begin(&self, c: u32, seq: u64) -> Option<u64> {
+        let next = seq.checked_add(1)?;
+        let start = next.checked_mul(u64::from(self.layout.subbuf_size))?;
+        // Acquire (in commit_pos): pairs with the writer's store-release
+        // after it wrote the successor's header (writer.h, commit).
+        if self.load_commit_pos(c) <= start {
+            return None;
+        }
+        let mut bytes = [0u8; abi::PACKET_HDR_SIZE];
+        // A plain copy (pread), ordered after the acquire above.
+        if !self
+            .region
+            .copy_out(self.layout.subbuf_offset(c, next), &mut bytes)
+        {
+            return None;
+        }
+        let h = PacketHeader::parse(&bytes);
+        let ours = h.magic == abi::IVT_CTF_MAGIC
+            && h.packet_seq_num == next
+            && h.stream_instance_id == u64::from(c);
+        (ours && !self.torn(c, next)).then_some(h.timestamp_begin)
     }
 
     /// Rewrites the host-owned header fields and pads the content to a
@@ -847,11 +915,14 @@ impl Reader {
             })
             .max()
             .unwrap_or(0);
-        if seen > 0 {
+        let ts = if seen > 0 {
             seen
         } else {
             self.region.header().clock.ref_ticks
-        }
+        };
+        // The header's reference is guest-written: kept where the clock
+        // can place it.
+        ts.clamp(self.ticks.min, self.ticks.max.max(self.ticks.min))
     }
 
     fn emit_trailing_drops<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<(), S::Error> {

@@ -12,8 +12,13 @@
 //! are left out. The writing thread's id (`common_pid`) becomes the
 //! event's `_tid` context.
 
+// Guest input (a guest's format files and ftrace pages): every arithmetic
+// is checked or saturating, every narrowing cast explicit (docs/hardening.md).
+#![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
+
 use std::collections::HashMap;
 
+use ivtrace_region::bytes::{i32_at, slice_at, u16_at, u32_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 
 use ivtrace_ctf::host::STREAM_KERNEL;
@@ -86,25 +91,40 @@ pub mod rwbs {
 /// `F` (preflush), the operation (`W`, `D`, `DE` secure erase, `F` flush,
 /// `R`, `N` none), then `F` (FUA), `A` (read-ahead), `S` (sync), `M` (meta).
 pub fn rwbs_flags(text: &[u8]) -> u32 {
-    let text = text.split(|&c| c == 0).next().unwrap_or(&[]);
+    let mut rest = text.split(|&c| c == 0).next().unwrap_or(&[]);
     let mut flags = 0;
-    let mut i = 0;
-    if text.len() > 1 && text[0] == b'F' && b"WDFRN".contains(&text[1]) {
-        flags |= rwbs::PREFLUSH;
-        i = 1;
-    }
-    match text.get(i) {
-        Some(b'W') => flags |= rwbs::WRITE,
-        Some(b'D') if text.get(i + 1) == Some(&b'E') => {
-            flags |= rwbs::DISCARD | rwbs::SECURE;
-            i += 1;
+    // A leading F before an operation is a preflush.
+    if let [b'F', op, ..] = rest {
+        if b"WDFRN".contains(op) {
+            flags |= rwbs::PREFLUSH;
+            rest = &rest[1..];
         }
-        Some(b'D') => flags |= rwbs::DISCARD,
-        Some(b'F') => flags |= rwbs::FLUSH,
-        Some(b'R') => flags |= rwbs::READ,
-        _ => {}
     }
-    for c in text.iter().skip(i + 1) {
+    rest = match rest {
+        [b'W', tail @ ..] => {
+            flags |= rwbs::WRITE;
+            tail
+        }
+        [b'D', b'E', tail @ ..] => {
+            flags |= rwbs::DISCARD | rwbs::SECURE;
+            tail
+        }
+        [b'D', tail @ ..] => {
+            flags |= rwbs::DISCARD;
+            tail
+        }
+        [b'F', tail @ ..] => {
+            flags |= rwbs::FLUSH;
+            tail
+        }
+        [b'R', tail @ ..] => {
+            flags |= rwbs::READ;
+            tail
+        }
+        [_, tail @ ..] => tail,
+        [] => rest,
+    };
+    for c in rest {
         flags |= match c {
             b'F' => rwbs::FUA,
             b'A' => rwbs::RAHEAD,
@@ -246,8 +266,9 @@ fn put_int(out: &mut Vec<u8>, b: &[u8], adjust: Adjust) {
     v[..size].copy_from_slice(&b[..size]);
     match adjust {
         Adjust::Prio => {
-            let x = (i64::from_le_bytes(v) as i32).wrapping_sub(100) as i64;
-            out.extend_from_slice(&x.to_le_bytes()[..size]);
+            // A priority is a C int: its low 4 bytes, sign-extended back.
+            let prio = i32::from_le_bytes([v[0], v[1], v[2], v[3]]).wrapping_sub(100);
+            out.extend_from_slice(&i64::from(prio).to_le_bytes()[..size]);
         }
         Adjust::State => {
             let x = u64::from_le_bytes(v) & 0xff;
@@ -313,32 +334,31 @@ impl Decoder {
 
     /// The ftrace type id of a record (its `common_type`).
     pub fn type_of(&self, rec: &[u8]) -> Option<u16> {
-        Some(u16::from_le_bytes(
-            rec.get(self.type_off..self.type_off + 2)?.try_into().ok()?,
-        ))
+        u16_at(rec, self.type_off)
     }
 
     /// The payload of `rec`, or None for an unknown type or a record too
-    /// short for its format.
+    /// short for its format. Every offset is checked against the record:
+    /// formats are the guest's text.
     pub fn decode(&self, rec: &[u8]) -> Option<Decoded> {
-        let ty = u16::from_le_bytes(rec.get(self.type_off..self.type_off + 2)?.try_into().ok()?);
-        let dec = self.by_type.get(&ty)?;
-        let tid = i32::from_le_bytes(rec.get(self.pid_off..self.pid_off + 4)?.try_into().ok()?);
+        let dec = self.by_type.get(&self.type_of(rec)?)?;
+        let tid = i32_at(rec, self.pid_off)?;
         let mut out = Vec::with_capacity(64);
         for op in &dec.ops {
             match *op {
                 Op::Int { off, size, adjust } => {
-                    put_int(&mut out, rec.get(off..off + size)?, adjust)
+                    put_int(&mut out, slice_at(rec, off, size)?, adjust)
                 }
-                Op::Chars { off, n } => out.extend_from_slice(rec.get(off..off + n)?),
+                Op::Chars { off, n } => out.extend_from_slice(slice_at(rec, off, n)?),
                 Op::Rwbs { off, n } => {
-                    let flags = rwbs_flags(rec.get(off..off + n)?);
+                    let flags = rwbs_flags(slice_at(rec, off, n)?);
                     out.extend_from_slice(&flags.to_le_bytes());
                 }
                 Op::DataLocStr { off } => {
-                    let v = u32::from_le_bytes(rec.get(off..off + 4)?.try_into().ok()?);
-                    let (start, len) = ((v & 0xffff) as usize, (v >> 16) as usize);
-                    let raw = rec.get(start..start + len).unwrap_or(&[]);
+                    // __data_loc: offset in the low 16 bits, length in the high.
+                    let v = u32_at(rec, off)?;
+                    let (start, len) = (v & 0xffff, v >> 16);
+                    let raw = slice_at(rec, start as usize, len as usize).unwrap_or(&[]);
                     let text = raw.split(|&c| c == 0).next().unwrap_or(&[]);
                     out.extend_from_slice(String::from_utf8_lossy(text).as_bytes());
                     out.push(0);
@@ -354,6 +374,7 @@ impl Decoder {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::format::parse_event;
@@ -383,6 +404,29 @@ mod tests {
         assert_eq!(i32::from_le_bytes(p[16..20].try_into().unwrap()), 4242);
         assert_eq!(i32::from_le_bytes(p[20..24].try_into().unwrap()), 20);
         assert_eq!(i32::from_le_bytes(p[24..28].try_into().unwrap()), 1);
+    }
+
+    /// Formats built by hand (not through the parser's bounds) still
+    /// decode without overflow: every offset a format gives is checked
+    /// against the record (issue 23, case 1).
+    #[test]
+    fn offsets_at_the_end_of_the_address_space_decode_to_nothing() {
+        let mut f = parse_event("sched", SCHED_SWITCH).unwrap();
+        let rec = {
+            let mut r = vec![0u8; 64];
+            r[0..2].copy_from_slice(&f.id.to_le_bytes());
+            r
+        };
+        for at in [usize::MAX, usize::MAX - 1, usize::MAX - 3, usize::MAX - 7] {
+            f.fields[1].offset = at;
+            let (d, _) = Decoder::new(&[(f.clone(), 100)]);
+            assert!(d.decode(&rec).is_none(), "offset {at}");
+            let mut g = f.clone();
+            g.common[0].offset = at;
+            let (d, _) = Decoder::new(&[(g, 100)]);
+            assert_eq!(d.type_of(&rec), None);
+            assert!(d.decode(&rec).is_none());
+        }
     }
 
     #[test]

@@ -523,12 +523,26 @@ impl GuestTask {
     }
 
     /// The guest is done: its region file goes (unless kept), its entry
-    /// is given back. Runs once (a panicked task is finished by the pool).
+    /// is given back. Runs once.
     pub fn finished(&mut self) {
+        self.finish_as("done");
+    }
+
+    /// The recording panicked (a bug: the pool caught it): the guest is
+    /// given back like a finished one, but `ctl list` says it failed and
+    /// how to finish its trace, never "done".
+    pub fn panicked(&mut self) {
+        self.finish_as(
+            "failed: the recording panicked; `ivtrace recover` on its trace directory \
+             finishes what was written",
+        );
+    }
+
+    fn finish_as(&mut self, state: &str) {
         let Some(retire) = self.retire.take() else {
             return;
         };
-        self.guest.set_state("done");
+        self.guest.set_state(state);
         if !self.guest.cfg.keep_shm {
             self.guest.shm.remove();
         }

@@ -172,7 +172,7 @@ fn work(s: &Shared) {
                     "ivtrace serve: [{}] the recording panicked; the guest is dropped",
                     task.name()
                 );
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.finished()));
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.panicked()));
                 s.live.fetch_sub(1, Ordering::AcqRel);
             }
         }

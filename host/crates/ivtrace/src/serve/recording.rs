@@ -101,7 +101,17 @@ pub fn start(
     let dir = claim_dir(&g.cfg.outroot, &g.name)?;
     let out = dir.path().to_path_buf();
     announce(g, &region, &out);
-    let mut reader = Reader::new(region);
+    let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
+    region.protocol().set_doorbell_target(HOST_ID as u16, 0);
+    let kick_fd = g.interrupts.first();
+    let clock = GuestClock::start(
+        &region,
+        g.peer.pid,
+        kick_fd.is_some(),
+        g.cfg.sync_interval,
+        clock_kick(kick_fd),
+    );
+    let mut reader = Reader::new(region, clock.initial_mapping().expressible());
     let resumed = match resume {
         Some((path, h)) => {
             let r = reader
@@ -117,16 +127,6 @@ pub fn start(
     };
     let part = resumed.as_ref().map_or(0, |(_, r)| r.part);
     let region = reader.region();
-    let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
-    region.protocol().set_doorbell_target(HOST_ID as u16, 0);
-    let kick_fd = g.interrupts.first();
-    let clock = GuestClock::start(
-        region,
-        g.peer.pid,
-        kick_fd.is_some(),
-        g.cfg.sync_interval,
-        clock_kick(kick_fd),
-    );
     g.log(&clock.describe());
     let (host, stream) = host_side(g, &dir)?;
     let mut writer = session::ctf_writer_part(
