@@ -5,7 +5,10 @@
 
 mod common;
 
+use std::io::Read;
 use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
 
 use common::{ivtrace_shm, report_json, run};
 use ivtrace_region::abi;
@@ -224,4 +227,92 @@ fn a_packet_out_of_line_with_its_successor_is_the_one_skipped() {
     if let Some(n) = honest_events_read(&out) {
         assert_eq!(n as u64, 500 - lost);
     }
+}
+
+// ---------------------------------------------------------------- case 5
+
+// Nested forwarding's reassembly is bounded in total: an L1 guest that
+// starts a large forwarded message on every channel and never finishes one
+// made `ivtrace record` buffer them all (each up to 16 MiB; 4096 channels
+// could ask for 64 GiB).
+
+/// Channels that each hold one unfinished message.
+const FWD_CHANNELS: u32 = 16;
+/// What each unfinished message delivered before the region closed.
+const SENT: usize = 4 << 20;
+/// What each claims it will be: the largest message a forwarded packet
+/// can make (a 16 MiB sub-buffer and its 8-byte prefix).
+const CLAIMED: u32 = (16 << 20) + 8;
+const CHUNK: usize = 3072;
+
+/// A region whose channels each carry the first `SENT` bytes of a
+/// forwarded packet message that never ends.
+fn unfinished_messages() -> Vec<u8> {
+    let mut r = RegionBuilder::new(FWD_CHANNELS, 8, 1 << 20).build_region();
+    r.register(
+        abi::IVT_STREAM_USER,
+        0,
+        "ivtrace:forward",
+        &[("kind", abi::IVT_FT_U32, 0), ("data", abi::IVT_FT_BYTES, 0)],
+    );
+    let chunk = vec![0x5a; CHUNK];
+    for c in 0..FWD_CHANNELS {
+        for (i, offset) in (0..SENT).step_by(CHUNK).enumerate() {
+            let mut p = 3u32.to_le_bytes().to_vec(); // PACKET
+            p.extend_from_slice(&((8 + CHUNK) as u32).to_le_bytes());
+            p.extend_from_slice(&CLAIMED.to_le_bytes());
+            p.extend_from_slice(&(offset as u32).to_le_bytes());
+            p.extend_from_slice(&chunk);
+            assert!(r.emit(c, 1_000 + i as u64, 0, &p), "the region holds it");
+        }
+        r.close(c);
+    }
+    r.close_region();
+    r.bytes
+}
+
+/// The high-water mark of `pid`'s resident memory since its exec, in KiB.
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn unfinished_forwarded_messages_are_bounded_in_total() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shm = tmp.path().join("l1.shm");
+    std::fs::write(&shm, unfinished_messages()).unwrap();
+    let out = tmp.path().join("t");
+    let mut child = ivtrace_shm(&["record"], &shm, &out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Polled while it runs: the peak since its exec (a fork's copy of
+    // this test's memory before the exec does not count).
+    let mut peak_kib = 0;
+    let status = loop {
+        if let Some(kib) = vm_hwm_kib(child.id()) {
+            peak_kib = peak_kib.max(kib);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    eprintln!("{stderr}");
+    assert!(status.success());
+    let peak_mib = peak_kib / 1024;
+    let buffered_mib = (FWD_CHANNELS as usize * SENT) >> 20;
+    eprintln!("record's peak RSS: {peak_mib} MiB ({buffered_mib} MiB of unfinished messages sent)");
+    // The cap is one largest message (16 MiB) for all channels together,
+    // next to the recorder's own buffers (about 20 MiB here).
+    assert!(
+        peak_mib < 56,
+        "record held {peak_mib} MiB: the unfinished messages were buffered whole"
+    );
+    assert!(stderr.contains("forwarded messages refused"), "{stderr}");
 }

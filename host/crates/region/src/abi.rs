@@ -118,6 +118,9 @@ pub const HDR_SIZE: usize = 4096;
 pub const CHANNEL_SIZE: u64 = 256;
 /// `sizeof(struct ivt_packet_hdr)`: CTF packet header + packet context.
 pub const PACKET_HDR_SIZE: usize = 88;
+/// The header alone as a CTF size (bits): an empty packet's content and
+/// packet size.
+pub const PACKET_HDR_BITS: u64 = PACKET_HDR_SIZE as u64 * 8;
 /// `sizeof(struct ivt_meta_rec)` without its fields.
 pub const META_REC_SIZE: usize = 88;
 /// `sizeof(struct ivt_meta_field)`.
@@ -522,6 +525,7 @@ pub const VECTORS: &[(&str, u64)] = &[
 pub use crate::bytes::{le_u16, le_u32, le_u64, put_u32, put_u64};
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::VECTORS;
 

@@ -99,6 +99,7 @@ fn put(b: &mut [u8], off: usize, v: &[u8]) {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

@@ -22,6 +22,11 @@
 //! # Ok::<(), ivtrace_region::region::RegionError>(())
 //! ```
 
+// Every byte of a region is guest input: arithmetic is checked, saturating
+// or wrapping by intent, narrowing casts explicit (docs/hardening.md,
+// "Arithmetic on guest values"); the exceptions are annotated one by one.
+#![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
+
 pub mod abi;
 pub mod bytes;
 pub mod classes;

@@ -10,6 +10,7 @@
 use thiserror::Error;
 
 use crate::abi::{self, le_u32, le_u64, put_u32, put_u64};
+use crate::bytes::slice_at;
 use crate::classes::{Op, Payload, StreamClasses};
 use crate::sanitize::fix_utf8_in_place;
 
@@ -262,10 +263,12 @@ fn check_complete(h: &PacketHeader, exp: &Expected) -> Result<usize, PacketFault
     if !bits.is_multiple_of(8) || bits / 8 < abi::PACKET_HDR_SIZE as u64 || bits / 8 > max {
         return Err(PacketFault::ContentSize { bits, max });
     }
-    if h.packet_size != max * 8 {
+    // The sub-buffer size is a u32: in bits it fits a u64.
+    let max_bits = max.saturating_mul(8);
+    if h.packet_size != max_bits {
         return Err(PacketFault::PacketSize {
             bits: h.packet_size,
-            expected: max * 8,
+            expected: max_bits,
         });
     }
     if !h.end_unknown() {
@@ -313,8 +316,10 @@ pub struct WalkSummary {
 impl WalkSummary {
     /// Event-header bytes of the walked events.
     pub fn header_bytes(&self) -> u64 {
-        (self.events - self.extended) * abi::IVT_EV_COMPACT_SIZE as u64
-            + self.extended * abi::IVT_EV_EXT_SIZE as u64
+        let compact = self.events.saturating_sub(self.extended);
+        compact
+            .saturating_mul(abi::IVT_EV_COMPACT_SIZE as u64)
+            .saturating_add(self.extended.saturating_mul(abi::IVT_EV_EXT_SIZE as u64))
     }
 }
 
@@ -333,37 +338,39 @@ pub fn walk<V: EventVisitor>(
         last_ts: begin,
         ..WalkSummary::default()
     };
+    // Positions are below len; every sum saturates, so a length past the
+    // content is refused by the bounds checks, never wraps.
     let mut off = abi::PACKET_HDR_SIZE;
     while off < len {
         let at = off;
-        if off + abi::IVT_EV_COMPACT_SIZE > len {
+        if off.saturating_add(abi::IVT_EV_COMPACT_SIZE) > len {
             return Err(WalkFault::TruncatedHeader { at });
         }
         let word = le_u32(content, off);
         let mut id = word & ((1 << abi::IVT_EV_ID_BITS) - 1);
         let ts;
         if id == abi::IVT_EV_ID_EXTENDED {
-            if off + abi::IVT_EV_EXT_SIZE > len {
+            let Some(ext) = slice_at(content, off, abi::IVT_EV_EXT_SIZE) else {
                 return Err(WalkFault::TruncatedHeader { at });
-            }
-            id = le_u32(content, off + 4);
-            ts = le_u64(content, off + 8);
+            };
+            id = le_u32(ext, 4);
+            ts = le_u64(ext, 8);
             if ts < sum.last_ts {
                 return Err(WalkFault::TimeBackwards { at });
             }
-            sum.extended += 1;
-            off += abi::IVT_EV_EXT_SIZE;
+            sum.extended = sum.extended.saturating_add(1);
+            off = off.saturating_add(abi::IVT_EV_EXT_SIZE);
         } else {
             ts = unwrap_compact(sum.last_ts, (word >> abi::IVT_EV_ID_BITS) as u64)
                 .ok_or(WalkFault::TimeAfterEnd { at, ts: u64::MAX })?;
-            off += abi::IVT_EV_COMPACT_SIZE;
+            off = off.saturating_add(abi::IVT_EV_COMPACT_SIZE);
         }
         if ts > end {
             return Err(WalkFault::TimeAfterEnd { at, ts });
         }
         let class = classes.get(id).ok_or(WalkFault::UnknownId { at, id })?;
         let payload_end = match &class.payload {
-            Payload::Fixed(n) => off + *n as usize,
+            Payload::Fixed(n) => off.saturating_add(*n as usize),
             Payload::Program(ops) => run_program(content, off, ops, &mut sum.utf8_fixed)
                 .ok_or(WalkFault::PayloadOverrun { at })??,
         };
@@ -371,9 +378,10 @@ pub fn walk<V: EventVisitor>(
             return Err(WalkFault::PayloadOverrun { at });
         }
         visitor.event_payload(id, ts, &content[off..payload_end]);
-        sum.events += 1;
+        sum.events = sum.events.saturating_add(1);
         sum.last_ts = ts;
-        off = (payload_end + abi::IVT_EV_ALIGN - 1) & !(abi::IVT_EV_ALIGN - 1);
+        // payload_end <= len: aligning it up cannot overflow.
+        off = payload_end.next_multiple_of(abi::IVT_EV_ALIGN);
     }
     Ok(sum)
 }
@@ -438,13 +446,15 @@ fn run_program(
                 let Some((nul, ascii)) = scan_cstr(content.get(p..)?) else {
                     return Some(Err(WalkFault::UnterminatedString { at }));
                 };
-                *utf8_fixed += fix_text(&mut content[p..p + nul], ascii);
-                p + nul + 1
+                // The NUL is inside content: p + nul + 1 <= len.
+                let end = p.saturating_add(nul);
+                *utf8_fixed = utf8_fixed.saturating_add(fix_text(&mut content[p..end], ascii));
+                end.saturating_add(1)
             }
             Op::Chars(n) => {
                 let e = p.checked_add(n as usize).filter(|&e| e <= len)?;
                 let ascii = content[p..e].is_ascii();
-                *utf8_fixed += fix_text(&mut content[p..e], ascii);
+                *utf8_fixed = utf8_fixed.saturating_add(fix_text(&mut content[p..e], ascii));
                 e
             }
             Op::Seq { len_bytes, elem } => {
@@ -461,6 +471,7 @@ fn run_program(
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::classes::{EventClass, Field, FieldType};

@@ -73,17 +73,21 @@ pub fn fix_utf8_in_place(mut text: &mut [u8]) -> u32 {
         match std::str::from_utf8(text) {
             Ok(_) => return replaced,
             Err(e) => {
+                // valid_up_to() <= len, and the bad sequence ends within
+                // the text: std's Utf8Error guarantees both.
                 let bad_at = e.valid_up_to();
-                let bad_len = e.error_len().unwrap_or(text.len() - bad_at);
-                text[bad_at..bad_at + bad_len].fill(b'?');
-                replaced += bad_len as u32;
-                text = &mut text[bad_at + bad_len..];
+                let bad_len = e.error_len().unwrap_or(text.len().saturating_sub(bad_at));
+                let bad_end = bad_at.saturating_add(bad_len);
+                text[bad_at..bad_end].fill(b'?');
+                replaced = replaced.saturating_add(u32::try_from(bad_len).unwrap_or(u32::MAX));
+                text = &mut text[bad_end..];
             }
         }
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
