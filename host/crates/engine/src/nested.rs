@@ -39,6 +39,7 @@ use ivtrace_region::bytes::{slice_at, u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, EventClasses, Field, FieldType};
 use ivtrace_region::packet::EventVisitor;
 use ivtrace_region::reader::walk_own_packet;
+use ivtrace_region::sanitize::Shown;
 use ivtrace_region::{abi, sanitize, PacketSink};
 use ivtrace_time::ClockMapping;
 use serde::{Deserialize, Serialize};
@@ -770,15 +771,16 @@ impl NestedGuest {
             .write_atomically(NESTED_SIDECAR, &serde_json::to_vec_pretty(&summary)?)
             .with_context(|| format!("cannot write {}", self.dir.join(NESTED_SIDECAR).display()))?;
         eprintln!(
-            "ivtrace: nested guest {} (via {via}): {} events in {} packets, {} corrupt packets, \
+            "ivtrace: nested guest {} (via {}): {} events in {} packets, {} corrupt packets, \
              {} incomplete messages, its own discarded {}; clock {} ±{} ns -> {}",
-            self.hello.name,
+            Shown(&self.hello.name),
+            Shown(via),
             self.stats.events,
             self.stats.packets,
             self.stats.corrupt_packets,
             self.stats.incomplete_messages,
             self.stats.guest_discarded,
-            shown.method,
+            Shown(&shown.method),
             shown.error_ns,
             self.dir.path().display()
         );

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod control;
 pub mod ctl;
 pub mod ftrace;
+pub mod json_out;
 pub mod qmp;
 pub mod record;
 pub mod recover;

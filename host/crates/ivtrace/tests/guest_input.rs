@@ -302,7 +302,12 @@ fn unfinished_forwarded_messages_are_bounded_in_total() {
         std::thread::sleep(Duration::from_millis(5));
     };
     let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     eprintln!("{stderr}");
     assert!(status.success());
     let peak_mib = peak_kib / 1024;
@@ -315,4 +320,105 @@ fn unfinished_forwarded_messages_are_bounded_in_total() {
         "record held {peak_mib} MiB: the unfinished messages were buffered whole"
     );
     assert!(stderr.contains("forwarded messages refused"), "{stderr}");
+}
+
+// ---------------------------------------------------------------- case 6
+
+/// Text with what a hostile guest or file would put in front of a
+/// terminal: clear the screen, set the window title, a fake line.
+const ESCAPES: &str = "evil\u{1b}[2J\u{1b}]0;owned\u{7}\nivtrace: fake line\u{9b}1m";
+
+fn has_raw_escapes(bytes: &[u8]) -> bool {
+    bytes.iter().any(|&b| b == 0x1b || b == 0x07)
+        || String::from_utf8_lossy(bytes).contains('\u{9b}')
+}
+
+/// `report` and `recover` printed a crafted sidecar's clock method, stop
+/// reason, event names and warnings as the file had them: escape
+/// sequences reached the terminal. Now they are shown escaped, and JSON
+/// keeps them escaped as JSON does.
+#[test]
+fn a_crafted_sidecar_reaches_the_terminal_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = user_region(50);
+    let (status, out) = record(tmp.path(), &r.bytes);
+    assert_eq!(status, Some(0));
+    let path = out.join("ivtrace.json");
+    let mut s: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    s["clock"]["method"] = ESCAPES.into();
+    s["stop_reason"] = ESCAPES.into();
+    s["trace_uuid"] = ESCAPES.into();
+    s["warnings"] = serde_json::json!([ESCAPES]);
+    s["streams"][0]["event_classes"][0]["name"] = ESCAPES.into();
+    std::fs::write(&path, serde_json::to_vec(&s).unwrap()).unwrap();
+    let shown = run(common::ivtrace().arg("report").arg(&out));
+    assert!(shown.status.success());
+    assert!(
+        !has_raw_escapes(&shown.stdout),
+        "report printed raw escapes"
+    );
+    assert!(
+        !has_raw_escapes(&shown.stderr),
+        "report printed raw escapes"
+    );
+    assert!(String::from_utf8_lossy(&shown.stdout).contains("evil\\x1b[2J"));
+    let json = run(common::ivtrace().arg("report").arg(&out).arg("--json"));
+    assert!(!has_raw_escapes(&json.stdout));
+    let back: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(
+        back["clock"]["method"], ESCAPES,
+        "JSON keeps the exact text"
+    );
+    s["state"] = "recording".into();
+    std::fs::write(&path, serde_json::to_vec(&s).unwrap()).unwrap();
+    let rec = run(common::ivtrace().arg("recover").arg(&out));
+    assert!(
+        !has_raw_escapes(&rec.stdout) && !has_raw_escapes(&rec.stderr),
+        "recover printed raw escapes"
+    );
+}
+
+/// A forwarded guest's clock mapping named its method with escape
+/// sequences; record's summary printed it raw. Now escaped.
+#[test]
+fn a_forwarded_clock_method_reaches_the_terminal_escaped() {
+    let mut r = RegionBuilder::new(1, 8, 8192).build_region();
+    let fwd = [("kind", abi::IVT_FT_U32, 0), ("data", abi::IVT_FT_BYTES, 0)];
+    r.register(abi::IVT_STREAM_USER, 0, "ivtrace:forward", &fwd);
+    let sync = [("mono", abi::IVT_FT_U64, 0), ("phase", abi::IVT_FT_U32, 0)];
+    r.register(abi::IVT_STREAM_USER, 1, "ivtrace:forward_sync", &sync);
+    let uuid = [7u8; 16];
+    let hello = serde_json::json!({"name": "l2", "uuid": uuid, "nr_channels": 1});
+    let clock = serde_json::json!({"freq_hz": 1_000_000_000u64, "ref_ticks": 0, "ref_realtime_ns": 0,
+        "error_ns": 5, "method": ESCAPES, "coarse": false, "samples": 1});
+    let mut ts = 1_000;
+    for (kind, body) in [(1u32, hello), (4, clock)] {
+        let body = serde_json::to_vec(&body).unwrap();
+        let mut p = kind.to_le_bytes().to_vec();
+        p.extend_from_slice(&(8 + body.len() as u32).to_le_bytes());
+        p.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&body);
+        ts += 10;
+        assert!(r.emit(0, ts, 0, &p));
+    }
+    for phase in 0..2u32 {
+        let mut p = (500 + u64::from(phase)).to_le_bytes().to_vec();
+        p.extend_from_slice(&phase.to_le_bytes());
+        ts += 10;
+        assert!(r.emit(0, ts, 1, &p));
+    }
+    r.close(0);
+    r.close_region();
+    let tmp = tempfile::tempdir().unwrap();
+    let shm = tmp.path().join("l1.shm");
+    std::fs::write(&shm, &r.bytes).unwrap();
+    let out = run(&mut ivtrace_shm(&["record"], &shm, &tmp.path().join("t")));
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nested guest l2"), "{stderr}");
+    assert!(
+        !has_raw_escapes(&out.stderr),
+        "record printed raw escapes: {stderr}"
+    );
 }

@@ -8,6 +8,7 @@
 //! Nothing here may take the server down: errors end this guest's
 //! recording (after finalizing what was recorded) and are logged.
 
+use ivtrace_region::sanitize::ShownText;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -553,7 +554,8 @@ impl GuestTask {
 
 impl Guest {
     pub fn log(&self, msg: &str) {
-        eprintln!("ivtrace serve: [{}] {msg}", self.name);
+        // Messages may quote the guest (its region's warnings, errors).
+        eprintln!("ivtrace serve: [{}] {}", self.name, ShownText(msg));
     }
 
     pub fn set_state(&self, state: &str) {
