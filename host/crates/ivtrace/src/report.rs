@@ -3,14 +3,14 @@
 //! counts per event type, losses, time span, rates and bytes per event.
 
 use ivtrace_region::sanitize::Shown;
-use std::fs::{self, File};
 use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use ivtrace_ctf::sidecar::{HostLost, Lost, Sidecar, SIDECAR_NAME};
+use ivtrace_ctf::outdir::{open_regular, read_limited};
+use ivtrace_ctf::sidecar::{HostLost, Lost, Sidecar, SIDECAR_MAX_BYTES, SIDECAR_NAME};
 use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
 use ivtrace_region::packet::{EventVisitor, PacketHeader};
 use ivtrace_region::reader::walk_own_packet;
@@ -103,10 +103,12 @@ pub struct Report {
 
 fn read_sidecar(dir: &Path) -> Result<Sidecar> {
     let path = dir.join(SIDECAR_NAME);
-    let text = fs::read(&path).map_err(|e| UserError {
-        message: format!("cannot read {}: {e}", path.display()),
-        hint: "pass a directory written by `ivtrace record` or `ivtrace snapshot`".into(),
-    })?;
+    let text = open_regular(&path)
+        .and_then(|f| read_limited(f, SIDECAR_MAX_BYTES, &path))
+        .map_err(|e| UserError {
+            message: format!("cannot read {}: {e}", path.display()),
+            hint: "pass a directory written by `ivtrace record` or `ivtrace snapshot`".into(),
+        })?;
     serde_json::from_slice(&text)
         .with_context(|| format!("{} is not an ivtrace sidecar", path.display()))
 }
@@ -157,7 +159,7 @@ fn walk_channel(
     let path = dir.join(&rel);
     let mut f = BufReader::with_capacity(
         1 << 20,
-        File::open(&path).with_context(|| format!("cannot open {}", path.display()))?,
+        open_regular(&path).with_context(|| format!("cannot open {}", path.display()))?,
     );
     let mut r = ChannelReport {
         channel: chan,

@@ -124,11 +124,23 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
         c.error_ns,
         if c.coarse { " (coarse)" } else { "" }
     )?;
-    for w in &s.warnings {
+    for w in s.warnings.iter().take(WARNINGS_SHOWN) {
         eprintln!("ivtrace: warning: {}", Shown(w));
+    }
+    if let Some(more) = s
+        .warnings
+        .len()
+        .checked_sub(WARNINGS_SHOWN)
+        .filter(|&n| n > 0)
+    {
+        eprintln!("ivtrace: warning: {more} more warnings: see `warnings` in the sidecar");
     }
     Ok(())
 }
+
+/// Warnings printed (a sidecar from elsewhere may hold any number; the
+/// recorder keeps at most 64 of the region's own).
+const WARNINGS_SHOWN: usize = 16;
 
 /// The headline, then one row per channel and the totals.
 fn print_table(
