@@ -138,7 +138,7 @@ mod tests {
         let out = ivtrace_ctf::OutDir::root(dir.path(), &Default::default()).unwrap();
         write_handoff(&out, &h).unwrap();
         assert_eq!(read_handoff(dir.path()).unwrap(), h);
-        fs::write(dir.path().join(HANDOFF_NAME), b"{}").unwrap();
+        std::fs::write(dir.path().join(HANDOFF_NAME), b"{}").unwrap();
         assert!(read_handoff(dir.path()).is_err());
     }
 }
