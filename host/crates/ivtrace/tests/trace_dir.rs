@@ -135,5 +135,9 @@ fn a_sidecar_full_of_warnings_prints_a_bounded_number() {
     let shown = stderr.lines().filter(|l| l.contains("planted")).count();
     assert!(shown <= 16, "{shown} warnings printed");
     assert!(stderr.contains("9984 more warnings"), "{stderr}");
-    assert_eq!(common::report_json(&out)["events"], 20, "the trace is whole");
+    assert_eq!(
+        common::report_json(&out)["events"],
+        20,
+        "the trace is whole"
+    );
 }
