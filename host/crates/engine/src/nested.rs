@@ -401,7 +401,9 @@ impl Expander {
         }
     }
 
-    fn sync(&mut self, chan: u32, ticks: u64, mono: u64, phase: u32) {
+    /// One clock bracket point of L1's channel `chan` (`ivtrace:forward_sync`;
+    /// public for the fuzz target, which feeds the stream without a region).
+    pub fn sync(&mut self, chan: u32, ticks: u64, mono: u64, phase: u32) {
         if phase == 0 {
             self.pending_sync.insert(chan, (ticks, mono));
             return;
@@ -425,7 +427,9 @@ impl Expander {
     }
 
     /// Adds a chunk; a complete message is handled at once.
-    fn chunk(&mut self, chan: u32, kind: u32, data: &[u8]) {
+    /// One chunk of a forwarded message on L1's channel `chan`
+    /// (`ivtrace:forward`'s kind and data; public for the fuzz target).
+    pub fn chunk(&mut self, chan: u32, kind: u32, data: &[u8]) {
         let (Some(total), Some(offset), Some(chunk)) =
             (u32_at(data, 0), u32_at(data, 4), data.get(8..))
         else {

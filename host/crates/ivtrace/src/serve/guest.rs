@@ -306,6 +306,8 @@ enum Phase {
         live: Box<recording::Live>,
         parked: bool,
     },
+    /// A recording's traces are finished; its relay session is closing.
+    Closing(Box<recording::Ending>),
     Done,
 }
 
@@ -336,6 +338,10 @@ const STEPS_PER_TURN: u32 = 16;
 fn storm_pause(idle_rings: u32) -> Duration {
     Duration::from_millis(1u64 << idle_rings.saturating_sub(1).min(6)).min(STORM_PAUSE_MAX)
 }
+
+/// How often a guest whose relay session is closing looks whether it is
+/// done (the close itself gives up after a few seconds).
+const RELAY_CLOSE_POLL: Duration = Duration::from_millis(50);
 
 /// The longest pause of a guest that rings for nothing.
 const STORM_PAUSE_MAX: Duration = Duration::from_millis(50);
@@ -401,6 +407,7 @@ impl GuestTask {
             Phase::AwaitingResume => self.await_resume(),
             Phase::Awaiting => self.look(),
             Phase::Recording { live, parked } => self.record(live, parked),
+            Phase::Closing(ending) => self.conclude(ending),
             Phase::Done => Turn::Done,
         };
         if matches!(t, Turn::Done) {
@@ -537,6 +544,24 @@ impl GuestTask {
     /// region again (a new trace).
     fn ended(&mut self, live: recording::Live, reason: StopReason) -> Turn {
         match recording::end(&self.guest, &mut self.waiter, live, reason) {
+            Ok(ending) => self.conclude(Box::new(ending)),
+            Err(e) => {
+                self.guest.log(&format!("recording failed: {e:#}"));
+                Turn::Done
+            }
+        }
+    }
+
+    /// A finished recording whose relay session may still be closing: the
+    /// drain worker does not wait for a slow relay; the guest sleeps
+    /// [`RELAY_CLOSE_POLL`] turns until the relay took the session's last
+    /// packets or the close gave up (its losses counted), then concludes.
+    fn conclude(&mut self, ending: Box<recording::Ending>) -> Turn {
+        if ending.relay_pending() {
+            self.phase = Phase::Closing(ending);
+            return Turn::Sleep(Instant::now() + RELAY_CLOSE_POLL);
+        }
+        match recording::conclude(&self.guest, *ending) {
             Ok(end)
                 if (guest_alive(end) && !self.guest.stop.load(Ordering::Relaxed))
                     || end == StopReason::Withdrawn =>
