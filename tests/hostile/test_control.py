@@ -32,7 +32,7 @@ def trickle(path, stop, replies):
                 if got:
                     replies.append(got)
                 break                           # a reply, or serve closed
-            except socket.timeout:
+            except TimeoutError:
                 pass
             try:
                 c.sendall(bytes([b]))

@@ -26,7 +26,7 @@ LATE_S = 1.5
 
 def pump(src, dst, delay):
     """Copies src to dst, each chunk `delay` seconds after it arrived (order kept)."""
-    due, cv, done = deque(), threading.Condition(), []
+    due, cv = deque(), threading.Condition()
 
     def read():
         while True:

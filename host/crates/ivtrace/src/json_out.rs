@@ -69,17 +69,18 @@ impl<F: Formatter> Formatter for TerminalSafe<F> {
 /// Writes `value` as pretty JSON, every control character escaped, then
 /// a newline.
 pub fn write_pretty<T: Serialize + ?Sized>(out: &mut impl Write, value: &T) -> io::Result<()> {
-    let mut ser =
+    let mut serializer =
         serde_json::Serializer::with_formatter(&mut *out, TerminalSafe(PrettyFormatter::new()));
-    value.serialize(&mut ser).map_err(io::Error::other)?;
+    value.serialize(&mut serializer).map_err(io::Error::other)?;
     writeln!(out)
 }
 
 /// Writes `value` as JSON on one line, every control character escaped,
 /// then a newline (what scripts read line by line).
 pub fn write_line<T: Serialize + ?Sized>(out: &mut impl Write, value: &T) -> io::Result<()> {
-    let mut ser = serde_json::Serializer::with_formatter(&mut *out, TerminalSafe(CompactFormatter));
-    value.serialize(&mut ser).map_err(io::Error::other)?;
+    let mut serializer =
+        serde_json::Serializer::with_formatter(&mut *out, TerminalSafe(CompactFormatter));
+    value.serialize(&mut serializer).map_err(io::Error::other)?;
     writeln!(out)
 }
 
