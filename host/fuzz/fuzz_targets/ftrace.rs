@@ -7,7 +7,7 @@
 #![no_main]
 
 use ivtrace_tracefs::decode::Decoder;
-use ivtrace_tracefs::format::{parse_event, parse_header_page, HeaderPage};
+use ivtrace_tracefs::format::{parse_event, parse_header_page};
 use ivtrace_tracefs::page;
 use libfuzzer_sys::fuzz_target;
 
@@ -16,10 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let header_text = String::from_utf8_lossy(parts.next().unwrap_or_default());
     let format_text = String::from_utf8_lossy(parts.next().unwrap_or_default());
     let pages = parts.next().unwrap_or_default();
-    let hp = match parse_header_page(&header_text) {
-        Ok(hp) => hp,
-        Err(_) => HeaderPage::default(),
-    };
+    let hp = parse_header_page(&header_text).unwrap_or_default();
     let formats: Vec<_> = parse_event("fuzz", &format_text)
         .ok()
         .map(|f| vec![(f, 1u32)])

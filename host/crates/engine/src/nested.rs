@@ -355,7 +355,7 @@ impl Expander {
     }
 
     /// Forwarded guests refused (a bad introduction, too many) and
-    /// messages refused (past [`PARTIAL_TOTAL_MAX`]).
+    /// messages refused (past `PARTIAL_TOTAL_MAX`).
     pub fn refused(&self) -> (u64, u64) {
         (self.refused_guests, self.refused_messages)
     }

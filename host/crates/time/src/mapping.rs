@@ -95,7 +95,7 @@ impl ClockMapping {
     ///
     /// - nanoseconds from the origin within int64, less a year (babeltrace2
     ///   refuses a whole trace with one timestamp past it), and within
-    ///   [`HORIZON_S`] of the reference point;
+    ///   a century (`HORIZON_S`) of the reference point;
     /// - while the offset is in cycles ([`Self::offset_fits_cycles`]), the
     ///   offset plus the value within int64 less a year of cycles (Trace
     ///   Compass adds them as signed 64-bit cycles).

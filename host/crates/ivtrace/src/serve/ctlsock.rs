@@ -51,7 +51,7 @@ fn errno_name(e: i32) -> &'static str {
 }
 
 /// Handles one control connection (its own short-lived thread). Reading
-/// the request has one deadline ([`REQUEST_DEADLINE`]) for the whole
+/// the request has one deadline (`REQUEST_DEADLINE`, 5 s) for the whole
 /// line, not a timeout per read: a client that trickles a byte at a time
 /// holds its control slot no longer than one that sends nothing.
 pub fn handle(conn: UnixStream, registry: &Registry) {

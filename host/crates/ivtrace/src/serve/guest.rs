@@ -318,7 +318,7 @@ pub enum Turn {
     /// Park it until its waiter's descriptor is readable or the deadline.
     Park(Instant),
     /// Park it until the deadline only: its doorbell rang for nothing
-    /// ([`storm_pause`]).
+    /// (`storm_pause`).
     Sleep(Instant),
     /// Finished: its trace(s) are finalized.
     Done,
