@@ -329,7 +329,7 @@ fn finish(
     done.vcpu_threads = timeline.vcpu_threads();
     done.counters = timeline.counters.clone();
     done.host_records = merge.records;
-    done.read_errors = merge.errors;
+    done.read_errors = merge.errors();
     done.read_errors.extend(errors.borrow().iter().cloned());
     done.summary = sink.agg.summary();
     if let Some(vm) = sink.vm.take() {
