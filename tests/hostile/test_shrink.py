@@ -5,10 +5,12 @@ guest's trace unfinalized).
 - record: the loopback writer's file is truncated mid-recording; record stops with a clear
   reason, finalizes what it read (babeltrace2 reads it) and exits normally;
 - serve, default: regions are memfds sealed against shrinking: the client's ftruncate fails
-  (EPERM) and its recording goes on untouched;
+  (EPERM) and its recording goes on untouched (every event recorded or, if a busy host let
+  the ring overflow, counted lost as the writer counted it);
 - serve --shm-dir (plain files): the client truncates its region file; that guest's trace is
   finalized ("region shrank"), the other guest keeps recording, serve exits 0 on SIGINT.
 """
+import json
 import os
 import time
 
@@ -69,8 +71,9 @@ def test_serve_regions_cannot_be_shrunk(tmp_path):
             shrunk = False
         assert not shrunk, "a client could shrink its region"
         assert os.fstat(shm_fd).st_size == 16 << 20
-        lg.communicate(timeout=60)
+        out, _ = lg.communicate(timeout=60)
         assert lg.returncode == 0
+        dropped = json.loads(out)["dropped"]
         assert srv.alive(), srv.stderr()
         c.close()
         srv.wait_guest("guest1", "done", timeout=30)
@@ -79,8 +82,18 @@ def test_serve_regions_cannot_be_shrunk(tmp_path):
         srv.cleanup()
     assert rc == 0
     d = sums["guest1"][-1]
-    assert sum(c["events"] for c in d["channels"]) == 400_000
-    assert sum(sum(c["lost"].values()) for c in d["channels"]) == 0
+    # The recording went on untouched: every event is recorded or counted lost. A busy host
+    # may let the ring overflow (375,440 of 400,000 recorded once under load): those are the
+    # writer's own drops, counted on both sides, and nothing else is lost.
+    events = sum(c["events"] for c in d["channels"])
+    lost = {}
+    for c in d["channels"]:
+        for why, n in c["lost"].items():
+            lost[why] = lost.get(why, 0) + n
+    print(f"\n{events} recorded, lost {lost}, the writer dropped {dropped} (ring full)")
+    assert events + sum(lost.values()) == 400_000
+    assert lost.get("full", 0) == dropped
+    assert sum(lost.values()) == dropped, lost
 
 
 def test_serve_survives_a_region_file_truncated(tmp_path):

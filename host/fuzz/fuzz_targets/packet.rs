@@ -3,7 +3,8 @@
 //! the packet as a complete packet and as a committed prefix.
 #![no_main]
 
-use ivtrace_region::packet::{self, PacketHeader};
+use ivtrace_ctf::ClockMapping;
+use ivtrace_region::packet::{self, PacketHeader, TickRange};
 use ivtrace_region::reader::PacketSink;
 use ivtrace_region::{abi, meta::ScanMode, Access, EventClasses, Reader, Region};
 use ivtrace_testutil::{packet_template, region_with_packet};
@@ -28,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let template =
         Region::from_bytes(&packet_template().bytes, Access::ReadOnly).expect("template");
-    let mut reader = Reader::new(template);
+    let mut reader = Reader::new(template, TickRange::ALL);
     reader.scan_metadata(ScanMode::Final);
     let h = PacketHeader::parse(data);
     let mut copy = data[..data.len().min(4096)].to_vec();
@@ -39,10 +40,22 @@ fuzz_target!(|data: &[u8]| {
         Some(h.timestamp_end),
         &mut (),
     );
+    // The drain checks packets against what a clock of the guest's
+    // frequency can express (a fixed mapping: the fuzzer picks the ticks).
+    let ticks = ClockMapping {
+        freq_hz: 1_000_000_000,
+        ref_ticks: 1_000,
+        ref_realtime_ns: 1_700_000_000_000_000_000,
+        error_ns: 1_000,
+        method: "fuzz".into(),
+        coarse: false,
+        samples: 8,
+    }
+    .expressible();
     for complete in [true, false] {
         let region = Region::from_bytes(&region_with_packet(data, complete), Access::ReadWrite)
             .expect("valid region");
-        let mut reader = Reader::new(region);
+        let mut reader = Reader::new(region, ticks);
         let _ = reader.drain_available(&mut Discard);
         let _ = reader.flush_partial(&mut Discard);
         let _ = reader.finish(&mut Discard);

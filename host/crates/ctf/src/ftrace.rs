@@ -25,6 +25,7 @@ use crate::outdir::OutDir;
 use crate::sidecar::TracefsFormats;
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::ftrace::FtraceFormats;
+use ivtrace_region::packet::TickRange;
 
 /// One relay channel's file: its name in the staging directory (wire
 /// packets) and in the kernel trace's (the decoded stream).
@@ -66,6 +67,13 @@ pub struct FtraceCpu {
     pub unknown_type: u64,
     pub bad_pages: u64,
     pub ts_clamped: u64,
+    /// Pages whose records lie where the trace's clock cannot place them
+    /// or after the relay wrote the page (docs/hardening.md,
+    /// "Timestamps"): skipped, their records (`events_out_of_time`) lost.
+    #[serde(default)]
+    pub pages_out_of_time: u64,
+    #[serde(default)]
+    pub events_out_of_time: u64,
     /// No `ftrace_stats` reached the host: losses are from the pages only.
     pub no_stats: bool,
     /// `lost` is past what CTF readers accept (2^63-1, the counters are
@@ -98,6 +106,10 @@ pub struct FtraceInput<'a> {
     /// (through directory descriptors, [`crate::outdir`]).
     pub staging: &'a OutDir,
     pub out: &'a OutDir,
+    /// What the kernel trace's clock can express, and its frequency (for
+    /// the tolerance between CPUs' clocks): records outside are refused.
+    pub ticks: TickRange,
+    pub freq_hz: u64,
 }
 
 /// The expanded stream class: its event classes (stream 2) and the facts.

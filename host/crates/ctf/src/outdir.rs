@@ -24,6 +24,13 @@
 //! Names handed to an [`OutDir`] are the host's own (`user_chan3`,
 //! `metadata`, a sanitized guest name): a name with `/`, or `.`/`..`, is
 //! refused, so no name can leave the directory either.
+//!
+//! Reading a trace directory (`report`, `recover`, `--resume`, the VM
+//! view) opens only regular files: `O_NONBLOCK`, so that a FIFO or a
+//! device named like a trace file cannot block the open, then `fstat`
+//! before any read ([`open_regular`], [`OutDir::open_read`]); files read
+//! whole (the sidecar, a handoff) through [`read_limited`], with a size
+//! limit and a clear error past it.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -133,6 +140,54 @@ fn is_dir(st: &FileStat) -> bool {
 
 fn is_regular(st: &FileStat) -> bool {
     SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
+}
+
+/// `f` (opened as `path`) if it is a regular file; an error that says what
+/// it is otherwise. `O_NONBLOCK` has no effect on a regular file's reads.
+fn only_regular(f: File, path: &Path) -> io::Result<File> {
+    let st = stat::fstat(f.as_raw_fd()).map_err(io_err)?;
+    if !is_regular(&st) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not a regular file (mode {:o}): a trace directory holds only regular files",
+                path.display(),
+                st.st_mode
+            ),
+        ));
+    }
+    Ok(f)
+}
+
+/// Opens `path` for reading if it is a regular file: opened with
+/// `O_NONBLOCK` (a FIFO or a device cannot block the open) and checked
+/// with `fstat` before any read.
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOCTTY).bits())
+        .open(path)?;
+    only_regular(f, path)
+}
+
+/// All of `f` (read from `path`), refused with a clear error if it holds
+/// more than `limit` bytes: a file read whole never takes more memory than
+/// its limit, whatever someone put in the directory.
+pub fn read_limited(f: File, limit: u64, path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    f.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} is larger than {limit} bytes, more than ivtrace ever writes there: not read",
+                path.display()
+            ),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// What is wrong with a root we may not share, if anything.
@@ -311,16 +366,11 @@ impl OutDir {
         self.open_existing(name, OFlag::O_RDWR)
     }
 
+    /// Opens `name` non-blocking (a FIFO must not block the open), then
+    /// refuses anything but a regular file before any read or write.
     fn open_existing(&self, name: &str, flags: OFlag) -> io::Result<File> {
-        let f = self.open_file(name, flags, 0)?;
-        let st = stat::fstat(f.as_raw_fd()).map_err(io_err)?;
-        if !is_regular(&st) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is not a regular file", self.join(name).display()),
-            ));
-        }
-        Ok(f)
+        let f = self.open_file(name, flags | OFlag::O_NONBLOCK, 0)?;
+        only_regular(f, &self.join(name))
     }
 
     fn open_file(&self, name: &str, flags: OFlag, mode: u32) -> io::Result<File> {
@@ -522,6 +572,26 @@ mod tests {
             let err = OutDir::root(&real, &policy).unwrap_err();
             assert!(err.to_string().contains("belongs to uid 65534"), "{err}");
         }
+    }
+
+    /// A FIFO blocked a reader's open forever (issue 23, case 7); a file
+    /// read whole had no size limit.
+    #[test]
+    fn readers_open_only_regular_files_and_read_up_to_a_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("ivtrace.json");
+        unistd::mkfifo(&fifo, Mode::S_IRWXU).unwrap();
+        let err = open_regular(&fifo).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let root = OutDir::root(tmp.path(), &OutputPolicy::default()).unwrap();
+        let err = root.open_read("ivtrace.json").unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let file = tmp.path().join("f");
+        std::fs::write(&file, [7u8; 100]).unwrap();
+        let f = || open_regular(&file).unwrap();
+        assert_eq!(read_limited(f(), 100, &file).unwrap().len(), 100);
+        let err = read_limited(f(), 99, &file).unwrap_err();
+        assert!(err.to_string().contains("larger than 99 bytes"), "{err}");
     }
 
     #[test]

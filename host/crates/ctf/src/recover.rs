@@ -22,7 +22,7 @@
 //! so recovering a directory another user can write is as safe as
 //! recording into it.
 
-use std::io::{self, Read};
+use std::io;
 
 use ivtrace_region::abi;
 use ivtrace_region::classes::EventClasses;
@@ -30,8 +30,10 @@ use ivtrace_region::packet::PacketHeader;
 use ivtrace_region::reader::walk_own_packet;
 
 use crate::kernel::{self, Staged, STAGING_DIR, WIRE_METADATA};
-use crate::outdir::{EntryKind, OutDir};
-use crate::sidecar::{ChannelSummary, Sidecar, StreamLayout, SIDECAR_NAME, STATE_RECOVERED};
+use crate::outdir::{read_limited, EntryKind, OutDir};
+use crate::sidecar::{
+    ChannelSummary, Sidecar, StreamLayout, SIDECAR_MAX_BYTES, SIDECAR_NAME, STATE_RECOVERED,
+};
 use crate::trace::{create_err, stream_dir, write_err, write_json, CtfError, NO_CHANNEL_FILE};
 use crate::tsdl::{self, TraceDesc};
 
@@ -148,12 +150,13 @@ pub struct Recovered {
 
 /// The sidecar of `root`, which must be a recording.
 pub fn read_sidecar(root: &OutDir) -> Result<Sidecar, CtfError> {
-    let path = root.join(SIDECAR_NAME).display().to_string();
-    let mut text = String::new();
-    root.open_read(SIDECAR_NAME)
-        .and_then(|mut f| f.read_to_string(&mut text))
+    let file = root.join(SIDECAR_NAME);
+    let path = file.display().to_string();
+    let text = root
+        .open_read(SIDECAR_NAME)
+        .and_then(|f| read_limited(f, SIDECAR_MAX_BYTES, &file))
         .map_err(create_err(&path))?;
-    serde_json::from_str(&text).map_err(|e| CtfError::Write {
+    serde_json::from_slice(&text).map_err(|e| CtfError::Write {
         path,
         source: io::Error::new(io::ErrorKind::InvalidData, e),
     })

@@ -16,6 +16,11 @@ use crate::tsdl::{EnvValue, TraceEnv};
 
 /// File name of the sidecar at the output root.
 pub const SIDECAR_NAME: &str = "ivtrace.json";
+/// Largest sidecar read back (`report`, `recover`, `--resume`): every
+/// class the ABI allows (4 stream classes x 4096 ids x 32 fields, some 80
+/// bytes a field pretty-printed: about 42 MiB) and 4096 channels' counts
+/// stay below it; a larger file is refused, not read.
+pub const SIDECAR_MAX_BYTES: u64 = 64 << 20;
 /// Value of [`Sidecar::format`].
 pub const SIDECAR_FORMAT: &str = "ivtrace-sidecar/1";
 /// [`Sidecar::state`] while the recorder runs (or if it died).

@@ -607,6 +607,8 @@ impl CtfWriter {
             files: &staged,
             staging: self.wire_dir.as_ref().expect("ftrace pages were staged"),
             out: &out_dir,
+            ticks: self.clock.expressible(),
+            freq_hz: self.clock.freq_hz,
         };
         let expander = self.ftrace.as_mut().expect("checked above");
         let out = expander

@@ -13,7 +13,6 @@
 //!
 //! [`StopReason::Handoff`]: crate::StopReason::Handoff
 
-use std::fs;
 use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
@@ -53,7 +52,8 @@ pub fn write_handoff(dir: &ivtrace_ctf::OutDir, handoff: &Handoff) -> Result<()>
 /// that wrote it.
 pub fn read_handoff(path: &Path) -> Result<Handoff> {
     let file = handoff_path(path);
-    let f = fs::File::open(&file).with_context(|| format!("cannot open {}", file.display()))?;
+    let f = ivtrace_ctf::outdir::open_regular(&file)
+        .with_context(|| format!("cannot open {}", file.display()))?;
     let mut text = Vec::new();
     f.take(HANDOFF_MAX_BYTES + 1)
         .read_to_end(&mut text)
@@ -138,7 +138,7 @@ mod tests {
         let out = ivtrace_ctf::OutDir::root(dir.path(), &Default::default()).unwrap();
         write_handoff(&out, &h).unwrap();
         assert_eq!(read_handoff(dir.path()).unwrap(), h);
-        fs::write(dir.path().join(HANDOFF_NAME), b"{}").unwrap();
+        std::fs::write(dir.path().join(HANDOFF_NAME), b"{}").unwrap();
         assert!(read_handoff(dir.path()).is_err());
     }
 }

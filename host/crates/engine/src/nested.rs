@@ -22,6 +22,10 @@
 //! [`META`] (JSON [`Vec<ClassWire>`]), [`PACKET`] (`u32 chan, u32 stream`,
 //! the packet), [`CLOCK`] (JSON `ClockMapping`, on L1's CLOCK_MONOTONIC).
 
+// The forwarded stream is guest input (an L1 guest writes it): every
+// arithmetic is checked or saturating, every narrowing cast explicit.
+#![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
@@ -31,9 +35,11 @@ use anyhow::{Context, Result};
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::tsdl::{EnvValue, TraceEnv};
 use ivtrace_ctf::{CtfWriter, OutDir};
+use ivtrace_region::bytes::{slice_at, u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, EventClasses, Field, FieldType};
 use ivtrace_region::packet::EventVisitor;
 use ivtrace_region::reader::walk_own_packet;
+use ivtrace_region::sanitize::Shown;
 use ivtrace_region::{abi, sanitize, PacketSink};
 use ivtrace_time::ClockMapping;
 use serde::{Deserialize, Serialize};
@@ -47,6 +53,12 @@ use ivtrace_region::names::NameTable;
 pub const CHUNK_MAX: usize = 3072;
 /// Largest message L0 reassembles: a packet of the largest sub-buffer.
 const MESSAGE_MAX: u32 = abi::IVT_SUBBUF_MAX + 8;
+/// Bytes of unfinished messages held at once, all L1 channels together:
+/// one largest message (an honest forwarder is one thread that sends one
+/// message at a time). A chunk that would need more drops its message,
+/// counted: a guest that starts a message on every channel and finishes
+/// none costs this much, not 16 MiB per channel.
+const PARTIAL_TOTAL_MAX: usize = MESSAGE_MAX as usize;
 /// The classes `ivtrace-forward` registers in L1's region.
 pub const FORWARD_CLASS: &str = "ivtrace:forward";
 pub const SYNC_CLASS: &str = "ivtrace:forward_sync";
@@ -138,13 +150,13 @@ impl Forwarder {
                 self.sent_generation = Some(classes.generation());
             }
         }
-        let mut body = Vec::with_capacity(8 + bytes.len());
+        let mut body = Vec::with_capacity(bytes.len().saturating_add(8));
         body.extend_from_slice(&chan.to_le_bytes());
         body.extend_from_slice(&stream.to_le_bytes());
         body.extend_from_slice(bytes);
         match self.send(PACKET, &body) {
-            true => self.packets += 1,
-            false => self.lost_packets += 1,
+            true => self.packets = self.packets.saturating_add(1),
+            false => self.lost_packets = self.lost_packets.saturating_add(1),
         }
     }
 
@@ -153,8 +165,8 @@ impl Forwarder {
     fn finish(&mut self, clock: &ClockMapping) -> serde_json::Value {
         let base = ivtrace_time::timebase::base();
         let mut mono = clock.clone();
-        mono.ref_realtime_ns = (clock.ref_realtime_ns as i128 - base.offset_ns as i128)
-            .clamp(0, u64::MAX as i128) as u64;
+        let ref_mono = i128::from(clock.ref_realtime_ns).saturating_sub(i128::from(base.offset_ns));
+        mono.ref_realtime_ns = u64::try_from(ref_mono.max(0)).unwrap_or(u64::MAX);
         mono.error_ns = clock.error_ns.saturating_add(base.error_ns);
         let body = serde_json::to_vec(&mono).unwrap_or_default();
         self.send(CLOCK, &body);
@@ -175,19 +187,25 @@ impl Forwarder {
     }
 }
 
+/// One message on the pipe, in chunks of at most [`CHUNK_MAX`] bytes. A
+/// body past u32 (never: a packet is at most 16 MiB) is refused.
 fn write_message(out: &mut impl Write, kind: u32, body: &[u8]) -> std::io::Result<()> {
-    let total = body.len() as u32;
-    let mut offset = 0usize;
+    let too_big = || std::io::Error::other("a forwarded message past 4 GiB");
+    let total = u32::try_from(body.len()).map_err(|_| too_big())?;
+    let mut offset = 0u32;
+    let mut rest = body;
     loop {
-        let chunk = &body[offset..body.len().min(offset + CHUNK_MAX)];
-        let len = (8 + chunk.len()) as u32;
+        let (chunk, after) = rest.split_at(rest.len().min(CHUNK_MAX));
+        // CHUNK_MAX + 8 fits a u32; offset + chunk <= total, a u32.
+        let len = u32::try_from(chunk.len()).map_err(|_| too_big())?;
         out.write_all(&kind.to_le_bytes())?;
-        out.write_all(&len.to_le_bytes())?;
+        out.write_all(&len.saturating_add(8).to_le_bytes())?;
         out.write_all(&total.to_le_bytes())?;
-        out.write_all(&(offset as u32).to_le_bytes())?;
+        out.write_all(&offset.to_le_bytes())?;
         out.write_all(chunk)?;
-        offset += chunk.len();
-        if offset >= body.len() {
+        offset = offset.saturating_add(len);
+        rest = after;
+        if rest.is_empty() {
             return Ok(());
         }
     }
@@ -215,11 +233,12 @@ fn classes_to_wire(classes: &EventClasses) -> Vec<ClassWire> {
 /// and ids out of range dropped (counted by the caller as skipped).
 fn classes_from_wire(wire: &[ClassWire]) -> (EventClasses, u64) {
     let mut classes = EventClasses::default();
-    let mut skipped = 0;
-    for w in wire.iter().take(2 * abi::IVT_EVENT_IDS_MAX as usize) {
+    let mut skipped = 0u64;
+    let most = (abi::IVT_EVENT_IDS_MAX as usize).saturating_mul(2);
+    for w in wire.iter().take(most) {
         match class_from_wire(w, &mut classes) {
             Some(c) if classes.stream_mut(c.stream).insert(c.clone()) => {}
-            _ => skipped += 1,
+            _ => skipped = skipped.saturating_add(1),
         }
     }
     classes.bump_generation();
@@ -249,7 +268,7 @@ fn class_from_wire(w: &ClassWire, classes: &mut EventClasses) -> Option<EventCla
 /// The first bytes of `s` that a NUL-padded field of `max` bytes holds.
 fn head(s: &str, max: usize) -> &[u8] {
     let b = s.as_bytes();
-    &b[..b.len().min(max - 1)]
+    &b[..b.len().min(max.saturating_sub(1))]
 }
 
 // ---------------------------------------------------------------- L0 side
@@ -305,6 +324,11 @@ pub struct Expander {
     forward_id: Option<u32>,
     sync_id: Option<u32>,
     partial: HashMap<u32, Partial>,
+    /// The capacity of every buffer in `partial`, at most
+    /// [`PARTIAL_TOTAL_MAX`].
+    partial_bytes: usize,
+    /// Messages dropped because they would pass [`PARTIAL_TOTAL_MAX`].
+    refused_messages: u64,
     /// Phase 0 of a bracket waiting for its phase 1, per L1 channel.
     pending_sync: HashMap<u32, (u64, u64)>,
     best_sync: Option<SyncBracket>,
@@ -321,11 +345,19 @@ impl Expander {
             forward_id: None,
             sync_id: None,
             partial: HashMap::new(),
+            partial_bytes: 0,
+            refused_messages: 0,
             pending_sync: HashMap::new(),
             best_sync: None,
             guests: BTreeMap::new(),
             refused_guests: 0,
         }
+    }
+
+    /// Forwarded guests refused (a bad introduction, too many) and
+    /// messages refused (past `PARTIAL_TOTAL_MAX`).
+    pub fn refused(&self) -> (u64, u64) {
+        (self.refused_guests, self.refused_messages)
     }
 
     /// Whether L1's user packets carry forwarded data (its classes name
@@ -369,7 +401,9 @@ impl Expander {
         }
     }
 
-    fn sync(&mut self, chan: u32, ticks: u64, mono: u64, phase: u32) {
+    /// One clock bracket point of L1's channel `chan` (`ivtrace:forward_sync`;
+    /// public for the fuzz target, which feeds the stream without a region).
+    pub fn sync(&mut self, chan: u32, ticks: u64, mono: u64, phase: u32) {
         if phase == 0 {
             self.pending_sync.insert(chan, (ticks, mono));
             return;
@@ -385,49 +419,97 @@ impl Expander {
             mono_before: before,
             mono_after: mono,
         };
-        let width = |s: &SyncBracket| s.mono_after - s.mono_before;
+        // mono >= before (checked above).
+        let width = |s: &SyncBracket| s.mono_after.saturating_sub(s.mono_before);
         if self.best_sync.is_none_or(|old| width(&b) < width(&old)) {
             self.best_sync = Some(b);
         }
     }
 
     /// Adds a chunk; a complete message is handled at once.
-    fn chunk(&mut self, chan: u32, kind: u32, data: &[u8]) {
-        if data.len() < 8 {
+    /// One chunk of a forwarded message on L1's channel `chan`
+    /// (`ivtrace:forward`'s kind and data; public for the fuzz target).
+    pub fn chunk(&mut self, chan: u32, kind: u32, data: &[u8]) {
+        let (Some(total), Some(offset), Some(chunk)) =
+            (u32_at(data, 0), u32_at(data, 4), data.get(8..))
+        else {
             return self.incomplete(chan);
-        }
-        let total = u32::from_le_bytes(data[0..4].try_into().expect("4 bytes"));
-        let offset = u32::from_le_bytes(data[4..8].try_into().expect("4 bytes"));
-        let chunk = &data[8..];
-        let p = self.partial.entry(chan).or_default();
+        };
         if offset == 0 {
-            let dropped = !p.buf.is_empty();
-            *p = Partial {
+            let dropped = self.take_partial(chan).is_some_and(|b| !b.is_empty());
+            let fresh = Partial {
                 kind,
                 total,
                 buf: Vec::new(),
             };
+            self.partial.insert(chan, fresh);
             if dropped {
                 self.incomplete(chan);
             }
         }
-        let p = self.partial.entry(chan).or_default();
-        let fits = p.kind == kind && p.total == total && total <= MESSAGE_MAX;
-        if !fits || offset as usize != p.buf.len() || p.buf.len() + chunk.len() > total as usize {
-            self.partial.remove(&chan);
+        let in_order = self.partial.get(&chan).is_some_and(|p| {
+            let end = p.buf.len().saturating_add(chunk.len());
+            p.kind == kind
+                && p.total == total
+                && total <= MESSAGE_MAX
+                && offset as usize == p.buf.len()
+                && end <= total as usize
+        });
+        if !in_order {
+            self.take_partial(chan);
             return self.incomplete(chan);
         }
+        if !self.reserve(chan, chunk.len()) {
+            self.take_partial(chan);
+            self.refused_messages = self.refused_messages.saturating_add(1);
+            return self.incomplete(chan);
+        }
+        let Some(p) = self.partial.get_mut(&chan) else {
+            return;
+        };
         p.buf.extend_from_slice(chunk);
         if p.buf.len() == total as usize {
-            let msg = std::mem::take(&mut p.buf);
-            self.partial.remove(&chan);
+            let msg = self.take_partial(chan).unwrap_or_default();
             self.message(chan, kind, &msg);
         }
     }
 
+    /// Makes room for `more` bytes in `chan`'s message: it grows by
+    /// doubling up to its claimed total, within [`PARTIAL_TOTAL_MAX`] for
+    /// every message together. False when that would pass it.
+    fn reserve(&mut self, chan: u32, more: usize) -> bool {
+        let Some(p) = self.partial.get_mut(&chan) else {
+            return false;
+        };
+        let need = p.buf.len().saturating_add(more);
+        let cap = p.buf.capacity();
+        if need <= cap {
+            return true;
+        }
+        let grow_to = cap.saturating_mul(2).min(p.total as usize).max(need);
+        if self
+            .partial_bytes
+            .saturating_add(grow_to.saturating_sub(cap))
+            > PARTIAL_TOTAL_MAX
+        {
+            return false;
+        }
+        p.buf.reserve_exact(grow_to.saturating_sub(p.buf.len()));
+        let grown = p.buf.capacity().saturating_sub(cap);
+        self.partial_bytes = self.partial_bytes.saturating_add(grown);
+        true
+    }
+
+    /// Removes `chan`'s unfinished message, its bytes off the total.
+    fn take_partial(&mut self, chan: u32) -> Option<Vec<u8>> {
+        let p = self.partial.remove(&chan)?;
+        self.partial_bytes = self.partial_bytes.saturating_sub(p.buf.capacity());
+        Some(p.buf)
+    }
+
     fn incomplete(&mut self, chan: u32) {
         if let Some(g) = self.guests.get_mut(&chan) {
-            g.stats.incomplete_messages += 1;
+            g.stats.incomplete_messages = g.stats.incomplete_messages.saturating_add(1);
         }
     }
 
@@ -442,17 +524,17 @@ impl Expander {
             META => g.meta(msg),
             PACKET => g.packet(msg),
             CLOCK => g.clock = serde_json::from_slice(msg).ok(),
-            _ => g.stats.incomplete_messages += 1,
+            _ => g.stats.incomplete_messages = g.stats.incomplete_messages.saturating_add(1),
         }
     }
 
     fn hello(&mut self, chan: u32, msg: &[u8]) {
         let Ok(hello) = serde_json::from_slice::<Hello>(msg) else {
-            self.refused_guests += 1;
+            self.refused_guests = self.refused_guests.saturating_add(1);
             return;
         };
         if self.guests.contains_key(&chan) || self.guests.len() >= NESTED_MAX {
-            self.refused_guests += 1;
+            self.refused_guests = self.refused_guests.saturating_add(1);
             return;
         }
         match NestedGuest::create(&self.root, hello, self.guests.len()) {
@@ -461,7 +543,7 @@ impl Expander {
             }
             Err(e) => {
                 eprintln!("ivtrace: warning: a forwarded guest's trace cannot be written: {e:#}");
-                self.refused_guests += 1;
+                self.refused_guests = self.refused_guests.saturating_add(1);
             }
         }
     }
@@ -469,8 +551,9 @@ impl Expander {
     /// Writes every forwarded guest with its composed clock (`outer`: the
     /// final mapping of L1's writer clock to this host's time).
     pub fn finish(&mut self, outer: &ClockMapping, via: &str) -> Result<Vec<serde_json::Value>> {
-        let unfinished: Vec<u32> = self.partial.drain().map(|(chan, _)| chan).collect();
+        let unfinished: Vec<u32> = self.partial.keys().copied().collect();
         for chan in unfinished {
+            self.take_partial(chan);
             self.incomplete(chan);
         }
         let mut guests = Vec::with_capacity(self.guests.len());
@@ -482,6 +565,14 @@ impl Expander {
                 "ivtrace: warning: {} forwarded guests refused (bad introduction, or more than \
                  {NESTED_MAX})",
                 self.refused_guests
+            );
+        }
+        if self.refused_messages > 0 {
+            eprintln!(
+                "ivtrace: warning: {} forwarded messages refused: unfinished messages would have \
+                 held more than {} MiB at once",
+                self.refused_messages,
+                PARTIAL_TOTAL_MAX >> 20
             );
         }
         Ok(guests)
@@ -504,17 +595,18 @@ impl EventVisitor for Events {
     fn event(&mut self, _id: u32, _ts: u64) {}
 
     fn event_payload(&mut self, id: u32, ts: u64, p: &[u8]) {
-        if Some(id) == self.forward_id && p.len() >= 8 {
+        if Some(id) == self.forward_id {
             // kind u32, then bytes: u32 length, the bytes.
-            let kind = u32::from_le_bytes(p[0..4].try_into().expect("4 bytes"));
-            let len = u32::from_le_bytes(p[4..8].try_into().expect("4 bytes")) as usize;
-            if let Some(data) = p.get(8..8 + len) {
+            let (Some(kind), Some(len)) = (u32_at(p, 0), u32_at(p, 4)) else {
+                return;
+            };
+            if let Some(data) = slice_at(p, 8, len as usize) {
                 self.found.push(Found::Chunk(kind, data.to_vec()));
             }
-        } else if Some(id) == self.sync_id && p.len() >= 12 {
-            let mono = u64::from_le_bytes(p[0..8].try_into().expect("8 bytes"));
-            let phase = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes"));
-            self.found.push(Found::Sync(ts, mono, phase));
+        } else if Some(id) == self.sync_id {
+            if let (Some(mono), Some(phase)) = (u64_at(p, 0), u32_at(p, 8)) {
+                self.found.push(Found::Sync(ts, mono, phase));
+            }
         }
     }
 }
@@ -522,10 +614,13 @@ impl EventVisitor for Events {
 /// The composed mapping: L2's mapping (onto L1's CLOCK_MONOTONIC) shifted
 /// by where L1's CLOCK_MONOTONIC lies on L0's timeline; the bounds add.
 pub fn compose(inner: &ClockMapping, outer: &ClockMapping, sync: &SyncBracket) -> ClockMapping {
-    let half = (sync.mono_after - sync.mono_before) / 2;
-    let mid = sync.mono_before + half;
-    let shift = outer.realtime_ns(sync.ticks) - mid as i128;
-    let ref_ns = (inner.ref_realtime_ns as i128 + shift).clamp(0, u64::MAX as i128) as u64;
+    let half = sync.mono_after.saturating_sub(sync.mono_before) / 2;
+    let mid = sync.mono_before.saturating_add(half);
+    let shift = outer
+        .realtime_ns(sync.ticks)
+        .saturating_sub(i128::from(mid));
+    let ref_ns = i128::from(inner.ref_realtime_ns).saturating_add(shift);
+    let ref_ns = u64::try_from(ref_ns.max(0)).unwrap_or(u64::MAX);
     ClockMapping {
         freq_hz: inner.freq_hz,
         ref_ticks: inner.ref_ticks,
@@ -533,7 +628,7 @@ pub fn compose(inner: &ClockMapping, outer: &ClockMapping, sync: &SyncBracket) -
         error_ns: inner
             .error_ns
             .saturating_add(outer.error_ns)
-            .saturating_add(half + 1),
+            .saturating_add(half.saturating_add(1)),
         method: format!("nested({} then {})", inner.method, outer.method),
         coarse: inner.coarse || outer.coarse,
         samples: inner.samples.min(outer.samples),
@@ -595,7 +690,7 @@ impl NestedGuest {
 
     fn meta(&mut self, msg: &[u8]) {
         let Ok(wire) = serde_json::from_slice::<Vec<ClassWire>>(msg) else {
-            self.stats.incomplete_messages += 1;
+            self.stats.incomplete_messages = self.stats.incomplete_messages.saturating_add(1);
             return;
         };
         let (mut classes, skipped) = classes_from_wire(&wire);
@@ -610,13 +705,13 @@ impl NestedGuest {
     /// A forwarded packet: checked like a packet the host wrote itself
     /// (magic, sizes, every event walked with the forwarded classes).
     fn packet(&mut self, msg: &[u8]) {
-        if msg.len() < 8 + abi::PACKET_HDR_SIZE {
-            self.stats.corrupt_packets += 1;
+        let (Some(chan), Some(stream), Some(packet)) =
+            (u32_at(msg, 0), u32_at(msg, 4), msg.get(8..))
+        else {
+            self.stats.corrupt_packets = self.stats.corrupt_packets.saturating_add(1);
             return;
-        }
-        let chan = u32::from_le_bytes(msg[0..4].try_into().expect("4 bytes"));
-        let stream = u32::from_le_bytes(msg[4..8].try_into().expect("4 bytes"));
-        let mut copy = msg[8..].to_vec();
+        };
+        let mut copy = packet.to_vec();
         let walked = match walk_own_packet(&mut copy, &self.classes, &mut ()) {
             Ok((h, s)) if h.stream_id == stream && h.stream_instance_id == chan as u64 => {
                 Some((h, s))
@@ -625,7 +720,7 @@ impl NestedGuest {
         };
         let known = chan < self.hello.nr_channels && stream <= abi::IVT_STREAM_USER;
         let Some((h, s)) = walked.filter(|_| known) else {
-            self.stats.corrupt_packets += 1;
+            self.stats.corrupt_packets = self.stats.corrupt_packets.saturating_add(1);
             return;
         };
         let written = self
@@ -633,11 +728,11 @@ impl NestedGuest {
             .packet(chan, stream, &copy, &self.classes)
             .and_then(|()| self.writer.commit());
         if written.is_err() {
-            self.stats.corrupt_packets += 1;
+            self.stats.corrupt_packets = self.stats.corrupt_packets.saturating_add(1);
             return;
         }
-        self.stats.packets += 1;
-        self.stats.events += s.events;
+        self.stats.packets = self.stats.packets.saturating_add(1);
+        self.stats.events = self.stats.events.saturating_add(s.events);
         let d = self.discarded.entry((stream, chan)).or_default();
         *d = (*d).max(h.events_discarded);
     }
@@ -680,15 +775,16 @@ impl NestedGuest {
             .write_atomically(NESTED_SIDECAR, &serde_json::to_vec_pretty(&summary)?)
             .with_context(|| format!("cannot write {}", self.dir.join(NESTED_SIDECAR).display()))?;
         eprintln!(
-            "ivtrace: nested guest {} (via {via}): {} events in {} packets, {} corrupt packets, \
+            "ivtrace: nested guest {} (via {}): {} events in {} packets, {} corrupt packets, \
              {} incomplete messages, its own discarded {}; clock {} ±{} ns -> {}",
-            self.hello.name,
+            Shown(&self.hello.name),
+            Shown(via),
             self.stats.events,
             self.stats.packets,
             self.stats.corrupt_packets,
             self.stats.incomplete_messages,
             self.stats.guest_discarded,
-            shown.method,
+            Shown(&shown.method),
             shown.error_ns,
             self.dir.path().display()
         );
@@ -767,16 +863,19 @@ impl<O: Output> Nesting<O> {
         via: &str,
     ) -> Result<Option<serde_json::Value>> {
         let forwarded = self.forward.as_mut().map(|f| f.finish(clock));
-        let guests = match self.expand.as_mut() {
-            Some(x) => x.finish(clock, via)?,
-            None => Vec::new(),
+        let (guests, refused) = match self.expand.as_mut() {
+            Some(x) => (x.finish(clock, via)?, x.refused()),
+            None => (Vec::new(), (0, 0)),
         };
-        if forwarded.is_none() && guests.is_empty() {
+        if forwarded.is_none() && guests.is_empty() && refused == (0, 0) {
             return Ok(None);
         }
-        Ok(Some(
-            serde_json::json!({ "forwarded": forwarded, "guests": guests }),
-        ))
+        Ok(Some(serde_json::json!({
+            "forwarded": forwarded,
+            "guests": guests,
+            "refused_guests": refused.0,
+            "refused_messages": refused.1,
+        })))
     }
 
     fn wants(&mut self, stream: u32, classes: &EventClasses) -> bool {
@@ -872,6 +971,7 @@ impl<O: Output> Output for Nesting<O> {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
@@ -978,6 +1078,30 @@ mod tests {
         let user = x.guests[&0].classes.stream(abi::IVT_STREAM_USER);
         assert_eq!(user.len(), 1);
         assert!(user.get(0).unwrap().name.len() < abi::IVT_NAME_MAX);
+    }
+
+    /// 4096 channels each start a 16 MiB message and never finish it: the
+    /// buffers of all of them together stay within one largest message,
+    /// the rest are refused and counted (issue 23, case 5).
+    #[test]
+    fn unfinished_messages_share_one_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = Expander::new(&out_dir(&dir));
+        let chunk = vec![1u8; CHUNK_MAX];
+        for chan in 0..4096u32 {
+            for i in 0..8u32 {
+                let mut d = MESSAGE_MAX.to_le_bytes().to_vec();
+                d.extend_from_slice(&(i * CHUNK_MAX as u32).to_le_bytes());
+                d.extend_from_slice(&chunk);
+                x.chunk(chan, PACKET, &d);
+                let held: usize = x.partial.values().map(|p| p.buf.capacity()).sum();
+                assert_eq!(held, x.partial_bytes);
+                assert!(held <= PARTIAL_TOTAL_MAX, "{held} bytes held");
+            }
+        }
+        assert!(x.refused_messages > 3000, "{}", x.refused_messages);
+        x.finish(&mapping(0, 1), "l1").unwrap();
+        assert_eq!(x.partial_bytes, 0);
     }
 
     #[test]

@@ -61,6 +61,16 @@ impl RelayTap {
         self.session.close()
     }
 
+    /// Starts closing the session without waiting ([`Session::begin_close`]).
+    pub fn begin_close(&self) {
+        self.session.begin_close();
+    }
+
+    /// Whether [`RelayTap::close`] would return at once.
+    pub fn close_settled(&self) -> bool {
+        self.session.close_settled()
+    }
+
     pub fn stats(&self) -> SessionStats {
         self.session.stats()
     }

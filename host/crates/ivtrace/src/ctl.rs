@@ -3,6 +3,7 @@
 //! 0 and answers at once) or directly on a region file (`--shm`, e.g. an
 //! `ivshmem-plain` guest: the module reads commands every `flush_ms`).
 
+use ivtrace_region::sanitize::Shown;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -89,7 +90,7 @@ pub struct CtlArgs {
 
 fn print_reply(v: &Value, json_out: bool) -> Result<u64> {
     if json_out {
-        println!("{v}");
+        crate::json_out::write_line(&mut std::io::stdout().lock(), v)?;
     }
     if v.get("ok").and_then(Value::as_bool) != Some(true) {
         let err = v
@@ -105,41 +106,45 @@ fn print_reply(v: &Value, json_out: bool) -> Result<u64> {
         if gs.is_empty() {
             println!("no guest has connected");
         }
+        // The server's text, which quotes guests: shown escaped.
+        let text = |v: &Value, or: &str| Shown(v.as_str().unwrap_or(or)).to_string();
         for g in gs {
+            let last_trace = g["traces"].as_array().and_then(|t| t.last());
             println!(
                 "{:<16} pid {:<8} {:<10} events {:<10} packets {:<8} doorbells {:<8} clock {} (<= {} ns)  {}",
-                g["name"].as_str().unwrap_or("?"),
+                text(&g["name"], "?"),
                 g["qemu_pid"].as_i64().map_or_else(|| "?".into(), |p| p.to_string()),
-                g["state"].as_str().unwrap_or("?").split(' ').next().unwrap_or("?"),
+                text(&g["state"], "?").split(' ').next().unwrap_or("?"),
                 g["events"],
                 g["packets"],
                 g["doorbells"],
-                g["clock_method"].as_str().unwrap_or("-"),
+                text(&g["clock_method"], "-"),
                 g["clock_error_ns"],
-                g["traces"].as_array().and_then(|t| t.last()).and_then(Value::as_str).unwrap_or("")
+                last_trace.map_or_else(String::new, |t| text(t, ""))
             );
         }
         return Ok(gs.len().max(1) as u64);
     }
     if let Some(what) = v.get("result").and_then(Value::as_str) {
         println!(
-            "guest {}: {}: {what}",
-            v["guest"].as_str().unwrap_or("?"),
-            v["op"].as_str().unwrap_or("?")
+            "guest {}: {}: {}",
+            Shown(v["guest"].as_str().unwrap_or("?")),
+            Shown(v["op"].as_str().unwrap_or("?")),
+            Shown(what)
         );
         return Ok(1);
     }
     if let Some(g) = v.get("guest").filter(|g| g.is_object()) {
-        println!("{}", serde_json::to_string_pretty(g)?);
+        crate::json_out::write_pretty(&mut std::io::stdout().lock(), g)?;
         return Ok(1);
     }
     println!(
         "guest {}: `{}` acknowledged (#{}, status {} = {}) in {:.0} us; groups enabled: {}",
-        v["guest"].as_str().unwrap_or("?"),
-        v["command"].as_str().unwrap_or("?"),
+        Shown(v["guest"].as_str().unwrap_or("?")),
+        Shown(v["command"].as_str().unwrap_or("?")),
         v["seq"],
         v["ack_status"],
-        v["ack_status_name"].as_str().unwrap_or("?"),
+        Shown(v["ack_status_name"].as_str().unwrap_or("?")),
         v["latency_us"].as_f64().unwrap_or(0.0),
         v["groups_enabled_names"]
             .as_array()

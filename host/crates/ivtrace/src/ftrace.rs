@@ -7,6 +7,7 @@
 //! checks against its list of tracefs files and the relay performs; they
 //! go one at a time, in order, and the first refusal stops the rest.
 
+use ivtrace_region::sanitize::Shown;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -238,8 +239,19 @@ fn read_all(to: &dyn FtraceLink, path: &str) -> Result<String> {
     }
 }
 
-/// Runs `cmd`; prints what it did. Returns the requests done.
+/// Runs `cmd`; prints what it did on stdout. Returns the requests done.
 pub fn run(to: &dyn FtraceLink, cmd: &FtraceCommand, guest: &str) -> Result<u64> {
+    run_to(to, cmd, guest, &mut std::io::stdout().lock())
+}
+
+/// [`run`] printing to `out`. What the guest answers is its own text:
+/// shown with control characters escaped (docs/hardening.md).
+fn run_to(
+    to: &dyn FtraceLink,
+    cmd: &FtraceCommand,
+    guest: &str,
+    out: &mut impl std::io::Write,
+) -> Result<u64> {
     match cmd {
         FtraceCommand::Read { path, glob } => {
             let text = read_all(to, path)?;
@@ -248,7 +260,7 @@ pub fn run(to: &dyn FtraceLink, cmd: &FtraceCommand, guest: &str) -> Result<u64>
                     .as_ref()
                     .is_none_or(|g| glob_match(g.as_bytes(), line.as_bytes()))
                 {
-                    println!("{line}");
+                    writeln!(out, "{}", Shown(line))?;
                 }
             }
             Ok(1)
@@ -256,16 +268,19 @@ pub fn run(to: &dyn FtraceLink, cmd: &FtraceCommand, guest: &str) -> Result<u64>
         FtraceCommand::Requests(reqs) => {
             for (i, r) in reqs.iter().enumerate() {
                 let a = to.send(r)?;
-                println!(
-                    "guest {guest}: {r} -> {} in {:.0} ms",
+                writeln!(
+                    out,
+                    "guest {}: {} -> {} in {:.0} ms",
+                    Shown(guest),
+                    Shown(r),
                     errno_text(a.status),
                     a.latency.as_secs_f64() * 1e3
-                );
+                )?;
                 if a.status != 0 {
                     bail!(
                         "the guest refused `{r}` ({}); {} later request(s) not sent",
                         errno_text(a.status),
-                        reqs.len() - i - 1
+                        reqs.len().saturating_sub(i).saturating_sub(1)
                     );
                 }
             }
@@ -334,6 +349,43 @@ mod tests {
         ] {
             assert!(parse(&w(bad)).is_err(), "{bad}");
         }
+    }
+
+    /// A guest that answers `list-events` (or any `ftrace read`) with
+    /// escape sequences: they were printed as the guest wrote them (issue
+    /// 23, case 6); through `--shm` and through serve the text reaches the
+    /// same printer.
+    #[test]
+    fn what_the_guest_answers_is_shown_escaped() {
+        struct Hostile;
+        impl FtraceLink for Hostile {
+            fn send(&self, _request: &str) -> Result<Reply> {
+                Ok(Reply {
+                    status: 0,
+                    text: "block:a\u{1b}]0;owned\u{7}\nblock:b\u{1b}[2J\u{9b}1m\r\n".into(),
+                    more: false,
+                    latency: Duration::ZERO,
+                })
+            }
+        }
+        let mut out = Vec::new();
+        let cmd = parse(&w("list-events block:*")).unwrap();
+        run_to(&Hostile, &cmd, "g\u{1b}[1m", &mut out).unwrap();
+        let shown = String::from_utf8(out).unwrap();
+        assert_eq!(
+            shown,
+            // (str::lines() takes a \r\n as one line end)
+            "block:a\\x1b]0;owned\\x07\nblock:b\\x1b[2J\\u{9b}1m\n"
+        );
+        let mut out = Vec::new();
+        run_to(
+            &Hostile,
+            &parse(&w("ftrace on")).unwrap(),
+            "g\u{1b}[1m",
+            &mut out,
+        )
+        .unwrap();
+        assert!(!out.contains(&0x1b), "{}", String::from_utf8_lossy(&out));
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod control;
 pub mod ctl;
 pub mod export;
 pub mod ftrace;
+pub mod json_out;
 pub mod qmp;
 pub mod record;
 pub mod recover;

@@ -2,6 +2,7 @@
 //! exit status (see `ivtrace --help`).
 
 use clap::Parser;
+use ivtrace_region::sanitize::Shown;
 
 use ivtrace::cli::{Cli, Command};
 use ivtrace::{hint_for, record, report, snapshot, EXIT_ERROR, EXIT_NOTHING, EXIT_OK};
@@ -24,7 +25,8 @@ fn main() {
         }
         Ok(_) => EXIT_OK,
         Err(err) => {
-            eprintln!("ivtrace: {what}: {err:#}");
+            // Errors may quote what a guest or a file said.
+            eprintln!("ivtrace: {what}: {}", Shown(&format!("{err:#}")));
             if let Some(hint) = hint_for(&err) {
                 eprintln!("hint: {hint}");
             }

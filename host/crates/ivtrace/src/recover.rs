@@ -2,6 +2,7 @@
 //! readable (ivtrace-ctf's `recover` does the work).
 
 use anyhow::Result;
+use ivtrace_region::sanitize::Shown;
 
 use ivtrace_ctf::recover;
 use ivtrace_engine::{session, UserError};
@@ -22,14 +23,17 @@ pub fn run(args: &RecoverArgs) -> Result<u64> {
         eprintln!(
             "ivtrace: {} is already {} ({}); checking its files anyway",
             args.dir.display(),
-            before.state,
-            before.stop_reason
+            Shown(&before.state),
+            Shown(&before.stop_reason)
         );
     }
     let done = recover::recover(&root, "recovered by `ivtrace recover`")?;
     for (file, packets, cut) in &done.files {
         if *cut > 0 {
-            eprintln!("ivtrace: {file}: {packets} whole packets kept, {cut} bytes of an incomplete packet cut");
+            eprintln!(
+                "ivtrace: {}: {packets} whole packets kept, {cut} bytes of an incomplete packet cut",
+                Shown(file)
+            );
         }
     }
     if done.kernel_expanded {

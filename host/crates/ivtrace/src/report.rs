@@ -2,14 +2,15 @@
 //! same walker the drain uses and the layouts from the sidecar; prints
 //! counts per event type, losses, time span, rates and bytes per event.
 
-use std::fs::{self, File};
+use ivtrace_region::sanitize::Shown;
 use std::io::{self, BufReader, Read, Write};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use ivtrace_ctf::sidecar::{HostLost, Lost, Sidecar, SIDECAR_NAME};
+use ivtrace_ctf::outdir::{open_regular, read_limited};
+use ivtrace_ctf::sidecar::{HostLost, Lost, Sidecar, SIDECAR_MAX_BYTES, SIDECAR_NAME};
 use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
 use ivtrace_region::packet::{EventVisitor, PacketHeader};
 use ivtrace_region::reader::walk_own_packet;
@@ -102,10 +103,12 @@ pub struct Report {
 
 fn read_sidecar(dir: &Path) -> Result<Sidecar> {
     let path = dir.join(SIDECAR_NAME);
-    let text = fs::read(&path).map_err(|e| UserError {
-        message: format!("cannot read {}: {e}", path.display()),
-        hint: "pass a directory written by `ivtrace record` or `ivtrace snapshot`".into(),
-    })?;
+    let text = open_regular(&path)
+        .and_then(|f| read_limited(f, SIDECAR_MAX_BYTES, &path))
+        .map_err(|e| UserError {
+            message: format!("cannot read {}: {e}", path.display()),
+            hint: "pass a directory written by `ivtrace record` or `ivtrace snapshot`".into(),
+        })?;
     serde_json::from_slice(&text)
         .with_context(|| format!("{} is not an ivtrace sidecar", path.display()))
 }
@@ -156,7 +159,7 @@ fn walk_channel(
     let path = dir.join(&rel);
     let mut f = BufReader::with_capacity(
         1 << 20,
-        File::open(&path).with_context(|| format!("cannot open {}", path.display()))?,
+        open_regular(&path).with_context(|| format!("cannot open {}", path.display()))?,
     );
     let mut r = ChannelReport {
         channel: chan,
@@ -334,7 +337,7 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
     writeln!(
         out,
         "trace {}: {} events over {:.6} s ({}events/s), {:.1} B/event, {:.2} header B/event",
-        r.trace_uuid,
+        Shown(&r.trace_uuid),
         r.events,
         r.span_s,
         si(r.events_per_s),
@@ -348,7 +351,7 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
     writeln!(
         out,
         "clock: {} ({} Hz, {} samples), host-time error <= {} ns{}",
-        c.method,
+        Shown(&c.method),
         c.freq_hz,
         c.samples,
         c.error_ns,
@@ -359,9 +362,9 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         }
     )?;
     print_losses(r, out)?;
-    writeln!(out, "stopped: {}", r.stop_reason)?;
+    writeln!(out, "stopped: {}", Shown(&r.stop_reason))?;
     for note in &r.notes {
-        writeln!(out, "note: {note}")?;
+        writeln!(out, "note: {}", Shown(note))?;
     }
     writeln!(
         out,
@@ -374,7 +377,7 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
             "  {:<8} {:>4} {:<32} {:>12}",
             stream_label(e.stream_class),
             e.id,
-            e.name,
+            Shown(&e.name).to_string(),
             e.count
         )?;
     }
@@ -387,7 +390,7 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
             "  {:<20} {:>12} {:>8} {:>10} {:>10}ev/s {:>8.1}",
-            c.file,
+            Shown(&c.file).to_string(),
             c.events,
             c.packets,
             c.discarded,
@@ -416,7 +419,7 @@ fn ms(ns: u64) -> f64 {
 /// the most, the host tasks that ran meanwhile, exits, hypercalls.
 fn print_vm_view(v: &VmReport, out: &mut impl Write) -> io::Result<()> {
     let s = &v.summary;
-    writeln!(out, "\nVM view ({}): {} events", v.dir, v.events)?;
+    writeln!(out, "\nVM view ({}): {} events", Shown(&v.dir), v.events)?;
     writeln!(
         out,
         "  {:<6} {:>14} {:>8} {:>12} {:>12} {:>14} {:>7}",
@@ -440,7 +443,7 @@ fn print_vm_view(v: &VmReport, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
             "    {:<16} tid {:<7} {:>12.3} ms preempted ({} times), {:.3} ms in the hypervisor",
-            t.comm,
+            Shown(&t.comm).to_string(),
             t.tid,
             ms(t.preempted_ns),
             t.preempted_count,
@@ -461,7 +464,7 @@ fn print_vm_view(v: &VmReport, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
             "  exit {:<20} {:>9} exits {:>12.3} ms total {:>9.3} us mean",
-            e.name,
+            Shown(&e.name).to_string(),
             e.count,
             ms(e.total_ns),
             e.mean_ns as f64 / 1e3
@@ -474,12 +477,13 @@ fn print_vm_view(v: &VmReport, out: &mut impl Write) -> io::Result<()> {
             "  hypercalls: {} ({} without entry), exit overhead {:.3} us mean, {:.3} us max",
             h.count,
             h.incomplete,
-            (h.exit_overhead_total_ns as f64 / 1e3) / (h.count - h.incomplete).max(1) as f64,
+            (h.exit_overhead_total_ns as f64 / 1e3)
+                / h.count.saturating_sub(h.incomplete).max(1) as f64,
             h.exit_overhead_max_ns as f64 / 1e3
         )?;
     }
     for e in &v.errors {
-        writeln!(out, "  warning: {e}")?;
+        writeln!(out, "  warning: {}", Shown(e))?;
     }
     Ok(())
 }
@@ -494,7 +498,7 @@ fn print_host_tasks(s: &ivtrace_vmview::stats::Summary, out: &mut impl Write) ->
         writeln!(
             out,
             "    {:<16} tid {:<7} {:>12.3} ms (took the CPU {} times)",
-            t.comm,
+            Shown(&t.comm).to_string(),
             t.tid,
             ms(t.ns),
             t.took_cpu
@@ -557,8 +561,7 @@ pub fn run(args: &ReportArgs) -> Result<u64> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if args.json {
-        serde_json::to_writer_pretty(&mut out, &r)?;
-        writeln!(out)?;
+        crate::json_out::write_pretty(&mut out, &r)?;
     } else {
         print_table(&r, &mut out)?;
         if let Some(v) = &r.vm_view {

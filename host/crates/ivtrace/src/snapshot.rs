@@ -22,7 +22,7 @@ pub fn run(args: &SnapshotArgs) -> Result<u64> {
     let host = session::host_name(&region, &args.shm, args.name.as_deref());
     let limits = ivtrace_ctf::streams::Limits::default();
     let mut writer = session::ctf_writer_named(&region, &out, &clock, &host, limits, "snapshot");
-    let mut reader = Reader::new(region);
+    let mut reader = Reader::new(region, clock.expressible());
     reader.snapshot(&mut writer)?;
     // Names for the threads whose naming events the rings overwrote.
     if let Some(table) = ivtrace_region::names::read_thread_names(reader.region()) {

@@ -1,6 +1,7 @@
 //! The end-of-run summary: per channel events, bytes, packets, losses by
 //! reason, rates, bytes per event and event-header bytes per event.
 
+use ivtrace_region::sanitize::Shown;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -102,8 +103,7 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
     let stdout = io::stdout();
     let mut out = stdout.lock();
     if json {
-        serde_json::to_writer_pretty(&mut out, s)?;
-        writeln!(out)?;
+        crate::json_out::write_pretty(&mut out, s)?;
         return Ok(());
     }
     let t = totals(&s.channels);
@@ -119,16 +119,28 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
     writeln!(
         out,
         "clock: {} freq {} Hz, error <= {} ns{}",
-        c.method,
+        Shown(&c.method),
         c.freq_hz,
         c.error_ns,
         if c.coarse { " (coarse)" } else { "" }
     )?;
-    for w in &s.warnings {
-        eprintln!("ivtrace: warning: {w}");
+    for w in s.warnings.iter().take(WARNINGS_SHOWN) {
+        eprintln!("ivtrace: warning: {}", Shown(w));
+    }
+    if let Some(more) = s
+        .warnings
+        .len()
+        .checked_sub(WARNINGS_SHOWN)
+        .filter(|&n| n > 0)
+    {
+        eprintln!("ivtrace: warning: {more} more warnings: see `warnings` in the sidecar");
     }
     Ok(())
 }
+
+/// Warnings printed (a sidecar from elsewhere may hold any number; the
+/// recorder keeps at most 64 of the region's own).
+const WARNINGS_SHOWN: usize = 16;
 
 /// The headline, then one row per channel and the totals.
 fn print_table(
@@ -141,14 +153,14 @@ fn print_table(
     writeln!(
         out,
         "ivtrace {}: {} events, {} bytes in {:.3} s ({}events/s, {}B/s) -> {} ({})",
-        s.mode,
+        Shown(&s.mode),
         t.events,
         t.bytes,
         secs,
         si(rate(t.events, secs)),
         si(rate(t.bytes, secs)),
-        out_dir.display(),
-        s.stop_reason
+        Shown(&out_dir.display().to_string()),
+        Shown(&s.stop_reason)
     )?;
     writeln!(
         out,
@@ -161,7 +173,7 @@ fn print_table(
             .as_deref()
             .and_then(|f| f.rsplit('/').next())
             .map_or_else(|| format!("chan{}", c.channel), str::to_string);
-        row(out, &name, c, secs)?;
+        row(out, &Shown(&name).to_string(), c, secs)?;
     }
     row(out, "total", t, secs)
 }
@@ -184,7 +196,7 @@ fn print_losses(out: &mut impl Write, s: &Sidecar, t: &ChannelSummary) -> io::Re
         )?;
     }
     for note in notes(s) {
-        writeln!(out, "note: {note}")?;
+        writeln!(out, "note: {}", Shown(&note))?;
     }
     if !t.skipped_packets.is_empty() {
         writeln!(out, "skipped packets: {:?}", t.skipped_packets)?;
@@ -228,7 +240,7 @@ fn print_ftrace(out: &mut impl Write, f: &FtraceStats) -> io::Result<()> {
                 (false, n) => format!(", {n} still in ftrace's buffer after the relay's last read"),
             }
         )?;
-        if c.unknown_type + c.bad_pages + c.ts_clamped > 0 {
+        if c.unknown_type > 0 || c.bad_pages > 0 || c.ts_clamped > 0 {
             eprintln!(
                 "ivtrace: warning: ftrace cpu{}: {} records of no published format, {} pages                  that did not walk, {} timestamps clamped",
                 c.cpu, c.unknown_type, c.bad_pages, c.ts_clamped

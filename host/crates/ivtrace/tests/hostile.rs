@@ -144,7 +144,7 @@ proptest! {
         }
         let bytes = region_with_packet(&packet, complete);
         let region = Region::from_bytes(&bytes, Access::ReadWrite).unwrap();
-        let mut reader = ivtrace_region::Reader::new(region);
+        let mut reader = ivtrace_region::Reader::new(region, ivtrace_region::packet::TickRange::ALL);
         struct Check;
         impl ivtrace_region::PacketSink for Check {
             type Error = ();

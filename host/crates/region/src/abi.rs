@@ -118,6 +118,9 @@ pub const HDR_SIZE: usize = 4096;
 pub const CHANNEL_SIZE: u64 = 256;
 /// `sizeof(struct ivt_packet_hdr)`: CTF packet header + packet context.
 pub const PACKET_HDR_SIZE: usize = 88;
+/// The header alone as a CTF size (bits): an empty packet's content and
+/// packet size.
+pub const PACKET_HDR_BITS: u64 = PACKET_HDR_SIZE as u64 * 8;
 /// `sizeof(struct ivt_meta_rec)` without its fields.
 pub const META_REC_SIZE: usize = 88;
 /// `sizeof(struct ivt_meta_field)`.
@@ -516,29 +519,13 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("offsetof.ivt_meta_field.count", meta::FIELD_COUNT as u64),
 ];
 
-/// Little-endian reads from a byte slice the caller has bounds-checked.
-/// Internal helpers; they panic on a short slice, so callers check first.
-pub fn le_u16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([b[off], b[off + 1]])
-}
-
-pub fn le_u32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-pub fn le_u64(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
-}
-
-pub fn put_u32(b: &mut [u8], off: usize, v: u32) {
-    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-pub fn put_u64(b: &mut [u8], off: usize, v: u64) {
-    b[off..off + 8].copy_from_slice(&v.to_le_bytes());
-}
+/// The panicking little-endian helpers, for code that has checked its
+/// lengths (their one definition is [`crate::bytes`], which also has the
+/// checked readers for guest input).
+pub use crate::bytes::{le_u16, le_u32, le_u64, put_u32, put_u64};
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::VECTORS;
 

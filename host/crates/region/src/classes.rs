@@ -189,7 +189,8 @@ impl Payload {
                 FieldType::String => Op::String,
                 FieldType::Bytes => Op::Bytes,
                 FieldType::Chars(n) => Op::Chars(n as u32),
-                FieldType::U32Array(n) => Op::Skip(4 * n as u32),
+                // n is a u16 count: 4 * n fits a u32.
+                FieldType::U32Array(n) => Op::Skip(4 * u32::from(n)),
                 FieldType::S32SeqU8 => Op::Seq {
                     len_bytes: 1,
                     elem: 4,
@@ -201,7 +202,8 @@ impl Payload {
                 t => Op::Skip(t.integer().expect("integer").0),
             };
             match (ops.last_mut(), op) {
-                (Some(Op::Skip(a)), Op::Skip(b)) => *a += b,
+                // Saturating: a sum past u32 fails the walk's bounds check.
+                (Some(Op::Skip(a)), Op::Skip(b)) => *a = a.saturating_add(b),
                 _ => ops.push(op),
             }
         }
@@ -262,10 +264,11 @@ impl StreamClasses {
             return false;
         }
         if self.by_id.len() <= id {
-            self.by_id.resize(id + 1, None);
+            // id < IVT_EVENT_IDS_MAX (checked above): id + 1 fits.
+            self.by_id.resize(id.saturating_add(1), None);
         }
         self.by_id[id] = Some(Arc::new(class));
-        self.count += 1;
+        self.count = self.count.saturating_add(1);
         true
     }
 
@@ -323,11 +326,12 @@ impl EventClasses {
     }
 
     pub fn bump_generation(&mut self) {
-        self.generation += 1;
+        self.generation = self.generation.wrapping_add(1);
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

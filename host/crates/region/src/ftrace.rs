@@ -62,7 +62,7 @@ impl FtraceFormats {
 
     pub fn push(&mut self, f: FtraceText) -> bool {
         if self.files.len() >= FORMATS_MAX {
-            self.refused += 1;
+            self.refused = self.refused.saturating_add(1);
             return false;
         }
         self.files.push(f);
@@ -112,6 +112,7 @@ pub fn parse_record(rec: &[u8], len: u32) -> Result<FtraceText, String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

@@ -8,18 +8,27 @@
 //! shared-memory protocol (drain positions, the sleep handshake, control
 //! commands, clock sync, statistics): the only code that reads or writes a
 //! control word, each access with its ordering. [`abi`] is the checked
-//! mirror of `abi/include/ivtrace/abi.h`. [`names`] reads the thread name table a
+//! mirror of `abi/include/ivtrace/abi.h`; [`bytes`] the little-endian
+//! readers (checked ones for guest input). [`names`] reads the thread name table a
 //! kernel writer keeps in the metadata area (crash salvage); [`ftrace`]
 //! keeps the guest's ftrace format files the relay publishes there.
 //!
 //! ```no_run
-//! use ivtrace_region::{region::{Access, Region}, reader::Reader};
+//! use ivtrace_region::{packet::TickRange, region::{Access, Region}, reader::Reader};
 //! let region = Region::open("/dev/shm/x".as_ref(), Access::ReadOnly)?;
-//! let reader = Reader::new(region);
+//! // What the trace's clock can express: ivtrace-time's
+//! // `ClockMapping::expressible()`.
+//! let reader = Reader::new(region, TickRange::ALL);
 //! # Ok::<(), ivtrace_region::region::RegionError>(())
 //! ```
 
+// Every byte of a region is guest input: arithmetic is checked, saturating
+// or wrapping by intent, narrowing casts explicit (docs/hardening.md,
+// "Arithmetic on guest values"); the exceptions are annotated one by one.
+#![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
+
 pub mod abi;
+pub mod bytes;
 pub mod classes;
 pub mod ftrace;
 pub mod meta;

@@ -10,6 +10,7 @@
 use std::time::{Duration, Instant};
 
 use crate::abi::{self, le_u16, le_u32};
+use crate::bytes::usize_from;
 use crate::classes::{EventClass, EventClasses, Field, FieldType};
 use crate::region::Region;
 use crate::sanitize;
@@ -86,14 +87,17 @@ impl MetaParser {
         let layout = *region.layout();
         let tail = region.protocol().meta_tail().min(layout.meta_size);
         let before = self.stats.classes;
-        while !self.broken && self.next_off as u64 + abi::META_REC_SIZE as u64 <= tail as u64 {
+        // next_off + a record's size: u32 values added in u64, no overflow.
+        let room = |off: u32| u64::from(tail).saturating_sub(u64::from(off));
+        while !self.broken && room(self.next_off) >= abi::META_REC_SIZE as u64 {
             match self.record_at(region, classes, tail, mode) {
-                RecordOutcome::Next(len) => self.next_off += len,
+                // len <= tail - next_off (record_at checked): fits a u32.
+                RecordOutcome::Next(len) => self.next_off = self.next_off.saturating_add(len),
                 RecordOutcome::Wait => break,
                 RecordOutcome::Broken => self.broken = true,
             }
         }
-        let added = (self.stats.classes - before) as usize;
+        let added = usize_from(self.stats.classes.saturating_sub(before));
         if added > 0 {
             classes.bump_generation();
         }
@@ -108,17 +112,17 @@ impl MetaParser {
         mode: ScanMode,
     ) -> RecordOutcome {
         let off = self.next_off;
-        let base = region.layout().meta_off + off as u64;
+        let base = region.layout().meta_off.saturating_add(u64::from(off));
         let (commit, len) = region.protocol().meta_record(base);
         let len_ok = len.is_multiple_of(8)
             && len as usize >= abi::META_REC_SIZE
-            && off as u64 + len as u64 <= tail as u64;
+            && u64::from(off).saturating_add(u64::from(len)) <= u64::from(tail);
         if commit != abi::IVT_META_COMMIT {
             return self.uncommitted(off, len, len_ok, mode);
         }
         self.pending = None;
         if !len_ok {
-            self.stats.invalid += 1;
+            self.stats.invalid = self.stats.invalid.saturating_add(1);
             self.warn(format!(
                 "metadata record at +{off:#x} has unusable length {len}; later records are ignored"
             ));
@@ -144,7 +148,7 @@ impl MetaParser {
         if !(len_ok && give_up) {
             return RecordOutcome::Wait;
         }
-        self.stats.skipped_uncommitted += 1;
+        self.stats.skipped_uncommitted = self.stats.skipped_uncommitted.saturating_add(1);
         self.pending = None;
         self.warn(format!(
             "metadata record at +{off:#x} ({len} bytes) was never committed; skipped"
@@ -161,19 +165,19 @@ impl MetaParser {
             return self.parse_ftrace(rec, len, classes);
         }
         if kind != abi::IVT_META_EVENT {
-            self.stats.unknown_kind += 1;
+            self.stats.unknown_kind = self.stats.unknown_kind.saturating_add(1);
             return;
         }
         let parsed = match parse_event(rec, len) {
             Ok(p) => p,
             Err(why) => {
-                self.stats.invalid += 1;
+                self.stats.invalid = self.stats.invalid.saturating_add(1);
                 self.warn(format!("event description refused: {why}"));
                 return;
             }
         };
         if classes.stream(parsed.stream).contains(parsed.id) {
-            self.stats.duplicates += 1;
+            self.stats.duplicates = self.stats.duplicates.saturating_add(1);
             self.warn(format!(
                 "event id {} of stream {} registered twice; the first wins",
                 parsed.id, parsed.stream
@@ -182,17 +186,17 @@ impl MetaParser {
         }
         let class = self.name_event(parsed, classes);
         classes.stream_mut(class.stream).insert(class);
-        self.stats.classes += 1;
+        self.stats.classes = self.stats.classes.saturating_add(1);
     }
 
     fn parse_ftrace(&mut self, rec: &[u8], len: u32, classes: &mut EventClasses) {
         match crate::ftrace::parse_record(rec, len) {
             Ok(f) => match classes.ftrace.push(f) {
-                true => self.stats.ftrace_files += 1,
-                false => self.stats.invalid += 1,
+                true => self.stats.ftrace_files = self.stats.ftrace_files.saturating_add(1),
+                false => self.stats.invalid = self.stats.invalid.saturating_add(1),
             },
             Err(why) => {
-                self.stats.invalid += 1;
+                self.stats.invalid = self.stats.invalid.saturating_add(1);
                 self.warn(format!("ftrace format refused: {why}"));
             }
         }
@@ -219,7 +223,7 @@ impl MetaParser {
             });
         }
         if renamed {
-            self.stats.renamed += 1;
+            self.stats.renamed = self.stats.renamed.saturating_add(1);
             self.warn(format!(
                 "event id {} of stream {}: names sanitized to {name:?}",
                 p.id, p.stream
@@ -242,7 +246,7 @@ pub fn dedupe_field(
     let mut candidate = name.clone();
     let mut n = 1u32;
     while taken.contains(&candidate) || taken.contains(&format!("{candidate}_len")) {
-        n += 1;
+        n = n.saturating_add(1);
         candidate = format!("{name}_{n}");
     }
     taken.insert(format!("{candidate}_len"));
@@ -272,14 +276,18 @@ fn parse_event(rec: &[u8], len: u32) -> Result<ParsedEvent, String> {
     if nr_fields > abi::IVT_FIELDS_MAX {
         return Err(format!("{nr_fields} fields > {}", abi::IVT_FIELDS_MAX));
     }
-    let need = abi::META_REC_SIZE + nr_fields as usize * abi::META_FIELD_SIZE;
+    // nr_fields <= IVT_FIELDS_MAX (checked above): the product is small.
+    let need = (nr_fields as usize)
+        .saturating_mul(abi::META_FIELD_SIZE)
+        .saturating_add(abi::META_REC_SIZE);
     if (len as usize) < need || rec.len() < need {
         return Err(format!(
             "record of {len} bytes cannot hold {nr_fields} fields"
         ));
     }
-    let fields = (0..nr_fields as usize)
-        .map(|i| parse_field(&rec[abi::meta::FIELDS + i * abi::META_FIELD_SIZE..]))
+    let fields = rec[abi::meta::FIELDS..need]
+        .chunks_exact(abi::META_FIELD_SIZE)
+        .map(parse_field)
         .collect::<Result<Vec<_>, _>>()?;
     let name_end = abi::meta::NAME + abi::IVT_NAME_MAX;
     Ok(ParsedEvent {
@@ -300,6 +308,7 @@ fn parse_field(f: &[u8]) -> Result<(Vec<u8>, FieldType, u8), String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::region::Access;

@@ -66,28 +66,34 @@ pub struct NameTable {
 fn find_record(region: &Region) -> Option<(u64, u32)> {
     let layout = *region.layout();
     // Relaxed: a bound only; each record's commit (acquire) orders it.
-    let tail = region
-        .load_relaxed_u32(abi::hdr::META_TAIL as u64)
-        .min(layout.meta_size) as u64;
+    let tail = u64::from(
+        region
+            .load_relaxed_u32(abi::hdr::META_TAIL as u64)
+            .min(layout.meta_size),
+    );
+    // at and len are below meta_size (a u32): no sum here overflows a u64,
+    // and the loads and copies check their bounds against the region.
     let mut at = 0u64;
-    while at + abi::META_REC_SIZE as u64 <= tail {
-        let base = layout.meta_off + at;
+    while at.saturating_add(abi::META_REC_SIZE as u64) <= tail {
+        let base = layout.meta_off.saturating_add(at);
         // Pairs with the store-release of `commit` by the record's writer
         // (ivtk_names_start() for this record, ivt_event_register() and
         // ivtk_meta_publish() for event records).
-        if region.load_acquire_u32(base + abi::meta::COMMIT as u64) != abi::IVT_META_COMMIT {
+        let field = |f: usize| base.saturating_add(f as u64);
+        if region.load_acquire_u32(field(abi::meta::COMMIT)) != abi::IVT_META_COMMIT {
             return None;
         }
-        let len = region.load_relaxed_u32(base + abi::meta::LEN as u64) as u64;
-        if len < abi::META_REC_SIZE as u64 || !len.is_multiple_of(8) || at + len > tail {
+        let len = region.load_relaxed_u32(field(abi::meta::LEN));
+        let end = at.saturating_add(u64::from(len));
+        if (len as usize) < abi::META_REC_SIZE || !len.is_multiple_of(8) || end > tail {
             return None;
         }
         let mut kind = [0u8; 2];
-        region.copy_out(base + abi::meta::KIND as u64, &mut kind);
+        region.copy_out(field(abi::meta::KIND), &mut kind);
         if u16::from_le_bytes(kind) == IVT_META_NAMES {
-            return Some((base, len as u32));
+            return Some((base, len));
         }
-        at += len;
+        at = end;
     }
     None
 }
@@ -101,14 +107,20 @@ pub fn read_thread_names(region: &Region) -> Option<NameTable> {
     }
     let room = (len as usize).saturating_sub(NAMES_REC_SIZE) / NAME_ENTRY_SIZE;
     let nr = (le_u32(&head, off::NR_ENTRIES) as usize).min(room);
-    let entries_at = base + off::ENTRIES as u64;
-    let seq_at = |i: usize| entries_at + (i * NAME_ENTRY_SIZE + off::ENTRY_SEQ) as u64;
+    // nr entries fit in the record (room): these offsets stay inside it.
+    let entries_at = base.saturating_add(off::ENTRIES as u64);
+    let seq_at = |i: usize| {
+        let within = i
+            .saturating_mul(NAME_ENTRY_SIZE)
+            .saturating_add(off::ENTRY_SEQ);
+        entries_at.saturating_add(within as u64)
+    };
     // Pairs with the store-release of `seq` in ivtk_name_unlock(): an even
     // value read here means the entry's bytes before it are complete.
     let before: Vec<u32> = (0..nr)
         .map(|i| region.load_acquire_u32(seq_at(i)))
         .collect();
-    let mut bytes = vec![0u8; nr * NAME_ENTRY_SIZE];
+    let mut bytes = vec![0u8; nr.saturating_mul(NAME_ENTRY_SIZE)];
     if !region.copy_out(entries_at, &mut bytes) {
         return None;
     }
@@ -125,7 +137,7 @@ pub fn read_thread_names(region: &Region) -> Option<NameTable> {
         let tid = raw_tid & !IVT_NAME_DEAD;
         let after = region.load_relaxed_u32(seq_at(i));
         if before[i] & 1 == 1 || after != before[i] {
-            table.torn += 1;
+            table.torn = table.torn.saturating_add(1);
             continue;
         }
         if tid == 0 {
@@ -144,6 +156,7 @@ pub fn read_thread_names(region: &Region) -> Option<NameTable> {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::region::Access;

@@ -10,6 +10,7 @@
 use thiserror::Error;
 
 use crate::abi::{self, le_u32, le_u64, put_u32, put_u64};
+use crate::bytes::slice_at;
 use crate::classes::{Op, Payload, StreamClasses};
 use crate::sanitize::fix_utf8_in_place;
 
@@ -79,6 +80,27 @@ impl PacketHeader {
     }
 }
 
+/// The tick values a trace's clock can place on every reader's timeline
+/// (ivtrace-time's `ClockMapping::expressible`, the one place that knows
+/// the conversion). Empty when `min > max`: a clock nothing fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TickRange {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl TickRange {
+    /// Every u64 (tests, and traces that never reach a CTF reader).
+    pub const ALL: TickRange = TickRange {
+        min: 0,
+        max: u64::MAX,
+    };
+
+    pub fn contains(&self, ts: u64) -> bool {
+        self.min <= ts && ts <= self.max
+    }
+}
+
 /// Why an event walk failed. Offsets are from the packet start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum WalkFault {
@@ -92,8 +114,8 @@ pub enum WalkFault {
     UnterminatedString { at: usize },
     #[error("event at {at} goes back in time")]
     TimeBackwards { at: usize },
-    #[error("event at {at} is later than the packet's timestamp_end")]
-    TimeAfterEnd { at: usize },
+    #[error("event at {at} (time {ts}) is later than the packet's timestamp_end")]
+    TimeAfterEnd { at: usize, ts: u64 },
     #[error("packet claims {claimed} events, the walk found {found}")]
     EventCount { claimed: u32, found: u64 },
 }
@@ -130,6 +152,12 @@ pub enum PacketFault {
     PacketSize { bits: u64, expected: u64 },
     #[error("timestamp_begin {begin} is after timestamp_end {end}")]
     TimeRange { begin: u64, end: u64 },
+    #[error("timestamp {ts} is outside what the trace's clock can express ({min}..={max} ticks)")]
+    TimeUnexpressible { ts: u64, min: u64, max: u64 },
+    #[error("timestamp_begin {begin} is before the end {end} of the channel's previous packet")]
+    TimeBeforePrevious { begin: u64, end: u64 },
+    #[error("the packet ends at {end}, after its successor, already in the ring, began at {next}")]
+    TimeAfterNext { end: u64, next: u64 },
     #[error("copy was overwritten by the writer while it was taken")]
     Torn,
     #[error("the sub-buffer could not be read (region file shrunk?)")]
@@ -149,6 +177,9 @@ impl PacketFault {
             PacketFault::ContentSize { .. } => "content_size",
             PacketFault::PacketSize { .. } => "packet_size",
             PacketFault::TimeRange { .. } => "time_range",
+            PacketFault::TimeUnexpressible { .. } => "time_unexpressible",
+            PacketFault::TimeBeforePrevious { .. } => "time_before_previous",
+            PacketFault::TimeAfterNext { .. } => "time_after_next",
             PacketFault::Torn => "torn",
             PacketFault::Unreadable => "unreadable",
             PacketFault::Walk(w) => w.reason(),
@@ -163,6 +194,8 @@ pub struct Expected {
     pub channel: u32,
     pub seq: u64,
     pub subbuf_size: u32,
+    /// The timestamps the trace's clock can express.
+    pub ticks: TickRange,
 }
 
 /// How much of the sub-buffer is the packet.
@@ -203,9 +236,24 @@ pub fn check_header(
             expected: exp.seq,
         });
     }
+    check_expressible(h.timestamp_begin, exp.ticks)?;
     match extent {
         Extent::Prefix(bytes) => Ok(bytes as usize),
         Extent::Complete => check_complete(h, exp),
+    }
+}
+
+/// A timestamp the trace's clock cannot place would make CTF readers
+/// refuse the whole trace (nanoseconds from the origin past int64).
+pub fn check_expressible(ts: u64, ticks: TickRange) -> Result<(), PacketFault> {
+    if ticks.contains(ts) {
+        Ok(())
+    } else {
+        Err(PacketFault::TimeUnexpressible {
+            ts,
+            min: ticks.min,
+            max: ticks.max,
+        })
     }
 }
 
@@ -215,17 +263,22 @@ fn check_complete(h: &PacketHeader, exp: &Expected) -> Result<usize, PacketFault
     if !bits.is_multiple_of(8) || bits / 8 < abi::PACKET_HDR_SIZE as u64 || bits / 8 > max {
         return Err(PacketFault::ContentSize { bits, max });
     }
-    if h.packet_size != max * 8 {
+    // The sub-buffer size is a u32: in bits it fits a u64.
+    let max_bits = max.saturating_mul(8);
+    if h.packet_size != max_bits {
         return Err(PacketFault::PacketSize {
             bits: h.packet_size,
-            expected: max * 8,
+            expected: max_bits,
         });
     }
-    if !h.end_unknown() && h.timestamp_begin > h.timestamp_end {
-        return Err(PacketFault::TimeRange {
-            begin: h.timestamp_begin,
-            end: h.timestamp_end,
-        });
+    if !h.end_unknown() {
+        check_expressible(h.timestamp_end, exp.ticks)?;
+        if h.timestamp_begin > h.timestamp_end {
+            return Err(PacketFault::TimeRange {
+                begin: h.timestamp_begin,
+                end: h.timestamp_end,
+            });
+        }
     }
     Ok((bits / 8) as usize)
 }
@@ -263,8 +316,10 @@ pub struct WalkSummary {
 impl WalkSummary {
     /// Event-header bytes of the walked events.
     pub fn header_bytes(&self) -> u64 {
-        (self.events - self.extended) * abi::IVT_EV_COMPACT_SIZE as u64
-            + self.extended * abi::IVT_EV_EXT_SIZE as u64
+        let compact = self.events.saturating_sub(self.extended);
+        compact
+            .saturating_mul(abi::IVT_EV_COMPACT_SIZE as u64)
+            .saturating_add(self.extended.saturating_mul(abi::IVT_EV_EXT_SIZE as u64))
     }
 }
 
@@ -283,37 +338,39 @@ pub fn walk<V: EventVisitor>(
         last_ts: begin,
         ..WalkSummary::default()
     };
+    // Positions are below len; every sum saturates, so a length past the
+    // content is refused by the bounds checks, never wraps.
     let mut off = abi::PACKET_HDR_SIZE;
     while off < len {
         let at = off;
-        if off + abi::IVT_EV_COMPACT_SIZE > len {
+        if off.saturating_add(abi::IVT_EV_COMPACT_SIZE) > len {
             return Err(WalkFault::TruncatedHeader { at });
         }
         let word = le_u32(content, off);
         let mut id = word & ((1 << abi::IVT_EV_ID_BITS) - 1);
         let ts;
         if id == abi::IVT_EV_ID_EXTENDED {
-            if off + abi::IVT_EV_EXT_SIZE > len {
+            let Some(ext) = slice_at(content, off, abi::IVT_EV_EXT_SIZE) else {
                 return Err(WalkFault::TruncatedHeader { at });
-            }
-            id = le_u32(content, off + 4);
-            ts = le_u64(content, off + 8);
+            };
+            id = le_u32(ext, 4);
+            ts = le_u64(ext, 8);
             if ts < sum.last_ts {
                 return Err(WalkFault::TimeBackwards { at });
             }
-            sum.extended += 1;
-            off += abi::IVT_EV_EXT_SIZE;
+            sum.extended = sum.extended.saturating_add(1);
+            off = off.saturating_add(abi::IVT_EV_EXT_SIZE);
         } else {
             ts = unwrap_compact(sum.last_ts, (word >> abi::IVT_EV_ID_BITS) as u64)
-                .ok_or(WalkFault::TimeAfterEnd { at })?;
-            off += abi::IVT_EV_COMPACT_SIZE;
+                .ok_or(WalkFault::TimeAfterEnd { at, ts: u64::MAX })?;
+            off = off.saturating_add(abi::IVT_EV_COMPACT_SIZE);
         }
         if ts > end {
-            return Err(WalkFault::TimeAfterEnd { at });
+            return Err(WalkFault::TimeAfterEnd { at, ts });
         }
         let class = classes.get(id).ok_or(WalkFault::UnknownId { at, id })?;
         let payload_end = match &class.payload {
-            Payload::Fixed(n) => off + *n as usize,
+            Payload::Fixed(n) => off.saturating_add(*n as usize),
             Payload::Program(ops) => run_program(content, off, ops, &mut sum.utf8_fixed)
                 .ok_or(WalkFault::PayloadOverrun { at })??,
         };
@@ -321,9 +378,10 @@ pub fn walk<V: EventVisitor>(
             return Err(WalkFault::PayloadOverrun { at });
         }
         visitor.event_payload(id, ts, &content[off..payload_end]);
-        sum.events += 1;
+        sum.events = sum.events.saturating_add(1);
         sum.last_ts = ts;
-        off = (payload_end + abi::IVT_EV_ALIGN - 1) & !(abi::IVT_EV_ALIGN - 1);
+        // payload_end <= len: aligning it up cannot overflow.
+        off = payload_end.next_multiple_of(abi::IVT_EV_ALIGN);
     }
     Ok(sum)
 }
@@ -388,13 +446,15 @@ fn run_program(
                 let Some((nul, ascii)) = scan_cstr(content.get(p..)?) else {
                     return Some(Err(WalkFault::UnterminatedString { at }));
                 };
-                *utf8_fixed += fix_text(&mut content[p..p + nul], ascii);
-                p + nul + 1
+                // The NUL is inside content: p + nul + 1 <= len.
+                let end = p.saturating_add(nul);
+                *utf8_fixed = utf8_fixed.saturating_add(fix_text(&mut content[p..end], ascii));
+                end.saturating_add(1)
             }
             Op::Chars(n) => {
                 let e = p.checked_add(n as usize).filter(|&e| e <= len)?;
                 let ascii = content[p..e].is_ascii();
-                *utf8_fixed += fix_text(&mut content[p..e], ascii);
+                *utf8_fixed = utf8_fixed.saturating_add(fix_text(&mut content[p..e], ascii));
                 e
             }
             Op::Seq { len_bytes, elem } => {
@@ -411,6 +471,7 @@ fn run_program(
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::classes::{EventClass, Field, FieldType};
@@ -517,7 +578,7 @@ mod tests {
             ),
             (
                 Pkt::new().ext(0, 5000, &nine),
-                WalkFault::TimeAfterEnd { at: 88 },
+                WalkFault::TimeAfterEnd { at: 88, ts: 5000 },
             ),
         ];
         for (mut p, want) in cases {
@@ -558,6 +619,7 @@ mod tests {
             channel: 2,
             seq: 3,
             subbuf_size: 4096,
+            ticks: TickRange { min: 2, max: 1000 },
         };
         assert_eq!(check_header(&good, &exp, Extent::Complete), Ok(100));
         let bad = |f: fn(&mut PacketHeader)| {
@@ -576,6 +638,12 @@ mod tests {
         assert_eq!(bad(|h| h.content_size = 801), "content_size");
         assert_eq!(bad(|h| h.packet_size = 8), "packet_size");
         assert_eq!(bad(|h| h.timestamp_begin = 10), "time_range");
+        assert_eq!(bad(|h| h.timestamp_begin = 1), "time_unexpressible");
+        assert_eq!(bad(|h| h.timestamp_end = 1001), "time_unexpressible");
+        assert_eq!(
+            bad(|h| (h.timestamp_begin, h.timestamp_end) = (1 << 63, u64::MAX)),
+            "time_unexpressible"
+        );
         let orphan = PacketHeader {
             timestamp_end: 0,
             ..good

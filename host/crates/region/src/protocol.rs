@@ -50,17 +50,18 @@ fn hdr(off: usize) -> u64 {
 }
 
 fn control(off: usize) -> u64 {
-    (abi::hdr::CONTROL + off) as u64
+    abi::hdr::CONTROL.saturating_add(off) as u64
 }
 
 fn sync(off: usize) -> u64 {
-    (abi::hdr::SYNC + off) as u64
+    abi::hdr::SYNC.saturating_add(off) as u64
 }
 
 /// Drain: the channel words.
 impl Protocol<'_> {
     fn chan(&self, c: u32, field: u64) -> u64 {
-        self.region.layout().channel_offset(c) + field
+        // Saturating: an offset past the region fails the access's check.
+        self.region.layout().channel_offset(c).saturating_add(field)
     }
 
     /// How far channel `c`'s writers have committed. Pairs with the
@@ -134,8 +135,12 @@ impl Protocol<'_> {
     /// body are complete. `len` is relaxed: written before commit; only
     /// its value matters.
     pub(crate) fn meta_record(&self, off: u64) -> (u32, u32) {
-        let commit = self.region.load_acquire_u32(off + abi::meta::COMMIT as u64);
-        let len = self.region.load_relaxed_u32(off + abi::meta::LEN as u64);
+        let commit = self
+            .region
+            .load_acquire_u32(off.saturating_add(abi::meta::COMMIT as u64));
+        let len = self
+            .region
+            .load_relaxed_u32(off.saturating_add(abi::meta::LEN as u64));
         (commit, len)
     }
 }
@@ -346,7 +351,7 @@ impl Protocol<'_> {
                 return Err(ControlError::NoAck { seq, secs });
             }
             std::thread::sleep(sleep);
-            sleep = (sleep * 2).min(Duration::from_millis(5));
+            sleep = sleep.saturating_mul(2).min(Duration::from_millis(5));
         }
     }
 
@@ -371,7 +376,7 @@ impl Protocol<'_> {
                 Err((f, nix::errno::Errno::EWOULDBLOCK)) if t0.elapsed() < timeout => {
                     dup = f;
                     std::thread::sleep(sleep);
-                    sleep = (sleep * 2).min(Duration::from_millis(20));
+                    sleep = sleep.saturating_mul(2).min(Duration::from_millis(20));
                 }
                 Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
                     let secs = timeout.as_secs_f64();
@@ -429,9 +434,9 @@ impl Protocol<'_> {
         let flush_ms = self.flush_interval_ms().min(60_000) as u64;
         let poll = Duration::from_millis(if flush_ms == 0 { 100 } else { flush_ms });
         if kicked {
-            Duration::from_secs(2).max(poll * 3)
+            Duration::from_secs(2).max(poll.saturating_mul(3))
         } else {
-            Duration::from_secs(1) + poll * 3
+            Duration::from_secs(1).saturating_add(poll.saturating_mul(3))
         }
     }
 }
@@ -513,12 +518,13 @@ impl Protocol<'_> {
     /// guest (switching the tracer patches every traced function, seconds
     /// under TCG).
     pub fn ftrace_timeout(&self, kicked: bool) -> Duration {
-        self.ack_timeout(kicked) + Duration::from_secs(30)
+        self.ack_timeout(kicked)
+            .saturating_add(Duration::from_secs(30))
     }
 }
 
 fn ctl_text(off: usize) -> u64 {
-    (abi::hdr::CTL_TEXT + off) as u64
+    abi::hdr::CTL_TEXT.saturating_add(off) as u64
 }
 
 /// Clock sync: one ping-pong exchange through `struct ivt_sync`.
@@ -591,6 +597,7 @@ impl Protocol<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::region::Access;

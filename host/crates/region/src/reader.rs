@@ -24,7 +24,8 @@ use crate::abi;
 use crate::classes::EventClasses;
 use crate::meta::{MetaParser, ScanMode};
 use crate::packet::{
-    self, EventVisitor, Expected, Extent, PacketFault, PacketHeader, WalkFault, WalkSummary,
+    self, EventVisitor, Expected, Extent, PacketFault, PacketHeader, TickRange, WalkFault,
+    WalkSummary,
 };
 use crate::region::{Layout, Region};
 
@@ -258,10 +259,18 @@ impl ChannelState {
         for (&reason, &packets) in &self.pending {
             let n = left.min(packets.saturating_mul(max_per_packet));
             self.stats.host_lost.add(reason, n);
-            left -= n;
+            left = left.saturating_sub(n); // n <= left
         }
         self.pending.clear();
     }
+}
+
+/// A packet header copied ahead of its turn ([`Reader::successor_begin`]).
+#[derive(Debug, Clone, Copy)]
+struct Peeked {
+    chan: u32,
+    seq: u64,
+    header: [u8; abi::PACKET_HDR_SIZE],
 }
 
 /// Counters for one drain pass.
@@ -289,13 +298,21 @@ pub struct Reader {
     no_channel_base: u64,
     /// The no-channel stream at the last commit, if it wrote since.
     no_channel_uncommitted: Option<no_channel::NoChannelStream>,
+    /// The timestamps the trace's clock can express: a packet with one
+    /// outside is skipped ([`PacketFault::TimeUnexpressible`]).
+    ticks: TickRange,
+    /// The header of a complete packet copied while its predecessor's
+    /// neighbours were checked.
+    peeked: Option<Peeked>,
     scratch: Vec<u8>,
 }
 
 impl Reader {
     /// Starts reading each channel where a previous host left it
-    /// (`consumed`), or at packet 0.
-    pub fn new(region: Region) -> Reader {
+    /// (`consumed`), or at packet 0. `ticks`: what the trace's clock can
+    /// express (ivtrace-time's `ClockMapping::expressible`); packets with
+    /// timestamps outside are skipped and counted.
+    pub fn new(region: Region, ticks: TickRange) -> Reader {
         let layout = *region.layout();
         let channels: Vec<ChannelState> = (0..layout.nr_channels)
             .map(|c| ChannelState::new(layout.stream_of(c), region.protocol().consumed(c)))
@@ -311,7 +328,9 @@ impl Reader {
             no_channel: Default::default(),
             no_channel_base: 0,
             no_channel_uncommitted: None,
-            scratch: vec![0u8; layout.subbuf_size as usize + 8],
+            ticks,
+            peeked: None,
+            scratch: vec![0u8; (layout.subbuf_size as usize).saturating_add(8)],
         }
     }
 
@@ -379,7 +398,7 @@ impl Reader {
         // writer's counters account for stays the writer's, any excess
         // was the earlier recorder's own losses.
         ch.writer_discarded = last.events_discarded.min(writer_now);
-        ch.stats.host_lost.earlier_run = last.events_discarded - ch.writer_discarded;
+        ch.stats.host_lost.earlier_run = last.events_discarded.saturating_sub(ch.writer_discarded);
         ch.saw_first_packet = true;
         ch.emitted_any = true;
         ch.last_written = Some(LastWritten {
@@ -423,8 +442,10 @@ impl Reader {
     }
 
     fn max_events_per_packet(&self) -> u64 {
-        (self.layout.subbuf_size as u64 - abi::PACKET_HDR_SIZE as u64)
-            / abi::IVT_EV_COMPACT_SIZE as u64
+        u64::from(self.layout.subbuf_size)
+            .saturating_sub(abi::PACKET_HDR_SIZE as u64)
+            .checked_div(abi::IVT_EV_COMPACT_SIZE as u64)
+            .unwrap_or(0)
     }
 
     fn load_commit_pos(&self, c: u32) -> u64 {
@@ -442,8 +463,8 @@ impl Reader {
         let mut pass = Pass::default();
         for c in 0..self.layout.nr_channels {
             let p = self.drain_channel(c, sink)?;
-            pass.packets += p.packets;
-            pass.bytes += p.bytes;
+            pass.packets = pass.packets.saturating_add(p.packets);
+            pass.bytes = pass.bytes.saturating_add(p.bytes);
         }
         self.account_no_channel(sink, false)?;
         Ok(pass)
@@ -461,14 +482,16 @@ impl Reader {
         self.skip_lapped(c, complete);
         while self.channels[c as usize].next_seq < complete {
             let seq = self.channels[c as usize].next_seq;
-            pass.bytes += self.process(c, seq, Extent::Complete, sink)? as u64;
-            pass.packets += 1;
+            let bytes = self.process(c, seq, Extent::Complete, sink)?;
+            pass.bytes = pass.bytes.saturating_add(bytes as u64);
+            pass.packets = pass.packets.saturating_add(1);
             let ch = &mut self.channels[c as usize];
-            ch.next_seq = seq + 1;
+            // seq < complete: seq + 1 cannot overflow.
+            ch.next_seq = seq.saturating_add(1);
             // Handed back to the writer only once written
             // (commit_written): the copy above happens before the
             // writer reuses the sub-buffer, and so does the write.
-            ch.complete_upto = seq + 1;
+            ch.complete_upto = ch.next_seq;
             if self.since_commit >= COMMIT_BYTES {
                 sink.commit()?;
                 self.commit_written();
@@ -482,10 +505,12 @@ impl Reader {
     fn skip_lapped(&mut self, c: u32, complete: u64) {
         let ring = self.layout.nr_subbufs as u64;
         let ch = &mut self.channels[c as usize];
-        if complete - ch.next_seq > ring {
-            let lost = complete - ring - ch.next_seq;
+        // complete > next_seq (the caller checked).
+        let oldest = complete.saturating_sub(ring);
+        if oldest > ch.next_seq {
+            let lost = oldest.saturating_sub(ch.next_seq);
             ch.skip(HostLoss::Overwritten, "overwritten", lost);
-            ch.next_seq = complete - ring;
+            ch.next_seq = oldest;
         }
     }
 
@@ -503,6 +528,7 @@ impl Reader {
             channel: c,
             seq,
             subbuf_size: self.layout.subbuf_size,
+            ticks: self.ticks,
         };
         let (header, content) = match self.copy_packet(c, &exp, extent) {
             Ok(v) => v,
@@ -520,7 +546,7 @@ impl Reader {
         let emitted = PacketHeader::parse(&self.scratch[..abi::PACKET_HDR_SIZE]);
         self.lead_packet(c, &emitted, sink)?;
         sink.packet(c, exp.stream, &self.scratch[..bytes], &self.classes)?;
-        self.since_commit += bytes as u64;
+        self.since_commit = self.since_commit.saturating_add(bytes as u64);
         Ok(bytes)
     }
 
@@ -540,8 +566,8 @@ impl Reader {
         }
         let lead = PacketHeader {
             timestamp_end: first.timestamp_begin,
-            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
-            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
+            content_size: abi::PACKET_HDR_BITS,
+            packet_size: abi::PACKET_HDR_BITS,
             packet_seq_num: first.packet_seq_num.saturating_sub(1),
             events_discarded: 0,
             event_count: 0,
@@ -549,7 +575,7 @@ impl Reader {
         };
         let mut bytes = [0u8; abi::PACKET_HDR_SIZE];
         lead.write(&mut bytes);
-        ch.stats.bytes_out += bytes.len() as u64;
+        ch.stats.bytes_out = ch.stats.bytes_out.saturating_add(bytes.len() as u64);
         sink.packet(c, ch.stream, &bytes, &self.classes)
     }
 
@@ -586,17 +612,25 @@ impl Reader {
         let off = self.layout.subbuf_offset(c, exp.seq);
         let hdr = abi::PACKET_HDR_SIZE;
         // Plain copies (pread): ordered after the commit_pos load-acquire in
-        // drain_channel/flush_prefix; tearing is checked right after.
-        if !self.region.copy_out(off, &mut self.scratch[..hdr]) {
-            return Err(PacketFault::Unreadable);
+        // drain_channel/flush_prefix; tearing is checked right after (which
+        // covers a header peeked while its predecessor was checked).
+        match self.peeked.take() {
+            Some(p) if (p.chan, p.seq, extent) == (c, exp.seq, Extent::Complete) => {
+                self.scratch[..hdr].copy_from_slice(&p.header);
+            }
+            _ => {
+                if !self.region.copy_out(off, &mut self.scratch[..hdr]) {
+                    return Err(PacketFault::Unreadable);
+                }
+            }
         }
         let header = PacketHeader::parse(&self.scratch[..hdr]);
         let checked = packet::check_header(&header, exp, extent);
         if let Ok(content) = checked {
-            if !self
-                .region
-                .copy_out(off + hdr as u64, &mut self.scratch[hdr..content])
-            {
+            if !self.region.copy_out(
+                off.saturating_add(hdr as u64),
+                &mut self.scratch[hdr..content],
+            ) {
                 return Err(PacketFault::Unreadable);
             }
         }
@@ -614,7 +648,8 @@ impl Reader {
     }
 
     /// Walks the copy; an unknown event id triggers one metadata re-scan
-    /// (its registration may have committed after our last scan).
+    /// (its registration may have committed after our last scan). Then
+    /// checks the packet's place among its channel's neighbours.
     fn walk_copy(
         &mut self,
         c: u32,
@@ -623,13 +658,20 @@ impl Reader {
         extent: Extent,
     ) -> Result<WalkSummary, PacketFault> {
         let stream = self.channels[c as usize].stream;
-        let end = (extent == Extent::Complete && !h.end_unknown()).then_some(h.timestamp_end);
+        // Events may not pass the packet's end, nor (end unknown: an open
+        // packet's prefix, a sealed orphan) what the clock can express.
+        let known_end = extent == Extent::Complete && !h.end_unknown();
+        let end = if known_end {
+            h.timestamp_end
+        } else {
+            self.ticks.max
+        };
         let walk = |classes: &EventClasses, scratch: &mut [u8]| {
             packet::walk(
                 &mut scratch[..content],
                 classes.stream(stream),
                 h.timestamp_begin,
-                end,
+                Some(end),
                 &mut (),
             )
         };
@@ -639,11 +681,20 @@ impl Reader {
         {
             result = walk(&self.classes, &mut self.scratch);
         }
-        let summary = result?;
+        let summary = match result {
+            Err(WalkFault::TimeAfterEnd { ts, .. }) if !known_end => {
+                return Err(PacketFault::TimeUnexpressible {
+                    ts,
+                    min: self.ticks.min,
+                    max: self.ticks.max,
+                })
+            }
+            r => r?,
+        };
         let claimed = h.event_count;
         if extent == Extent::Complete
             && claimed != abi::IVT_EVENT_COUNT_UNKNOWN
-            && claimed as u64 != summary.events
+            && u64::from(claimed) != summary.events
         {
             return Err(WalkFault::EventCount {
                 claimed,
@@ -651,19 +702,73 @@ impl Reader {
             }
             .into());
         }
-        self.check_continuity(c, h)?;
+        let last = if known_end { end } else { summary.last_ts };
+        self.check_neighbours(c, h, last)?;
         Ok(summary)
     }
 
-    /// A packet may not start before the previous one of its channel ended.
-    fn check_continuity(&self, c: u32, h: &PacketHeader) -> Result<(), PacketFault> {
-        match self.channels[c as usize].last_written {
-            Some(last) if h.timestamp_begin < last.ts_end => Err(PacketFault::TimeRange {
+    /// A packet must lie between its channel's neighbours: begin no
+    /// earlier than the previous packet (as written) ended, and end no
+    /// later than the next one began, when the writer has already opened
+    /// it. Tolerance 0: one writer owns a channel and stamps a packet's
+    /// begin at or after the previous one's end (writer.h keeps each
+    /// stream monotonic, clamping a clock that steps back), so any overlap
+    /// is corruption, not jitter. When a packet overlaps its successor and
+    /// the successor fits after the predecessor, this packet is the one
+    /// out of line: skipped, so one wild timestamp cannot push every later
+    /// packet of its channel out of order (docs/hardening.md).
+    fn check_neighbours(&mut self, c: u32, h: &PacketHeader, end: u64) -> Result<(), PacketFault> {
+        let prev_end = self.channels[c as usize].last_written.map(|l| l.ts_end);
+        if let Some(prev) = prev_end.filter(|&prev| h.timestamp_begin < prev) {
+            return Err(PacketFault::TimeBeforePrevious {
                 begin: h.timestamp_begin,
-                end: last.ts_end,
-            }),
+                end: prev,
+            });
+        }
+        match self.successor_begin(c, h.packet_seq_num) {
+            Some(next) if end > next && prev_end.is_none_or(|prev| next >= prev) => {
+                Err(PacketFault::TimeAfterNext { end, next })
+            }
             _ => Ok(()),
         }
+    }
+
+    /// When the writer has already opened packet `seq + 1` of channel `c`
+    /// (commit_pos past its start, so its header is published), the time
+    /// it began, from a private copy of its header; None otherwise, or
+    /// when the copy is not that packet's header (overwritten, torn). A
+    /// complete successor's copy is kept for its own turn, next
+    /// ([`Reader::copy_packet`]): the check costs no extra copy.
+    fn successor_begin(&mut self, c: u32, seq: u64) -> Option<u64> {
+        let next = seq.checked_add(1)?;
+        let size = u64::from(self.layout.subbuf_size);
+        let start = next.checked_mul(size)?;
+        // Acquire (in commit_pos): pairs with the writer's store-release
+        // after it wrote the successor's header (writer.h, commit).
+        let commit = self.load_commit_pos(c);
+        if commit <= start {
+            return None;
+        }
+        let mut bytes = [0u8; abi::PACKET_HDR_SIZE];
+        // A plain copy (pread), ordered after the acquire above.
+        if !self
+            .region
+            .copy_out(self.layout.subbuf_offset(c, next), &mut bytes)
+        {
+            return None;
+        }
+        let h = PacketHeader::parse(&bytes);
+        let ours = h.magic == abi::IVT_CTF_MAGIC
+            && h.packet_seq_num == next
+            && h.stream_instance_id == u64::from(c);
+        if commit >= start.saturating_add(size) {
+            self.peeked = Some(Peeked {
+                chan: c,
+                seq: next,
+                header: bytes,
+            });
+        }
+        (ours && !self.torn(c, next)).then_some(h.timestamp_begin)
     }
 
     /// Rewrites the host-owned header fields and pads the content to a
@@ -689,14 +794,16 @@ impl Reader {
         let padded = content.next_multiple_of(8);
         h.stream_id = ch.stream;
         h.stream_instance_id = c as u64;
-        h.content_size = content as u64 * 8;
-        h.packet_size = padded as u64 * 8;
+        // Both are at most the sub-buffer size (a u32): in bits they fit.
+        h.content_size = (content as u64).saturating_mul(8);
+        h.packet_size = (padded as u64).saturating_mul(8);
         h.events_discarded = ch.discarded();
         if extent != Extent::Complete || h.end_unknown() {
             h.timestamp_end = s.last_ts;
         }
         if extent != Extent::Complete || h.event_count == abi::IVT_EVENT_COUNT_UNKNOWN {
-            h.event_count = s.events as u32;
+            // At most (subbuf_size - 88) / 4 events fit in a packet.
+            h.event_count = u32::try_from(s.events).unwrap_or(u32::MAX);
         }
         h.write(&mut self.scratch);
         self.scratch[content..padded].fill(0);
@@ -711,9 +818,11 @@ impl Reader {
         let mut pass = Pass::default();
         for c in 0..self.layout.nr_channels {
             let p = self.drain_channel(c, sink)?;
-            pass.packets += p.packets;
-            pass.bytes += p.bytes;
-            pass.bytes += self.flush_prefix(c, sink)? as u64;
+            pass.packets = pass.packets.saturating_add(p.packets);
+            pass.bytes = pass.bytes.saturating_add(p.bytes);
+            pass.bytes = pass
+                .bytes
+                .saturating_add(self.flush_prefix(c, sink)? as u64);
         }
         Ok(pass)
     }
@@ -721,7 +830,9 @@ impl Reader {
     fn flush_prefix<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<usize, S::Error> {
         let commit = self.load_commit_pos(c);
         let shift = self.layout.subbuf_size.trailing_zeros();
-        let within = (commit & (self.layout.subbuf_size as u64 - 1)) as u32;
+        let mask = u64::from(self.layout.subbuf_size).saturating_sub(1);
+        // Below subbuf_size, a u32.
+        let within = u32::try_from(commit & mask).unwrap_or(u32::MAX);
         let seq = commit >> shift;
         if within == 0 || seq != self.channels[c as usize].next_seq {
             return Ok(0);
@@ -731,14 +842,14 @@ impl Reader {
             return Ok(self.skip_faulty(
                 c,
                 PacketFault::ContentSize {
-                    bits: within as u64 * 8,
+                    bits: u64::from(within).saturating_mul(8),
                     max: self.layout.subbuf_size as u64,
                 },
             ));
         }
         let bytes = self.process(c, seq, Extent::Prefix(within), sink)?;
         // The prefix was taken: later passes start after this packet.
-        self.channels[c as usize].next_seq = seq + 1;
+        self.channels[c as usize].next_seq = seq.saturating_add(1);
         Ok(bytes)
     }
 
@@ -847,11 +958,14 @@ impl Reader {
             })
             .max()
             .unwrap_or(0);
-        if seen > 0 {
+        let ts = if seen > 0 {
             seen
         } else {
             self.region.header().clock.ref_ticks
-        }
+        };
+        // The header's reference is guest-written: kept where the clock
+        // can place it.
+        ts.clamp(self.ticks.min, self.ticks.max.max(self.ticks.min))
     }
 
     fn emit_trailing_drops<S: PacketSink>(&mut self, c: u32, sink: &mut S) -> Result<(), S::Error> {
@@ -869,9 +983,9 @@ impl Reader {
             stream_instance_id: c as u64,
             timestamp_begin: ts,
             timestamp_end: ts,
-            content_size: abi::PACKET_HDR_SIZE as u64 * 8,
-            packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
-            packet_seq_num: last.map_or(ch.next_seq, |l| l.seq + 1),
+            content_size: abi::PACKET_HDR_BITS,
+            packet_size: abi::PACKET_HDR_BITS,
+            packet_seq_num: last.map_or(ch.next_seq, |l| l.seq.saturating_add(1)),
             events_discarded: total,
             first_event_seq: ch.expected_first_event.unwrap_or(0),
             event_count: 0,
@@ -892,7 +1006,8 @@ impl Reader {
                 ..Default::default()
             },
         );
-        ch.stats.packets -= 1; // bookkeeping packet, not data
+        // A bookkeeping packet, not data (record_packet counted it).
+        ch.stats.packets = ch.stats.packets.saturating_sub(1);
         let stream = ch.stream;
         self.lead_packet(c, &h, sink)?;
         sink.packet(c, stream, &bytes, &self.classes)
@@ -904,11 +1019,16 @@ impl Reader {
     pub fn snapshot<S: PacketSink>(&mut self, sink: &mut S) -> Result<Pass, S::Error> {
         self.scan_metadata(ScanMode::Final);
         let ring = self.layout.nr_subbufs as u64;
-        let mask = self.layout.subbuf_size as u64 - 1;
+        let mask = u64::from(self.layout.subbuf_size).saturating_sub(1);
         for c in 0..self.layout.nr_channels {
             let commit = self.load_commit_pos(c);
             let complete = commit >> self.layout.subbuf_size.trailing_zeros();
-            let slots = if commit & mask != 0 { ring - 1 } else { ring };
+            // ring >= IVT_SUBBUFS_MIN >= 1.
+            let slots = if commit & mask != 0 {
+                ring.saturating_sub(1)
+            } else {
+                ring
+            };
             let ch = &mut self.channels[c as usize];
             ch.next_seq = complete.saturating_sub(slots);
             ch.expected_first_event = None;
@@ -929,14 +1049,17 @@ fn record_packet(
     s: &WalkSummary,
 ) {
     let st = &mut ch.stats;
-    st.events += s.events;
-    st.packets += 1;
-    st.partial_packets += (extent != Extent::Complete) as u64;
-    st.bytes_out += padded as u64;
-    st.event_bytes += (content - abi::PACKET_HDR_SIZE) as u64;
-    st.header_bytes += s.header_bytes();
-    st.extended_headers += s.extended;
-    st.utf8_fixed += s.utf8_fixed;
+    st.events = st.events.saturating_add(s.events);
+    st.packets = st.packets.saturating_add(1);
+    st.partial_packets = st
+        .partial_packets
+        .saturating_add(u64::from(extent != Extent::Complete));
+    st.bytes_out = st.bytes_out.saturating_add(padded as u64);
+    let events_len = content.saturating_sub(abi::PACKET_HDR_SIZE);
+    st.event_bytes = st.event_bytes.saturating_add(events_len as u64);
+    st.header_bytes = st.header_bytes.saturating_add(s.header_bytes());
+    st.extended_headers = st.extended_headers.saturating_add(s.extended);
+    st.utf8_fixed = st.utf8_fixed.saturating_add(s.utf8_fixed);
     if s.events > 0 {
         st.first_ts.get_or_insert(h.timestamp_begin);
         st.last_ts = st.last_ts.max(s.last_ts);
@@ -960,7 +1083,7 @@ pub fn walk_own_packet<V: EventVisitor>(
 ) -> Result<(PacketHeader, WalkSummary), PacketFault> {
     if bytes.len() < abi::PACKET_HDR_SIZE {
         return Err(PacketFault::ContentSize {
-            bits: bytes.len() as u64 * 8,
+            bits: (bytes.len() as u64).saturating_mul(8),
             max: 0,
         });
     }

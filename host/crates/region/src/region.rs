@@ -25,6 +25,7 @@ use memmap2::{MmapOptions, MmapRaw};
 use thiserror::Error;
 
 use crate::abi::{self, le_u16, le_u32, le_u64};
+use crate::bytes::usize_from;
 use crate::sigbus;
 
 /// Why a region cannot be read (yet, or at all).
@@ -51,13 +52,13 @@ pub enum RegionError {
     #[error("ABI major version {found}, this reader speaks {expected}")]
     AbiMajor { found: u16, expected: u16 },
     #[error("header size {found}, expected {expected}")]
-    HeaderSize { found: u32, expected: u32 },
+    HeaderSize { found: u32, expected: usize },
     #[error("header says region_size {header} bytes but the mapping has {actual}")]
     SizeMismatch { header: u64, actual: u64 },
     #[error("region size {0} is not a power of two")]
     NotPowerOfTwo(u64),
     #[error("channel_size {found}, expected {expected}")]
-    ChannelSize { found: u32, expected: u32 },
+    ChannelSize { found: u32, expected: u64 },
     #[error("{found} channels (allowed 1..={max})")]
     ChannelCount { found: u32, max: u32 },
     #[error("{kernel} kernel and {ftrace} ftrace channels but only {total} channels")]
@@ -115,13 +116,22 @@ impl Layout {
     /// Byte offset of sub-buffer `seq % nr_subbufs` of channel `chan`
     /// (`ivt_subbuf_offset()` in abi.h). In bounds for a validated layout.
     pub fn subbuf_offset(&self, chan: u32, seq: u64) -> u64 {
-        let idx = chan as u64 * self.nr_subbufs as u64 + (seq & (self.nr_subbufs as u64 - 1));
-        self.pool_off + idx * self.subbuf_size as u64
+        // check_areas() proved pool_off + nr_channels * nr_subbufs *
+        // subbuf_size fits in the region: for chan < nr_channels nothing
+        // saturates; past it, the offset fails every access check.
+        let slot = seq & u64::from(self.nr_subbufs).wrapping_sub(1);
+        let idx = u64::from(chan)
+            .saturating_mul(u64::from(self.nr_subbufs))
+            .saturating_add(slot);
+        self.pool_off
+            .saturating_add(idx.saturating_mul(u64::from(self.subbuf_size)))
     }
 
     /// Byte offset of channel `chan`'s `struct ivt_channel`.
     pub fn channel_offset(&self, chan: u32) -> u64 {
-        self.channels_off + chan as u64 * abi::CHANNEL_SIZE
+        // In the channel table for chan < nr_channels (check_areas()).
+        self.channels_off
+            .saturating_add(u64::from(chan).saturating_mul(abi::CHANNEL_SIZE))
     }
 
     /// Stream class of channel `chan`, from the layout alone (the host's
@@ -129,7 +139,7 @@ impl Layout {
     pub fn stream_of(&self, chan: u32) -> u32 {
         if chan < self.nr_kernel_channels {
             abi::IVT_STREAM_KERNEL
-        } else if chan - self.nr_kernel_channels < self.nr_ftrace_channels {
+        } else if chan.saturating_sub(self.nr_kernel_channels) < self.nr_ftrace_channels {
             abi::IVT_STREAM_FTRACE
         } else {
             abi::IVT_STREAM_USER
@@ -309,10 +319,10 @@ impl Region {
 
     fn assert_word(&self, off: u64, size: u64) -> usize {
         assert!(
-            off.is_multiple_of(size) && off + size <= self.len as u64,
+            off.is_multiple_of(size) && off.saturating_add(size) <= self.len as u64,
             "control word at {off:#x} is misaligned or out of bounds (layout bug)"
         );
-        off as usize
+        usize_from(off)
     }
 
     fn atomic_u64(&self, off: u64) -> &AtomicU64 {
@@ -421,7 +431,7 @@ impl Region {
         // nothing here relies on their value.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                self.base().add(off as usize),
+                self.base().add(usize_from(off)),
                 dst.as_mut_ptr(),
                 dst.len(),
             );
@@ -447,7 +457,11 @@ impl Region {
         // SAFETY: in range (checked above), a private copy the caller owns
         // (Backing::Owned), `src` cannot overlap it.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.base().add(off as usize), src.len());
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr(),
+                self.base().add(usize_from(off)),
+                src.len(),
+            );
         }
         true
     }
@@ -528,10 +542,10 @@ pub fn parse_header(page: &[u8], actual: u64) -> Result<Header, RegionError> {
         });
     }
     let hdr_size = le_u32(page, hdr::HDR_SIZE);
-    if hdr_size != abi::HDR_SIZE as u32 {
+    if hdr_size as usize != abi::HDR_SIZE {
         return Err(RegionError::HeaderSize {
             found: hdr_size,
-            expected: abi::HDR_SIZE as u32,
+            expected: abi::HDR_SIZE,
         });
     }
     let region_size = le_u64(page, hdr::REGION_SIZE);
@@ -576,10 +590,10 @@ fn parse_clock(b: &[u8]) -> ClockRef {
 fn parse_layout(b: &[u8], nr_ftrace: u32, region: u64) -> Result<Layout, RegionError> {
     use abi::layout as l;
     let channel_size = le_u32(b, l::CHANNEL_SIZE);
-    if channel_size as u64 != abi::CHANNEL_SIZE {
+    if u64::from(channel_size) != abi::CHANNEL_SIZE {
         return Err(RegionError::ChannelSize {
             found: channel_size,
-            expected: abi::CHANNEL_SIZE as u32,
+            expected: abi::CHANNEL_SIZE,
         });
     }
     let layout = Layout {
@@ -606,7 +620,7 @@ fn check_counts(l: &Layout) -> Result<(), RegionError> {
         });
     }
     if l.nr_kernel_channels > l.nr_channels
-        || l.nr_ftrace_channels > l.nr_channels - l.nr_kernel_channels
+        || l.nr_ftrace_channels > l.nr_channels.saturating_sub(l.nr_kernel_channels)
     {
         return Err(RegionError::KernelChannels {
             kernel: l.nr_kernel_channels,
@@ -641,39 +655,46 @@ fn check_pow2(what: &'static str, value: u32, min: u32, max: u32) -> Result<(), 
 }
 
 /// The three areas must be page aligned, inside the region, after the
-/// header page and pairwise disjoint. Sizes are computed in u128 so no
-/// guest value can overflow them.
+/// header page and pairwise disjoint. Offsets, sizes and ends are u128:
+/// three u32 factors and a u64 offset cannot overflow them (the products
+/// saturate anyway, for the lint's sake).
 fn check_areas(l: &Layout, region: u64) -> Result<(), RegionError> {
+    let product = |factors: &[u32]| {
+        factors
+            .iter()
+            .fold(1u128, |p, &f| p.saturating_mul(u128::from(f)))
+    };
     let areas = [
         ("header", 0u64, abi::HDR_SIZE as u128),
         (
             "channel table",
             l.channels_off,
-            l.nr_channels as u128 * abi::CHANNEL_SIZE as u128,
+            product(&[l.nr_channels]).saturating_mul(u128::from(abi::CHANNEL_SIZE)),
         ),
-        ("metadata area", l.meta_off, l.meta_size as u128),
+        ("metadata area", l.meta_off, u128::from(l.meta_size)),
         (
             "sub-buffer pool",
             l.pool_off,
-            l.nr_channels as u128 * l.nr_subbufs as u128 * l.subbuf_size as u128,
+            product(&[l.nr_channels, l.nr_subbufs, l.subbuf_size]),
         ),
     ];
+    let end = |off: u64, len: u128| u128::from(off).saturating_add(len);
     for &(what, off, len) in &areas[1..] {
         if off % abi::IVT_PAGE_SIZE != 0 {
             return Err(RegionError::Misaligned { what, off });
         }
-        if len == 0 || off as u128 + len > region as u128 {
+        if len == 0 || end(off, len) > u128::from(region) {
             return Err(RegionError::OutOfBounds {
                 what,
                 off,
-                len: len.min(u64::MAX as u128) as u64,
+                len: u64::try_from(len).unwrap_or(u64::MAX),
                 region,
             });
         }
     }
     for (i, a) in areas.iter().enumerate() {
-        for b in &areas[i + 1..] {
-            let disjoint = a.1 as u128 + a.2 <= b.1 as u128 || b.1 as u128 + b.2 <= a.1 as u128;
+        for b in areas.iter().skip(i.saturating_add(1)) {
+            let disjoint = end(a.1, a.2) <= u128::from(b.1) || end(b.1, b.2) <= u128::from(a.1);
             if !disjoint {
                 return Err(RegionError::Overlap { a: a.0, b: b.0 });
             }
@@ -683,6 +704,7 @@ fn check_areas(l: &Layout, region: u64) -> Result<(), RegionError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use ivtrace_testutil::RegionBuilder;

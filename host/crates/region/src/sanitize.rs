@@ -1,8 +1,11 @@
-//! Guest strings made safe for TSDL and file systems.
+//! Guest strings made safe for TSDL, file systems and terminals.
 //!
 //! Names come from the metadata area, which the guest writes. Before a name
 //! reaches CTF metadata it is restricted to a small alphabet, bounded in
 //! length and made unique; nothing the guest writes ever names a file.
+//! Any other text from a guest, a region or a trace file is printed
+//! through [`Shown`] (one line) or [`ShownText`] (lines kept): control
+//! characters reach a terminal escaped, never as the guest wrote them.
 
 use std::collections::HashSet;
 
@@ -64,6 +67,54 @@ pub fn dedupe(name: String, taken: &mut HashSet<String>) -> (String, bool) {
     (unique, true)
 }
 
+/// Text shown on one line: every control character (C0 but the tab, DEL,
+/// C1) and every bidirectional formatting character (which reorders what
+/// a terminal shows around it) is written escaped, `\n`, `\x1b`,
+/// `\u{202e}`, as Rust's `escape_debug` writes them; everything else as
+/// it is.
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a>(pub &'a str);
+
+/// [`Shown`] for text of several lines: newlines are kept.
+#[derive(Debug, Clone, Copy)]
+pub struct ShownText<'a>(pub &'a str);
+
+/// Whether `c` must not reach a terminal as it is.
+fn unsafe_on_terminal(c: char) -> bool {
+    (c.is_control() && c != '\t')
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+fn write_shown(
+    f: &mut std::fmt::Formatter<'_>,
+    text: &str,
+    keep_newlines: bool,
+) -> std::fmt::Result {
+    use std::fmt::Write;
+    for c in text.chars() {
+        match c {
+            c if !unsafe_on_terminal(c) || (keep_newlines && c == '\n') => f.write_char(c)?,
+            '\n' => f.write_str("\\n")?,
+            '\r' => f.write_str("\\r")?,
+            c if c.is_ascii() => write!(f, "\\x{:02x}", u32::from(c))?,
+            c => write!(f, "{}", c.escape_unicode())?,
+        }
+    }
+    Ok(())
+}
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write_shown(f, self.0, false)
+    }
+}
+
+impl std::fmt::Display for ShownText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write_shown(f, self.0, true)
+    }
+}
+
 /// Replaces every byte of an invalid UTF-8 sequence in `text` with `?`,
 /// in place (the length must not change: the payload is binary).
 /// Returns how many bytes were replaced.
@@ -73,17 +124,21 @@ pub fn fix_utf8_in_place(mut text: &mut [u8]) -> u32 {
         match std::str::from_utf8(text) {
             Ok(_) => return replaced,
             Err(e) => {
+                // valid_up_to() <= len, and the bad sequence ends within
+                // the text: std's Utf8Error guarantees both.
                 let bad_at = e.valid_up_to();
-                let bad_len = e.error_len().unwrap_or(text.len() - bad_at);
-                text[bad_at..bad_at + bad_len].fill(b'?');
-                replaced += bad_len as u32;
-                text = &mut text[bad_at + bad_len..];
+                let bad_len = e.error_len().unwrap_or(text.len().saturating_sub(bad_at));
+                let bad_end = bad_at.saturating_add(bad_len);
+                text[bad_at..bad_end].fill(b'?');
+                replaced = replaced.saturating_add(u32::try_from(bad_len).unwrap_or(u32::MAX));
+                text = &mut text[bad_end..];
             }
         }
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
@@ -115,6 +170,21 @@ mod tests {
         assert_eq!(dedupe("x".into(), &mut taken), ("x_2".into(), true));
         taken.insert("x_3".into());
         assert_eq!(dedupe("x".into(), &mut taken), ("x_4".into(), true));
+    }
+
+    #[test]
+    fn text_reaches_a_terminal_with_its_control_characters_escaped() {
+        let hostile = "tsc\x1b[2J\x1b]0;owned\x07 ok\tno\r\nfake line\u{9b}31m\u{202e}evil\x7f";
+        let one_line = Shown(hostile).to_string();
+        assert_eq!(
+            one_line,
+            "tsc\\x1b[2J\\x1b]0;owned\\x07 ok\tno\\r\\nfake line\\u{9b}31m\\u{202e}evil\\x7f"
+        );
+        assert!(!one_line.chars().any(unsafe_on_terminal));
+        let lines = ShownText(hostile).to_string();
+        assert_eq!(lines.lines().count(), 2);
+        assert!(!lines.chars().any(|c| c != '\n' && unsafe_on_terminal(c)));
+        assert_eq!(Shown("héllo wörld: 42").to_string(), "héllo wörld: 42");
     }
 
     #[test]

@@ -117,8 +117,8 @@ pub fn register(start: *mut u8, len: usize) -> Guard {
 fn install() {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if page > 0 {
-        PAGE.store(page as usize, Ordering::Relaxed);
+    if let Ok(page @ 1..) = usize::try_from(page) {
+        PAGE.store(page, Ordering::Relaxed);
     }
     // SAFETY: a zeroed sigaction is a valid value; PREVIOUS is written
     // here only, before our handler (its only reader) is installed, and
@@ -143,7 +143,10 @@ fn slot_of(addr: usize) -> Option<&'static Slot> {
     TABLE.iter().find(|s| {
         // Acquire: pairs with register's release store of start.
         let start = s.start.load(Ordering::Acquire);
-        start != 0 && addr >= start && addr - start < s.len.load(Ordering::Relaxed)
+        start != 0
+            && addr
+                .checked_sub(start)
+                .is_some_and(|at| at < s.len.load(Ordering::Relaxed))
     })
 }
 
@@ -152,7 +155,8 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     let addr = unsafe { (*info).si_addr() } as usize;
     if let Some(slot) = slot_of(addr) {
         let page = PAGE.load(Ordering::Relaxed);
-        let base = addr & !(page - 1);
+        // PAGE is a power of two, at least 1 (install()).
+        let base = addr & !page.wrapping_sub(1);
         // SAFETY: replaces one page inside a mapping this process owns
         // (registered above, unregistered before it is unmapped) with
         // private zeros; nothing else in the process refers to it but
@@ -198,6 +202,7 @@ unsafe fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;

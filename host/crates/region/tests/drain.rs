@@ -2,7 +2,7 @@
 //! emitted, what is counted as lost and why, what is rewritten.
 
 use ivtrace_region::abi;
-use ivtrace_region::packet::PacketHeader;
+use ivtrace_region::packet::{PacketHeader, TickRange};
 use ivtrace_region::reader::PacketSink;
 use ivtrace_region::{Access, EventClasses, Reader, Region};
 use ivtrace_testutil::{RegionBuilder, TestRegion};
@@ -61,7 +61,10 @@ fn emit(r: &mut TestRegion, chan: u32, n: u64, ts0: u64) -> u64 {
 }
 
 fn reader(r: &TestRegion) -> Reader {
-    Reader::new(Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap())
+    Reader::new(
+        Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap(),
+        TickRange::ALL,
+    )
 }
 
 fn drain_all(reader: &mut Reader) -> Collect {
@@ -233,7 +236,10 @@ fn an_unknown_id_triggers_one_metadata_rescan() {
     r.close(0);
     let tmp = tempfile_path();
     std::fs::write(&tmp, &r.bytes).unwrap();
-    let mut rd = Reader::new(Region::open(&tmp, Access::ReadWrite).unwrap());
+    let mut rd = Reader::new(
+        Region::open(&tmp, Access::ReadWrite).unwrap(),
+        TickRange::ALL,
+    );
     let file = std::fs::OpenOptions::new().write(true).open(&tmp).unwrap();
     let mut sink = RegisterLate {
         file,
@@ -287,7 +293,10 @@ fn torn_copies_are_detected_by_open_seq() {
 fn snapshot_takes_the_newest_packets_and_the_open_prefix() {
     let mut r = region(abi::IVT_MODE_OVERWRITE, 4);
     emit(&mut r, 0, PER_PACKET * 6 + 3, 100); // 6 closed, 1 open with 3 events
-    let mut rd = Reader::new(Region::from_bytes(&r.bytes, Access::ReadOnly).unwrap());
+    let mut rd = Reader::new(
+        Region::from_bytes(&r.bytes, Access::ReadOnly).unwrap(),
+        TickRange::ALL,
+    );
     let mut sink = Collect::default();
     rd.snapshot(&mut sink).unwrap();
     let st = rd.channel_stats(0);
@@ -321,7 +330,10 @@ fn a_region_file_that_shrinks_under_the_reader_is_counted_not_fatal() {
     r.close(0);
     let path = tempfile_path();
     std::fs::write(&path, &r.bytes).unwrap();
-    let mut rd = Reader::new(Region::open(&path, Access::ReadWrite).unwrap());
+    let mut rd = Reader::new(
+        Region::open(&path, Access::ReadWrite).unwrap(),
+        TickRange::ALL,
+    );
     std::fs::OpenOptions::new()
         .write(true)
         .open(&path)

@@ -153,6 +153,8 @@ struct Queue {
     packets: VecDeque<Packet>,
     bytes: usize,
     closing: bool,
+    /// Set by the first [`Session::begin_close`].
+    close_deadline: Option<Instant>,
     done: bool,
     stats: SessionStats,
 }
@@ -227,6 +229,7 @@ impl Hub {
                 packets: VecDeque::new(),
                 bytes: 0,
                 closing: false,
+                close_deadline: None,
                 done: false,
                 stats: SessionStats {
                     url: opts.url.to_string(),
@@ -387,9 +390,7 @@ impl Session {
     /// session. Returns the statistics; packets still queued when it gives
     /// up are counted as dropped.
     pub fn close(&self) -> SessionStats {
-        self.shared.lock().closing = true;
-        self.hub.notify();
-        let deadline = Instant::now() + CLOSE_GRACE + Duration::from_secs(2);
+        let deadline = self.begin_close();
         let mut q = self.shared.lock();
         while !q.done {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -407,6 +408,30 @@ impl Session {
             abandon(&mut q);
         }
         stats_of(&q)
+    }
+
+    /// Starts ending the session without waiting (the sender sends what
+    /// is queued and closes it); returns the deadline [`Session::close`]
+    /// waits until, the same however often it is called. A drain worker
+    /// starts the close, gives its turn to other guests until
+    /// [`Session::close_settled`], then calls [`Session::close`], which
+    /// then returns at once.
+    pub fn begin_close(&self) -> Instant {
+        let mut q = self.shared.lock();
+        q.closing = true;
+        let deadline = *q
+            .close_deadline
+            .get_or_insert_with(|| Instant::now() + CLOSE_GRACE + Duration::from_secs(2));
+        drop(q);
+        self.hub.notify();
+        deadline
+    }
+
+    /// Whether [`Session::close`] would return at once: the sender is done
+    /// with the session, or its close deadline has passed.
+    pub fn close_settled(&self) -> bool {
+        let q = self.shared.lock();
+        q.done || q.close_deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     /// The statistics so far.
@@ -637,18 +662,14 @@ impl Link {
     }
 
     /// Metadata streams and their additions, new data streams: added and
-    /// published before any of their packets.
+    /// published before any of their packets. What to send is copied under
+    /// the queue's lock and sent after it: a relay that answers late must
+    /// never hold up a recording handing over packets (issue 23, case 4).
     fn publish(&mut self) -> Result<(), RelayError> {
+        let (metadata, streams) = self.due_for_publishing();
         let conn = self.conn.as_mut().expect("connected");
-        let q = self.session.lock();
         let mut added = false;
-        self.meta_handles.resize(q.traces.len(), None);
-        self.meta_sent.resize(q.traces.len(), 0);
-        for (t, trace) in q.traces.iter().enumerate() {
-            if trace.metadata.len() == self.meta_sent[t] {
-                continue;
-            }
-            let path = format!("{}/{}", self.session.path, trace.name);
+        for (t, path, bytes, new_len) in metadata {
             let handle = match self.meta_handles[t] {
                 Some(h) => h,
                 None => {
@@ -657,28 +678,61 @@ impl Link {
                     *self.meta_handles[t].insert(h)
                 }
             };
-            conn.metadata(handle, &trace.metadata[self.meta_sent[t]..])?;
-            self.meta_sent[t] = trace.metadata.len();
+            conn.metadata(handle, &bytes)?;
+            self.meta_sent[t] = new_len;
         }
-        self.wires.resize_with(q.streams.len(), Wire::default);
-        for (i, s) in q.streams.iter().enumerate() {
-            let w = &mut self.wires[i];
-            if w.handle.is_some() || self.meta_handles[s.trace].is_none() {
+        for (i, trace, name, path) in streams {
+            if self.meta_handles[trace].is_none() {
                 continue;
             }
-            let path = format!("{}/{}", self.session.path, q.traces[s.trace].name);
-            let name = match self.generation {
-                0 => s.name.clone(),
-                g => format!("{}_r{g}", s.name),
-            };
-            w.handle = Some(conn.add_stream(&name, &path)?);
+            self.wires[i].handle = Some(conn.add_stream(&name, &path)?);
             added = true;
         }
-        drop(q);
         if added {
             conn.streams_sent()?;
         }
         Ok(())
+    }
+
+    /// Under the queue's lock: the metadata additions (trace, path, bytes,
+    /// length sent after them) and the data streams without a handle yet
+    /// (index, trace, name, path).
+    #[allow(clippy::type_complexity)]
+    fn due_for_publishing(
+        &mut self,
+    ) -> (
+        Vec<(usize, String, Vec<u8>, usize)>,
+        Vec<(usize, usize, String, String)>,
+    ) {
+        let q = self.session.lock();
+        self.meta_handles.resize(q.traces.len(), None);
+        self.meta_sent.resize(q.traces.len(), 0);
+        self.wires.resize_with(q.streams.len(), Wire::default);
+        let path_of = |t: usize| format!("{}/{}", self.session.path, q.traces[t].name);
+        let metadata = q
+            .traces
+            .iter()
+            .enumerate()
+            .filter(|(t, trace)| trace.metadata.len() != self.meta_sent[*t])
+            .map(|(t, trace)| {
+                let bytes = trace.metadata[self.meta_sent[t]..].to_vec();
+                (t, path_of(t), bytes, trace.metadata.len())
+            })
+            .collect();
+        let streams = q
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.wires[*i].handle.is_none())
+            .map(|(i, s)| {
+                let name = match self.generation {
+                    0 => s.name.clone(),
+                    g => format!("{}_r{g}", s.name),
+                };
+                (i, s.trace, name, path_of(s.trace))
+            })
+            .collect();
+        (metadata, streams)
     }
 
     /// Sends up to [`TURN_PACKETS`] queued packets.
@@ -762,23 +816,35 @@ impl Link {
     /// says "nothing before" its trace's floor (never before its own last
     /// packet's end).
     fn beacons(&mut self) -> Result<(), RelayError> {
+        // The floors are read under the queue's lock, sent after it.
+        let floors: Vec<u64> = {
+            let q = self.session.lock();
+            q.streams
+                .iter()
+                .map(|st| q.traces[st.trace].beacon_floor)
+                .collect()
+        };
         let conn = self.conn.as_mut().expect("connected");
-        let mut q = self.session.lock();
+        let mut sent = Vec::new();
         for (i, w) in self.wires.iter_mut().enumerate() {
             let active = std::mem::take(&mut w.active);
-            let Some(h) = w.handle else { continue };
+            let (Some(h), Some(&floor)) = (w.handle, floors.get(i)) else {
+                continue;
+            };
             if active || w.next_seq == 0 || w.closed {
                 continue;
             }
-            let floor = q.traces[q.streams[i].trace].beacon_floor;
-            let ts = floor.max(w.last_ts_end);
             let ix = PacketIndex {
-                timestamp_end: ts,
+                timestamp_end: floor.max(w.last_ts_end),
                 stream_id: w.ctf_stream_id,
                 stream_instance_id: w.instance,
                 ..PacketIndex::default()
             };
             conn.index(h, w.next_seq.saturating_sub(1), &ix)?;
+            sent.push(i);
+        }
+        let mut q = self.session.lock();
+        for i in sent {
             q.streams[i].stats.beacons += 1;
         }
         Ok(())

@@ -16,6 +16,8 @@ pub type FlaggedFieldSpec<'a> = (&'a str, u8, u16, u8);
 pub struct RegionBuilder {
     pub nr_channels: u32,
     pub nr_kernel_channels: u32,
+    /// The ftrace relay's channels, right after the kernel ones.
+    pub nr_ftrace_channels: u32,
     pub nr_subbufs: u32,
     pub subbuf_size: u32,
     pub meta_size: u32,
@@ -30,6 +32,7 @@ impl RegionBuilder {
         RegionBuilder {
             nr_channels,
             nr_kernel_channels: 0,
+            nr_ftrace_channels: 0,
             nr_subbufs,
             subbuf_size,
             meta_size: 4096,
@@ -50,6 +53,16 @@ impl RegionBuilder {
     pub fn kernel(mut self, nr_kernel_channels: u32) -> Self {
         self.nr_kernel_channels = nr_kernel_channels;
         self.meta_size = 16384;
+        self
+    }
+
+    /// The `nr_ftrace_channels` channels after the kernel ones carry the
+    /// ftrace relay's pages (stream class 2, one per CPU), with metadata
+    /// room for the guest's format files ([`TestRegion::publish_ftrace`]).
+    pub fn ftrace(mut self, nr_ftrace_channels: u32) -> Self {
+        self.nr_ftrace_channels = nr_ftrace_channels;
+        self.features |= abi::IVT_FEAT_FTRACE;
+        self.meta_size = 65536;
         self
     }
 
@@ -92,6 +105,11 @@ impl RegionBuilder {
             self.nr_kernel_channels,
         );
         put_u32(&mut b, l + abi::layout::CHANNEL_SIZE, 256);
+        put_u32(
+            &mut b,
+            abi::hdr::NR_FTRACE_CHANNELS,
+            self.nr_ftrace_channels,
+        );
         put_u32(&mut b, l + abi::layout::NR_SUBBUFS, self.nr_subbufs);
         put_u32(&mut b, l + abi::layout::SUBBUF_SIZE, self.subbuf_size);
         put_u64(&mut b, abi::hdr::CLOCK + abi::clock::FREQ_HZ, self.freq_hz);
@@ -214,6 +232,60 @@ impl TestRegion {
         put_u32(&mut self.bytes, abi::hdr::META_TAIL, self.meta_tail);
     }
 
+    /// The ftrace relay's two wire events of stream class 2, as the guest
+    /// module registers them: `ftrace_page { page bytes }` and
+    /// `ftrace_stats { entries .. pages: u64 }`.
+    pub fn register_ftrace_wire(&mut self) {
+        let page = [("page", abi::IVT_FT_BYTES, 0)];
+        self.register(
+            abi::IVT_STREAM_FTRACE,
+            abi::IVT_FTRACE_EV_PAGE,
+            "ftrace_page",
+            &page,
+        );
+        let names = [
+            "entries",
+            "overrun",
+            "commit_overrun",
+            "dropped",
+            "read",
+            "bytes",
+            "clock_reset",
+            "pages",
+        ];
+        let stats: Vec<FieldSpec> = names.iter().map(|&n| (n, abi::IVT_FT_U64, 0)).collect();
+        self.register(
+            abi::IVT_STREAM_FTRACE,
+            abi::IVT_FTRACE_EV_STATS,
+            "ftrace_stats",
+            &stats,
+        );
+    }
+
+    /// Publishes one of the guest's tracefs files (`struct ivt_ftrace_rec`):
+    /// `what` is `IVT_FTRACE_HEADER_PAGE` or `IVT_FTRACE_FORMAT`.
+    pub fn publish_ftrace(&mut self, what: u16, system: &str, text: &[u8]) {
+        let len = (abi::FTRACE_REC_SIZE + text.len()).div_ceil(8) * 8;
+        let mut r = vec![0u8; len];
+        put_u32(&mut r, abi::meta::LEN, len as u32);
+        put_u32(&mut r, abi::meta::COMMIT, abi::IVT_META_COMMIT);
+        r[abi::meta::KIND..abi::meta::KIND + 2]
+            .copy_from_slice(&abi::IVT_META_FTRACE.to_le_bytes());
+        r[abi::ftrace_rec::WHAT..abi::ftrace_rec::WHAT + 2].copy_from_slice(&what.to_le_bytes());
+        put_u32(&mut r, abi::ftrace_rec::TEXT_LEN, text.len() as u32);
+        r[abi::ftrace_rec::SYSTEM..abi::ftrace_rec::SYSTEM + system.len()]
+            .copy_from_slice(system.as_bytes());
+        r[abi::ftrace_rec::TEXT..abi::ftrace_rec::TEXT + text.len()].copy_from_slice(text);
+        self.append_meta(&r);
+    }
+
+    /// One ftrace page as the relay writes it: an `ftrace_page` event.
+    pub fn emit_ftrace_page(&mut self, c: u32, ts: u64, page: &[u8]) -> bool {
+        let mut p = (page.len() as u32).to_le_bytes().to_vec();
+        p.extend_from_slice(page);
+        self.emit(c, ts, abi::IVT_FTRACE_EV_PAGE, &p)
+    }
+
     /// The loadgen event: `loadgen:payload { thread u16, seq u64, data bytes }`.
     pub fn register_loadgen(&mut self, id: u32) {
         let fields = [
@@ -272,6 +344,8 @@ impl TestRegion {
         put_u32(h, abi::pkt::OWNER_PID, 1);
         if stream == abi::IVT_STREAM_KERNEL {
             put_u32(h, abi::pkt::CPU_ID, c); // kernel channel c is CPU c
+        } else if stream == abi::IVT_STREAM_FTRACE {
+            put_u32(h, abi::pkt::CPU_ID, c - self.spec.nr_kernel_channels);
         }
         let w = &mut self.writers[c as usize];
         w.open = true;
@@ -285,6 +359,8 @@ impl TestRegion {
     fn spec_stream(&self, c: u32) -> u32 {
         if c < self.spec.nr_kernel_channels {
             abi::IVT_STREAM_KERNEL
+        } else if c - self.spec.nr_kernel_channels < self.spec.nr_ftrace_channels {
+            abi::IVT_STREAM_FTRACE
         } else {
             abi::IVT_STREAM_USER
         }

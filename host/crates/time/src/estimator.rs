@@ -26,6 +26,22 @@ const FREQ_PLAUSIBLE: std::ops::RangeInclusive<u64> = 1_000..=100_000_000_000;
 /// Used when the header's frequency is not plausible.
 const FREQ_FALLBACK: u64 = 1_000_000_000;
 
+/// Latest reference date believed (2160): a century before CTF readers'
+/// int64 nanoseconds end, so that the clock can express a recording's
+/// timestamps ([`ClockMapping::expressible`]).
+const REF_REALTIME_PLAUSIBLE_MAX: u64 = 5_995_000_000_000_000_000;
+
+/// The header's reference date if plausible, else now (the header is
+/// guest-written: a date past the end of readers' time would leave the
+/// clock nothing it can express).
+pub(crate) fn plausible_ref_realtime(ns: u64) -> u64 {
+    if ns <= REF_REALTIME_PLAUSIBLE_MAX {
+        ns
+    } else {
+        realtime_ns()
+    }
+}
+
 /// The header's frequency if plausible, else 1 GHz.
 pub(crate) fn plausible_freq(freq_hz: u64) -> u64 {
     if FREQ_PLAUSIBLE.contains(&freq_hz) {
@@ -103,7 +119,7 @@ impl ClockEstimator for HeaderReference {
         ClockMapping {
             freq_hz: plausible_freq(self.clock.freq_hz),
             ref_ticks: self.clock.ref_ticks,
-            ref_realtime_ns: self.clock.ref_realtime_ns,
+            ref_realtime_ns: plausible_ref_realtime(self.clock.ref_realtime_ns),
             error_ns: COARSE_ERROR_NS,
             method: "header-reference".into(),
             coarse: true,
@@ -252,6 +268,19 @@ mod tests {
             },
         };
         assert_eq!(hostile.initial().freq_hz, FREQ_FALLBACK);
+        // A reference date past the end of readers' time: now instead,
+        // and the clock expresses the ticks around its reference again.
+        let past_2262 = HeaderReference {
+            clock: ClockRef {
+                freq_hz: 1_000_000_000,
+                ref_ticks: 1 << 40,
+                ref_realtime_ns: u64::MAX,
+                ..Default::default()
+            },
+        }
+        .initial();
+        assert!(past_2262.ref_realtime_ns <= REF_REALTIME_PLAUSIBLE_MAX);
+        assert!(past_2262.expressible().contains(1 << 40));
     }
 
     #[cfg(target_arch = "x86_64")]

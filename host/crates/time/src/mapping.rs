@@ -9,11 +9,20 @@
 //! realtime_ns(t) = ref_realtime_ns + (t - ref_ticks) * 1e9 / freq_hz
 //! ```
 
+use ivtrace_region::packet::TickRange;
 use serde::{Deserialize, Serialize};
 
 /// Seconds past the reference point that a cycle-only CTF offset must
 /// still reach without overflowing int64 ([`ClockMapping::offset_fits_cycles`]).
 const OFFSET_HEADROOM_S: i128 = 365 * 24 * 3600;
+
+/// How far from its reference point a clock is asked to place timestamps
+/// ([`ClockMapping::expressible`]): no recording spans a century, and
+/// within it CTF readers' int64 nanoseconds (which end in 2262) leave the
+/// final mapping, re-estimated while recording, decades of room.
+const HORIZON_S: i128 = 100 * YEAR_S;
+const YEAR_S: i128 = 365 * 24 * 3600;
+const NS_PER_S: i128 = 1_000_000_000;
 
 /// A linear tick -> realtime mapping with an error bound.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +86,56 @@ impl ClockMapping {
         let epoch_cycles =
             (self.ref_realtime_ns as u128 * self.freq_hz.max(1) as u128 / 1_000_000_000) as i128;
         epoch_cycles - self.ref_ticks as i128
+    }
+
+    /// The tick values this clock places on every reader's timeline, the
+    /// one rule the drain's timestamp validation follows (docs/hardening.md,
+    /// "Timestamps"); it depends only on how ticks become a reader's time,
+    /// so a change of the CTF clock changes this function alone:
+    ///
+    /// - nanoseconds from the origin within int64, less a year (babeltrace2
+    ///   refuses a whole trace with one timestamp past it), and within
+    ///   a century (`HORIZON_S`) of the reference point;
+    /// - while the offset is in cycles ([`Self::offset_fits_cycles`]), the
+    ///   offset plus the value within int64 less a year of cycles (Trace
+    ///   Compass adds them as signed 64-bit cycles).
+    pub fn expressible(&self) -> TickRange {
+        let freq = i128::from(self.freq_hz.max(1));
+        let ref_ns = i128::from(self.ref_realtime_ns);
+        let year_ns = YEAR_S * NS_PER_S;
+        let horizon_ns = HORIZON_S * NS_PER_S;
+        let hi_ns = (i128::from(i64::MAX) - year_ns).min(ref_ns.saturating_add(horizon_ns));
+        let lo_ns = (i128::from(i64::MIN) + year_ns).max(ref_ns.saturating_sub(horizon_ns));
+        // ticks(ns) = ref_ticks + (ns - ref_ns) * freq / 1e9, saturating
+        // (a u64 frequency times 2^65 ns can pass i128).
+        let ticks_at = |ns: i128| {
+            ns.saturating_sub(ref_ns)
+                .saturating_mul(freq)
+                .checked_div(NS_PER_S)
+                .unwrap_or(0)
+                .saturating_add(i128::from(self.ref_ticks))
+        };
+        let mut max = ticks_at(hi_ns);
+        if self.offset_fits_cycles() {
+            let room = i128::from(i64::MAX)
+                .saturating_sub(freq.saturating_mul(YEAR_S))
+                .saturating_sub(self.origin_cycles());
+            max = max.min(room);
+        }
+        let min = ticks_at(lo_ns).max(0);
+        if max < min {
+            // A reference at the end of time (a guest's header says
+            // anything): nothing this clock maps fits a reader.
+            return TickRange {
+                min: u64::MAX,
+                max: 0,
+            };
+        }
+        let clamp = |t: i128| u64::try_from(t).unwrap_or(u64::MAX);
+        TickRange {
+            min: clamp(min),
+            max: clamp(max),
+        }
     }
 
     /// The error bound in clock cycles (CTF `precision`), at least 1.
@@ -195,6 +254,36 @@ mod tests {
             m.realtime_ns(0),
             m.realtime_ns(u64::MAX),
         );
+    }
+
+    /// What a reader computes for the range's ends fits int64 nanoseconds
+    /// (and int64 cycles while the offset is in cycles); a century of
+    /// ticks past the reference is out (issue 23, case 2).
+    #[test]
+    fn the_expressible_range_is_what_readers_can_place() {
+        for freq in [1_000_000_000, 2_400_000_000, 5_500_000_000] {
+            let m = mapping(freq, 123_456_789_000, NOV_2026_NS);
+            let r = m.expressible();
+            assert!(
+                r.min <= m.ref_ticks && m.ref_ticks <= r.max,
+                "{freq}: {r:?}"
+            );
+            assert!(reader_ns(&m, r.max) <= i64::MAX as i128, "{freq}");
+            if m.offset_fits_cycles() {
+                assert!(m.ctf_offset().1 as i128 + r.max as i128 <= i64::MAX as i128);
+            }
+            let decades = m.ref_ticks + freq * 3600 * 24 * 365 * 30;
+            assert!(r.contains(decades), "{freq}: 30 years of uptime fit");
+            let century_and_half = (m.ref_ticks as u128 + freq as u128 * 3600 * 24 * 365 * 150)
+                .min(u64::MAX as u128) as u64;
+            assert!(!r.contains(century_and_half), "{freq}: 150 years do not");
+            assert!(!r.contains(u64::MAX));
+        }
+        // a reference at the end of time: nothing fits
+        let r = mapping(1_000_000_000, 0, u64::MAX).expressible();
+        assert!(!r.contains(0) && !r.contains(u64::MAX), "{r:?}");
+        let _ = mapping(u64::MAX, u64::MAX, u64::MAX).expressible();
+        let _ = mapping(1, u64::MAX, 0).expressible();
     }
 
     #[test]

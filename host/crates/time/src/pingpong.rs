@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use ivtrace_region::region::ClockRef;
 use ivtrace_region::Region;
 
-use crate::estimator::{plausible_freq, ClockEstimator};
+use crate::estimator::{plausible_freq, plausible_ref_realtime, ClockEstimator};
 use crate::mapping::ClockMapping;
 use crate::timebase::host_now_ns;
 
@@ -220,7 +220,7 @@ pub fn fit(points: &[SyncPoint], header: ClockRef) -> ClockMapping {
         return ClockMapping {
             freq_hz: header_freq,
             ref_ticks: header.ref_ticks,
-            ref_realtime_ns: header.ref_realtime_ns,
+            ref_realtime_ns: plausible_ref_realtime(header.ref_realtime_ns),
             error_ns: 1_000_000,
             method: "header-reference (no sync answer)".into(),
             coarse: true,

@@ -13,8 +13,13 @@
 //! are left out. The writing thread's id (`common_pid`) becomes the
 //! event's `_tid` context.
 
+// Guest input (a guest's format files and ftrace pages): every arithmetic
+// is checked or saturating, every narrowing cast explicit (docs/hardening.md).
+#![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
+
 use std::collections::HashMap;
 
+use ivtrace_region::bytes::{i32_at, slice_at, u16_at, u32_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 
 use ivtrace_ctf::host::STREAM_KERNEL;
@@ -90,25 +95,40 @@ pub mod rwbs {
 /// `F` (preflush), the operation (`W`, `D`, `DE` secure erase, `F` flush,
 /// `R`, `N` none), then `F` (FUA), `A` (read-ahead), `S` (sync), `M` (meta).
 pub fn rwbs_flags(text: &[u8]) -> u32 {
-    let text = text.split(|&c| c == 0).next().unwrap_or(&[]);
+    let mut rest = text.split(|&c| c == 0).next().unwrap_or(&[]);
     let mut flags = 0;
-    let mut i = 0;
-    if text.len() > 1 && text[0] == b'F' && b"WDFRN".contains(&text[1]) {
-        flags |= rwbs::PREFLUSH;
-        i = 1;
-    }
-    match text.get(i) {
-        Some(b'W') => flags |= rwbs::WRITE,
-        Some(b'D') if text.get(i + 1) == Some(&b'E') => {
-            flags |= rwbs::DISCARD | rwbs::SECURE;
-            i += 1;
+    // A leading F before an operation is a preflush.
+    if let [b'F', op, ..] = rest {
+        if b"WDFRN".contains(op) {
+            flags |= rwbs::PREFLUSH;
+            rest = &rest[1..];
         }
-        Some(b'D') => flags |= rwbs::DISCARD,
-        Some(b'F') => flags |= rwbs::FLUSH,
-        Some(b'R') => flags |= rwbs::READ,
-        _ => {}
     }
-    for c in text.iter().skip(i + 1) {
+    rest = match rest {
+        [b'W', tail @ ..] => {
+            flags |= rwbs::WRITE;
+            tail
+        }
+        [b'D', b'E', tail @ ..] => {
+            flags |= rwbs::DISCARD | rwbs::SECURE;
+            tail
+        }
+        [b'D', tail @ ..] => {
+            flags |= rwbs::DISCARD;
+            tail
+        }
+        [b'F', tail @ ..] => {
+            flags |= rwbs::FLUSH;
+            tail
+        }
+        [b'R', tail @ ..] => {
+            flags |= rwbs::READ;
+            tail
+        }
+        [_, tail @ ..] => tail,
+        [] => rest,
+    };
+    for c in rest {
         flags |= match c {
             b'F' => rwbs::FUA,
             b'A' => rwbs::RAHEAD,
@@ -187,6 +207,13 @@ pub struct EventDecoder {
     pid_off: usize,
 }
 
+/// Writes `bytes` at `off` of `r`; nothing if they do not fit.
+fn put(r: &mut [u8], off: usize, bytes: &[u8]) {
+    if let Some(dst) = r.get_mut(off..off.saturating_add(bytes.len())) {
+        dst.copy_from_slice(bytes);
+    }
+}
+
 /// A value to write into a record's field ([`EventDecoder::encode`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Value<'a> {
@@ -202,10 +229,20 @@ impl EventDecoder {
     /// `prev_state` lost its `TASK_REPORT_MAX` and stays without it), text
     /// arrays NUL-padded and cut to their size, dynamic strings after the
     /// fixed part. `ty` and `pid` are its `common_type` and `common_pid`.
+    // Offsets and sizes are a format's the catalog accepted (every field
+    // ends within a record, 1 MiB: format::check_bounds); each write goes
+    // through `put`, which skips a field outside the record. The casts:
+    // rwbs flags are 32 bits; a dynamic string's place and length are
+    // below u16::MAX (checked).
+    #[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
     pub fn encode(&self, ty: u16, pid: i32, values: &[Option<Value>]) -> Vec<u8> {
-        let mut r = vec![0u8; self.len.max(self.pid_off + 4).max(self.type_off + 2)];
-        r[self.type_off..self.type_off + 2].copy_from_slice(&ty.to_le_bytes());
-        r[self.pid_off..self.pid_off + 4].copy_from_slice(&pid.to_le_bytes());
+        let len = self
+            .len
+            .max(self.pid_off.saturating_add(4))
+            .max(self.type_off.saturating_add(2));
+        let mut r = vec![0u8; len];
+        put(&mut r, self.type_off, &ty.to_le_bytes());
+        put(&mut r, self.pid_off, &pid.to_le_bytes());
         for (op, v) in self.ops.iter().zip(values) {
             match (*op, *v) {
                 (Op::Int { off, size, adjust }, Some(Value::Int(x))) => {
@@ -213,23 +250,21 @@ impl EventDecoder {
                         Adjust::Prio => x.wrapping_add(100),
                         _ => x,
                     };
-                    r[off..off + size].copy_from_slice(&x.to_le_bytes()[..size.min(8)]);
+                    put(&mut r, off, &x.to_le_bytes()[..size.min(8)]);
                 }
                 (Op::Chars { off, n }, Some(Value::Text(t))) => {
-                    let k = t.len().min(n);
-                    r[off..off + k].copy_from_slice(&t[..k]);
+                    put(&mut r, off, &t[..t.len().min(n)]);
                 }
                 (Op::Rwbs { off, n }, Some(Value::Int(x))) => {
                     let t = rwbs_text(x as u32);
-                    let k = t.len().min(n);
-                    r[off..off + k].copy_from_slice(&t[..k]);
+                    put(&mut r, off, &t[..t.len().min(n)]);
                 }
                 (Op::DataLocStr { off }, Some(Value::Text(t))) => {
                     let t = &t[..t.len().min(u16::MAX as usize - 1)];
                     let at = r.len();
-                    if at + t.len() < u16::MAX as usize {
+                    if at.saturating_add(t.len()) < u16::MAX as usize {
                         let loc = at as u32 | ((t.len() as u32 + 1) << 16);
-                        r[off..off + 4].copy_from_slice(&loc.to_le_bytes());
+                        put(&mut r, off, &loc.to_le_bytes());
                         r.extend_from_slice(t);
                         r.push(0);
                     }
@@ -359,8 +394,9 @@ fn put_int(out: &mut Vec<u8>, b: &[u8], adjust: Adjust) {
     v[..size].copy_from_slice(&b[..size]);
     match adjust {
         Adjust::Prio => {
-            let x = (i64::from_le_bytes(v) as i32).wrapping_sub(100) as i64;
-            out.extend_from_slice(&x.to_le_bytes()[..size]);
+            // A priority is a C int: its low 4 bytes, sign-extended back.
+            let prio = i32::from_le_bytes([v[0], v[1], v[2], v[3]]).wrapping_sub(100);
+            out.extend_from_slice(&i64::from(prio).to_le_bytes()[..size]);
         }
         Adjust::State => {
             let x = u64::from_le_bytes(v) & 0xff;
@@ -426,32 +462,31 @@ impl Decoder {
 
     /// The ftrace type id of a record (its `common_type`).
     pub fn type_of(&self, rec: &[u8]) -> Option<u16> {
-        Some(u16::from_le_bytes(
-            rec.get(self.type_off..self.type_off + 2)?.try_into().ok()?,
-        ))
+        u16_at(rec, self.type_off)
     }
 
     /// The payload of `rec`, or None for an unknown type or a record too
-    /// short for its format.
+    /// short for its format. Every offset is checked against the record:
+    /// formats are the guest's text.
     pub fn decode(&self, rec: &[u8]) -> Option<Decoded> {
-        let ty = u16::from_le_bytes(rec.get(self.type_off..self.type_off + 2)?.try_into().ok()?);
-        let dec = self.by_type.get(&ty)?;
-        let tid = i32::from_le_bytes(rec.get(self.pid_off..self.pid_off + 4)?.try_into().ok()?);
+        let dec = self.by_type.get(&self.type_of(rec)?)?;
+        let tid = i32_at(rec, self.pid_off)?;
         let mut out = Vec::with_capacity(64);
         for op in &dec.ops {
             match *op {
                 Op::Int { off, size, adjust } => {
-                    put_int(&mut out, rec.get(off..off + size)?, adjust)
+                    put_int(&mut out, slice_at(rec, off, size)?, adjust)
                 }
-                Op::Chars { off, n } => out.extend_from_slice(rec.get(off..off + n)?),
+                Op::Chars { off, n } => out.extend_from_slice(slice_at(rec, off, n)?),
                 Op::Rwbs { off, n } => {
-                    let flags = rwbs_flags(rec.get(off..off + n)?);
+                    let flags = rwbs_flags(slice_at(rec, off, n)?);
                     out.extend_from_slice(&flags.to_le_bytes());
                 }
                 Op::DataLocStr { off } => {
-                    let v = u32::from_le_bytes(rec.get(off..off + 4)?.try_into().ok()?);
-                    let (start, len) = ((v & 0xffff) as usize, (v >> 16) as usize);
-                    let raw = rec.get(start..start + len).unwrap_or(&[]);
+                    // __data_loc: offset in the low 16 bits, length in the high.
+                    let v = u32_at(rec, off)?;
+                    let (start, len) = (v & 0xffff, v >> 16);
+                    let raw = slice_at(rec, start as usize, len as usize).unwrap_or(&[]);
                     let text = raw.split(|&c| c == 0).next().unwrap_or(&[]);
                     out.extend_from_slice(String::from_utf8_lossy(text).as_bytes());
                     out.push(0);
@@ -467,6 +502,7 @@ impl Decoder {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
     use crate::format::parse_event;
@@ -496,6 +532,29 @@ mod tests {
         assert_eq!(i32::from_le_bytes(p[16..20].try_into().unwrap()), 4242);
         assert_eq!(i32::from_le_bytes(p[20..24].try_into().unwrap()), 20);
         assert_eq!(i32::from_le_bytes(p[24..28].try_into().unwrap()), 1);
+    }
+
+    /// Formats built by hand (not through the parser's bounds) still
+    /// decode without overflow: every offset a format gives is checked
+    /// against the record (issue 23, case 1).
+    #[test]
+    fn offsets_at_the_end_of_the_address_space_decode_to_nothing() {
+        let mut f = parse_event("sched", SCHED_SWITCH).unwrap();
+        let rec = {
+            let mut r = vec![0u8; 64];
+            r[0..2].copy_from_slice(&f.id.to_le_bytes());
+            r
+        };
+        for at in [usize::MAX, usize::MAX - 1, usize::MAX - 3, usize::MAX - 7] {
+            f.fields[1].offset = at;
+            let (d, _) = Decoder::new(&[(f.clone(), 100)]);
+            assert!(d.decode(&rec).is_none(), "offset {at}");
+            let mut g = f.clone();
+            g.common[0].offset = at;
+            let (d, _) = Decoder::new(&[(g, 100)]);
+            assert_eq!(d.type_of(&rec), None);
+            assert!(d.decode(&rec).is_none());
+        }
     }
 
     #[test]

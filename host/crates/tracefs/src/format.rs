@@ -4,7 +4,17 @@
 //! differ across kernels (kvm_entry gained `immediate_exit` in 6.1.153,
 //! docs/kvm.md "Host tracepoints about a guest"), so nothing here is hard-coded.
 
+// Guest input (a guest's format files and ftrace pages): every arithmetic
+// is checked or saturating, every narrowing cast explicit (docs/hardening.md).
+#![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
+
 use anyhow::{bail, Context, Result};
+
+/// No tracefs record is longer than a ring-buffer sub-buffer: one page by
+/// default, a few with `buffer_subbuf_size_kb`, never near this. A field
+/// said to end past it (a guest's format text says anything) is refused
+/// with its format, so every `offset + size` the decoder computes fits.
+pub const RECORD_MAX: usize = 1 << 20;
 
 /// One field of an event record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +32,29 @@ pub struct FieldFmt {
 }
 
 impl FieldFmt {
+    /// Where the field ends, if that is within [`RECORD_MAX`].
+    pub fn end(&self) -> Option<usize> {
+        self.offset
+            .checked_add(self.size)
+            .filter(|&e| e <= RECORD_MAX && self.array.is_none_or(|n| n <= RECORD_MAX))
+    }
+
+    /// Refuses a field that ends past any record.
+    fn check_bounds(&self, event: &str) -> Result<()> {
+        if self.end().is_none() {
+            bail!(
+                "format of {event}: field {} (offset {}, size {}{}) ends past any record \
+                 ({RECORD_MAX} bytes)",
+                self.name,
+                self.offset,
+                self.size,
+                self.array
+                    .map_or(String::new(), |n| format!(", {n} elements"))
+            );
+        }
+        Ok(())
+    }
+
     /// The element type is `char` (text).
     pub fn is_char(&self) -> bool {
         // `__data_loc char[] comm` (sched_migrate_task since 6.x) too.
@@ -119,6 +152,9 @@ pub fn parse_event(system: &str, text: &str) -> Result<EventFmt> {
     }
     let name = name.context("format file without `name:`")?;
     let id = id.with_context(|| format!("format of {name} without `ID:`"))?;
+    for f in common.iter().chain(&fields) {
+        f.check_bounds(&name)?;
+    }
     if common.iter().all(|f| f.name != "common_type") {
         bail!("format of {name} has no common_type field");
     }
@@ -158,6 +194,7 @@ pub fn parse_header_page(text: &str) -> Result<HeaderPage> {
     let mut seen = (false, false, false);
     for line in text.lines() {
         let Some(f) = parse_field(line) else { continue };
+        f.check_bounds("header_page")?;
         match f.name.as_str() {
             "timestamp" => {
                 hp.ts_offset = f.offset;
@@ -182,6 +219,7 @@ pub fn parse_header_page(text: &str) -> Result<HeaderPage> {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
@@ -227,6 +265,32 @@ mod tests {
         .unwrap();
         let f = e.field("filename").unwrap();
         assert!(f.data_loc && f.is_char(), "{f:?}");
+    }
+
+    /// A format whose field ends past any record (a guest's text says
+    /// anything) is refused with the field named, never taken as is: its
+    /// `offset + size` overflowed the decoder (issue 23, case 1).
+    #[test]
+    fn fields_past_any_record_are_refused() {
+        let text = |off: &str, size: &str| {
+            format!(
+                "name: x\nID: 5\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:u64 v;\toffset:{off};\tsize:{size};\tsigned:0;\n"
+            )
+        };
+        for (off, size) in [
+            ("18446744073709551615", "8"),
+            ("8", "18446744073709551615"),
+            ("18446744073709551608", "8"),
+            ("4294967296", "8"),
+            ("8", "1048577"),
+        ] {
+            let e = parse_event("x", &text(off, size));
+            let why = format!("{:#}", e.expect_err(&format!("offset {off} size {size}")));
+            assert!(why.contains("field v"), "{why}");
+        }
+        assert!(parse_event("x", &text("8", "8")).is_ok());
+        let hp = "\tfield: u64 timestamp;\toffset:0;\tsize:8;\tsigned:0;\n\tfield: local_t commit;\toffset:8;\tsize:8;\tsigned:1;\n\tfield: char data;\toffset:18446744073709551615;\tsize:4080;\tsigned:0;\n";
+        assert!(parse_header_page(hp).is_err());
     }
 
     #[test]

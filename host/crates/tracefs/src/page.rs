@@ -16,6 +16,12 @@
 //! Everything is bounds-checked: a truncated or corrupt page ends its walk
 //! and is counted, never a panic.
 
+// Guest input (a guest's format files and ftrace pages): every arithmetic
+// is checked or saturating, every narrowing cast explicit (docs/hardening.md).
+#![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
+
+use ivtrace_region::bytes::{slice_at, u32_at, u64_at, usize_from};
+
 use crate::format::{EventFmt, HeaderPage};
 
 pub const TYPE_PADDING: u32 = 29;
@@ -39,30 +45,23 @@ pub struct PageInfo {
     pub malformed: bool,
 }
 
-fn rd32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
-
-fn rd64(b: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(
-        b.get(at..at.checked_add(8)?)?.try_into().ok()?,
-    ))
-}
-
 /// The page header: its timestamp, its commit word and its data (cut to
 /// the committed size where the page is long enough).
 fn header<'a>(page: &'a [u8], hp: &HeaderPage) -> Option<(u64, u64, &'a [u8])> {
-    let ts = rd64(page, hp.ts_offset)?;
+    let ts = u64_at(page, hp.ts_offset)?;
     let commit = if hp.commit_size == 8 {
-        rd64(page, hp.commit_offset)?
+        u64_at(page, hp.commit_offset)?
     } else {
-        u64::from(rd32(page, hp.commit_offset)?)
+        u64::from(u32_at(page, hp.commit_offset)?)
     };
-    let size = (commit & COMMIT_MASK) as usize;
     let data = page.get(hp.data_offset..)?;
-    Some((ts, commit, &data[..size.min(data.len())]))
+    let size = committed(commit).min(data.len());
+    Some((ts, commit, &data[..size]))
+}
+
+/// The data size a commit word gives (27 bits: always fits).
+fn committed(commit: u64) -> usize {
+    usize_from(commit & COMMIT_MASK)
 }
 
 /// Events lost before this page: (the stored count, a flag without one).
@@ -73,8 +72,10 @@ fn missed(page: &[u8], hp: &HeaderPage, commit: u64) -> (Option<u64>, bool) {
     if commit & MISSED_STORED == 0 {
         return (None, true);
     }
-    let after_data = hp.data_offset + (commit & COMMIT_MASK) as usize;
-    let count = page.get(after_data..).and_then(|b| rd64(b, 0));
+    let count = hp
+        .data_offset
+        .checked_add(committed(commit))
+        .and_then(|after_data| u64_at(page, after_data));
     (count.or(Some(0)), false)
 }
 
@@ -101,30 +102,43 @@ enum Step<'a> {
 }
 
 /// Decodes the event word at `pos` of `data` (and what follows it),
-/// advancing `ts` by its delta.
+/// advancing `ts` by its delta. Times saturate: a page that claims more
+/// than a u64 of nanoseconds reaches u64::MAX, which the caller's
+/// validation refuses (docs/hardening.md, "Timestamps").
 fn step<'a>(data: &'a [u8], pos: usize, ts: &mut u64) -> Step<'a> {
-    let Some(word) = rd32(data, pos) else {
+    let Some(word) = u32_at(data, pos) else {
         return Step::End;
     };
-    let (type_len, delta, pos) = (word & 0x1f, (word >> 5) as u64, pos + 4);
+    let Some(pos) = pos.checked_add(4) else {
+        return Step::Malformed;
+    };
+    let (type_len, delta) = (word & 0x1f, u64::from(word >> 5));
     match type_len {
         TYPE_PADDING => padding(data, pos, delta, ts),
         TYPE_TIME_EXTEND | TYPE_TIME_STAMP => {
-            let Some(hi) = rd32(data, pos) else {
+            let Some(hi) = u32_at(data, pos) else {
                 return Step::Malformed;
             };
-            let v = ((hi as u64) << TS_SHIFT) + delta;
+            // 32 + 27 bits: fits in a u64 without overflow.
+            let v = (u64::from(hi) << TS_SHIFT) | delta;
             if type_len == TYPE_TIME_EXTEND {
-                *ts = ts.wrapping_add(v);
+                *ts = ts.saturating_add(v);
             } else {
                 // Absolute; newer kernels store only the low 59 bits.
                 let mask = (1u64 << 59) - 1;
                 *ts = (*ts & !mask) | (v & mask);
             }
-            Step::Skip { next: pos + 4 }
+            match pos.checked_add(4) {
+                Some(next) => Step::Skip { next },
+                None => Step::Malformed,
+            }
         }
         0 => long_record(data, pos, delta, ts),
-        n => record(data, pos, n as usize * 4, delta, ts),
+        // type_len 1..=28: that many 4-byte words.
+        n => match (n as usize).checked_mul(4) {
+            Some(len) => record(data, pos, len, delta, ts),
+            None => Step::Malformed,
+        },
     }
 }
 
@@ -133,12 +147,12 @@ fn padding<'a>(data: &'a [u8], pos: usize, delta: u64, ts: &mut u64) -> Step<'a>
     if delta == 0 {
         return Step::End;
     }
-    let Some(len) = rd32(data, pos) else {
+    let Some(len) = u32_at(data, pos) else {
         return Step::Malformed;
     };
     match pos.checked_add(len as usize) {
         Some(next) if len >= 4 => {
-            *ts = ts.wrapping_add(delta);
+            *ts = ts.saturating_add(delta);
             Step::Skip { next }
         }
         _ => Step::Malformed,
@@ -147,25 +161,26 @@ fn padding<'a>(data: &'a [u8], pos: usize, delta: u64, ts: &mut u64) -> Step<'a>
 
 /// A record whose length (including itself) is in the next word.
 fn long_record<'a>(data: &'a [u8], pos: usize, delta: u64, ts: &mut u64) -> Step<'a> {
-    let Some(len) = rd32(data, pos) else {
+    let Some(len) = u32_at(data, pos) else {
         return Step::Malformed;
     };
-    let Some(len) = (len as usize).checked_sub(4) else {
+    // The length word is part of the record; the rest is padded to 4 bytes.
+    let (Some(len), Some(start)) = ((len as usize).checked_sub(4), pos.checked_add(4)) else {
         return Step::Malformed;
     };
-    record(data, pos + 4, (len + 3) & !3, delta, ts)
+    match len.checked_next_multiple_of(4) {
+        Some(padded) => record(data, start, padded, delta, ts),
+        None => Step::Malformed,
+    }
 }
 
 /// The `len` bytes of record at `start`.
 fn record<'a>(data: &'a [u8], start: usize, len: usize, delta: u64, ts: &mut u64) -> Step<'a> {
-    let Some(rec) = data.get(start..start.saturating_add(len)) else {
+    let (Some(rec), Some(next)) = (slice_at(data, start, len), start.checked_add(len)) else {
         return Step::Malformed;
     };
-    *ts = ts.wrapping_add(delta);
-    Step::Record {
-        rec,
-        next: start + len,
-    }
+    *ts = ts.saturating_add(delta);
+    Step::Record { rec, next }
 }
 
 /// Walks one sub-buffer, calling `emit(ts, record)` for every record.
@@ -175,15 +190,16 @@ pub fn walk(page: &[u8], hp: &HeaderPage, mut emit: impl FnMut(u64, &[u8])) -> P
         info.malformed = true;
         return info;
     };
-    info.malformed = (commit & COMMIT_MASK) as usize > data.len();
+    info.malformed = committed(commit) > data.len();
     (info.missed, info.missed_unknown) = missed(page, hp, commit);
     let mut pos = 0usize;
-    while pos + 4 <= data.len() {
+    // A word needs 4 bytes: pos + 4 <= len, written so it cannot overflow.
+    while data.len().checked_sub(pos).is_some_and(|left| left >= 4) {
         match step(data, pos, &mut ts) {
             Step::Skip { next } => pos = next,
             Step::Record { rec, next } => {
                 emit(ts, rec);
-                info.events += 1;
+                info.events = info.events.saturating_add(1);
                 pos = next;
             }
             Step::End => break,
@@ -196,6 +212,9 @@ pub fn walk(page: &[u8], hp: &HeaderPage, mut emit: impl FnMut(u64, &[u8])) -> P
     info
 }
 
+// The builders below make test and fixture input on the host: not guest
+// input, so plain arithmetic (a panic there is a broken test).
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 /// A tracefs record of `f` written by `pid`: integers and text by field
 /// name, at the format file's offsets (tests, fixtures; panics on a field
 /// `f` does not have).
@@ -229,6 +248,7 @@ pub fn build_record(
 
 /// Builds sub-buffers the way the kernel writes them (exports to
 /// trace-cmd's files; tests and fixtures).
+#[derive(Debug)]
 pub struct PageBuilder {
     hp: HeaderPage,
     size: usize,
@@ -241,13 +261,17 @@ pub struct PageBuilder {
 /// Bytes a record of `len` bytes takes in a page `delta` after the
 /// previous one: a time extend when the delta needs one, the event word
 /// (plus a length word past 112 bytes or when asked), the data padded to 4.
+/// `len` is a record's length (below a page), saturating all the same.
 pub fn record_space(delta: u64, len: usize, long_form: bool) -> usize {
     let extend = if delta >= 1 << TS_SHIFT { 8 } else { 0 };
-    let padded = (len + 3) & !3;
+    let padded = len.saturating_add(3) & !3;
     let head = if long_form || padded > 28 * 4 { 8 } else { 4 };
-    extend + head + padded
+    padded.saturating_add(extend).saturating_add(head)
 }
 
+// The builder writes the host's own pages (exports, tests): its sizes and
+// times are the caller's, not a guest's.
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 impl PageBuilder {
     pub fn new(hp: HeaderPage, size: usize, ts0: u64) -> PageBuilder {
         PageBuilder {
@@ -346,6 +370,7 @@ impl PageBuilder {
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 
@@ -367,6 +392,46 @@ mod tests {
         assert_eq!(got[1].0, 1_010 + (5 << 27) + 3);
         assert_eq!(got[1].1.len(), 200);
         assert_eq!(got[2], (1_010 + (5 << 27) + 4, vec![8; 8]));
+    }
+
+    /// A header_page layout at the end of the address space (a guest's
+    /// text) walks nothing and says so, never overflows (issue 23, case 1).
+    #[test]
+    fn hostile_header_layouts_never_overflow() {
+        let mut b = PageBuilder::new(HeaderPage::default(), 4096, 1_000).missed(3);
+        b.record(1_001, &[1, 2, 3, 4], false);
+        let page = b.finish();
+        for at in [usize::MAX, usize::MAX - 3, usize::MAX - 7] {
+            for hp in [
+                HeaderPage {
+                    data_offset: at,
+                    ..HeaderPage::default()
+                },
+                HeaderPage {
+                    ts_offset: at,
+                    ..HeaderPage::default()
+                },
+                HeaderPage {
+                    commit_offset: at,
+                    ..HeaderPage::default()
+                },
+                HeaderPage {
+                    commit_offset: at,
+                    commit_size: 4,
+                    ..HeaderPage::default()
+                },
+            ] {
+                assert!(walk(&page, &hp, |_, _| {}).malformed, "{hp:?}");
+                let _ = missed_before(&page, &hp);
+            }
+        }
+        // data past the page with the missed count "after" it
+        let hp = HeaderPage {
+            data_offset: 4095,
+            ..HeaderPage::default()
+        };
+        let _ = walk(&page, &hp, |_, _| {});
+        assert_eq!(missed_before(&page, &hp).0, Some(0));
     }
 
     #[test]

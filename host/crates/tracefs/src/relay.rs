@@ -26,6 +26,10 @@
 //! (a record that does not match its format, a page that does not walk is
 //! counted, never a panic), names are sanitized and made unique.
 
+// Guest input (a guest's format files and ftrace pages): every arithmetic
+// is checked or saturating, every narrowing cast explicit (docs/hardening.md).
+#![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::time::Instant;
@@ -33,12 +37,14 @@ use std::time::Instant;
 use ivtrace_ctf::ftrace::{
     FtraceCpu, FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats,
 };
-use ivtrace_ctf::kernel::wire::{align_event, event_header, le_u32, packet_content, PacketFile};
+use ivtrace_ctf::kernel::wire::{align_event, event_header, packet_content, PacketFile};
 use ivtrace_ctf::outdir::OutDir;
 use ivtrace_ctf::sidecar::TracefsFormats;
 use ivtrace_region::abi;
+use ivtrace_region::bytes::{slice_at, u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats};
+use ivtrace_region::packet::TickRange;
 use ivtrace_region::reader::CTF_DISCARDED_MAX;
 use ivtrace_region::sanitize;
 
@@ -94,16 +100,16 @@ impl Catalog {
                         c.hp = hp;
                         c.header_page = text.into_owned();
                     }
-                    Err(_) => c.refused += 1,
+                    Err(_) => c.refused = c.refused.saturating_add(1),
                 },
                 FtraceFile::Format => match parse_event(&f.system, &text) {
                     Ok(e) if !e.system.is_empty() => {
-                        c.parsed += 1;
+                        c.parsed = c.parsed.saturating_add(1);
                         c.first.get_or_insert_with(|| e.clone());
                         c.texts.entry(e.id).or_insert_with(|| text.into_owned());
                         c.by_id.entry(e.id).or_insert(e);
                     }
-                    _ => c.refused += 1,
+                    _ => c.refused = c.refused.saturating_add(1),
                 },
             }
         }
@@ -206,9 +212,10 @@ pub fn relayed_class(fmt: &EventFmt) -> (EventClass, EventDecoder) {
     guest_class(fmt, 0, &mut HashSet::new())
 }
 
-/// One event of a staged wire packet: a page, or a CPU's counters.
+/// One event of a staged wire packet: a page (with the time the relay
+/// wrote it), or a CPU's counters.
 enum Wire<'a> {
-    Page(&'a [u8]),
+    Page { at: u64, page: &'a [u8] },
     Stats([u64; abi::IVT_FTRACE_STAT_COUNT]),
 }
 
@@ -222,26 +229,35 @@ fn wire_events(pkt: &[u8]) -> Option<(u32, Vec<Wire<'_>>)> {
     let mut events = Vec::new();
     while off < content.len() {
         let eh = event_header(content, off, last)?;
-        let p0 = off + eh.len;
-        let len = match eh.id {
-            abi::IVT_FTRACE_EV_PAGE => 4 + le_u32(content.get(p0..p0 + 4)?, 0) as usize,
-            abi::IVT_FTRACE_EV_STATS => 8 * abi::IVT_FTRACE_STAT_COUNT,
-            _ => return None,
-        };
-        let payload = content.get(p0..p0.checked_add(len)?)?;
-        events.push(if eh.id == abi::IVT_FTRACE_EV_PAGE {
-            Wire::Page(&payload[4..])
-        } else {
-            let mut s = [0u64; abi::IVT_FTRACE_STAT_COUNT];
-            for (i, v) in s.iter_mut().enumerate() {
-                *v = u64::from_le_bytes(payload[8 * i..8 * i + 8].try_into().ok()?);
-            }
-            Wire::Stats(s)
-        });
+        let p0 = off.checked_add(eh.len)?;
+        let (event, len) = wire_event(content, p0, eh.id, eh.ts)?;
+        events.push(event);
         last = eh.ts;
-        off = align_event(p0 + len);
+        off = align_event(p0.checked_add(len)?);
     }
     Some((h.cpu_id, events))
+}
+
+/// The wire event `id` whose payload starts at `p0`, and its length.
+fn wire_event(content: &[u8], p0: usize, id: u32, at: u64) -> Option<(Wire<'_>, usize)> {
+    match id {
+        abi::IVT_FTRACE_EV_PAGE => {
+            // bytes: a u32 length, then the page.
+            let n = u32_at(content, p0)? as usize;
+            let page = slice_at(content, p0.checked_add(4)?, n)?;
+            Some((Wire::Page { at, page }, n.checked_add(4)?))
+        }
+        abi::IVT_FTRACE_EV_STATS => {
+            let mut s = [0u64; abi::IVT_FTRACE_STAT_COUNT];
+            let mut pos = p0;
+            for v in s.iter_mut() {
+                *v = u64_at(content, pos)?;
+                pos = pos.checked_add(8)?;
+            }
+            Some((Wire::Stats(s), pos.checked_sub(p0)?))
+        }
+        _ => None,
+    }
 }
 
 /// Calls `f` for every wire event of the staged file `name`, in order.
@@ -251,7 +267,7 @@ fn each_wire(staging: &OutDir, name: &str, mut f: impl FnMut(u32, Wire)) -> io::
     while file.next_packet()? {
         match wire_events(&file.buf) {
             Some((cpu, events)) => events.into_iter().for_each(|e| f(cpu, e)),
-            None => bad += 1,
+            None => bad = bad.saturating_add(1),
         }
     }
     Ok(bad)
@@ -266,10 +282,11 @@ fn count_types(
     let mut counts: HashMap<u16, u64> = HashMap::new();
     for f in input.files {
         each_wire(input.staging, &f.name, |_, w| {
-            if let Wire::Page(p) = w {
+            if let Wire::Page { page: p, .. } = w {
                 page::walk(p, hp, |_, rec| {
                     if let Some(ty) = dec.type_of(rec) {
-                        *counts.entry(ty).or_default() += 1;
+                        let n = counts.entry(ty).or_default();
+                        *n = n.saturating_add(1);
                     }
                 });
             }
@@ -290,13 +307,13 @@ fn plan_classes(
         .map(|(&ty, &n)| (ty, n))
         .collect();
     types.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    types.truncate(abi::IVT_EVENT_IDS_MAX as usize);
     let mut classes = StreamClasses::default();
     let mut decoder = Decoder::empty(cat.first.as_ref());
     let mut names = HashMap::new();
     let mut taken = HashSet::new();
-    for (id, (ty, _)) in types.into_iter().enumerate() {
-        let (class, dec) = guest_class(&cat.by_id[&ty], id as u32, &mut taken);
+    // Ids 0.. in order of frequency, at most IVT_EVENT_IDS_MAX of them.
+    for (id, (ty, _)) in (0..abi::IVT_EVENT_IDS_MAX).zip(types) {
+        let (class, dec) = guest_class(&cat.by_id[&ty], id, &mut taken);
         names.insert(ty, class.name.clone());
         classes.insert(class);
         decoder.insert(ty, dec);
@@ -304,62 +321,148 @@ fn plan_classes(
     (classes, decoder, names)
 }
 
-/// Pass 2 over one channel: its pages into `input.out`, its accounting.
+/// Where a CPU's records may lie in time: within what the trace's clock
+/// can express, and no later than the relay wrote their page, give or take
+/// the skew between two CPUs' TSCs (ftrace's x86-tsc clock is the counter
+/// the relay stamps its events with; the relay may run on another CPU
+/// than the one that wrote the records). Linux stops trusting a TSC that
+/// it sees step between CPUs, so honest skew is cycles; a millisecond
+/// tolerates it thousands of times over while refusing a page from the
+/// future. A page outside is skipped and its records counted lost, never
+/// written (docs/hardening.md, "Timestamps").
+struct PageTimes {
+    ticks: TickRange,
+    skew: u64,
+}
+
+impl PageTimes {
+    fn new(input: &FtraceInput) -> PageTimes {
+        PageTimes {
+            ticks: input.ticks,
+            skew: input.freq_hz / 1000,
+        }
+    }
+
+    /// The page's records (their count) if their times are acceptable.
+    fn check(&self, page: &[u8], hp: &HeaderPage, written_at: u64) -> Result<(), u64> {
+        let (mut first, mut last, mut n) = (u64::MAX, 0u64, 0u64);
+        page::walk(page, hp, |ts, _| {
+            first = first.min(ts);
+            last = last.max(ts);
+            n = n.saturating_add(1);
+        });
+        let latest = written_at.saturating_add(self.skew).min(self.ticks.max);
+        if n == 0 || (first >= self.ticks.min && last <= latest) {
+            Ok(())
+        } else {
+            Err(n)
+        }
+    }
+}
+
+/// Pass 2 over one channel: its pages into `input.out`, its accounting and
+/// its events by name.
 fn write_channel(
     input: &FtraceInput,
     f: &FtraceStaged,
-    hp: &HeaderPage,
-    dec: &Decoder,
-    by_name: &mut BTreeMap<String, u64>,
-    names: &HashMap<u16, String>,
-) -> io::Result<FtraceCpu> {
-    let mut out = StreamOut::create(input.out, &f.name, f.chan)?;
-    let mut acc = FtraceCpu::default();
+    plan: &Plan,
+) -> io::Result<(FtraceCpu, BTreeMap<String, u64>)> {
+    let mut w = ChannelWriter {
+        out: StreamOut::create(input.out, &f.name, f.chan)?,
+        acc: FtraceCpu::default(),
+        by_name: BTreeMap::new(),
+        missed: 0,
+        payload: Vec::with_capacity(256),
+        err: Ok(()),
+    };
+    let times = PageTimes::new(input);
     let mut stats = None;
-    let mut missed = 0u64;
-    let mut payload = Vec::with_capacity(256);
-    let mut err = Ok(());
-    let bad = each_wire(input.staging, &f.name, |cpu, w| match w {
+    let bad = each_wire(input.staging, &f.name, |cpu, wire| match wire {
         Wire::Stats(s) => stats = Some(s),
-        Wire::Page(p) => {
-            acc.cpu = cpu;
-            acc.pages += 1;
-            // The page's lost events came before its first one.
-            missed = missed.saturating_add(page::missed_before(p, hp).0.unwrap_or(0));
-            out.set_discarded(missed);
-            let info = page::walk(p, hp, |ts, rec| {
-                let Some(d) = dec.decode(rec) else {
-                    acc.unknown_type += 1;
-                    return;
-                };
-                payload.clear();
-                payload.extend_from_slice(&d.tid.to_le_bytes());
-                payload.extend_from_slice(&d.payload);
-                if err.is_ok() {
-                    err = out.event(cpu, d.class_id, ts, &payload);
-                }
-                acc.recorded += 1;
-                if let Some(n) = dec.type_of(rec).and_then(|t| names.get(&t)) {
-                    *by_name.entry(n.clone()).or_default() += 1;
-                }
-            });
-            acc.bad_pages += info.malformed as u64;
-        }
+        Wire::Page { at, page } => match times.check(page, &plan.hp, at) {
+            Ok(()) => w.page(cpu, page, plan),
+            Err(n) => {
+                w.acc.pages_out_of_time = w.acc.pages_out_of_time.saturating_add(1);
+                w.acc.events_out_of_time = w.acc.events_out_of_time.saturating_add(n);
+            }
+        },
     })?;
+    let ChannelWriter {
+        out,
+        mut acc,
+        by_name,
+        missed,
+        err,
+        ..
+    } = w;
     err?;
-    acc.bad_pages += bad;
+    acc.bad_pages = acc.bad_pages.saturating_add(bad);
     account(&mut acc, stats, missed);
     acc.lost_clamped = acc.lost > CTF_DISCARDED_MAX;
     acc.ts_clamped = out.clamped();
     out.finish(acc.cpu, acc.lost)?;
-    Ok(acc)
+    Ok((acc, by_name))
+}
+
+/// What pass 2 decodes with: the page layout, the decoder of the classes
+/// declared, the class name of each ftrace type.
+struct Plan {
+    hp: HeaderPage,
+    dec: Decoder,
+    names: HashMap<u16, String>,
+}
+
+/// One channel's output while pass 2 writes it.
+struct ChannelWriter {
+    out: StreamOut,
+    acc: FtraceCpu,
+    by_name: BTreeMap<String, u64>,
+    missed: u64,
+    payload: Vec<u8>,
+    err: io::Result<()>,
+}
+
+impl ChannelWriter {
+    /// The records of one page, written as events of the CPU's stream.
+    fn page(&mut self, cpu: u32, p: &[u8], plan: &Plan) {
+        self.acc.cpu = cpu;
+        self.acc.pages = self.acc.pages.saturating_add(1);
+        // The page's lost events came before its first one.
+        let missed = page::missed_before(p, &plan.hp).0.unwrap_or(0);
+        self.missed = self.missed.saturating_add(missed);
+        self.out.set_discarded(self.missed);
+        let info = page::walk(p, &plan.hp, |ts, rec| self.record(cpu, ts, rec, plan));
+        self.acc.bad_pages = self.acc.bad_pages.saturating_add(u64::from(info.malformed));
+    }
+
+    fn record(&mut self, cpu: u32, ts: u64, rec: &[u8], plan: &Plan) {
+        let Some(d) = plan.dec.decode(rec) else {
+            self.acc.unknown_type = self.acc.unknown_type.saturating_add(1);
+            return;
+        };
+        self.payload.clear();
+        self.payload.extend_from_slice(&d.tid.to_le_bytes());
+        self.payload.extend_from_slice(&d.payload);
+        if self.err.is_ok() {
+            self.err = self.out.event(cpu, d.class_id, ts, &self.payload);
+        }
+        self.acc.recorded = self.acc.recorded.saturating_add(1);
+        if let Some(n) = plan.dec.type_of(rec).and_then(|t| plan.names.get(&t)) {
+            let count = self.by_name.entry(n.clone()).or_default();
+            *count = count.saturating_add(1);
+        }
+    }
 }
 
 /// Losses of one CPU from its last counters (or the pages' marks alone).
+/// Records of pages refused for their times are lost too: ftrace counted
+/// them as read, so they are part of `read - recorded`; without counters
+/// they are added to the pages' marks.
 fn account(acc: &mut FtraceCpu, stats: Option<[u64; abi::IVT_FTRACE_STAT_COUNT]>, missed: u64) {
+    let marked = missed.saturating_add(acc.events_out_of_time);
     let Some(s) = stats else {
         acc.no_stats = true;
-        acc.lost = missed;
+        acc.lost = marked;
         return;
     };
     acc.entries = s[0];
@@ -378,7 +481,7 @@ fn account(acc: &mut FtraceCpu, stats: Option<[u64; abi::IVT_FTRACE_STAT_COUNT]>
     ]
     .iter()
     .fold(0u64, |a, &b| a.saturating_add(b))
-    .max(missed);
+    .max(marked);
     acc.produced = [
         acc.entries,
         acc.overrun,
@@ -397,19 +500,24 @@ pub fn expand(input: &FtraceInput) -> io::Result<FtraceOutput> {
     let hp = cat.hp;
     let probe = Decoder::empty(cat.first.as_ref());
     let counts = count_types(input, &hp, &probe)?;
-    let (classes, decoder, names) = plan_classes(&cat, &counts);
+    let (classes, dec, names) = plan_classes(&cat, &counts);
     let mut stats = FtraceStats {
         formats: cat.parsed,
         formats_refused: cat.refused,
         classes: classes.len() as u64,
         ..FtraceStats::default()
     };
+    let plan = Plan { hp, dec, names };
     for f in input.files {
-        let cpu = write_channel(input, f, &hp, &decoder, &mut stats.events_by_name, &names)?;
+        let (cpu, by_name) = write_channel(input, f, &plan)?;
+        for (name, n) in by_name {
+            let count = stats.events_by_name.entry(name).or_default();
+            *count = count.saturating_add(n);
+        }
         stats.cpus.push(cpu);
     }
     stats.seconds = started.elapsed().as_secs_f64();
-    let formats = cat.formats_of(names.keys());
+    let formats = cat.formats_of(plan.names.keys());
     Ok(FtraceOutput {
         classes,
         stats,

@@ -14,7 +14,7 @@ use ivtrace_ctf::sidecar::TracefsFormats;
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats, FtraceText};
-use ivtrace_region::packet::{EventVisitor, PacketHeader};
+use ivtrace_region::packet::{EventVisitor, PacketHeader, TickRange};
 use ivtrace_region::reader::walk_own_packet;
 use ivtrace_tracefs::format::HeaderPage;
 use ivtrace_tracefs::page::PageBuilder;
@@ -48,18 +48,38 @@ fn guest_formats() -> FtraceFormats {
     f
 }
 
+/// When the relay wrote the pages of [`wire_packet`]: after every record
+/// of the tests' pages.
+const RELAY_AT: u64 = 1 << 50;
+
 /// One staged wire packet as the relay writes it: ftrace_page events, then ftrace_stats.
 fn wire_packet(cpu: u32, seq: u64, pages: &[&[u8]], stats: Option<[u64; 8]>) -> Vec<u8> {
+    wire_packet_at(cpu, seq, RELAY_AT, pages, stats)
+}
+
+/// [`wire_packet`] with the relay writing its pages at `at` (extended
+/// event headers, the whole time in each).
+fn wire_packet_at(
+    cpu: u32,
+    seq: u64,
+    at: u64,
+    pages: &[&[u8]],
+    stats: Option<[u64; 8]>,
+) -> Vec<u8> {
     let mut b = vec![0u8; abi::PACKET_HDR_SIZE];
     for p in pages {
-        b.extend_from_slice(&((seq as u32) << abi::IVT_EV_ID_BITS).to_le_bytes());
+        b.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
+        b.extend_from_slice(&abi::IVT_FTRACE_EV_PAGE.to_le_bytes());
+        b.extend_from_slice(&at.to_le_bytes());
         b.extend_from_slice(&(p.len() as u32).to_le_bytes());
         b.extend_from_slice(p);
         b.resize(b.len().next_multiple_of(4), 0);
     }
     let count = pages.len() as u32 + stats.is_some() as u32;
     if let Some(s) = stats {
-        b.extend_from_slice(&(abi::IVT_FTRACE_EV_STATS | (seq as u32) << 5).to_le_bytes());
+        b.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
+        b.extend_from_slice(&abi::IVT_FTRACE_EV_STATS.to_le_bytes());
+        b.extend_from_slice(&at.to_le_bytes());
         s.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
     }
     let content = b.len();
@@ -68,8 +88,8 @@ fn wire_packet(cpu: u32, seq: u64, pages: &[&[u8]], stats: Option<[u64; 8]>) -> 
         magic: abi::IVT_CTF_MAGIC,
         stream_id: abi::IVT_STREAM_FTRACE,
         stream_instance_id: 2 + cpu as u64,
-        timestamp_begin: 0,
-        timestamp_end: seq,
+        timestamp_begin: at,
+        timestamp_end: at,
         content_size: content as u64 * 8,
         packet_size: b.len() as u64 * 8,
         packet_seq_num: seq,
@@ -104,6 +124,11 @@ impl EventVisitor for Ids {
 
 /// Stages `packets` for one channel, expands, walks the output with the output classes.
 fn run(formats: &FtraceFormats, packets: &[Vec<u8>]) -> Run {
+    run_with(formats, packets, TickRange::ALL)
+}
+
+/// [`run`] with a kernel trace clock (1 GHz) that expresses `ticks`.
+fn run_with(formats: &FtraceFormats, packets: &[Vec<u8>], ticks: TickRange) -> Run {
     let dir = tempfile::tempdir().unwrap();
     fs::create_dir(dir.path().join("wire")).unwrap();
     fs::write(dir.path().join("wire/ftrace_chan2"), packets.concat()).unwrap();
@@ -122,6 +147,8 @@ fn run(formats: &FtraceFormats, packets: &[Vec<u8>]) -> Run {
         files: &files,
         staging: &staging,
         out: &kernel,
+        ticks,
+        freq_hz: 1_000_000_000,
     };
     let res = expand(&input).unwrap();
     let mut all = EventClasses::default();
@@ -378,6 +405,107 @@ fn hostile_pages_and_formats_never_panic() {
     }
     let r = run(&formats, &packets);
     assert_eq!(r.cpus.len(), 1);
+}
+
+/// A guest whose published format puts a field at the end of the address
+/// space: the format is refused and counted, its records are counted as of
+/// no format, the rest of the CPU's events are written (issue 23, case 1:
+/// `off + size` overflowed and the recorder exited 101).
+#[test]
+fn a_format_with_overflowing_offsets_is_refused_not_a_crash() {
+    let mut formats = guest_formats();
+    let hostile = |id: u16, off: &str, size: &str| {
+        FtraceText {
+        file: FtraceFile::Format,
+        system: "evil".into(),
+        text: format!(
+            "name: e{id}\nID: {id}\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\tfield:u64 v;\toffset:{off};\tsize:{size};\tsigned:0;\n"
+        )
+        .into_bytes(),
+    }
+    };
+    formats.push(hostile(901, "18446744073709551615", "8"));
+    formats.push(hostile(902, "8", "18446744073709551615"));
+    let issue = fs::read_to_string(fixtures().join("block.block_rq_issue.format")).unwrap();
+    let good: u16 = issue
+        .split("\nID: ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut page = PageBuilder::new(HeaderPage::default(), 4096, 1_000);
+    for (i, ty) in [901u16, good, 902, good].iter().enumerate() {
+        let mut rec = vec![0u8; 64];
+        rec[0..2].copy_from_slice(&ty.to_le_bytes());
+        page.record(1_000 + i as u64, &rec, false);
+    }
+    let r = run(&formats, &[wire_packet(0, 0, &[&page.finish()], None)]);
+    let c = &r.cpus[0];
+    assert_eq!((c.recorded, c.unknown_type), (2, 2), "{c:?}");
+    let names: Vec<&str> = r
+        .packets
+        .iter()
+        .flat_map(|p| p.1.iter().map(|e| e.0.as_str()))
+        .collect();
+    assert_eq!(names, ["block_rq_issue", "block_rq_issue"]);
+}
+
+/// Case 2 for the ftrace relay: one page whose records claim a time the
+/// kernel trace's clock cannot express (near 2^63) was written as it was,
+/// and babeltrace2 refused the whole kernel trace; a page from after the
+/// relay wrote it pushed every later record of its CPU to its time
+/// (clamped). Both are skipped now, their records counted lost, and the
+/// pages around them written as they are.
+#[test]
+fn pages_out_of_time_are_skipped_and_counted() {
+    let issue = fs::read_to_string(fixtures().join("block.block_rq_issue.format")).unwrap();
+    let id: u16 = issue
+        .split("\nID: ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut rec = vec![0u8; 64];
+    rec[0..2].copy_from_slice(&id.to_le_bytes());
+    let page = |t0: u64| {
+        let mut p = PageBuilder::new(HeaderPage::default(), 4096, t0);
+        (0..3).for_each(|i| p.record(t0 + i, &rec, false));
+        p.finish()
+    };
+    let ticks = TickRange {
+        min: 0,
+        max: 1 << 62,
+    };
+    let packets = [
+        wire_packet_at(0, 0, 2_000_000, &[&page(1_000)], None),
+        wire_packet_at(0, 1, 3_000_000, &[&page(1 << 63)], None),
+        wire_packet_at(0, 2, 4_000_000, &[&page(900_000_000)], None),
+        wire_packet_at(0, 3, 5_000_000, &[&page(4_000_000)], None),
+    ];
+    let r = run_with(&guest_formats(), &packets, ticks);
+    let c = &r.cpus[0];
+    assert_eq!((c.pages_out_of_time, c.events_out_of_time), (2, 6), "{c:?}");
+    assert_eq!((c.recorded, c.lost, c.ts_clamped), (6, 6, 0), "{c:?}");
+    let times: Vec<u64> = r
+        .packets
+        .iter()
+        .flat_map(|p| p.1.iter().map(|e| e.1))
+        .collect();
+    assert_eq!(
+        times,
+        [1_000, 1_001, 1_002, 4_000_000, 4_000_001, 4_000_002]
+    );
+    assert_eq!(
+        r.packets.last().unwrap().0,
+        6,
+        "the losses reach CTF's events_discarded"
+    );
 }
 
 #[test]

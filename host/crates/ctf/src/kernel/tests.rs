@@ -311,7 +311,7 @@ fn record(r: &TestRegion) -> Out {
     let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
     let limits = crate::streams::Limits::default();
     let mut writer = CtfWriter::new(root, region.header().uuid, clock(), env, n, limits);
-    let mut reader = Reader::new(region);
+    let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     reader.drain_available(&mut writer).unwrap();
     reader.flush_partial(&mut writer).unwrap();
     reader.finish(&mut writer).unwrap();
@@ -688,7 +688,7 @@ fn a_flood_of_distinct_threads_is_bounded() {
     r.emit(0, n as u64 + 1, SWITCH, &switch(5, 0, n));
     r.close_region();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
-    let mut reader = Reader::new(region);
+    let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     let mut cap = Capture::default();
     reader.drain_available(&mut cap).unwrap();
     reader.flush_partial(&mut cap).unwrap();
@@ -991,7 +991,7 @@ fn a_staged_packet_that_does_not_walk_becomes_a_counted_loss() {
     }
     r.close_region();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
-    let mut reader = Reader::new(region);
+    let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     let mut cap = Capture::default();
     reader.drain_available(&mut cap).unwrap();
     reader.finish(&mut cap).unwrap();
@@ -1109,7 +1109,7 @@ fn a_streaming_writer_expands_as_packets_arrive() {
     let mut writer = CtfWriter::new(root, region.header().uuid, clock(), env, n, limits);
     let tap = std::sync::Arc::new(CaptureTap::default());
     writer.set_tap(tap.clone());
-    let mut reader = Reader::new(region);
+    let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     if let Some(t) = ivtrace_region::names::read_thread_names(reader.region()) {
         writer.set_thread_name_table(t);
     }

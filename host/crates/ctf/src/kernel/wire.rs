@@ -48,7 +48,10 @@ impl PacketFile {
     }
 
     pub fn open(path: &Path) -> io::Result<PacketFile> {
-        Ok(PacketFile::new(File::open(path)?, 64 << 10))
+        Ok(PacketFile::new(
+            crate::outdir::open_regular(path)?,
+            64 << 10,
+        ))
     }
 
     /// Reads the next packet into `buf`; false at the end of the file.

@@ -30,7 +30,8 @@ use std::sync::Arc;
 pub use metadata::{Clock, Metadata, Packets, StreamDecl};
 pub use stream::{stream_files, Classes, Discarded, Item, PacketInfo, Record, StreamReader};
 
-use crate::sidecar::{Sidecar, SIDECAR_NAME};
+use crate::outdir::{open_regular, read_limited};
+use crate::sidecar::{Sidecar, SIDECAR_MAX_BYTES, SIDECAR_NAME};
 
 /// What a trace directory holds, by what its `env` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,10 @@ pub struct Trace {
     pub classes: Arc<Classes>,
 }
 
+/// Largest metadata file read back: ivtrace's own TSDL for every class
+/// the ABI allows stays well below it (as the sidecar's limit).
+const METADATA_MAX_BYTES: u64 = SIDECAR_MAX_BYTES;
+
 fn invalid(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what)
 }
@@ -76,8 +81,11 @@ impl Trace {
     /// Reads `dir/metadata`.
     pub fn open(dir: &Path) -> io::Result<Trace> {
         let path = dir.join("metadata");
-        let text = std::fs::read_to_string(&path)
+        let bytes = open_regular(&path)
+            .and_then(|f| read_limited(f, METADATA_MAX_BYTES, &path))
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| invalid(format!("{}: not UTF-8 text: {e}", path.display())))?;
         let meta =
             metadata::parse(&text).map_err(|e| invalid(format!("{}: {e}", path.display())))?;
         Ok(Trace {
@@ -116,7 +124,7 @@ impl Trace {
 pub fn stream_class_of(path: &Path) -> io::Result<Option<u32>> {
     use std::io::Read;
     let mut head = [0u8; 8];
-    let mut f = std::fs::File::open(path)?;
+    let mut f = open_regular(path)?;
     match f.read_exact(&mut head) {
         Ok(()) => Ok(Some(u32::from_le_bytes(
             head[4..8].try_into().expect("4 bytes"),
@@ -142,14 +150,15 @@ impl Recording {
     /// subdirectories that have a `metadata` file.
     pub fn open(root: &Path) -> io::Result<Recording> {
         let side = root.join(SIDECAR_NAME);
-        let sidecar = match std::fs::read(&side) {
-            Ok(b) => Some(
-                serde_json::from_slice(&b)
-                    .map_err(|e| invalid(format!("{}: {e}", side.display())))?,
-            ),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", side.display()))),
-        };
+        let sidecar =
+            match open_regular(&side).and_then(|f| read_limited(f, SIDECAR_MAX_BYTES, &side)) {
+                Ok(b) => Some(
+                    serde_json::from_slice(&b)
+                        .map_err(|e| invalid(format!("{}: {e}", side.display())))?,
+                ),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+                Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", side.display()))),
+            };
         let mut traces = Vec::new();
         let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", root.display())))?

@@ -215,7 +215,7 @@ impl StreamReader {
     pub fn open(path: &Path, decl: StreamDecl, classes: Arc<Classes>) -> io::Result<StreamReader> {
         Ok(StreamReader {
             path: path.to_path_buf(),
-            file: BufReader::with_capacity(64 << 10, File::open(path)?),
+            file: BufReader::with_capacity(64 << 10, crate::outdir::open_regular(path)?),
             decl,
             classes,
             packet: Vec::new(),

@@ -221,7 +221,8 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         true => Some(start_host_events(args.qemu_pid, &args.shm, &out, &host)?),
         false => None,
     };
-    let mut reader = Reader::new(region);
+    let clock = clock_for(&region, args);
+    let mut reader = Reader::new(region, clock.initial_mapping().expressible());
     let resumed = match &resume_from {
         Some((path, h)) => Some((*path, resume_handoff(&mut reader, h, path)?)),
         None => None,
@@ -233,7 +234,7 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         hub: hub.as_ref(),
         resumed,
     };
-    record_region(reader, args, names, &stop, host_side)
+    record_region(reader, clock, args, names, &stop, host_side)
 }
 
 /// `--resume-from`: waits for the previous part's handoff (None: stopped
@@ -293,6 +294,7 @@ fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
 
 fn record_region(
     mut reader: Reader,
+    mut clock: Box<dyn ClockSync>,
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
@@ -300,7 +302,6 @@ fn record_region(
 ) -> Result<u64> {
     let Names { out, host, hub, .. } = names;
     let region = reader.region();
-    let mut clock = clock_for(region, args);
     let limits = Limits {
         max_bytes: args.max_size,
         ..Limits::default()

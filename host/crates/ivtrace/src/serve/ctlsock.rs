@@ -15,11 +15,11 @@
 //! own thread posts the command in its region and kicks the guest, so
 //! commands never race with its other uses of the region.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::EventFd;
 use serde_json::{json, Value};
@@ -28,7 +28,9 @@ use crate::control::{self, parse_command};
 use crate::serve::guest::Request;
 use crate::serve::Registry;
 
-/// Longest wait for a request line, and for the guest thread's answer.
+/// Longest wait for the whole request line (one deadline: see [`handle`]).
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Longest wait for the reply to be taken by the client.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
 /// An ftrace request runs in the guest (a tracer switch: seconds).
@@ -48,13 +50,14 @@ fn errno_name(e: i32) -> &'static str {
     }
 }
 
-/// Handles one control connection (its own short-lived thread).
+/// Handles one control connection (its own short-lived thread). Reading
+/// the request has one deadline (`REQUEST_DEADLINE`, 5 s) for the whole
+/// line, not a timeout per read: a client that trickles a byte at a time
+/// holds its control slot no longer than one that sends nothing.
 pub fn handle(conn: UnixStream, registry: &Registry) {
-    let _ = conn.set_read_timeout(Some(IO_TIMEOUT));
     let _ = conn.set_write_timeout(Some(IO_TIMEOUT));
-    let mut line = String::new();
-    let reply = match BufReader::new(&conn).take_line(&mut line) {
-        Ok(()) => match serde_json::from_str::<Value>(&line) {
+    let reply = match read_request(&conn, Instant::now() + REQUEST_DEADLINE) {
+        Ok(line) => match serde_json::from_slice::<Value>(&line) {
             Ok(req) => answer(&req, registry),
             Err(e) => json!({"ok": false, "error": format!("bad request: {e}")}),
         },
@@ -64,15 +67,55 @@ pub fn handle(conn: UnixStream, registry: &Registry) {
     let _ = writeln!(w, "{reply}");
 }
 
-trait TakeLine {
-    fn take_line(self, s: &mut String) -> std::io::Result<()>;
-}
+/// Longest request line (a request is a few hundred bytes).
+const REQUEST_MAX: usize = 64 << 10;
 
-impl<R: std::io::Read> TakeLine for BufReader<R> {
-    fn take_line(self, s: &mut String) -> std::io::Result<()> {
-        // Bounded: a request is a few hundred bytes.
-        let mut limited = std::io::Read::take(self, 64 << 10);
-        BufReader::new(&mut limited).read_line(s).map(|_| ())
+/// The request line of `conn` (without its newline), read before
+/// `deadline`: each read waits only for what is left of it.
+fn read_request(mut conn: &UnixStream, deadline: Instant) -> io::Result<Vec<u8>> {
+    let mut line = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "no whole request line within {} s",
+                    REQUEST_DEADLINE.as_secs()
+                ),
+            ));
+        }
+        conn.set_read_timeout(Some(left))?;
+        let n = match conn.read(&mut chunk) {
+            Ok(0) => return Ok(line),
+            Ok(n) => n,
+            // A timed-out read (WouldBlock on a socket): the deadline
+            // check above says so.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted
+                        | io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e),
+        };
+        let got = chunk.get(..n).unwrap_or_default();
+        if let Some(end) = got.iter().position(|&b| b == b'\n') {
+            line.extend_from_slice(got.get(..end).unwrap_or_default());
+            return Ok(line);
+        }
+        line.extend_from_slice(got);
+        if line.len() > REQUEST_MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("a request line longer than {REQUEST_MAX} bytes"),
+            ));
+        }
     }
 }
 
@@ -278,4 +321,35 @@ fn list(registry: &Registry) -> Value {
         out.push(serde_json::to_value(s).unwrap_or(Value::Null));
     }
     json!({"ok": true, "guests": out})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that sends its request a byte at a time, each within the
+    /// old per-read timeout, took a control slot for as long as it liked
+    /// (issue 23, case 8): the deadline is for the whole line.
+    #[test]
+    fn a_trickled_request_meets_one_deadline() {
+        let (server, client) = UnixStream::pair().unwrap();
+        let trickler = std::thread::spawn(move || {
+            let mut c = &client;
+            for b in b"{\"op\":\"list\"}\n" {
+                if c.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let deadline = Instant::now() + Duration::from_millis(300);
+        let err = read_request(&server, deadline).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        drop(server);
+        trickler.join().unwrap();
+        let (server, client) = UnixStream::pair().unwrap();
+        (&client).write_all(b"{\"op\":\"list\"}\nrest").unwrap();
+        let line = read_request(&server, Instant::now() + REQUEST_DEADLINE).unwrap();
+        assert_eq!(line, b"{\"op\":\"list\"}");
+    }
 }

@@ -8,6 +8,7 @@
 //! Nothing here may take the server down: errors end this guest's
 //! recording (after finalizing what was recorded) and are logged.
 
+use ivtrace_region::sanitize::ShownText;
 use std::io::{self, Read};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -305,6 +306,8 @@ enum Phase {
         live: Box<recording::Live>,
         parked: bool,
     },
+    /// A recording's traces are finished; its relay session is closing.
+    Closing(Box<recording::Ending>),
     Done,
 }
 
@@ -314,12 +317,34 @@ pub enum Turn {
     Again,
     /// Park it until its waiter's descriptor is readable or the deadline.
     Park(Instant),
+    /// Park it until the deadline only: its doorbell rang for nothing
+    /// (`storm_pause`).
+    Sleep(Instant),
     /// Finished: its trace(s) are finalized.
     Done,
 }
 
 /// Steps of a recording per turn before the next guest's turn.
 const STEPS_PER_TURN: u32 = 16;
+
+/// The pause of a guest whose doorbell woke it `idle_rings` times in a
+/// row with no completed packet: 1 ms, doubling, at most
+/// [`STORM_PAUSE_MAX`]. A guest rings at most once per completed packet
+/// (docs/abi.md), so an honest one is rarely woken for nothing (a ring for
+/// a packet the previous turn already took): its next ring that brings a
+/// packet ends the pause. A guest that rings in a loop is drained once
+/// per pause (a turn is ~80 us: ~0.2 % of a core at 50 ms), and its
+/// completed packets, control requests and hang-up wait at most a pause.
+fn storm_pause(idle_rings: u32) -> Duration {
+    Duration::from_millis(1u64 << idle_rings.saturating_sub(1).min(6)).min(STORM_PAUSE_MAX)
+}
+
+/// How often a guest whose relay session is closing looks whether it is
+/// done (the close itself gives up after a few seconds).
+const RELAY_CLOSE_POLL: Duration = Duration::from_millis(50);
+
+/// The longest pause of a guest that rings for nothing.
+const STORM_PAUSE_MAX: Duration = Duration::from_millis(50);
 
 /// One connected QEMU as the drain pool runs it: the region's formats,
 /// each recorded, until the guest goes or the server stops.
@@ -328,6 +353,8 @@ pub struct GuestTask {
     waiter: GuestWaiter,
     phase: Phase,
     last_uuid: Option<[u8; 16]>,
+    /// Doorbell wake-ups in a row that found no completed packet.
+    idle_rings: u32,
     /// Where the first recording of a migrated guest starts.
     resume: Option<Resume>,
     said: String,
@@ -358,6 +385,7 @@ impl GuestTask {
             waiter,
             phase,
             last_uuid: None,
+            idle_rings: 0,
             resume: None,
             said: String::new(),
             retire: Some(retire),
@@ -379,6 +407,7 @@ impl GuestTask {
             Phase::AwaitingResume => self.await_resume(),
             Phase::Awaiting => self.look(),
             Phase::Recording { live, parked } => self.record(live, parked),
+            Phase::Closing(ending) => self.conclude(ending),
             Phase::Done => Turn::Done,
         };
         if matches!(t, Turn::Done) {
@@ -471,19 +500,30 @@ impl GuestTask {
 
     fn record(&mut self, mut live: Box<recording::Live>, parked: bool) -> Turn {
         let (g, w) = (&self.guest, &mut self.waiter);
+        let mut rang = false;
         if parked {
             let woken = w.collect();
+            rang = matches!(&woken, Ok(x) if x.doorbells > 0 && x.ending.is_none());
             if let Err(e) = recording::woke(g, w, &mut live, woken) {
                 g.log(&format!("recording failed: {e:#}"));
                 return Turn::Done;
             }
         }
-        for _ in 0..STEPS_PER_TURN {
+        for i in 0..STEPS_PER_TURN {
             match recording::step(g, w, &mut live) {
-                Ok(Step::Again) => continue,
+                Ok(Step::Again) => {
+                    self.idle_rings = 0;
+                    continue;
+                }
                 Ok(Step::Block(limit)) => {
-                    let deadline = Instant::now() + w.park_timeout(limit);
+                    let now = Instant::now();
+                    let deadline = now + w.park_timeout(limit);
                     self.phase = Phase::Recording { live, parked: true };
+                    // Woken by the doorbell, and the first step found nothing.
+                    if rang && i == 0 {
+                        self.idle_rings = self.idle_rings.saturating_add(1);
+                        return Turn::Sleep(deadline.min(now + storm_pause(self.idle_rings)));
+                    }
                     return Turn::Park(deadline);
                 }
                 Ok(Step::Ended(reason)) => return self.ended(*live, reason),
@@ -504,6 +544,24 @@ impl GuestTask {
     /// region again (a new trace).
     fn ended(&mut self, live: recording::Live, reason: StopReason) -> Turn {
         match recording::end(&self.guest, &mut self.waiter, live, reason) {
+            Ok(ending) => self.conclude(Box::new(ending)),
+            Err(e) => {
+                self.guest.log(&format!("recording failed: {e:#}"));
+                Turn::Done
+            }
+        }
+    }
+
+    /// A finished recording whose relay session may still be closing: the
+    /// drain worker does not wait for a slow relay; the guest sleeps
+    /// [`RELAY_CLOSE_POLL`] turns until the relay took the session's last
+    /// packets or the close gave up (its losses counted), then concludes.
+    fn conclude(&mut self, ending: Box<recording::Ending>) -> Turn {
+        if ending.relay_pending() {
+            self.phase = Phase::Closing(ending);
+            return Turn::Sleep(Instant::now() + RELAY_CLOSE_POLL);
+        }
+        match recording::conclude(&self.guest, *ending) {
             Ok(end)
                 if (guest_alive(end) && !self.guest.stop.load(Ordering::Relaxed))
                     || end == StopReason::Withdrawn =>
@@ -523,12 +581,26 @@ impl GuestTask {
     }
 
     /// The guest is done: its region file goes (unless kept), its entry
-    /// is given back. Runs once (a panicked task is finished by the pool).
+    /// is given back. Runs once.
     pub fn finished(&mut self) {
+        self.finish_as("done");
+    }
+
+    /// The recording panicked (a bug: the pool caught it): the guest is
+    /// given back like a finished one, but `ctl list` says it failed and
+    /// how to finish its trace, never "done".
+    pub fn panicked(&mut self) {
+        self.finish_as(
+            "failed: the recording panicked; `ivtrace recover` on its trace directory \
+             finishes what was written",
+        );
+    }
+
+    fn finish_as(&mut self, state: &str) {
         let Some(retire) = self.retire.take() else {
             return;
         };
-        self.guest.set_state("done");
+        self.guest.set_state(state);
         if !self.guest.cfg.keep_shm {
             self.guest.shm.remove();
         }
@@ -539,7 +611,8 @@ impl GuestTask {
 
 impl Guest {
     pub fn log(&self, msg: &str) {
-        eprintln!("ivtrace serve: [{}] {msg}", self.name);
+        // Messages may quote the guest (its region's warnings, errors).
+        eprintln!("ivtrace serve: [{}] {}", self.name, ShownText(msg));
     }
 
     pub fn set_state(&self, state: &str) {
@@ -571,5 +644,17 @@ impl Guest {
                 let _ = reply.send(self.status.lock().map(|s| s.clone()).unwrap_or_default());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guest_ringing_for_nothing_pauses_longer_up_to_the_bound() {
+        let pauses: Vec<u128> = (1..=9).map(|n| storm_pause(n).as_millis()).collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 50, 50, 50]);
+        assert_eq!(storm_pause(u32::MAX), STORM_PAUSE_MAX);
     }
 }

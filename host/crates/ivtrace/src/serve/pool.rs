@@ -10,7 +10,10 @@
 //! the poller's epoll set, with a deadline for its clock sync, its safety
 //! timeout or its polling backoff), or done. The poller thread moves parked
 //! guests back to the ready queue when their descriptor is readable or
-//! their deadline passes.
+//! their deadline passes. A guest whose doorbell woke it for nothing (no
+//! completed packet) sleeps a growing pause instead, its descriptor not
+//! watched ([`Turn::Sleep`]): a guest ringing in a tight loop costs a
+//! turn per pause, not a turn per ring (docs/hardening.md).
 //!
 //! Memory per guest is its region mapping, its packet buffer (one
 //! sub-buffer), its stream files' buffers and its relay queue bound; no
@@ -38,6 +41,8 @@ const POLL_MAX: Duration = Duration::from_millis(500);
 struct Parked {
     task: Box<GuestTask>,
     deadline: Instant,
+    /// Its descriptor is in the poller's epoll set.
+    watched: bool,
 }
 
 struct Shared {
@@ -163,7 +168,8 @@ fn work(s: &Shared) {
         let turn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.turn()));
         match turn {
             Ok(Turn::Again) => ready(s, task),
-            Ok(Turn::Park(deadline)) => park(s, task, deadline),
+            Ok(Turn::Park(deadline)) => park(s, task, deadline, Watch::Descriptor),
+            Ok(Turn::Sleep(deadline)) => park(s, task, deadline, Watch::DeadlineOnly),
             Ok(Turn::Done) => {
                 s.live.fetch_sub(1, Ordering::AcqRel);
             }
@@ -172,15 +178,25 @@ fn work(s: &Shared) {
                     "ivtrace serve: [{}] the recording panicked; the guest is dropped",
                     task.name()
                 );
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.finished()));
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.panicked()));
                 s.live.fetch_sub(1, Ordering::AcqRel);
             }
         }
     }
 }
 
-/// Parks `task` until its descriptor is readable or `deadline`.
-fn park(s: &Shared, task: Box<GuestTask>, deadline: Instant) {
+/// What wakes a parked guest besides its deadline.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Watch {
+    /// Its descriptor becoming readable.
+    Descriptor,
+    /// Nothing: a guest that rings without producing sleeps its pause out.
+    DeadlineOnly,
+}
+
+/// Parks `task` until `deadline` or, with [`Watch::Descriptor`], until its
+/// descriptor is readable.
+fn park(s: &Shared, task: Box<GuestTask>, deadline: Instant, watch: Watch) {
     let id = {
         let mut n = lock(&s.next_id);
         *n += 1;
@@ -188,9 +204,12 @@ fn park(s: &Shared, task: Box<GuestTask>, deadline: Instant) {
     };
     let mut parked = lock(&s.parked);
     // Level-triggered: a descriptor already readable reports at once.
-    let added = s
-        .epoll
-        .add(task.watch_fd(), EpollEvent::new(EpollFlags::EPOLLIN, id));
+    let added = match watch {
+        Watch::Descriptor => s
+            .epoll
+            .add(task.watch_fd(), EpollEvent::new(EpollFlags::EPOLLIN, id)),
+        Watch::DeadlineOnly => Ok(()),
+    };
     if let Err(e) = added {
         drop(parked);
         eprintln!(
@@ -201,7 +220,14 @@ fn park(s: &Shared, task: Box<GuestTask>, deadline: Instant) {
         ready(s, task);
         return;
     }
-    parked.insert(id, Parked { task, deadline });
+    parked.insert(
+        id,
+        Parked {
+            task,
+            deadline,
+            watched: watch == Watch::Descriptor,
+        },
+    );
     drop(parked);
     // The poller may be sleeping past this deadline.
     let _ = s.poller_wake.write(1);
@@ -210,7 +236,9 @@ fn park(s: &Shared, task: Box<GuestTask>, deadline: Instant) {
 /// Moves parked guest `id` back to the ready queue.
 fn unpark(s: &Shared, parked: &mut HashMap<u64, Parked>, id: u64) {
     if let Some(p) = parked.remove(&id) {
-        let _ = s.epoll.delete(p.task.watch_fd());
+        if p.watched {
+            let _ = s.epoll.delete(p.task.watch_fd());
+        }
         ready(s, p.task);
     }
 }

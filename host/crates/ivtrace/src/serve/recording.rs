@@ -52,11 +52,11 @@ pub fn claim_dir(root: &OutDir, name: &str) -> Result<OutDir> {
 
 /// What a finished recording adds to the sidecar besides the engine's
 /// results.
-struct Observed<'a> {
+struct Observed {
     out: PathBuf,
     /// Which part of a migrated guest's trace this is (0: the first).
     part: u32,
-    resumed: Option<(&'a Path, Resumed)>,
+    resumed: Option<(PathBuf, Resumed)>,
     dir: OutDir,
     doorbell: bool,
     /// Doorbells received, late ones included.
@@ -101,7 +101,17 @@ pub fn start(
     let dir = claim_dir(&g.cfg.outroot, &g.name)?;
     let out = dir.path().to_path_buf();
     announce(g, &region, &out);
-    let mut reader = Reader::new(region);
+    let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
+    region.protocol().set_doorbell_target(HOST_ID as u16, 0);
+    let kick_fd = g.interrupts.first();
+    let clock = GuestClock::start(
+        &region,
+        g.peer.pid,
+        kick_fd.is_some(),
+        g.cfg.sync_interval,
+        clock_kick(kick_fd),
+    );
+    let mut reader = Reader::new(region, clock.initial_mapping().expressible());
     let resumed = match resume {
         Some((path, h)) => {
             let r = reader
@@ -117,16 +127,6 @@ pub fn start(
     };
     let part = resumed.as_ref().map_or(0, |(_, r)| r.part);
     let region = reader.region();
-    let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
-    region.protocol().set_doorbell_target(HOST_ID as u16, 0);
-    let kick_fd = g.interrupts.first();
-    let clock = GuestClock::start(
-        region,
-        g.peer.pid,
-        kick_fd.is_some(),
-        g.cfg.sync_interval,
-        clock_kick(kick_fd),
-    );
     g.log(&clock.describe());
     let (host, stream) = host_side(g, &dir)?;
     let mut writer = session::ctf_writer_part(
@@ -222,14 +222,29 @@ pub fn woke(
     res
 }
 
-/// Finalizes the recording that ended for `reason`: the traces, the host
-/// trace, the relay session, the sidecar, the summary.
-pub fn end(
-    g: &Guest,
-    waiter: &mut GuestWaiter,
-    live: Live,
-    reason: StopReason,
-) -> Result<StopReason> {
+/// A recording whose traces are finished, its relay session closing:
+/// [`conclude`] writes the sidecar and the summary once the relay took
+/// the last packets or gave up ([`Ending::relay_pending`]).
+pub struct Ending {
+    rec: Recorded<Delivering>,
+    clock: GuestClock,
+    observed: Observed,
+}
+
+impl Ending {
+    /// Whether the relay session is still closing (concluding now would
+    /// wait for it: a drain worker gives its turn to other guests instead).
+    pub fn relay_pending(&self) -> bool {
+        self.observed
+            .tap
+            .as_ref()
+            .is_some_and(|t| !t.close_settled())
+    }
+}
+
+/// Finalizes the recording that ended for `reason`: the traces and the
+/// host trace; starts closing the relay session without waiting for it.
+pub fn end(g: &Guest, waiter: &mut GuestWaiter, live: Live, reason: StopReason) -> Result<Ending> {
     let Live {
         core,
         mut clock,
@@ -258,7 +273,7 @@ pub fn end(
         out,
         dir,
         part,
-        resumed: resumed.as_ref().map(|(p, r)| (p.as_path(), *r)),
+        resumed,
         doorbell,
         received,
         notify: notify_since(waiter.stats(), notify_before, &rec, received),
@@ -268,7 +283,15 @@ pub fn end(
         relay: None,
         vm_view: None,
     };
-    finish(g, rec, &clock, host, &mut observed)
+    let rec = finish_traces(g, rec, &clock, host, &mut observed)?;
+    if let Some(tap) = &observed.tap {
+        tap.begin_close();
+    }
+    Ok(Ending {
+        rec,
+        clock,
+        observed,
+    })
 }
 
 /// A migrated guest's part: the handoff it leaves when it handed off, its
@@ -290,7 +313,7 @@ fn migration_sidecar(
     let file = observed.out.join(migration::HANDOFF_NAME);
     sidecar.migration = Some(migration::migration_section(
         observed.part,
-        observed.resumed.as_ref().map(|(p, r)| (*p, r)),
+        observed.resumed.as_ref().map(|(p, r)| (p.as_path(), r)),
         handed_off.then_some(file.as_path()),
     ));
     Ok(())
@@ -378,15 +401,14 @@ fn notify_since(
     }
 }
 
-/// The traces' env and metadata, the host trace, the sidecar with serve's
-/// sections, the status, the summary and the log line.
-fn finish(
+/// The traces' env and metadata, the host trace and the VM view.
+fn finish_traces(
     g: &Guest,
     mut rec: Recorded<Delivering>,
     clock: &GuestClock,
     mut host: HostSide,
     observed: &mut Observed,
-) -> Result<StopReason> {
+) -> Result<Recorded<Delivering>> {
     let env = trace_env(g, &rec, clock, &observed.out);
     let Recorded {
         reader,
@@ -409,6 +431,19 @@ fn finish(
     observed.host_event_stats = stop_host_events(g, &mut host);
     observed.vm_view = vm_view(g, &mut host, &rec, observed.host_event_stats.as_ref());
     observed.host_counts = host.finish()?;
+    Ok(rec)
+}
+
+/// The relay session's end (at once once [`Ending::relay_pending`] is
+/// false), the sidecar with serve's sections, the status, the summary and
+/// the log line.
+pub fn conclude(g: &Guest, ending: Ending) -> Result<StopReason> {
+    let Ending {
+        rec,
+        clock,
+        mut observed,
+    } = ending;
+    let (clock, observed) = (&clock, &mut observed);
     observed.relay = observed
         .tap
         .take()

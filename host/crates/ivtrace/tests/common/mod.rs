@@ -3,8 +3,13 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// The `ivtrace` built with these tests, or `IVTRACE_BIN` (another build,
+/// e.g. an older one, to see a test fail against it).
 pub fn ivtrace() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ivtrace"))
+    match std::env::var_os("IVTRACE_BIN") {
+        Some(bin) => Command::new(bin),
+        None => Command::new(env!("CARGO_BIN_EXE_ivtrace")),
+    }
 }
 
 /// `ivtrace ARGS --shm SHM -o OUT` (record, snapshot).

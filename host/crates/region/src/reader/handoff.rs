@@ -87,14 +87,12 @@ impl Reader {
     /// Where this part ends (after [`Reader::finish`], whose counts the
     /// traces announce).
     pub fn handoff(&self, part: u32) -> Handoff {
-        let channels = self
-            .channels
-            .iter()
-            .enumerate()
+        let channels = (0u32..)
+            .zip(&self.channels)
             .map(|(c, ch)| {
                 let announced = announced_writer_losses(ch.stats.writer_lost, ch.writer_base);
                 ChannelHandoff {
-                    channel: c as u32,
+                    channel: c,
                     next_seq: ch.next_seq,
                     expected_first_event: ch.expected_first_event,
                     writer_full: announced.full,
@@ -125,8 +123,8 @@ impl Reader {
             let Some(ch) = self.channels.get_mut(h.channel as usize) else {
                 continue;
             };
-            if h.next_seq > ch.next_seq {
-                already = already.saturating_add(h.next_seq - ch.next_seq);
+            if let Some(skipped) = h.next_seq.checked_sub(ch.next_seq).filter(|&n| n > 0) {
+                already = already.saturating_add(skipped);
                 ch.next_seq = h.next_seq;
             }
             ch.expected_first_event = h.expected_first_event;

@@ -80,7 +80,7 @@ impl NoChannelStream {
     }
 
     fn packet(&mut self, discarded: u64, ts: u64, instance: u32) -> [u8; 88] {
-        let bits = abi::PACKET_HDR_SIZE as u64 * 8;
+        let bits = abi::PACKET_HDR_BITS;
         let h = PacketHeader {
             magic: abi::IVT_CTF_MAGIC,
             stream_id: abi::IVT_STREAM_USER,
@@ -99,12 +99,13 @@ impl NoChannelStream {
         };
         let mut bytes = [0u8; abi::PACKET_HDR_SIZE];
         h.write(&mut bytes);
-        self.packets += 1;
+        self.packets = self.packets.saturating_add(1);
         bytes
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
 

@@ -78,12 +78,14 @@ impl StreamOut {
     /// Appends event `id` at `ts` with `payload`.
     pub fn event(&mut self, cpu: u32, id: u32, ts: u64, payload: &[u8]) -> io::Result<()> {
         let ts = if ts < self.last_ts {
-            self.clamped += 1;
+            self.clamped = self.clamped.saturating_add(1);
             self.last_ts
         } else {
             ts
         };
-        let need = align4(self.buf.len()) + abi::IVT_EV_EXT_SIZE + payload.len();
+        let need = align4(self.buf.len())
+            .saturating_add(abi::IVT_EV_EXT_SIZE)
+            .saturating_add(payload.len());
         if self.count > 0 && (need > PACKET_TARGET || cpu != self.cpu) {
             self.flush()?;
         }
@@ -96,7 +98,8 @@ impl StreamOut {
             self.last_ts
         };
         self.buf.resize(align4(self.buf.len()), 0);
-        if id <= abi::IVT_EV_COMPACT_MAX_ID && ts - prev <= abi::IVT_EV_TS_MASK {
+        // ts >= prev: times were clamped monotonic above.
+        if id <= abi::IVT_EV_COMPACT_MAX_ID && ts.saturating_sub(prev) <= abi::IVT_EV_TS_MASK {
             let word = id | ((ts & abi::IVT_EV_TS_MASK) as u32) << abi::IVT_EV_ID_BITS;
             self.buf.extend_from_slice(&word.to_le_bytes());
         } else {
@@ -106,7 +109,7 @@ impl StreamOut {
             self.buf.extend_from_slice(&ts.to_le_bytes());
         }
         self.buf.extend_from_slice(payload);
-        self.count += 1;
+        self.count = self.count.saturating_add(1);
         self.last_ts = ts;
         Ok(())
     }
@@ -142,8 +145,8 @@ impl StreamOut {
             } else {
                 self.last_ts.max(self.ts_begin)
             },
-            content_size: content as u64 * 8,
-            packet_size: size as u64 * 8,
+            content_size: (content as u64).saturating_mul(8),
+            packet_size: (size as u64).saturating_mul(8),
             packet_seq_num: self.seq,
             events_discarded: self.discarded,
             first_event_seq: self.before,
@@ -154,8 +157,8 @@ impl StreamOut {
         }
         .write(&mut self.buf);
         self.file.write_all(&self.buf)?;
-        self.seq += 1;
-        self.before += self.count as u64;
+        self.seq = self.seq.saturating_add(1);
+        self.before = self.before.saturating_add(u64::from(self.count));
         self.count = 0;
         self.written_discarded = self.discarded;
         Ok(())
