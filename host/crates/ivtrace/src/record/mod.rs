@@ -21,6 +21,7 @@ use ivtrace_engine::migration::{self, Handoff, Resumed};
 use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{abi, Reader, Region, RegionError};
+use ivtrace_time::pingpong::Entry;
 use ivtrace_time::{ClockSync, GuestClock};
 use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
@@ -273,22 +274,44 @@ impl Names<'_> {
     }
 }
 
-/// The clock of a recording: the region's estimator, or with
-/// `--clock-sync` the ping-pong through the region's sync mailbox, which
-/// a polling module answers every flush_ms (no interrupt without
-/// doorbells).
+/// The clock of a recording: the clock exchange through the region's sync
+/// mailbox when the writer spins in it (the guest module), met at its
+/// control poll (ivshmem-plain has no interrupt); with `--clock-sync` also
+/// with a writer that answers once per poll; else the region's estimator.
 fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
-    if args.clock_sync && region.header().features & abi::IVT_FEAT_SYNC != 0 {
-        let interval = Duration::from_secs(5);
+    if let Some(entry) = poll_entry(region, args.clock_sync) {
         return Box::new(GuestClock::start(
             region,
             None,
-            true,
-            interval,
-            Box::new(|| {}),
+            Some(entry),
+            args.sync_interval(),
         ));
     }
     Box::new(ivtrace_time::estimator_for(region.header()))
+}
+
+/// The clock exchange with a writer the host cannot kick: if it spins in
+/// the exchange, met at its entries every `IVT_SYNC_POLL_MS`; with
+/// `any_writer` also one that answers only at its control poll, every flush
+/// interval (the module's default of 100 ms when the header says 0).
+pub fn poll_entry(region: &Region, any_writer: bool) -> Option<Entry> {
+    let features = region.header().features;
+    if features & abi::IVT_FEAT_SYNC == 0 {
+        return None;
+    }
+    let ms = if features & abi::IVT_FEAT_SYNC_SPIN != 0 {
+        abi::IVT_SYNC_POLL_MS
+    } else if any_writer {
+        match region.protocol().flush_interval_ms() {
+            0 => 100,
+            ms => ms.min(60_000),
+        }
+    } else {
+        return None;
+    };
+    Some(Entry::Poll {
+        period: Duration::from_millis(ms.into()),
+    })
 }
 
 fn record_region(
@@ -333,6 +356,7 @@ fn record_region(
     let mut wait = Backoff::new(IDLE_SLEEP_MIN, IDLE_SLEEP_MAX);
     let engine = Engine::new(reader, writer, &mut *clock, &mut wait, &mut hooks);
     let rec = engine.run()?;
+    let sync = clock.sync_section(&rec.clock);
     if let Some(pb) = &hooks.progress {
         pb.finish_and_clear();
     }
@@ -346,7 +370,20 @@ fn record_region(
             args.shm.display()
         );
     }
-    finish_trace(rec, args, names, host_side, tap)
+    let sides = Sides {
+        host: host_side,
+        tap,
+        sync,
+    };
+    finish_trace(rec, args, names, sides)
+}
+
+/// What a recording has beside its trace: the host events, the relay, how
+/// its clock was measured.
+struct Sides {
+    host: Option<HostRun>,
+    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    sync: Option<ivtrace_time::guest::ClockSyncSection>,
 }
 
 /// `--forward FIFO`: this recording's packets also go to FIFO (nested
@@ -370,10 +407,14 @@ fn finish_trace(
     rec: Recorded<Nesting<ivtrace_ctf::CtfWriter>>,
     args: &RecordArgs,
     names: Names,
-    host_side: Option<HostRun>,
-    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    sides: Sides,
 ) -> Result<u64> {
     let Names { out, host, .. } = names;
+    let Sides {
+        host: host_side,
+        tap,
+        sync,
+    } = sides;
     let Recorded {
         reader,
         output: mut nesting,
@@ -416,6 +457,7 @@ fn finish_trace(
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
     sidecar.host_lost = host_lost;
+    sidecar.clock_sync = sync.map(|s| serde_json::to_value(s).expect("plain data"));
     sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
     sidecar.nested = nested;
     record_migration(&mut sidecar, &reader, reason, names)?;

@@ -20,7 +20,7 @@ use ivtrace_engine::migration::{self, Resumed};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
 use ivtrace_region::{abi, Reader, Region};
-use ivtrace_time::guest::Kick;
+use ivtrace_time::pingpong::{Entry, Kick};
 use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
 use crate::serve::guest::{describe, Guest, GuestWaiter};
@@ -119,13 +119,11 @@ pub fn start(
     let region = reader.region();
     let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
-    let kick_fd = g.interrupts.first();
     let clock = GuestClock::start(
         region,
         g.peer.pid,
-        kick_fd.is_some(),
+        clock_entry(g.interrupts.first(), region),
         g.cfg.sync_interval,
-        clock_kick(kick_fd),
     );
     g.log(&clock.describe());
     let (host, stream) = host_side(g, &dir)?;
@@ -310,9 +308,17 @@ fn announce(g: &Guest, region: &Region, out: &Path) {
 }
 
 /// The ping-pong's kick: an interrupt on the guest's MSI-X vector 0.
-fn clock_kick(fd: Option<&Arc<EventFd>>) -> Kick {
-    let fd = fd.cloned();
-    Box::new(move || kick(fd.as_deref()))
+fn clock_kick(fd: Arc<EventFd>) -> Kick {
+    Box::new(move || kick(Some(&fd)))
+}
+
+/// How the clock exchange meets the guest: a kick on MSI-X vector 0, else
+/// (no interrupt vector) at its control poll if its writer spins.
+fn clock_entry(kick_fd: Option<&Arc<EventFd>>, region: &Region) -> Option<Entry> {
+    match kick_fd {
+        Some(fd) => Some(Entry::Kick(clock_kick(Arc::clone(fd)))),
+        None => crate::record::poll_entry(region, false),
+    }
 }
 
 /// `DIR/host/`: serve's stream, and the host events if asked for (a
@@ -478,7 +484,8 @@ fn sidecar_with_serve_sections(
         obj.insert("serve".into(), serve_section(g, observed));
         let notification = notification_section(rec, observed, complete_packets(sidecar));
         obj.insert("notification".into(), notification);
-        obj.insert("clock_sync".into(), clock_sync_section(rec, clock));
+        let sync = clock.sync_section(&rec.clock);
+        obj.insert("clock_sync".into(), serde_json::to_value(sync)?);
         obj.insert("delivery".into(), rec.output.latency(&rec.clock));
     }
     let mut text = serde_json::to_vec_pretty(&doc)?;
@@ -540,24 +547,6 @@ fn notification_section(rec: &Recorded<Delivering>, observed: &Observed, complet
         "doorbells_per_completed_packet": if complete > 0 {
             received as f64 / complete as f64 } else { 0.0 },
         "stats": observed.notify,
-    })
-}
-
-fn clock_sync_section(rec: &Recorded<Delivering>, clock: &GuestClock) -> Value {
-    json!({
-        "method": rec.clock.method,
-        "error_ns": rec.clock.error_ns,
-        "kvm": clock.kvm().map(|k| json!({
-            "debugfs": k.vm_dir().display().to_string(),
-            "changed": k.changed,
-        })),
-        "kvm_unavailable": clock.kvm_unavailable,
-        "pingpong": clock.pingpong().map(|pp| json!({
-            "stats": pp.stats,
-            "points": pp.points().len(),
-            "span_ns": pingpong::span_ns(pp.points()),
-            "mapping": pp.mapping(),
-        })),
     })
 }
 
