@@ -38,8 +38,9 @@ pub const BURST: usize = 32;
 /// budget ran out) or its vCPU lost its host CPU.
 const ROUND_TIMEOUT: Duration = Duration::from_micros(50);
 /// After a kick, spin this long for the first answer (interrupt delivery
-/// under TCG takes 7-30 us), then poll with short sleeps ...
-const ENTER_SPIN: Duration = Duration::from_micros(1000);
+/// under TCG takes 7-30 us, a millisecond or two on a loaded host), then
+/// poll with short sleeps ...
+const ENTER_SPIN: Duration = Duration::from_micros(3000);
 /// ... until this long (a lost kick, a vCPU that is not running).
 const ENTER_TIMEOUT: Duration = Duration::from_millis(30);
 /// Kicks per burst at most (each costs the guest at most
@@ -64,10 +65,11 @@ const WINDOW_TRIES: u32 = 3;
 const WINDOW: (Duration, Duration) = (Duration::from_micros(300), Duration::from_micros(1000));
 /// ... and when only a host that noticed an entry placed it.
 const WINDOW_ROUGH: (Duration, Duration) = (Duration::from_millis(2), Duration::from_millis(3));
-/// The share of a host CPU the host may spend spinning in windows, beyond
-/// a first allowance: past it, the next window waits (a writer whose vCPU
-/// rarely runs on time must not cost the host more).
+/// The share of a host CPU the host may spend spinning for a writer,
+/// beyond a first allowance: past it, the next burst or window waits (a
+/// writer whose vCPU rarely runs on time must not cost the host more).
 const SPIN_BUDGET: f64 = 0.008;
+/// Spinning allowed before the budget counts (the first bursts).
 const SPIN_ALLOWANCE: Duration = Duration::from_millis(20);
 /// A polled writer whose poll time is unknown: how often the host looks
 /// whether it answered a posted request ...
@@ -348,7 +350,8 @@ impl PingPong {
     fn schedule(&mut self, spun: bool) {
         self.stats.bursts += 1;
         let soon = self.stats.bursts < EARLY_BURSTS || !spun;
-        self.next_burst = Instant::now() + if soon { SOON } else { self.interval };
+        let wanted = Instant::now() + if soon { SOON } else { self.interval };
+        self.next_burst = wanted.max(self.budget_allows());
         self.next_due = self.next_burst;
         let mapping = self.phase_mapping();
         let after = self.next_burst + lead(&mapping);
@@ -639,11 +642,17 @@ impl PingPong {
         self.burst_done(best, spun || !self.spins)
     }
 
-    /// `expect`, or the first entry after it at which the host's spinning
-    /// so far is back within [`SPIN_BUDGET`] of the time recorded.
-    fn within_budget(&self, expect: Instant, mapping: &Option<ClockMapping>) -> Instant {
+    /// When the host's spinning so far is back within [`SPIN_BUDGET`] of
+    /// the time recorded.
+    fn budget_allows(&self) -> Instant {
         let spent = Duration::from_nanos(self.stats.host_spin_ns).saturating_sub(SPIN_ALLOWANCE);
-        let allowed_from = self.started + spent.div_f64(SPIN_BUDGET);
+        self.started + spent.div_f64(SPIN_BUDGET)
+    }
+
+    /// `expect`, or the first entry after it at which the host's spinning
+    /// is back within [`SPIN_BUDGET`].
+    fn within_budget(&self, expect: Instant, mapping: &Option<ClockMapping>) -> Instant {
+        let allowed_from = self.budget_allows();
         match self.poll.as_ref() {
             Some(p) if allowed_from > expect => p
                 .next_poll(allowed_from + lead(mapping), mapping.as_ref())
