@@ -369,6 +369,7 @@ pub fn build_sidecar(
         region: region_section(reader.region(), &shm.display().to_string()),
         clock: clock.clone(),
         clock_sync: None,
+        self_check: None,
         streams,
         channels: (0..reader.nr_channels())
             .map(|c| channel_summary(reader, writer, c))

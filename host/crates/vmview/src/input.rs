@@ -13,7 +13,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ivtrace_ctf::host::STREAM_KERNEL;
+use ivtrace_ctf::host::{STREAM_IVTRACE, STREAM_KERNEL};
 use ivtrace_ctf::host_read::{stream_files, Classes, Record, StreamReader};
 use ivtrace_ctf::kernel::wire::{
     align_event, event_header, packet_content, Layout, Offsets, PacketFile,
@@ -310,8 +310,10 @@ impl HostMerge {
 /// Problems met while reading the guest trace, shared by its readers.
 pub type Errors = Rc<RefCell<Vec<String>>>;
 
-/// One guest kernel stream file's `sched_switch` events, on host time.
-pub struct GuestSwitches {
+/// One guest kernel stream file walked event by event, times mapped to
+/// host time: [`GuestSwitches`] keeps its context switches (the VM view's
+/// attribution), [`GuestEvents`] every event (the self-check).
+pub struct GuestWalk {
     file: PacketFile,
     path: String,
     layouts: Rc<GuestLayouts>,
@@ -342,11 +344,24 @@ fn guest_layouts(classes: &StreamClasses) -> GuestLayouts {
         .collect()
 }
 
-impl GuestSwitches {
+/// One guest event: its time on host time (ns), its class, and its
+/// fields if it is a context switch.
+pub struct GuestEvent {
+    pub ts: u64,
+    pub class: u32,
+    pub switch: Option<GuestSwitch>,
+}
+
+impl GuestWalk {
     fn fail(&mut self, what: String) {
         self.errors
             .borrow_mut()
             .push(format!("{}: {what}", self.path));
+    }
+
+    /// The guest CPU this file is (from its first packet).
+    pub fn cpu(&self) -> u32 {
+        self.cpu
     }
 
     /// The next packet; false at the end (or on an error, noted).
@@ -373,9 +388,8 @@ impl GuestSwitches {
         }
     }
 
-    /// Steps over one event; Some(switch) if it was a context switch,
-    /// Err(()) if the rest of the packet cannot be read.
-    fn step(&mut self) -> Result<Option<GuestSwitch>, String> {
+    /// Steps over one event (Err: the rest of the packet cannot be read).
+    fn step(&mut self) -> Result<GuestEvent, String> {
         let content = &self.file.buf[..self.end];
         let h = event_header(content, self.pos, self.last_ts)
             .ok_or("an event header past the content")?;
@@ -391,35 +405,40 @@ impl GuestSwitches {
         let len = *offs.last().expect("end offset") as usize;
         self.last_ts = h.ts;
         self.pos = align_event(self.pos + h.len + len);
+        let ts = self.clock.realtime_ns(h.ts).clamp(0, u64::MAX as i128) as u64;
         if !switch {
-            return Ok(None);
+            return Ok(GuestEvent {
+                ts,
+                class: h.id,
+                switch: None,
+            });
         }
         let f = Fields { payload, offs };
         let [pc, pt, nc, nt] = fields.map(|x| x.expect("a switch has its fields"));
-        let ts = self.clock.realtime_ns(h.ts).clamp(0, u64::MAX as i128) as u64;
-        Ok(Some(GuestSwitch {
+        let switch = GuestSwitch {
             ts,
             cpu: self.cpu,
             prev_tid: f.int(pt).ok_or("prev_tid")? as i32,
             prev_comm: f.comm(pc).ok_or("prev_comm")?,
             next_tid: f.int(nt).ok_or("next_tid")? as i32,
             next_comm: f.comm(nc).ok_or("next_comm")?,
-        }))
+        };
+        Ok(GuestEvent {
+            ts,
+            class: h.id,
+            switch: Some(switch),
+        })
     }
-}
 
-impl Iterator for GuestSwitches {
-    type Item = GuestSwitch;
-
-    fn next(&mut self) -> Option<GuestSwitch> {
+    /// The next event, None at the end of the file.
+    pub fn next_event(&mut self) -> Option<GuestEvent> {
         while !self.done {
             if self.pos >= self.end {
                 self.done = !self.load_packet();
                 continue;
             }
             match self.step() {
-                Ok(Some(s)) => return Some(s),
-                Ok(None) => {}
+                Ok(e) => return Some(e),
                 Err(what) => {
                     self.fail(what);
                     self.pos = self.end;
@@ -430,19 +449,35 @@ impl Iterator for GuestSwitches {
     }
 }
 
-/// The context switches of every guest CPU in `kernel_dir` (the expanded
-/// kernel trace, written with `classes`), each CPU's in time order, their
-/// times mapped to host time with `clock`.
-pub fn guest_switches(
+/// A guest kernel stream file's `sched_switch` events, on host time.
+pub struct GuestSwitches(GuestWalk);
+
+impl Iterator for GuestSwitches {
+    type Item = GuestSwitch;
+
+    fn next(&mut self) -> Option<GuestSwitch> {
+        while let Some(e) = self.0.next_event() {
+            if let Some(s) = e.switch {
+                return Some(s);
+            }
+        }
+        None
+    }
+}
+
+/// Every guest kernel stream file of `kernel_dir` (the expanded kernel
+/// trace, written with `classes`), each with the CPU its first packet
+/// says, times mapped to host time with `clock`.
+pub fn guest_walks(
     kernel_dir: &Path,
     classes: &StreamClasses,
     clock: &ClockMapping,
     errors: &Errors,
-) -> std::io::Result<Vec<(u32, GuestSwitches)>> {
+) -> std::io::Result<Vec<(u32, GuestWalk)>> {
     let layouts = Rc::new(guest_layouts(classes));
     let mut out = Vec::new();
     for path in stream_files(kernel_dir)? {
-        let mut g = GuestSwitches {
+        let mut g = GuestWalk {
             file: PacketFile::open(&path)?,
             path: path.display().to_string(),
             layouts: Rc::clone(&layouts),
@@ -457,6 +492,51 @@ pub fn guest_switches(
         // The first packet says which CPU the file is.
         if g.load_packet() {
             out.push((g.cpu, g));
+        }
+    }
+    Ok(out)
+}
+
+/// The context switches of every guest CPU in `kernel_dir`, each CPU's in
+/// time order, their times mapped to host time with `clock`.
+pub fn guest_switches(
+    kernel_dir: &Path,
+    classes: &StreamClasses,
+    clock: &ClockMapping,
+    errors: &Errors,
+) -> std::io::Result<Vec<(u32, GuestSwitches)>> {
+    let walks = guest_walks(kernel_dir, classes, clock, errors)?;
+    Ok(walks
+        .into_iter()
+        .map(|(cpu, w)| (cpu, GuestSwitches(w)))
+        .collect())
+}
+
+/// serve's doorbell receptions in a host trace (`ivtrace_doorbell_received`:
+/// host ns, doorbells the eventfd counted), in file order.
+pub fn doorbells_received(dir: &Path, classes: &[EventClass]) -> std::io::Result<Vec<(u64, u64)>> {
+    let Some(class) = classes
+        .iter()
+        .find(|c| c.stream == STREAM_IVTRACE && c.name == "ivtrace_doorbell_received")
+    else {
+        return Ok(Vec::new());
+    };
+    let Some(count) = find(class, "count") else {
+        return Ok(Vec::new());
+    };
+    let shared = Classes::new(classes);
+    let mut out = Vec::new();
+    for path in stream_files(dir)? {
+        let mut r = StreamReader::open(&path, Arc::clone(&shared))?;
+        while let Ok(Some(rec)) = r.next_record() {
+            if rec.stream_class != STREAM_IVTRACE || rec.class_id != class.id {
+                continue;
+            }
+            let f = Fields {
+                payload: &rec.payload,
+                offs: &rec.offsets,
+            };
+            out.push((rec.ts, f.int(count).unwrap_or(0) as u64));
         }
     }
     Ok(out)

@@ -443,8 +443,8 @@ fn finish_trace(
     // A host trace that cannot be finished (the same full disk) is an
     // output error too: the sidecar still says why.
     let guest = GuestOutput::of(&writer, reader.classes(), &clock);
-    let host_lost = match host_side.map(|h| finish_host_events(h, &guest)).transpose() {
-        Ok(lost) => lost,
+    let host_done = match host_side.map(|h| finish_host_events(h, &guest)).transpose() {
+        Ok(done) => done,
         Err(e) => {
             output_error.get_or_insert(format!("finishing the host trace failed: {e:#}"));
             None
@@ -456,7 +456,8 @@ fn finish_trace(
     };
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
-    sidecar.host_lost = host_lost;
+    sidecar.host_lost = host_done.as_ref().map(|d| d.lost.clone());
+    sidecar.self_check = host_done.and_then(|d| d.self_check);
     sidecar.clock_sync = sync.map(|s| serde_json::to_value(s).expect("plain data"));
     sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
     sidecar.nested = nested;
@@ -544,7 +545,13 @@ struct HostRun {
 /// Stops the host events, derives the VM view from them and the finished
 /// guest traces, closes the host trace, says what was recorded; the host
 /// trace's losses.
-fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostLost> {
+/// What the host side of a recording adds to its sidecar.
+struct HostSideDone {
+    lost: HostLost,
+    self_check: Option<serde_json::Value>,
+}
+
+fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostSideDone> {
     let HostRun { mut side, vcpus } = run;
     let stats = side.stop_events().context("host events never started")??;
     let dir = side.dir().to_path_buf();
@@ -564,13 +571,23 @@ fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostLost> {
         dir.display()
     );
     let source = vcpu_source(!vcpus.is_empty(), stats.vcpu_names);
+    let mut self_check = None;
     match side.vm_view(guest, vcpus, source) {
-        Some(Ok(d)) => crate::summary::print_vm_view(&d),
+        Some(Ok(d)) => {
+            crate::summary::print_vm_view(&d);
+            self_check = d.self_check.as_ref().map(|c| {
+                crate::summary::print_self_check(c);
+                serde_json::to_value(c).expect("plain data")
+            });
+        }
         Some(Err(e)) => eprintln!("ivtrace: warning: no VM view: {e:#}"),
         None => {}
     }
     side.finish()?;
-    Ok(host_lost(&stats))
+    Ok(HostSideDone {
+        lost: host_lost(&stats),
+        self_check,
+    })
 }
 
 /// The sidecar's account of what the host trace lost.

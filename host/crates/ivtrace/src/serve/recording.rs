@@ -433,6 +433,11 @@ fn finish(
         .host_event_stats
         .as_ref()
         .map(crate::record::host_lost);
+    sidecar.self_check = observed
+        .vm_view
+        .as_ref()
+        .and_then(|d| d.self_check.as_ref())
+        .map(|c| serde_json::to_value(c).expect("plain data"));
     migration_sidecar(&mut sidecar, &rec, observed)?;
     if rec.output_error.is_some() {
         sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
@@ -527,6 +532,9 @@ fn vm_view(
         Ok(d) => {
             for line in ivtrace_vmview::derive::describe(&d) {
                 g.log(&format!("vm view: {line}"));
+            }
+            for line in d.self_check.iter().flat_map(ivtrace_vmview::selfcheck::describe) {
+                g.log(&line);
             }
             Some(d)
         }
