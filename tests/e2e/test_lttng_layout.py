@@ -13,7 +13,6 @@ writes on x86-64:
     is TASK_REPORT_MAX, the state dump names threads in the initial pid namespace and the
     files they had open.
 """
-import os
 from pathlib import Path
 
 import pytest
@@ -140,7 +139,7 @@ def demo(tmp_path_factory, e2e_add):
                         modules=["ivtrace"], modopts={"ivtrace": f"events={GROUPS}"}, add=add,
                         log=str(tmp / "console.log")) as vm:
             r = vm.wait(timeout=g.TIMEOUT + SECONDS)
-        summary = rec.wait(timeout=60)
+        summary = rec.wait(timeout=60, boot=r)
     finally:
         rec.stop()
         shm.unlink(missing_ok=True)

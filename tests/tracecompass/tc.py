@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from e2e import guest as g
+from serve import serve as s
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-from e2e import guest as g  # noqa: E402
-from serve import serve as s  # noqa: E402
 
 INSTALL = REPO / "scripts" / "install-tracecompass"
 CLASSPATH = REPO / "build" / "tracecompass" / "classpath"
@@ -98,7 +98,7 @@ def record_demo(tmp: Path, add, seconds):
                         smp=2, modules=["ivtrace"], modopts={"ivtrace": f"events={GROUPS}"},
                         add=add, log=str(tmp / "demo-console.log")) as vm:
             r = vm.wait(timeout=g.TIMEOUT)
-        summary = rec.wait(timeout=60)
+        summary = rec.wait(timeout=60, boot=r)
     finally:
         rec.stop()
         shm.unlink(missing_ok=True)

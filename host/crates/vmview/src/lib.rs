@@ -19,7 +19,7 @@
 //!   switch-in before the guest's next event, a doorbell before its
 //!   reception);
 //! - [`input`] reads the two traces back (CTF, with the layouts they were
-//!   written with) and [`derive`] runs it all at the end of a recording.
+//!   written with) and [`derive`](mod@derive) runs it all at the end of a recording.
 //!
 //! [`model`] holds the plain values everything passes around.
 
