@@ -10,6 +10,8 @@
 //!   host's TSC) and the region header's reference pair (coarse);
 //! - [`kvm`]: KVM's TSC offset and scaling from debugfs, composed with a
 //!   fit of the host's TSC;
+//! - [`versioned`]: KVM's parameters as versions that follow
+//!   `kvm_write_tsc_offset`, with the one exact ticks -> host ns conversion;
 //! - [`pingpong`]: the clock exchange through the region's sync mailbox
 //!   (TCG, or KVM without debugfs): bursts of round trips with a writer
 //!   that spins, the minimum-round-trip point of each kept;
@@ -28,6 +30,7 @@ pub mod mapping;
 pub mod pingpong;
 pub mod realtime;
 pub mod timebase;
+pub mod versioned;
 
 pub use estimator::{estimator_for, ClockEstimator, ClockSync};
 pub use guest::GuestClock;

@@ -365,7 +365,9 @@ fn self_check(mut c: Checker, g: &GuestTraces, host: &HostTrace, errors: &Errors
     let mut rang = Vec::new();
     let walks = match kernel_dir.is_dir() {
         true => guest_walks(&kernel_dir, g.kernel_classes, g.clock, errors).unwrap_or_else(|e| {
-            errors.borrow_mut().push(format!("{}: {e}", kernel_dir.display()));
+            errors
+                .borrow_mut()
+                .push(format!("{}: {e}", kernel_dir.display()));
             Vec::new()
         }),
         false => Vec::new(),

@@ -214,7 +214,10 @@ impl Checker {
 
     fn kind(&mut self, cause: &str, effect: &str) -> &mut PairKind {
         let kinds = &mut self.check.kinds;
-        match kinds.iter().position(|k| k.cause == cause && k.effect == effect) {
+        match kinds
+            .iter()
+            .position(|k| k.cause == cause && k.effect == effect)
+        {
             Some(i) => &mut kinds[i],
             None => {
                 kinds.push(PairKind::new(cause, effect));
@@ -346,7 +349,10 @@ mod tests {
         assert_eq!(r.violations, 1, "a 100 ns lead beyond a 50 ns bound");
         assert_eq!(r.largest_lead_ns, Some(100));
         let out = &r.kinds[0];
-        assert_eq!((out.effect.as_str(), out.largest_lead_ns), ("vCPU switch-out", Some(0)));
+        assert_eq!(
+            (out.effect.as_str(), out.largest_lead_ns),
+            ("vCPU switch-out", Some(0))
+        );
     }
 
     #[test]

@@ -533,7 +533,11 @@ fn vm_view(
             for line in ivtrace_vmview::derive::describe(&d) {
                 g.log(&format!("vm view: {line}"));
             }
-            for line in d.self_check.iter().flat_map(ivtrace_vmview::selfcheck::describe) {
+            for line in d
+                .self_check
+                .iter()
+                .flat_map(ivtrace_vmview::selfcheck::describe)
+            {
                 g.log(&line);
             }
             Some(d)
