@@ -32,11 +32,28 @@ pub struct ClockSyncSection {
     pub pingpong: Option<SyncReport>,
 }
 
+impl ClockSyncSection {
+    /// KVM's `kvm_write_tsc_offset` events of the recording (read back
+    /// from the host trace) applied to the versioned mapping.
+    pub fn follow_tsc_writes(&mut self, writes: &[crate::versioned::TscWrite]) {
+        let Some(v) = self.kvm.as_mut().and_then(|k| k.versions.as_mut()) else {
+            return;
+        };
+        for w in writes {
+            let _ = v.apply(w);
+        }
+    }
+}
+
 /// KVM's part of [`ClockSyncSection`].
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct KvmSection {
     pub debugfs: String,
     pub changed: Option<String>,
+    /// The mapping's versions (the vCPUs' TSC parameters and from when),
+    /// once the recording ended ([`crate::versioned`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versions: Option<crate::versioned::VersionedTsc>,
 }
 
 /// Every estimate a guest's recording has, and which one counts.
@@ -135,6 +152,7 @@ impl ClockSync for GuestClock {
             kvm: self.kvm.as_ref().map(|k| KvmSection {
                 debugfs: k.vm_dir().display().to_string(),
                 changed: k.changed.clone(),
+                versions: k.versions().cloned(),
             }),
             kvm_unavailable: self.kvm_unavailable.clone(),
             pingpong: self.pingpong.as_ref().map(PingPong::report),

@@ -33,7 +33,7 @@ pub const VERSIONS_MAX: usize = 4096;
 /// One `kvm_write_tsc_offset` event: at host time `host_ns`, vCPU `vcpu`'s
 /// offset went from `previous` to `next` (the tracepoint's u64s, KVM's
 /// two's-complement offsets).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TscWrite {
     pub host_ns: u64,
     pub vcpu: u32,
@@ -174,7 +174,14 @@ impl VersionedTsc {
     fn try_apply(&mut self, w: &TscWrite) -> Result<(), Rejected> {
         let host = self.line.tsc_at(w.host_ns).ok_or(Rejected::OutOfRange)?;
         let list = self.vcpus.get_mut(&w.vcpu).ok_or(Rejected::UnknownVcpu)?;
-        let last = *list.last().expect("a vCPU has a first version");
+        // Before the versions of unknown start (a change debugfs showed at
+        // the end), which a write explains: the writes come from the host
+        // trace, read after the recording's last debugfs read.
+        let known = list
+            .iter()
+            .rposition(|v| !v.time_unknown)
+            .expect("the first is known");
+        let last = list[known];
         if w.host_ns < last.from_host_ns {
             return Err(Rejected::OutOfOrder);
         }
@@ -188,7 +195,11 @@ impl VersionedTsc {
             offset: w.next as i64,
             ..last.params()
         };
-        list.push(version(w.host_ns, params, host, false));
+        let at = known + 1;
+        if list.get(at).is_some_and(|u| u.params() == params) {
+            list.remove(at);
+        }
+        list.insert(at, version(w.host_ns, params, host, false));
         Ok(())
     }
 
@@ -401,5 +412,19 @@ mod tests {
         let v = m.versions(0);
         assert_eq!((v.len(), v[1].time_unknown, v[1].offset), (2, true, -99));
         assert_eq!(m.writes_rejected, 1, "vCPU 4 was not there at the start");
+        // The write read afterwards from the host trace explains it.
+        let w = TscWrite {
+            host_ns: l.ref_ns + 3 * SEC,
+            vcpu: 0,
+            previous: 0,
+            next: (-99i64) as u64,
+        };
+        m.apply(&w).unwrap();
+        let v = m.versions(0);
+        assert_eq!(v.len(), 2);
+        assert_eq!(
+            (v[1].from_host_ns, v[1].time_unknown),
+            (l.ref_ns + 3 * SEC, false)
+        );
     }
 }

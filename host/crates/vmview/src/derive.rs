@@ -73,6 +73,9 @@ pub struct Derived {
     pub summary: Summary,
     /// The clock mapping checked on cause -> effect pairs of the traces.
     pub self_check: Option<SelfCheck>,
+    /// KVM's changes of the vCPUs' TSC offsets the host trace shows
+    /// (`kvm_write_tsc_offset`), for the versioned clock mapping.
+    pub tsc_writes: Vec<ivtrace_time::versioned::TscWrite>,
 }
 
 /// An interval's end event waiting to be written: (host ns, guest tid,
@@ -334,6 +337,11 @@ fn finish(
     let mut done = std::mem::take(&mut sink.done);
     let checker = std::mem::take(&mut sink.checker);
     done.self_check = Some(self_check(checker, sink.guest, sink.host, errors));
+    let (dir, classes) = (sink.host.dir(), sink.host.classes());
+    done.tsc_writes = crate::input::tsc_writes(dir, classes).unwrap_or_else(|e| {
+        errors.borrow_mut().push(format!("{}: {e}", dir.display()));
+        Vec::new()
+    });
     done.vcpu_threads = timeline.vcpu_threads();
     done.counters = timeline.counters.clone();
     done.host_records = merge.records;

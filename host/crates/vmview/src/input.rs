@@ -19,7 +19,9 @@ use ivtrace_ctf::kernel::wire::{
     align_event, event_header, packet_content, Layout, Offsets, PacketFile,
 };
 use ivtrace_region::classes::{EventClass, FieldType, StreamClasses};
+use ivtrace_time::versioned::TscWrite;
 use ivtrace_time::ClockMapping;
+use ivtrace_tracefs::kvmtsc;
 
 use crate::model::{Comm, GuestSwitch, HostEvent, HostKind, Task};
 
@@ -512,32 +514,73 @@ pub fn guest_switches(
         .collect())
 }
 
-/// serve's doorbell receptions in a host trace (`ivtrace_doorbell_received`:
-/// host ns, doorbells the eventfd counted), in file order.
-pub fn doorbells_received(dir: &Path, classes: &[EventClass]) -> std::io::Result<Vec<(u64, u64)>> {
+/// The events named `name` of stream class `stream` in a host trace:
+/// each one's host ns and its integer fields `fields` (0 for a field it
+/// lacks or cannot hold), in file order.
+fn host_records(
+    dir: &Path,
+    classes: &[EventClass],
+    stream: u32,
+    name: &str,
+    fields: &[&str],
+) -> std::io::Result<Vec<(u64, Vec<i64>)>> {
     let Some(class) = classes
         .iter()
-        .find(|c| c.stream == STREAM_IVTRACE && c.name == "ivtrace_doorbell_received")
+        .find(|c| c.stream == stream && c.name == name)
     else {
         return Ok(Vec::new());
     };
-    let Some(count) = find(class, "count") else {
-        return Ok(Vec::new());
-    };
+    let wanted: Vec<Option<F>> = fields.iter().map(|f| find(class, f)).collect();
     let shared = Classes::new(classes);
     let mut out = Vec::new();
     for path in stream_files(dir)? {
         let mut r = StreamReader::open(&path, Arc::clone(&shared))?;
         while let Ok(Some(rec)) = r.next_record() {
-            if rec.stream_class != STREAM_IVTRACE || rec.class_id != class.id {
+            if rec.stream_class != stream || rec.class_id != class.id {
                 continue;
             }
             let f = Fields {
                 payload: &rec.payload,
                 offs: &rec.offsets,
             };
-            out.push((rec.ts, f.int(count).unwrap_or(0) as u64));
+            let values = wanted.iter().map(|w| w.and_then(|w| f.int(w)).unwrap_or(0));
+            out.push((rec.ts, values.collect()));
         }
     }
+    Ok(out)
+}
+
+/// serve's doorbell receptions in a host trace (`ivtrace_doorbell_received`:
+/// host ns, doorbells the eventfd counted), in file order.
+pub fn doorbells_received(dir: &Path, classes: &[EventClass]) -> std::io::Result<Vec<(u64, u64)>> {
+    let recs = host_records(
+        dir,
+        classes,
+        STREAM_IVTRACE,
+        "ivtrace_doorbell_received",
+        &["count"],
+    )?;
+    Ok(recs.into_iter().map(|(ts, v)| (ts, v[0] as u64)).collect())
+}
+
+/// KVM's changes of a vCPU's TSC offset in a host trace
+/// (`kvm_write_tsc_offset`), in file order: the versions of the guest's
+/// clock mapping ([`ivtrace_time::versioned`]).
+pub fn tsc_writes(dir: &Path, classes: &[EventClass]) -> std::io::Result<Vec<TscWrite>> {
+    let fields = ["vcpu_id", "previous_tsc_offset", "next_tsc_offset"];
+    let recs = host_records(dir, classes, STREAM_KERNEL, kvmtsc::EVENT, &fields)?;
+    let mut out: Vec<TscWrite> = recs
+        .into_iter()
+        .filter_map(|(ts, v)| {
+            Some(TscWrite {
+                host_ns: ts,
+                vcpu: u32::try_from(v[0]).ok()?,
+                previous: v[1] as u64,
+                next: v[2] as u64,
+            })
+        })
+        .collect();
+    // Per-CPU files: one time order across them.
+    out.sort_by_key(|w| w.host_ns);
     Ok(out)
 }

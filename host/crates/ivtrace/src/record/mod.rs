@@ -457,6 +457,10 @@ fn finish_trace(
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
     sidecar.host_lost = host_done.as_ref().map(|d| d.lost.clone());
+    let mut sync = sync;
+    if let (Some(s), Some(d)) = (sync.as_mut(), host_done.as_ref()) {
+        s.follow_tsc_writes(&d.tsc_writes);
+    }
     sidecar.self_check = host_done.and_then(|d| d.self_check);
     sidecar.clock_sync = sync.map(|s| serde_json::to_value(s).expect("plain data"));
     sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
@@ -549,6 +553,7 @@ struct HostRun {
 struct HostSideDone {
     lost: HostLost,
     self_check: Option<serde_json::Value>,
+    tsc_writes: Vec<ivtrace_time::versioned::TscWrite>,
 }
 
 fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostSideDone> {
@@ -572,9 +577,11 @@ fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostSideDone>
     );
     let source = vcpu_source(!vcpus.is_empty(), stats.vcpu_names);
     let mut self_check = None;
+    let mut tsc_writes = Vec::new();
     match side.vm_view(guest, vcpus, source) {
         Some(Ok(d)) => {
             crate::summary::print_vm_view(&d);
+            tsc_writes.clone_from(&d.tsc_writes);
             self_check = d.self_check.as_ref().map(|c| {
                 crate::summary::print_self_check(c);
                 serde_json::to_value(c).expect("plain data")
@@ -587,6 +594,7 @@ fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostSideDone>
     Ok(HostSideDone {
         lost: host_lost(&stats),
         self_check,
+        tsc_writes,
     })
 }
 

@@ -489,7 +489,10 @@ fn sidecar_with_serve_sections(
         obj.insert("serve".into(), serve_section(g, observed));
         let notification = notification_section(rec, observed, complete_packets(sidecar));
         obj.insert("notification".into(), notification);
-        let sync = clock.sync_section(&rec.clock);
+        let mut sync = clock.sync_section(&rec.clock);
+        if let (Some(s), Some(d)) = (sync.as_mut(), observed.vm_view.as_ref()) {
+            s.follow_tsc_writes(&d.tsc_writes);
+        }
         obj.insert("clock_sync".into(), serde_json::to_value(sync)?);
         obj.insert("delivery".into(), rec.output.latency(&rec.clock));
     }
