@@ -45,8 +45,9 @@
  * formatter: a reader that sees it sees a fully formatted region. */
 #define IVT_MAGIC		0x3145434152545649ULL
 #define IVT_ABI_MAJOR		1	/* incompatible layout changes */
-#define IVT_ABI_MINOR		2	/* compatible additions (1: the thread name table,
-					 * 2: the ftrace relay) */
+#define IVT_ABI_MINOR		3	/* compatible additions (1: the thread name table,
+					 * 2: the ftrace relay, 3: the spinning clock
+					 * exchange, IVT_FEAT_SYNC_SPIN) */
 
 #define IVT_PAGE_SIZE		4096u
 #define IVT_CACHELINE		64u
@@ -65,7 +66,7 @@
 #define IVT_FEAT_CONTROL	(1ULL << 3)	/* writer obeys ivt_control commands */
 #define IVT_FEAT_SYNC		(1ULL << 4)	/* writer answers the clock sync mailbox */
 #define IVT_FEAT_FTRACE		(1ULL << 5)	/* ftrace relay channels and IVT_CMD_FTRACE (1.2) */
-#define IVT_FEAT_SYNC_SPIN	(1ULL << 6)	/* the sync answer spins for the next request (IVT_SYNC_*) */
+#define IVT_FEAT_SYNC_SPIN	(1ULL << 6)	/* the sync answer spins for the next request (IVT_SYNC_*, 1.3) */
 
 /* Region state (ivt_region_hdr.state). */
 #define IVT_STATE_FORMATTING	0u	/* zero-filled or being (re)formatted */

@@ -233,7 +233,7 @@ fn tsc_offset_writes_on_a_page_version_the_guest_clock() {
     let reset = 0u64.wrapping_sub(line.tsc_at(w1).unwrap());
     let prev = start.offset as u64;
     let hp = header_page();
-    let mut page = PageBuilder::new(hp.clone(), 4096, t0);
+    let mut page = PageBuilder::new(hp, 4096, t0);
     let rec = |vcpu: u64, p: u64, n: u64| {
         let r = [
             ("vcpu_id", vcpu),
