@@ -314,7 +314,7 @@ pub type Errors = Rc<RefCell<Vec<String>>>;
 
 /// One guest kernel stream file walked event by event, times mapped to
 /// host time: [`GuestSwitches`] keeps its context switches (the VM view's
-/// attribution), [`GuestEvents`] every event (the self-check).
+/// attribution), [`GuestWalk::next_event`] every event (the self-check).
 pub struct GuestWalk {
     file: PacketFile,
     path: String,
