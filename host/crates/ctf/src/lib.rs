@@ -9,15 +9,17 @@
 //! LTTng's layout at the end ([`kernel`]); the ftrace relay's pages are
 //! staged too and decoded into more streams of the kernel trace
 //! ([`ftrace`]). [`host::HostTrace`] writes `DIR/host/`, the host's own
-//! events on the host time base, and [`host_read`] reads such traces back;
-//! [`vm`] is the metadata of the VM view (`DIR/vm/`, the same packets on
-//! the guest's clock); every trace's metadata comes from [`tsdl`].
+//! events on the host time base; [`vm`] is the metadata of the VM view
+//! (`DIR/vm/`, the same packets on the guest's clock); every trace's
+//! metadata comes from [`tsdl`]. [`read`] reads every trace ivtrace writes
+//! back from the files (metadata, streams, sidecar), for the analyses and
+//! exports that work from what the sinks wrote.
 
 pub mod ftrace;
 pub mod host;
-pub mod host_read;
 pub mod kernel;
 pub mod outdir;
+pub mod read;
 pub mod recover;
 pub mod sidecar;
 pub mod streams;

@@ -5,7 +5,7 @@
 //! Its packets are [`crate::host`]'s (byte-aligned integers, a u32 id and a
 //! u64 timestamp per event, `cpu_id` in the packet context, a `_tid` event
 //! context in stream class 0), so [`crate::host::HostTrace`] writes them
-//! and [`crate::host_read`] reads them back. What differs is the clock: the
+//! and [`crate::read`] reads them back. What differs is the clock: the
 //! guest traces' own clock block (the same name, UUID, frequency and
 //! offset), timestamps in guest clock ticks. Readers therefore see one
 //! machine: babeltrace2 interleaves the VM view with the guest's events,

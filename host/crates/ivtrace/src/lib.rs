@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod control;
 pub mod ctl;
+pub mod export;
 pub mod ftrace;
 pub mod qmp;
 pub mod record;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use ivtrace_ctf::ftrace::{FtraceCpu, FtraceInput, FtraceStaged};
 use ivtrace_ctf::outdir::{OutDir, OutputPolicy};
+use ivtrace_ctf::sidecar::TracefsFormats;
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats, FtraceText};
@@ -86,6 +87,7 @@ fn wire_packet(cpu: u32, seq: u64, pages: &[&[u8]], stats: Option<[u64; 8]>) -> 
 struct Run {
     classes: StreamClasses,
     cpus: Vec<FtraceCpu>,
+    formats: TracefsFormats,
     /// Per output packet: (events_discarded, [(class name, payload)]).
     packets: Vec<(u64, Vec<(String, u64)>)>,
     out: PathBuf,
@@ -146,6 +148,7 @@ fn run(formats: &FtraceFormats, packets: &[Vec<u8>]) -> Run {
     Run {
         classes: res.classes,
         cpus: res.stats.cpus,
+        formats: res.formats,
         packets,
         out,
         _dir: dir,
@@ -239,6 +242,12 @@ fn real_guest_pages_decode_to_lttng_block_events() {
         c.recorded > 10 && c.unknown_type > 0,
         "{c:?} (sched records have no format here)"
     );
+    // The formats of the events that occurred, as published, for exports.
+    let kept: Vec<&str> = r.formats.events.keys().map(String::as_str).collect();
+    assert!(kept.contains(&"block/block_rq_issue"), "{kept:?}");
+    let published = fs::read_to_string(fixtures().join("block.block_rq_issue.format")).unwrap();
+    assert_eq!(r.formats.events["block/block_rq_issue"], published);
+    assert!(r.formats.header_page.contains("commit"));
     let issues = block_issues(&r);
     assert!(!issues.is_empty());
     for (dev, sector, nr, rwbs) in issues {

@@ -13,7 +13,7 @@
 //! was running on the vCPU.
 
 use ivtrace_ctf::host::{Payload, STREAM_KERNEL};
-use ivtrace_ctf::host_read::Record;
+use ivtrace_ctf::read::Record;
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 
 use crate::model::{Comm, ExitRef, GuestThread, Hypercall, Interval, State, Task};
@@ -160,34 +160,22 @@ pub fn hypercall_payload(h: &Hypercall, g: &GuestThread) -> Vec<u8> {
         .0
 }
 
-/// Field `i` of a record read back, as raw bytes.
-fn field(r: &Record, i: usize) -> Option<&[u8]> {
-    let (a, b) = (*r.offsets.get(i)? as usize, *r.offsets.get(i + 1)? as usize);
-    r.payload.get(a..b)
-}
-
 fn uint(r: &Record, i: usize) -> Option<u64> {
-    let b = field(r, i)?;
-    let mut v = [0u8; 8];
-    v.get_mut(..b.len())?.copy_from_slice(b);
-    Some(u64::from_le_bytes(v))
+    r.int(i).map(|v| v as u64)
 }
 
-/// Sign-extended from the field's width.
 fn int(r: &Record, i: usize) -> Option<i64> {
-    let n = field(r, i)?.len() as u32;
-    let shift = 64 - 8 * n.clamp(1, 8);
-    Some(((uint(r, i)? << shift) as i64) >> shift)
+    r.int(i)
 }
 
 fn comm(r: &Record, i: usize) -> Option<Comm> {
-    field(r, i)?.try_into().ok()
+    r.field(i)?.try_into().ok()
 }
 
 /// An interval's start event read back (`vcpu` is the stream's CPU; the
 /// end is start + duration).
 pub fn read_interval(r: &Record, vcpu: u32, start: u64) -> Option<(Interval, GuestThread)> {
-    let state = match r.class_id {
+    let state = match r.class_id() {
         PREEMPTED => State::Preempted,
         BLOCKED => State::Blocked,
         HYPERVISOR => State::Hypervisor,
@@ -221,7 +209,7 @@ pub fn read_interval(r: &Record, vcpu: u32, start: u64) -> Option<(Interval, Gue
     Some((
         i,
         GuestThread {
-            tid: r.tid,
+            tid: r.tid.unwrap_or(0),
             comm: comm(r, 0)?,
         },
     ))
@@ -229,7 +217,7 @@ pub fn read_interval(r: &Record, vcpu: u32, start: u64) -> Option<(Interval, Gue
 
 /// A `vcpu_host_ran` read back: the task and its time.
 pub fn read_host_ran(r: &Record) -> Option<(Task, u64)> {
-    (r.class_id == HOST_RAN).then_some(())?;
+    (r.class_id() == HOST_RAN).then_some(())?;
     let t = Task {
         tid: int(r, 0)? as i32,
         comm: comm(r, 1)?,
@@ -239,7 +227,7 @@ pub fn read_host_ran(r: &Record) -> Option<(Task, u64)> {
 
 /// A `vm_hypercall` read back (`ts` in host time).
 pub fn read_hypercall(r: &Record, ts: u64) -> Option<(Hypercall, GuestThread)> {
-    (r.class_id == HYPERCALL).then_some(())?;
+    (r.class_id() == HYPERCALL).then_some(())?;
     let complete = uint(r, 9)? == 1;
     let entry_cpu = int(r, 12)?;
     let h = Hypercall {
@@ -257,7 +245,7 @@ pub fn read_hypercall(r: &Record, ts: u64) -> Option<(Hypercall, GuestThread)> {
     Some((
         h,
         GuestThread {
-            tid: r.tid,
+            tid: r.tid.unwrap_or(0),
             comm: comm(r, 0)?,
         },
     ))

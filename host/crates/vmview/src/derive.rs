@@ -21,7 +21,7 @@ use ivtrace_tracefs::statedump::{vmsync_payload, VMSYNC_GH_HOST, VMSYNC_HG_HOST}
 
 use crate::attribute::Attributor;
 use crate::classes::{self, class_of};
-use crate::input::{guest_switches, guest_walks, Errors, GuestSwitches, HostMerge};
+use crate::input::{guest_switches, Errors, GuestSwitches, HostMerge};
 use crate::model::{GuestThread, Hypercall, Interval, Output, State, SyncDir, Vmsync};
 use crate::selfcheck::{Checker, SelfCheck};
 use crate::stats::{Aggregator, Summary};
@@ -345,7 +345,7 @@ fn finish(
     done.vcpu_threads = timeline.vcpu_threads();
     done.counters = timeline.counters.clone();
     done.host_records = merge.records;
-    done.read_errors = merge.errors;
+    done.read_errors = merge.errors();
     done.read_errors.extend(errors.borrow().iter().cloned());
     done.summary = sink.agg.summary();
     if let Some(vm) = sink.vm.take() {
@@ -372,12 +372,14 @@ fn self_check(mut c: Checker, g: &GuestTraces, host: &HostTrace, errors: &Errors
         .map(|k| k.id);
     let mut rang = Vec::new();
     let walks = match kernel_dir.is_dir() {
-        true => guest_walks(&kernel_dir, g.kernel_classes, g.clock, errors).unwrap_or_else(|e| {
-            errors
-                .borrow_mut()
-                .push(format!("{}: {e}", kernel_dir.display()));
-            Vec::new()
-        }),
+        true => {
+            guest_switches(&kernel_dir, g.kernel_classes, g.clock, errors).unwrap_or_else(|e| {
+                errors
+                    .borrow_mut()
+                    .push(format!("{}: {e}", kernel_dir.display()));
+                Vec::new()
+            })
+        }
         false => Vec::new(),
     };
     for (cpu, mut walk) in walks {

@@ -1,84 +1,44 @@
-//! The two traces read back as the derivation's inputs: the host trace's
-//! events merged across its stream files in time order and decoded by
-//! name ([`HostDecoder`], [`HostMerge`]), and the guest kernel trace's
-//! context switches per CPU, mapped to host time ([`GuestSwitches`]).
-//! Only the event classes the traces were written with say what is
-//! where; a stream that does not read is dropped with a message, the
-//! others go on.
+//! The two traces read back as the derivation's inputs, through
+//! ivtrace-ctf's [`read`](ivtrace_ctf::read): the host trace's events
+//! merged across its stream files in time order and decoded by name
+//! ([`HostDecoder`], [`HostMerge`]), and the guest kernel trace's context
+//! switches per CPU, mapped to host time ([`GuestSwitches`]). Only the
+//! event classes the traces were written with say what is where; a stream
+//! that does not read is dropped with a message, the others go on.
 
 use std::cell::RefCell;
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use ivtrace_ctf::host::{STREAM_IVTRACE, STREAM_KERNEL};
-use ivtrace_ctf::host_read::{stream_files, Classes, Record, StreamReader};
-use ivtrace_ctf::kernel::wire::{
-    align_event, event_header, packet_content, Layout, Offsets, PacketFile,
+use ivtrace_ctf::read::{
+    stream_class_of, stream_files, Classes, Clock, Item, Merge, Packets, Record, StreamDecl,
+    StreamReader,
 };
-use ivtrace_region::classes::{EventClass, FieldType, StreamClasses};
+use ivtrace_region::abi::IVT_STREAM_KERNEL;
+use ivtrace_region::classes::{EventClass, StreamClasses};
 use ivtrace_time::versioned::TscWrite;
 use ivtrace_time::ClockMapping;
 use ivtrace_tracefs::kvmtsc;
 
 use crate::model::{Comm, GuestSwitch, HostEvent, HostKind, Task};
 
-/// A field's position and type in a payload.
-#[derive(Debug, Clone, Copy)]
-struct F {
-    idx: usize,
-    ty: FieldType,
-}
+/// A field's position in a payload.
+type F = usize;
 
 fn find(c: &EventClass, name: &str) -> Option<F> {
-    c.fields.iter().position(|f| f.name == name).map(|idx| F {
-        idx,
-        ty: c.fields[idx].ty,
-    })
+    c.fields.iter().position(|f| f.name == name)
 }
 
-/// A payload with its field offsets.
-struct Fields<'a> {
-    payload: &'a [u8],
-    offs: &'a [u32],
-}
-
-impl Fields<'_> {
-    fn bytes(&self, f: F) -> Option<&[u8]> {
-        let (a, b) = (
-            *self.offs.get(f.idx)? as usize,
-            *self.offs.get(f.idx + 1)? as usize,
-        );
-        self.payload.get(a..b)
-    }
-
-    /// An integer field, sign- or zero-extended.
-    fn int(&self, f: F) -> Option<i64> {
-        let (bytes, signed) = f.ty.integer()?;
-        let b = self.bytes(f)?;
-        let mut v = [0u8; 8];
-        v.get_mut(..bytes as usize)?
-            .copy_from_slice(b.get(..bytes as usize)?);
-        let shift = 64 - 8 * bytes;
-        let u = u64::from_le_bytes(v);
-        Some(if signed && shift > 0 {
-            ((u << shift) as i64) >> shift
-        } else {
-            u as i64
-        })
-    }
-
-    /// A text field (char[N] or string) as a thread name.
-    fn comm(&self, f: F) -> Option<Comm> {
-        let b = self.bytes(f)?;
-        let text = b.split(|&c| c == 0).next().unwrap_or(&[]);
-        let mut c = [0u8; 16];
-        let n = text.len().min(15);
-        c[..n].copy_from_slice(&text[..n]);
-        Some(c)
-    }
+/// A text field (char[N] or string) as a thread name.
+fn comm(r: &Record, f: F) -> Option<Comm> {
+    let text = r.text(f)?;
+    let mut c = [0u8; 16];
+    let n = text.len().min(15);
+    c[..n].copy_from_slice(&text[..n]);
+    Some(c)
 }
 
 /// How to decode one host class.
@@ -177,14 +137,11 @@ impl HostDecoder {
 
     /// The event a record is, None for events the derivation does not use.
     pub fn decode(&self, r: &Record) -> Option<HostEvent> {
-        if r.stream_class != STREAM_KERNEL {
+        if r.class.stream != STREAM_KERNEL {
             return None;
         }
-        let f = Fields {
-            payload: &r.payload,
-            offs: &r.offsets,
-        };
-        let kind = match *self.kinds.get(&r.class_id)? {
+        let int = |f: F| r.int(f);
+        let kind = match *self.kinds.get(&r.class_id())? {
             Kind::Switch {
                 prev_comm,
                 prev_tid,
@@ -193,22 +150,22 @@ impl HostDecoder {
                 next_tid,
             } => HostKind::Switch {
                 prev: Task {
-                    tid: f.int(prev_tid)? as i32,
-                    comm: f.comm(prev_comm)?,
+                    tid: int(prev_tid)? as i32,
+                    comm: comm(r, prev_comm)?,
                 },
-                prev_state: f.int(prev_state)?,
+                prev_state: int(prev_state)?,
                 next: Task {
-                    tid: f.int(next_tid)? as i32,
-                    comm: f.comm(next_comm)?,
+                    tid: int(next_tid)? as i32,
+                    comm: comm(r, next_comm)?,
                 },
             },
             Kind::Wakeup { tid, target_cpu } => HostKind::Wakeup {
-                tid: f.int(tid)? as i32,
-                target_cpu: f.int(target_cpu)? as u32,
+                tid: int(tid)? as i32,
+                target_cpu: int(target_cpu)? as u32,
             },
             Kind::Migrate { tid, dest_cpu } => HostKind::Migrate {
-                tid: f.int(tid)? as i32,
-                dest_cpu: f.int(dest_cpu)? as u32,
+                tid: int(tid)? as i32,
+                dest_cpu: int(dest_cpu)? as u32,
             },
             Kind::Exit {
                 vcpu_id,
@@ -216,47 +173,42 @@ impl HostDecoder {
                 isa,
                 rip,
             } => HostKind::Exit {
-                vcpu_id: f.int(vcpu_id)? as u32,
-                reason: f.int(reason)? as u32,
-                isa: isa.and_then(|i| f.int(i)).unwrap_or(0) as u32,
-                guest_rip: f.int(rip)? as u64,
+                vcpu_id: int(vcpu_id)? as u32,
+                reason: int(reason)? as u32,
+                isa: isa.and_then(int).unwrap_or(0) as u32,
+                guest_rip: int(rip)? as u64,
             },
             Kind::Entry { vcpu_id } => HostKind::Entry {
-                vcpu_id: f.int(vcpu_id)? as u32,
+                vcpu_id: int(vcpu_id)? as u32,
             },
             Kind::Hypercall { nr, args } => HostKind::Hypercall {
-                nr: f.int(nr)? as u64,
+                nr: int(nr)? as u64,
                 args: [
-                    f.int(args[0])? as u64,
-                    f.int(args[1])? as u64,
-                    f.int(args[2])? as u64,
-                    f.int(args[3])? as u64,
+                    int(args[0])? as u64,
+                    int(args[1])? as u64,
+                    int(args[2])? as u64,
+                    int(args[3])? as u64,
                 ],
             },
             Kind::Process { tid, pid, name } => HostKind::Process {
-                tid: f.int(tid)? as i32,
-                pid: f.int(pid)? as i32,
-                name: f.comm(name)?,
+                tid: int(tid)? as i32,
+                pid: int(pid)? as i32,
+                name: comm(r, name)?,
             },
         };
         Some(HostEvent {
             ts: r.ts,
-            cpu: r.cpu,
-            tid: r.tid,
+            cpu: r.cpu(),
+            tid: r.tid.unwrap_or(0),
             kind,
         })
     }
 }
 
-/// The host trace's kernel-class streams merged in time order (a heap over
-/// one reader per stream file).
+/// The host trace's kernel-class streams merged in time order.
 pub struct HostMerge {
-    readers: Vec<StreamReader>,
-    heads: Vec<Option<Record>>,
-    heap: BinaryHeap<Reverse<(u64, usize)>>,
+    merge: Merge,
     decoder: HostDecoder,
-    /// Streams that stopped on a read error, with why.
-    pub errors: Vec<String>,
     pub records: u64,
 }
 
@@ -264,42 +216,40 @@ impl HostMerge {
     /// Every stream file of `dir` (a host trace written with `classes`).
     pub fn open(dir: &Path, classes: &[EventClass]) -> std::io::Result<HostMerge> {
         let shared = Classes::new(classes);
-        let mut m = HostMerge {
-            readers: Vec::new(),
-            heads: Vec::new(),
-            heap: BinaryHeap::new(),
-            decoder: HostDecoder::new(classes),
-            errors: Vec::new(),
-            records: 0,
-        };
+        let clock = Arc::new(Clock::default());
+        let mut merge = Merge::default();
         for path in stream_files(dir)? {
-            m.readers
-                .push(StreamReader::open(&path, Arc::clone(&shared))?);
-            m.heads.push(None);
-            m.refill(m.readers.len() - 1);
+            // Host kernel events have a `_tid` context, serve's own do not.
+            let Some(id) = stream_class_of(&path)? else {
+                continue;
+            };
+            let decl = StreamDecl {
+                id,
+                packets: Packets::Host,
+                tid_context: id == STREAM_KERNEL,
+            };
+            let reader = StreamReader::open(&path, decl, Arc::clone(&shared))?;
+            merge.add(reader, Arc::clone(&clock), 0);
         }
-        Ok(m)
+        Ok(HostMerge {
+            merge,
+            decoder: HostDecoder::new(classes),
+            records: 0,
+        })
     }
 
-    fn refill(&mut self, i: usize) {
-        match self.readers[i].next_record() {
-            Ok(Some(r)) if r.stream_class == STREAM_KERNEL => {
-                self.heap.push(Reverse((r.ts, i)));
-                self.heads[i] = Some(r);
-            }
-            Ok(_) => self.heads[i] = None,
-            Err(e) => {
-                self.errors.push(e.to_string());
-                self.heads[i] = None;
-            }
-        }
+    /// Streams that stopped on a read error, with why.
+    pub fn errors(&self) -> Vec<String> {
+        self.merge.errors.clone()
     }
 
     /// The next host event the derivation uses, in time order.
     pub fn next_event(&mut self) -> Option<HostEvent> {
-        while let Some(Reverse((_, i))) = self.heap.pop() {
-            let r = self.heads[i].take()?;
-            self.refill(i);
+        for m in self.merge.by_ref() {
+            let Item::Event(r) = m.item else { continue };
+            if r.class.stream != STREAM_KERNEL {
+                continue;
+            }
             self.records += 1;
             if let Some(ev) = self.decoder.decode(&r) {
                 return Some(ev);
@@ -312,36 +262,27 @@ impl HostMerge {
 /// Problems met while reading the guest trace, shared by its readers.
 pub type Errors = Rc<RefCell<Vec<String>>>;
 
-/// One guest kernel stream file walked event by event, times mapped to
-/// host time: [`GuestSwitches`] keeps its context switches (the VM view's
-/// attribution), [`GuestWalk::next_event`] every event (the self-check).
-pub struct GuestWalk {
-    file: PacketFile,
-    path: String,
-    layouts: Rc<GuestLayouts>,
+/// One guest kernel stream file's `sched_switch` events, on host time.
+pub struct GuestSwitches {
+    reader: StreamReader,
+    /// Per class id: its prev_comm, prev_tid, next_comm, next_tid fields
+    /// (`sched_switch` classes only).
+    switches: Rc<HashMap<u32, [F; 4]>>,
     clock: ClockMapping,
-    /// The current packet's next event offset, content end, last timestamp.
-    pos: usize,
-    end: usize,
-    last_ts: u64,
-    cpu: u32,
     errors: Errors,
+    /// The first event, read to learn the file's CPU.
+    first: Option<Record>,
     done: bool,
 }
 
-/// Per class id: is it `sched_switch`, its layout, and (for it) the
-/// fields prev_comm, prev_tid, next_comm, next_tid.
-type GuestLayouts = HashMap<u32, (bool, Layout, [Option<F>; 4])>;
-
-fn guest_layouts(classes: &StreamClasses) -> GuestLayouts {
+fn switch_fields(classes: &StreamClasses) -> HashMap<u32, [F; 4]> {
     classes
         .iter()
-        .map(|c| {
-            let layout = Layout::new(c.fields.iter().map(|f| f.ty));
+        .filter(|c| c.name == "sched_switch")
+        .filter_map(|c| {
             let names = ["prev_comm", "prev_tid", "next_comm", "next_tid"];
-            let fields = names.map(|n| find(c, n));
-            let switch = c.name == "sched_switch" && fields.iter().all(Option::is_some);
-            (c.id, (switch, layout, fields))
+            let [a, b, d, e] = names.map(|n| find(c, n));
+            Some((c.id, [a?, b?, d?, e?]))
         })
         .collect()
 }
@@ -354,111 +295,55 @@ pub struct GuestEvent {
     pub switch: Option<GuestSwitch>,
 }
 
-impl GuestWalk {
+impl GuestSwitches {
     fn fail(&mut self, what: String) {
-        self.errors
-            .borrow_mut()
-            .push(format!("{}: {what}", self.path));
+        self.errors.borrow_mut().push(what);
+        self.done = true;
     }
 
-    /// The guest CPU this file is (from its first packet).
-    pub fn cpu(&self) -> u32 {
-        self.cpu
-    }
-
-    /// The next packet; false at the end (or on an error, noted).
-    fn load_packet(&mut self) -> bool {
-        match self.file.next_packet() {
-            Ok(true) => match packet_content(&self.file.buf) {
-                Some((h, content)) => {
-                    self.pos = ivtrace_region::abi::PACKET_HDR_SIZE;
-                    self.end = content;
-                    self.last_ts = h.timestamp_begin;
-                    self.cpu = h.cpu_id;
-                    true
-                }
-                None => {
-                    self.fail("a packet whose sizes do not add up".into());
-                    false
+    /// The next event of the file, whatever its class (the self-check
+    /// reads them all), None at its end or on an error (noted).
+    pub fn next_event(&mut self) -> Option<GuestEvent> {
+        if self.done {
+            return None;
+        }
+        let r = match self.first.take() {
+            Some(r) => r,
+            None => match self.reader.next_record() {
+                Ok(Some(r)) => r,
+                Ok(None) => return None,
+                Err(e) => {
+                    self.fail(e.to_string());
+                    return None;
                 }
             },
-            Ok(false) => false,
-            Err(e) => {
-                self.fail(e.to_string());
-                false
-            }
-        }
-    }
-
-    /// Steps over one event (Err: the rest of the packet cannot be read).
-    fn step(&mut self) -> Result<GuestEvent, String> {
-        let content = &self.file.buf[..self.end];
-        let h = event_header(content, self.pos, self.last_ts)
-            .ok_or("an event header past the content")?;
-        let (switch, layout, fields) = self
-            .layouts
-            .get(&h.id)
-            .ok_or(format!("unknown event id {}", h.id))?;
-        let payload = &content[self.pos + h.len..];
-        let mut scratch: Offsets = [0; 33];
-        let offs = layout
-            .offsets(payload, &mut scratch)
-            .ok_or("a payload past the content")?;
-        let len = *offs.last().expect("end offset") as usize;
-        self.last_ts = h.ts;
-        self.pos = align_event(self.pos + h.len + len);
-        let ts = self.clock.realtime_ns(h.ts).clamp(0, u64::MAX as i128) as u64;
-        if !switch {
-            return Ok(GuestEvent {
-                ts,
-                class: h.id,
-                switch: None,
-            });
-        }
-        let f = Fields { payload, offs };
-        let [pc, pt, nc, nt] = fields.map(|x| x.expect("a switch has its fields"));
-        let switch = GuestSwitch {
-            ts,
-            cpu: self.cpu,
-            prev_tid: f.int(pt).ok_or("prev_tid")? as i32,
-            prev_comm: f.comm(pc).ok_or("prev_comm")?,
-            next_tid: f.int(nt).ok_or("next_tid")? as i32,
-            next_comm: f.comm(nc).ok_or("next_comm")?,
         };
-        Ok(GuestEvent {
-            ts,
-            class: h.id,
-            switch: Some(switch),
+        Some(GuestEvent {
+            ts: self.clock.realtime_ns(r.ts).clamp(0, u64::MAX as i128) as u64,
+            class: r.class_id(),
+            switch: self.switch(&r),
         })
     }
 
-    /// The next event, None at the end of the file.
-    pub fn next_event(&mut self) -> Option<GuestEvent> {
-        while !self.done {
-            if self.pos >= self.end {
-                self.done = !self.load_packet();
-                continue;
-            }
-            match self.step() {
-                Ok(e) => return Some(e),
-                Err(what) => {
-                    self.fail(what);
-                    self.pos = self.end;
-                }
-            }
-        }
-        None
+    fn switch(&self, r: &Record) -> Option<GuestSwitch> {
+        let [pc, pt, nc, nt] = *self.switches.get(&r.class_id())?;
+        let ts = self.clock.realtime_ns(r.ts).clamp(0, u64::MAX as i128) as u64;
+        Some(GuestSwitch {
+            ts,
+            cpu: r.cpu(),
+            prev_tid: r.int(pt)? as i32,
+            prev_comm: comm(r, pc)?,
+            next_tid: r.int(nt)? as i32,
+            next_comm: comm(r, nc)?,
+        })
     }
 }
-
-/// A guest kernel stream file's `sched_switch` events, on host time.
-pub struct GuestSwitches(GuestWalk);
 
 impl Iterator for GuestSwitches {
     type Item = GuestSwitch;
 
     fn next(&mut self) -> Option<GuestSwitch> {
-        while let Some(e) = self.0.next_event() {
+        while let Some(e) = self.next_event() {
             if let Some(s) = e.switch {
                 return Some(s);
             }
@@ -467,56 +352,60 @@ impl Iterator for GuestSwitches {
     }
 }
 
-/// Every guest kernel stream file of `kernel_dir` (the expanded kernel
-/// trace, written with `classes`), each with the CPU its first packet
-/// says, times mapped to host time with `clock`.
-pub fn guest_walks(
-    kernel_dir: &Path,
-    classes: &StreamClasses,
-    clock: &ClockMapping,
-    errors: &Errors,
-) -> std::io::Result<Vec<(u32, GuestWalk)>> {
-    let layouts = Rc::new(guest_layouts(classes));
-    let mut out = Vec::new();
-    for path in stream_files(kernel_dir)? {
-        let mut g = GuestWalk {
-            file: PacketFile::open(&path)?,
-            path: path.display().to_string(),
-            layouts: Rc::clone(&layouts),
-            clock: clock.clone(),
-            pos: 0,
-            end: 0,
-            last_ts: 0,
-            cpu: 0,
-            errors: Rc::clone(errors),
-            done: false,
-        };
-        // The first packet says which CPU the file is.
-        if g.load_packet() {
-            out.push((g.cpu, g));
-        }
-    }
-    Ok(out)
-}
-
-/// The context switches of every guest CPU in `kernel_dir`, each CPU's in
-/// time order, their times mapped to host time with `clock`.
+/// The context switches of every guest CPU in `kernel_dir` (the expanded
+/// kernel trace, written with `classes`), each CPU's in time order, their
+/// times mapped to host time with `clock`. Only the native probes' streams
+/// (stream class 0) are read; the relayed ftrace streams beside them are not.
 pub fn guest_switches(
     kernel_dir: &Path,
     classes: &StreamClasses,
     clock: &ClockMapping,
     errors: &Errors,
 ) -> std::io::Result<Vec<(u32, GuestSwitches)>> {
-    let walks = guest_walks(kernel_dir, classes, clock, errors)?;
-    Ok(walks
-        .into_iter()
-        .map(|(cpu, w)| (cpu, GuestSwitches(w)))
-        .collect())
+    let shared = Classes::new(&classes.iter().cloned().collect::<Vec<_>>());
+    let switches = Rc::new(switch_fields(classes));
+    let decl = StreamDecl {
+        id: IVT_STREAM_KERNEL,
+        packets: Packets::Guest,
+        tid_context: false,
+    };
+    let mut out = Vec::new();
+    for path in stream_files(kernel_dir)? {
+        if stream_class_of(&path)? != Some(IVT_STREAM_KERNEL) {
+            continue;
+        }
+        let mut reader = StreamReader::open(&path, decl, Arc::clone(&shared))?;
+        // The first event says which CPU the file is.
+        let first = match reader.next_record() {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                errors.borrow_mut().push(e.to_string());
+                continue;
+            }
+        };
+        let g = GuestSwitches {
+            reader,
+            switches: Rc::clone(&switches),
+            clock: clock.clone(),
+            errors: Rc::clone(errors),
+            done: false,
+            first: None,
+        };
+        out.push((
+            first.cpu(),
+            GuestSwitches {
+                first: Some(first),
+                ..g
+            },
+        ));
+    }
+    Ok(out)
 }
 
-/// The events named `name` of stream class `stream` in a host trace:
-/// each one's host ns and its integer fields `fields` (0 for a field it
-/// lacks or cannot hold), in file order.
+/// The events named `name` of stream class `stream` in a host trace
+/// (written with `classes`): each one's host ns and its integer fields
+/// `fields` (0 for a field it lacks), in file order.
 fn host_records(
     dir: &Path,
     classes: &[EventClass],
@@ -524,26 +413,26 @@ fn host_records(
     name: &str,
     fields: &[&str],
 ) -> std::io::Result<Vec<(u64, Vec<i64>)>> {
-    let Some(class) = classes
-        .iter()
-        .find(|c| c.stream == stream && c.name == name)
-    else {
+    if !classes.iter().any(|c| c.stream == stream && c.name == name) {
         return Ok(Vec::new());
-    };
-    let wanted: Vec<Option<F>> = fields.iter().map(|f| find(class, f)).collect();
+    }
     let shared = Classes::new(classes);
     let mut out = Vec::new();
     for path in stream_files(dir)? {
-        let mut r = StreamReader::open(&path, Arc::clone(&shared))?;
+        if stream_class_of(&path)? != Some(stream) {
+            continue;
+        }
+        let decl = StreamDecl {
+            id: stream,
+            packets: Packets::Host,
+            tid_context: stream == STREAM_KERNEL,
+        };
+        let mut r = StreamReader::open(&path, decl, Arc::clone(&shared))?;
         while let Ok(Some(rec)) = r.next_record() {
-            if rec.stream_class != stream || rec.class_id != class.id {
+            if rec.class.name != name {
                 continue;
             }
-            let f = Fields {
-                payload: &rec.payload,
-                offs: &rec.offsets,
-            };
-            let values = wanted.iter().map(|w| w.and_then(|w| f.int(w)).unwrap_or(0));
+            let values = fields.iter().map(|f| rec.int_named(f).unwrap_or(0));
             out.push((rec.ts, values.collect()));
         }
     }
@@ -564,7 +453,7 @@ pub fn doorbells_received(dir: &Path, classes: &[EventClass]) -> std::io::Result
 }
 
 /// KVM's changes of a vCPU's TSC offset in a host trace
-/// (`kvm_write_tsc_offset`), in file order: the versions of the guest's
+/// (`kvm_write_tsc_offset`), in time order: the versions of the guest's
 /// clock mapping ([`ivtrace_time::versioned`]).
 pub fn tsc_writes(dir: &Path, classes: &[EventClass]) -> std::io::Result<Vec<TscWrite>> {
     let fields = ["vcpu_id", "previous_tsc_offset", "next_tsc_offset"];
@@ -583,4 +472,56 @@ pub fn tsc_writes(dir: &Path, classes: &[EventClass]) -> std::io::Result<Vec<Tsc
     // Per-CPU files: one time order across them.
     out.sort_by_key(|w| w.host_ns);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivtrace_ctf::host::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
+    use ivtrace_region::classes::{Field, FieldType};
+
+    #[test]
+    fn every_host_stream_reads_with_its_own_layout() {
+        let tmp = tempfile::tempdir().unwrap();
+        let classes = vec![
+            EventClass::new(
+                0,
+                STREAM_IVTRACE,
+                "mark".into(),
+                vec![Field::new("n", FieldType::U64, false)],
+            ),
+            EventClass::new(
+                100,
+                STREAM_KERNEL,
+                "sched_wakeup".into(),
+                vec![
+                    Field::new("comm", FieldType::Chars(16), false),
+                    Field::new("tid", FieldType::S32, false),
+                    Field::new("prio", FieldType::S32, false),
+                    Field::new("target_cpu", FieldType::S32, false),
+                ],
+            ),
+        ];
+        let desc = HostTraceDesc {
+            hostname: "h",
+            trace_name: "t",
+            error_ns: 1,
+            env: vec![],
+        };
+        let root = ivtrace_ctf::OutDir::root(tmp.path(), &Default::default()).unwrap();
+        let mut t = HostTrace::create(&root, "host", &desc, classes.clone()).unwrap();
+        let own = t.add_stream(STREAM_IVTRACE, 0, "ivtrace_host").unwrap();
+        let cpu = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
+        t.event(own, 0, 5, 0, &Payload::default().u64(1).0).unwrap();
+        let mut p = b"CPU 0/TCG".to_vec();
+        p.resize(16, 0);
+        let p = Payload(p).i32(77).i32(120).i32(1).0;
+        t.event(cpu, 100, 7, 77, &p).unwrap();
+        t.finish().unwrap();
+        let mut m = HostMerge::open(&tmp.path().join("host"), &classes).unwrap();
+        let ev = m.next_event().unwrap();
+        assert_eq!((ev.ts, ev.cpu, ev.tid), (7, 1, 77));
+        assert!(m.next_event().is_none());
+        assert!(m.errors().is_empty(), "{:?}", m.errors());
+    }
 }

@@ -3,14 +3,13 @@
 //! the derivation printed at the end of the recording.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use ivtrace_ctf::host_read::{stream_files, Classes, StreamReader};
+use ivtrace_ctf::read::Trace;
 
-use crate::classes::{self, read_host_ran, read_hypercall, read_interval};
+use crate::classes::{read_host_ran, read_hypercall, read_interval};
 use crate::stats::{Aggregator, Summary};
 
 /// What `DIR/vm/` holds.
@@ -25,16 +24,16 @@ pub struct VmReport {
 
 /// Reads every stream of the VM view in `dir`.
 pub fn summarize(dir: &Path) -> Result<VmReport> {
-    let shared = Classes::new(&classes::classes());
     let mut agg = Aggregator::default();
     let mut r = VmReport {
         dir: dir.display().to_string(),
         ..VmReport::default()
     };
-    let files = stream_files(dir).with_context(|| format!("cannot list {}", dir.display()))?;
-    for path in files {
-        let mut s = StreamReader::open(&path, Arc::clone(&shared))
-            .with_context(|| format!("cannot open {}", path.display()))?;
+    let trace = Trace::open(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let streams = trace
+        .streams()
+        .with_context(|| format!("cannot list {}", dir.display()))?;
+    for mut s in streams {
         loop {
             let rec = match s.next_record() {
                 Ok(Some(rec)) => rec,
@@ -46,7 +45,7 @@ pub fn summarize(dir: &Path) -> Result<VmReport> {
             };
             r.events += 1;
             // Durations are in the payloads: times need no mapping here.
-            if let Some((i, g)) = read_interval(&rec, rec.cpu, 0) {
+            if let Some((i, g)) = read_interval(&rec, rec.cpu(), 0) {
                 agg.interval(&i, &g);
             } else if let Some((t, ns)) = read_host_ran(&rec) {
                 agg.host_ran(&t, ns);

@@ -456,7 +456,8 @@ fn finish_trace(
     };
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
-    sidecar.host_lost = host_done.as_ref().map(|d| d.lost.clone());
+    sidecar.host_lost = host_done.as_ref().map(|d| host_lost(&d.stats));
+    sidecar.tracefs_formats.host = host_done.as_ref().map(|d| d.stats.formats.clone());
     let mut sync = sync;
     if let (Some(s), Some(d)) = (sync.as_mut(), host_done.as_ref()) {
         s.follow_tsc_writes(&d.tsc_writes);
@@ -546,16 +547,16 @@ struct HostRun {
     vcpus: HashMap<i32, u32>,
 }
 
-/// Stops the host events, derives the VM view from them and the finished
-/// guest traces, closes the host trace, says what was recorded; the host
-/// trace's losses.
-/// What the host side of a recording adds to its sidecar.
+/// What the host side of a recording gives its sidecar: the host events'
+/// statistics and what the VM view found.
 struct HostSideDone {
-    lost: HostLost,
+    stats: HostEventStats,
     self_check: Option<serde_json::Value>,
     tsc_writes: Vec<ivtrace_time::versioned::TscWrite>,
 }
 
+/// Stops the host events, derives the VM view from them and the finished
+/// guest traces, closes the host trace, says what was recorded.
 fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostSideDone> {
     let HostRun { mut side, vcpus } = run;
     let stats = side.stop_events().context("host events never started")??;
@@ -592,7 +593,7 @@ fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostSideDone>
     }
     side.finish()?;
     Ok(HostSideDone {
-        lost: host_lost(&stats),
+        stats,
         self_check,
         tsc_writes,
     })
