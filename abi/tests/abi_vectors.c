@@ -66,7 +66,7 @@ int main(void)
 	OFF(ivt_control, groups_enabled);
 
 	OFF(ivt_sync, req_seq); OFF(ivt_sync, host_t1); OFF(ivt_sync, resp_seq);
-	OFF(ivt_sync, resp_t2); OFF(ivt_sync, resp_t3);
+	OFF(ivt_sync, resp_t2); OFF(ivt_sync, resp_t3); OFF(ivt_sync, resp_spun);
 
 	OFF(ivt_channel, commit_pos); OFF(ivt_channel, open_seq);
 	OFF(ivt_channel, lost_full); OFF(ivt_channel, lost_too_big);
@@ -104,6 +104,8 @@ int main(void)
 	CONST(IVT_CHANNELS_MAX); CONST(IVT_EVENT_IDS_MAX);
 	CONST(IVT_FEAT_KERNEL); CONST(IVT_FEAT_LOOPBACK); CONST(IVT_FEAT_DOORBELL);
 	CONST(IVT_FEAT_CONTROL); CONST(IVT_FEAT_SYNC); CONST(IVT_FEAT_FTRACE);
+	CONST(IVT_FEAT_SYNC_SPIN); CONST(IVT_SYNC_ROUNDS); CONST(IVT_SYNC_PATIENCE_NS);
+	CONST(IVT_SYNC_BUDGET_NS); CONST(IVT_SYNC_POLL_MS);
 	CONST(IVT_STATE_FORMATTING); CONST(IVT_STATE_LIVE); CONST(IVT_STATE_CLOSED);
 	CONST(IVT_MODE_DISCARD); CONST(IVT_MODE_OVERWRITE);
 	CONST(IVT_CHAN_FREE); CONST(IVT_CHAN_ACTIVE); CONST(IVT_CHAN_RETIRED);

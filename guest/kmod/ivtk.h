@@ -14,7 +14,8 @@
  * flush timers, CPU hotplug), ivtk_probes.c (tracepoint probes, groups),
  * ivtk_syscalls.c (system call probes), ivtk_names.c (thread name table
  * for crash salvage), ivtk_statedump.c, ivtk_console.c,
- * ivtk_ctl.c (host control, clock sync, MSI-X, doorbell), ivtk_cdev.c
+ * ivtk_ctl.c (host control, MSI-X, doorbell), ivtk_sync.c (the clock
+ * sync mailbox, answered by spinning), ivtk_cdev.c
  * (/dev/ivtrace), ivtk_kapi.c (API for other modules, include/ivtrace_kapi.h),
  * ivtk_relay.c (the ftrace relay's channels, requests and formats).
  */
@@ -26,6 +27,7 @@
 #include <linux/mutex.h>
 #include <linux/spinlock.h>
 #include <linux/workqueue.h>
+#include <linux/hrtimer.h>
 #include <linux/cpuhotplug.h>
 #include <linux/miscdevice.h>
 #include <linux/pci.h>
@@ -104,9 +106,15 @@ struct ivtk_dev {
 	struct delayed_work ctl_work;	/* control poll, every poll_jiffies */
 	unsigned long poll_jiffies;
 	u64 ctl_seq;			/* last cmd_seq acted on (private) */
-	/* Serialises clock sync answers (interrupt and work). Innermost. */
-	raw_spinlock_t sync_lock;
+	/* Clock sync (ivtk_sync.c): bit 0 of sync_busy lets one context in. */
+	unsigned long sync_busy;
 	u64 sync_seq;			/* last req_seq answered (private) */
+	u64 sync_patience, sync_budget;	/* IVT_SYNC_*_NS in TSC ticks */
+	u64 sync_spun;			/* TSC ticks spent in the exchange */
+	bool sync_pause;		/* spin with PAUSE (not under TCG) */
+	struct hrtimer sync_timer;	/* no MSI-X: enters every sync_period */
+	ktime_t sync_period;
+	bool sync_timer_on;
 
 	struct miscdevice misc;		/* /dev/ivtrace */
 };
@@ -118,9 +126,9 @@ struct ivtk_dev {
  * console_lock (register_console), cpu_hotplug_lock (cpuhp_setup_state),
  * misc_mtx (misc_register) and ivtk_files_lock (ivtk_cdev.c). Nothing
  * that runs in a probe, an interrupt, a timer, a cpuhp callback or a
- * /dev/ivtrace file operation takes it. The other locks: d->sync_lock
- * (raw spinlock, innermost) and desc->lock (irq descriptors, taken by the
- * state dump; takes nothing of ours).
+ * /dev/ivtrace file operation takes it. The other locks: d->sync_busy
+ * (a bit lock only ever tried, never waited for) and desc->lock (irq
+ * descriptors, taken by the state dump; takes nothing of ours).
  */
 extern struct mutex ivtk_mutex;
 extern struct ivtk_dev *ivtk_dev;
@@ -283,6 +291,13 @@ void ivtk_ctl_init(struct ivtk_dev *d);
 int ivtk_ctl_start(struct ivtk_dev *d);
 void ivtk_ctl_stop(struct ivtk_dev *d);
 void ivtk_ring_doorbell(struct ivtk_dev *d);
+
+/* ---- ivtk_sync.c ------------------------------------------------------ */
+
+void ivtk_sync_init(struct ivtk_dev *d);
+void ivtk_sync_exchange(struct ivtk_dev *d);
+void ivtk_sync_start(struct ivtk_dev *d, unsigned int period_ms);
+void ivtk_sync_stop(struct ivtk_dev *d);
 
 /* ---- ivtk_cdev.c ------------------------------------------------------ */
 

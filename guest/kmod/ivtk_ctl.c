@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * ivtk_ctl.c - the host's control words, the clock sync mailbox, the
- * MSI-X wake-up and the doorbell to the host.
+ * ivtk_ctl.c - the host's control words, the MSI-X wake-up and the
+ * doorbell to the host (the clock sync mailbox is ivtk_sync.c's).
  *
  * The host writes cmd/arg, store-releases cmd_seq and (doorbell device)
  * kicks MSI-X vector 0. A kick is only a wake-up: ivshmem drops kicks sent
@@ -82,31 +82,6 @@ void ivtk_ring_doorbell(struct ivtk_dev *d)
 	writel((peer << 16) | (vec & 0xffff), d->regs + IVSHMEM_REG_DOORBELL);
 }
 
-/*
- * Answer the clock sync mailbox if the host posted a new request:
- * t2 when the request is seen, t3 just before the answer is published.
- * From the MSI-X handler (lowest latency) and from the control work.
- */
-static void ivtk_sync_answer(struct ivtk_dev *d)
-{
-	struct ivt_sync *s = &ivtk_hdr(d)->sync;
-	unsigned long flags;
-	u64 req, t2;
-
-	raw_spin_lock_irqsave(&d->sync_lock, flags);
-	/* Pairs with the host's store-release of req_seq (after host_t1). */
-	req = ivt_load_acquire(&s->req_seq);
-	if (req != d->sync_seq) {
-		t2 = rdtsc_ordered();
-		d->sync_seq = req;
-		WRITE_ONCE(s->resp_t2, t2);
-		WRITE_ONCE(s->resp_t3, rdtsc_ordered());
-		/* Pairs with the host's load-acquire of resp_seq. */
-		ivt_store_release(&s->resp_seq, req);
-	}
-	raw_spin_unlock_irqrestore(&d->sync_lock, flags);
-}
-
 static int ivtk_ctl_exec(struct ivtk_dev *d, u64 seq, u32 cmd, u64 arg)
 {
 	switch (cmd) {
@@ -130,7 +105,7 @@ static int ivtk_ctl_exec(struct ivtk_dev *d, u64 seq, u32 cmd, u64 arg)
 		ivtk_set_mode(d, arg);
 		return 0;
 	case IVT_CMD_SYNC:
-		ivtk_sync_answer(d);
+		ivtk_sync_exchange(d);
 		return 0;
 	case IVT_CMD_STATEDUMP:
 		ivtk_statedump(d);
@@ -178,7 +153,12 @@ static void ivtk_ctl_work(struct work_struct *work)
 	struct ivtk_dev *d = container_of(to_delayed_work(work),
 					  struct ivtk_dev, ctl_work);
 
-	ivtk_sync_answer(d);
+	/* With a poll timer the exchange has one entry, at times the host
+	 * predicts (ivtk_sync.c); a kicked one also looks here, in case the
+	 * kick was lost.
+	 */
+	if (!d->sync_timer_on)
+		ivtk_sync_exchange(d);
 	mutex_lock(&ivtk_mutex);
 	ivtk_ctl_poll(d);
 	mutex_unlock(&ivtk_mutex);
@@ -190,7 +170,7 @@ static irqreturn_t ivtk_irq(int irq, void *data)
 {
 	struct ivtk_dev *d = data;
 
-	ivtk_sync_answer(d);
+	ivtk_sync_exchange(d);
 	mod_delayed_work(ivtk_wq, &d->ctl_work, 0);
 	return IRQ_HANDLED;
 }
@@ -198,7 +178,7 @@ static irqreturn_t ivtk_irq(int irq, void *data)
 void ivtk_ctl_init(struct ivtk_dev *d)
 {
 	INIT_DELAYED_WORK(&d->ctl_work, ivtk_ctl_work);
-	raw_spin_lock_init(&d->sync_lock);
+	ivtk_sync_init(d);
 	d->irq = -1;
 	d->poll_jiffies = msecs_to_jiffies(d->flush_ms ?: 100);
 }
@@ -238,6 +218,11 @@ int ivtk_ctl_start(struct ivtk_dev *d)
 		if (ret)
 			return ret;
 	}
+	/* No kick can reach the guest: the clock exchange needs its own
+	 * entry at a predictable time (ivtk_sync.c).
+	 */
+	if (d->irq < 0)
+		ivtk_sync_start(d, IVT_SYNC_POLL_MS);
 	d->ctl_on = true;
 	/* Interrupts are wake-ups: look at the control words now, since a
 	 * kick sent before MSI-X was enabled is lost.
@@ -249,6 +234,7 @@ int ivtk_ctl_start(struct ivtk_dev *d)
 /* Not under ivtk_mutex: the work takes it. */
 void ivtk_ctl_stop(struct ivtk_dev *d)
 {
+	ivtk_sync_stop(d);
 	if (d->irq >= 0)
 		devm_free_irq(&d->pdev->dev, d->irq, d);
 	d->irq = -1;

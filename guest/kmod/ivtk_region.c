@@ -265,7 +265,7 @@ int ivtk_region_setup(struct ivtk_dev *d)
 
 	a.layout = d->layout;
 	a.region_size = d->shm_len;
-	a.features = IVT_FEAT_KERNEL | IVT_FEAT_CONTROL | IVT_FEAT_SYNC;
+	a.features = IVT_FEAT_KERNEL | IVT_FEAT_CONTROL | IVT_FEAT_SYNC | IVT_FEAT_SYNC_SPIN;
 	if (d->doorbell)
 		a.features |= IVT_FEAT_DOORBELL;
 	if (d->nr_ftrace)

@@ -292,6 +292,17 @@ def preempted_ns(intervals: list[Interval], vcpu: int, start_ns: int, end_ns: in
 
 # --------------------------------------------------------------------------- the demo
 
+def clock_part(report: str) -> list[str]:
+    """The report's clock line and its self-check (the line that starts it and the indented
+    lines under it)."""
+    out, inside = [], False
+    for line in report.splitlines():
+        inside = line.startswith(("clock:", "self-check")) or (inside and line.startswith("  "))
+        if inside:
+            out.append(line)
+    return out
+
+
 def demo(args) -> int:
     say("== [2/4] host tools (make all) and the guest (make guest)")
     subprocess.run(["make", "all"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
@@ -311,7 +322,8 @@ def demo(args) -> int:
     report = subprocess.run([str(IVTRACE), "report", str(r.out)], capture_output=True, text=True)
     vm_part = report.stdout[report.stdout.find("VM view"):] if "VM view" in report.stdout else \
         report.stdout + report.stderr
-    say(f"$ bin/ivtrace report {r.out}   (its VM view part)")
+    say(f"$ bin/ivtrace report {r.out}   (its clock, self-check and VM view parts)")
+    say("\n".join(clock_part(report.stdout)))
     say(vm_part.rstrip())
     try:
         iv = vm_intervals(r.out)

@@ -350,5 +350,5 @@ def test_each_part_has_its_own_clock_and_the_handoff_joins_them(migrated):
           f"{(at['b'] - at['a']) / 1e6:.3f} ms (migration downtime "
           f"{migrated['t']['migrate'].get('downtime')} ms)")
     if migrated["variant"] == "doorbell":
-        assert sb["clock_sync"]["pingpong"]["points"] > 0
+        assert len(sb["clock_sync"]["pingpong"]["points"]) > 0
         assert not migrated["t"]["control_before_resume"]["ok"]

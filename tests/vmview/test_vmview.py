@@ -84,6 +84,24 @@ def test_the_recording_is_clean(scenario):
     assert any(i.vcpu == 0 and i.state == "preempted" for i in iv)
 
 
+def test_the_clock_passes_its_self_check(scenario):
+    """Every guest event before its vCPU's switch-out, every switch-in before the guest's next
+    event, mapped with the measured clock, within its bound (issue 26's self-check)."""
+    r, _ = scenario
+    sidecar = json.loads((r.out / "ivtrace.json").read_text())
+    c = sidecar["self_check"]
+    print(f"\nself-check: {c['pairs']} pairs, {c['violations']} violations, largest lead "
+          f"{c['largest_lead_ns']} ns, bound {c['bound_ns']} ns; kinds {c['kinds']}")
+    assert c["bound_ns"] == sidecar["clock"]["error_ns"] and not sidecar["clock"]["coarse"]
+    kinds = {(k["cause"], k["effect"]): k for k in c["kinds"]}
+    assert kinds[("guest event", "vCPU switch-out")]["pairs"] > 100, c
+    assert kinds[("vCPU switch-in", "guest event")]["pairs"] > 100, c
+    assert c["violations"] == 0, c
+    p = subprocess.run([str(vmview.IVTRACE), "report", str(r.out)], capture_output=True,
+                       text=True, check=True)
+    assert f"{c['pairs']} pairs, 0 violations" in p.stdout, p.stdout
+
+
 def phase(r, name):
     return next(p for p in r.phases if p.name == name)
 

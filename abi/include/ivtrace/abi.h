@@ -45,8 +45,9 @@
  * formatter: a reader that sees it sees a fully formatted region. */
 #define IVT_MAGIC		0x3145434152545649ULL
 #define IVT_ABI_MAJOR		1	/* incompatible layout changes */
-#define IVT_ABI_MINOR		2	/* compatible additions (1: the thread name table,
-					 * 2: the ftrace relay) */
+#define IVT_ABI_MINOR		3	/* compatible additions (1: the thread name table,
+					 * 2: the ftrace relay, 3: the spinning clock
+					 * exchange, IVT_FEAT_SYNC_SPIN) */
 
 #define IVT_PAGE_SIZE		4096u
 #define IVT_CACHELINE		64u
@@ -65,6 +66,7 @@
 #define IVT_FEAT_CONTROL	(1ULL << 3)	/* writer obeys ivt_control commands */
 #define IVT_FEAT_SYNC		(1ULL << 4)	/* writer answers the clock sync mailbox */
 #define IVT_FEAT_FTRACE		(1ULL << 5)	/* ftrace relay channels and IVT_CMD_FTRACE (1.2) */
+#define IVT_FEAT_SYNC_SPIN	(1ULL << 6)	/* the sync answer spins for the next request (IVT_SYNC_*, 1.3) */
 
 /* Region state (ivt_region_hdr.state). */
 #define IVT_STATE_FORMATTING	0u	/* zero-filled or being (re)formatted */
@@ -127,7 +129,20 @@ struct ivt_clock {
  *   writer: load-acquire req_seq; t2 = ticks; t3 = ticks;
  *           store resp_t2, resp_t3; store-release resp_seq = n
  *   host:   load-acquire resp_seq == n; t4 = now
+ * With IVT_FEAT_SYNC_SPIN the writer, having answered, spins for the next
+ * request instead of leaving, so the host's next requests need no kick and
+ * a round trip is two cache-line transfers. The spin is bounded: it ends
+ * after IVT_SYNC_PATIENCE_NS without a new request, IVT_SYNC_BUDGET_NS
+ * after the first answer, or IVT_SYNC_ROUNDS answers, whichever is first.
+ * A writer the host cannot kick (ivshmem-plain) looks at the mailbox every
+ * IVT_SYNC_POLL_MS from a timer that keeps its phase, and the host meets it
+ * there.
  */
+#define IVT_SYNC_ROUNDS		64u	/* answers per entry into the exchange */
+#define IVT_SYNC_PATIENCE_NS	20000u	/* wait for the next request at most */
+#define IVT_SYNC_BUDGET_NS	60000u	/* first answer to leaving, at most */
+#define IVT_SYNC_POLL_MS	20u	/* a writer the host cannot kick enters this often */
+
 struct ivt_sync {
 	uint64_t req_seq;		/* host writes (release) */
 	uint64_t host_t1;		/* host writes before req_seq */
@@ -135,7 +150,9 @@ struct ivt_sync {
 	uint64_t resp_seq;		/* writer writes (release) */
 	uint64_t resp_t2;		/* writer clock when the request was seen */
 	uint64_t resp_t3;		/* writer clock just before resp_seq */
-	uint8_t  pad1[IVT_CACHELINE - 24];
+	uint64_t resp_spun;		/* writer clock ticks spent in the exchange, in all
+					 * (IVT_FEAT_SYNC_SPIN; relaxed, a statistic) */
+	uint8_t  pad1[IVT_CACHELINE - 32];
 };
 
 /*

@@ -23,6 +23,7 @@
 #include <linux/irqnr.h>
 #include <linux/ktime.h>
 #include <linux/timer.h>
+#include <linux/hrtimer.h>
 #include <linux/workqueue.h>
 
 /*
@@ -116,6 +117,23 @@
 #define ivtk_from_timer(var, t, field)	timer_container_of(var, t, field)
 #else
 #define ivtk_from_timer(var, t, field)	from_timer(var, t, field)
+#endif
+
+/*
+ * hrtimer_setup() replaced hrtimer_init() plus setting ->function in v6.13
+ * ("hrtimers: Introduce hrtimer_setup() to replace hrtimer_init()");
+ * hrtimer_init() is gone in 7.x.
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+#define ivtk_hrtimer_setup(t, fn, clock, mode)	hrtimer_setup(t, fn, clock, mode)
+#else
+static inline void ivtk_hrtimer_setup(struct hrtimer *t,
+				      enum hrtimer_restart (*fn)(struct hrtimer *),
+				      clockid_t clock, enum hrtimer_mode mode)
+{
+	hrtimer_init(t, clock, mode);
+	t->function = fn;
+}
 #endif
 
 #endif /* IVTK_WRAPPER_COMPAT_H */

@@ -267,6 +267,15 @@ pub struct Sidecar {
     pub trace_uuid: String,
     pub region: BTreeMap<String, serde_json::Value>,
     pub clock: ClockMapping,
+    /// How `clock` was measured (the clock exchange's points and their
+    /// bounds, KVM's parameters), when it was measured while recording.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_sync: Option<serde_json::Value>,
+    /// The clock mapping checked on cause -> effect pairs of the guest and
+    /// host traces (recordings with host events; ivtrace-vmview's
+    /// `selfcheck`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_check: Option<serde_json::Value>,
     pub streams: Vec<StreamLayout>,
     pub channels: Vec<ChannelSummary>,
     /// Events dropped because no channel was free (region-wide).

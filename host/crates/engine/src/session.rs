@@ -368,6 +368,8 @@ pub fn build_sidecar(
         trace_uuid: h.uuid_string(),
         region: region_section(reader.region(), &shm.display().to_string()),
         clock: clock.clone(),
+        clock_sync: None,
+        self_check: None,
         streams,
         channels: (0..reader.nr_channels())
             .map(|c| channel_summary(reader, writer, c))

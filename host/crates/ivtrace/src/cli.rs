@@ -113,6 +113,13 @@ pub struct OutputAccessArgs {
     pub allow_shared_output: bool,
 }
 
+impl RecordArgs {
+    /// `--sync-interval`, within 0.1 s .. 1 h.
+    pub fn sync_interval(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.sync_interval.clamp(0.1, 3600.0))
+    }
+}
+
 impl OutputAccessArgs {
     /// The policy these options give (the group looked up).
     pub fn policy(&self) -> anyhow::Result<ivtrace_ctf::OutputPolicy> {
@@ -185,11 +192,17 @@ pub struct RecordArgs {
     /// (docs/migration.md).
     #[arg(long, value_name = "FILE", conflicts_with = "resume")]
     pub resume_from: Option<PathBuf>,
-    /// Map guest time by ping-pong through the region's sync mailbox even
-    /// without doorbells (the module answers at its next poll, every flush_ms:
-    /// load it with a small flush_ms), instead of the header's reference.
+    /// Map guest time by the clock exchange through the region's sync mailbox
+    /// even with a writer that does not spin in it (an older module answers
+    /// once per control poll, every flush_ms: its bound is milliseconds). The
+    /// guest module spins in it (IVT_FEAT_SYNC_SPIN), and then the exchange is
+    /// the default: met at its control poll, bound well under a microsecond
+    /// under TCG (docs/kvm.md).
     #[arg(long)]
     pub clock_sync: bool,
+    /// Seconds between clock exchange bursts (after those at 0, 0.5 and 1 s).
+    #[arg(long, value_name = "S", default_value_t = 2.0)]
+    pub sync_interval: f64,
     /// Nested tracing, inside a guest that is itself traced: also send
     /// every packet, the event classes and the final clock mapping to
     /// FIFO, which `ivtrace-forward --in FIFO --shm /dev/ivtrace` writes

@@ -17,6 +17,7 @@ use ivtrace_region::reader::walk_own_packet;
 use ivtrace_region::{abi, EventClasses};
 use ivtrace_vmview::model::comm_str;
 use ivtrace_vmview::report::VmReport;
+use ivtrace_vmview::selfcheck::SelfCheck;
 use ivtrace_vmview::timeline::NOT_TRACED;
 
 use crate::cli::ReportArgs;
@@ -89,6 +90,10 @@ pub struct Report {
     pub event_types: Vec<EventTypeReport>,
     /// The writer-clock -> host-time mapping the traces carry, with its bound.
     pub clock: ivtrace_ctf::ClockMapping,
+    /// The mapping checked on cause -> effect pairs of the guest and host
+    /// traces (recordings with host events; the sidecar's `self_check`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub self_check: Option<SelfCheck>,
     pub channels: Vec<ChannelReport>,
     /// `finalized`, or `recording` / `incomplete` / `recovered`.
     pub state: String,
@@ -266,11 +271,22 @@ pub fn build(dir: &Path) -> Result<Report> {
         event_types,
         channels,
         clock: sidecar.clock.clone(),
+        self_check: self_check(&sidecar)?,
         notes: crate::summary::notes(&sidecar),
         state: sidecar.state.clone(),
         stop_reason: sidecar.stop_reason.clone(),
         vm_view: vm_view(dir)?,
     })
+}
+
+/// The sidecar's self-check, if the recording had one.
+fn self_check(sidecar: &Sidecar) -> Result<Option<SelfCheck>> {
+    let Some(v) = &sidecar.self_check else {
+        return Ok(None);
+    };
+    let c = serde_json::from_value(v.clone())
+        .context("the sidecar's self_check is not one ivtrace wrote (a newer ivtrace?)")?;
+    Ok(Some(c))
 }
 
 /// `DIR/vm/` read back, if the recording has one.
@@ -361,6 +377,13 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
             ""
         }
     )?;
+    for line in r
+        .self_check
+        .iter()
+        .flat_map(ivtrace_vmview::selfcheck::describe)
+    {
+        writeln!(out, "{line}")?;
+    }
     print_losses(r, out)?;
     writeln!(out, "stopped: {}", Shown(&r.stop_reason))?;
     for note in &r.notes {

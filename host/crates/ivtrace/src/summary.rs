@@ -285,6 +285,13 @@ fn print_expansion(out: &mut impl Write, k: &KernelExpansion) -> io::Result<()> 
 }
 
 /// What the VM view found (stderr, after the host events' line).
+/// The self-check's lines on stderr.
+pub fn print_self_check(c: &ivtrace_vmview::selfcheck::SelfCheck) {
+    for line in ivtrace_vmview::selfcheck::describe(c) {
+        eprintln!("ivtrace: {line}");
+    }
+}
+
 pub fn print_vm_view(d: &ivtrace_vmview::derive::Derived) {
     let Some(dir) = &d.dir else {
         eprintln!(

@@ -28,6 +28,17 @@ pub const IVT_FEAT_CONTROL: u64 = 1 << 3;
 pub const IVT_FEAT_SYNC: u64 = 1 << 4;
 /// ftrace relay channels and `IVT_CMD_FTRACE` (ABI 1.2, docs/ftrace.md).
 pub const IVT_FEAT_FTRACE: u64 = 1 << 5;
+/// The sync answer spins for the host's next request, bounded by
+/// `IVT_SYNC_*` (abi.h "Clock sync mailbox").
+pub const IVT_FEAT_SYNC_SPIN: u64 = 1 << 6;
+/// Answers per entry of a spinning writer into the exchange, at most.
+pub const IVT_SYNC_ROUNDS: u32 = 64;
+/// How long a spinning writer waits for the next request, at most.
+pub const IVT_SYNC_PATIENCE_NS: u64 = 20_000;
+/// How long a spinning writer stays, from its first answer, at most.
+pub const IVT_SYNC_BUDGET_NS: u64 = 60_000;
+/// How often a spinning writer the host cannot kick enters the exchange.
+pub const IVT_SYNC_POLL_MS: u32 = 20;
 
 pub const IVT_STATE_FORMATTING: u32 = 0;
 pub const IVT_STATE_LIVE: u32 = 1;
@@ -187,6 +198,7 @@ pub mod sync {
     pub const RESP_SEQ: usize = 64;
     pub const RESP_T2: usize = 72;
     pub const RESP_T3: usize = 80;
+    pub const RESP_SPUN: usize = 88;
 }
 
 /// Byte offsets in `struct ivt_layout` (relative to the layout).
@@ -275,6 +287,11 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("IVT_FEAT_CONTROL", IVT_FEAT_CONTROL),
     ("IVT_FEAT_SYNC", IVT_FEAT_SYNC),
     ("IVT_FEAT_FTRACE", IVT_FEAT_FTRACE),
+    ("IVT_FEAT_SYNC_SPIN", IVT_FEAT_SYNC_SPIN),
+    ("IVT_SYNC_ROUNDS", IVT_SYNC_ROUNDS as u64),
+    ("IVT_SYNC_PATIENCE_NS", IVT_SYNC_PATIENCE_NS),
+    ("IVT_SYNC_BUDGET_NS", IVT_SYNC_BUDGET_NS),
+    ("IVT_SYNC_POLL_MS", IVT_SYNC_POLL_MS as u64),
     ("IVT_CMD_FTRACE", IVT_CMD_FTRACE as u64),
     ("IVT_CTL_REQ_MAX", IVT_CTL_REQ_MAX as u64),
     ("IVT_CTL_RESP_MAX", IVT_CTL_RESP_MAX as u64),
@@ -424,6 +441,7 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("offsetof.ivt_sync.resp_seq", sync::RESP_SEQ as u64),
     ("offsetof.ivt_sync.resp_t2", sync::RESP_T2 as u64),
     ("offsetof.ivt_sync.resp_t3", sync::RESP_T3 as u64),
+    ("offsetof.ivt_sync.resp_spun", sync::RESP_SPUN as u64),
     (
         "offsetof.ivt_layout.channels_off",
         layout::CHANNELS_OFF as u64,

@@ -527,13 +527,15 @@ fn ctl_text(off: usize) -> u64 {
     abi::hdr::CTL_TEXT.saturating_add(off) as u64
 }
 
-/// Clock sync: one ping-pong exchange through `struct ivt_sync`.
+/// Clock sync: one round trip through `struct ivt_sync`.
 ///
 /// ```text
 /// host:  t1 = now; store host_t1; store-release req_seq = n; kick vector 0
-/// guest: (MSI-X handler) load-acquire req_seq; t2 = rdtsc; t3 = rdtsc;
-///        store resp_t2, resp_t3; store-release resp_seq = n
-/// host:  load-acquire resp_seq == n; t4 = now
+/// guest: (MSI-X handler, poll timer) load-acquire req_seq; t2 = rdtsc;
+///        t3 = rdtsc; store resp_t2, resp_t3; store-release resp_seq = n;
+///        with IVT_FEAT_SYNC_SPIN, load-acquire req_seq again and again
+///        for the next request (bounded: abi.h IVT_SYNC_*)
+/// host:  load-acquire resp_seq == n; t4 = now; the next request at once
 /// ```
 impl Protocol<'_> {
     /// The number a new host's requests continue after: the larger of the
@@ -556,15 +558,17 @@ impl Protocol<'_> {
         self.region
             .store_relaxed_u64(sync(abi::sync::HOST_T1), host_t1);
         // Pairs with the writer's load-acquire of req_seq in
-        // ivtk_sync_answer() (guest/kmod/ivtk_ctl.c).
+        // ivtk_sync_exchange() and ivtk_sync_next() (guest/kmod/ivtk_sync.c),
+        // which read host_t1's line no further: t1 stays the host's own.
         self.region.store_release_u64(sync(abi::sync::REQ_SEQ), seq);
     }
 
     /// The writer's answer to request `seq`: its TSC right after it saw
     /// the request (t2) and right before it answered (t3).
     pub fn sync_answer(&self, seq: u64) -> Option<(u64, u64)> {
-        // Pairs with the writer's store-release of resp_seq: its
-        // resp_t2/resp_t3 stores are visible after this load.
+        // Pairs with the writer's store-release of resp_seq in
+        // ivtk_sync_answer() (guest/kmod/ivtk_sync.c): its resp_t2/resp_t3
+        // stores are visible after this load.
         if self.region.load_acquire_u64(sync(abi::sync::RESP_SEQ)) != seq {
             return None;
         }
@@ -572,6 +576,13 @@ impl Protocol<'_> {
         let t2 = self.region.load_relaxed_u64(sync(abi::sync::RESP_T2));
         let t3 = self.region.load_relaxed_u64(sync(abi::sync::RESP_T3));
         Some((t2, t3))
+    }
+
+    /// Writer clock ticks the writer spent in the exchange, in all (its
+    /// cost). Relaxed: a statistic, written with WRITE_ONCE by the writer
+    /// inside the exchange; nothing is read on its strength.
+    pub fn sync_writer_spun(&self) -> u64 {
+        self.region.load_relaxed_u64(sync(abi::sync::RESP_SPUN))
     }
 }
 

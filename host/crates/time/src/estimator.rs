@@ -78,6 +78,11 @@ pub trait ClockSync {
     /// The final mapping. `writer_may_answer`: a last exchange is worth
     /// trying (the writer was not gone when the recording ended).
     fn final_mapping(&mut self, region: &Region, writer_may_answer: bool) -> ClockMapping;
+    /// How the mapping was measured, for the sidecar's `clock_sync`
+    /// (`mapping`: the final one). None for a clock that never exchanges.
+    fn sync_section(&self, _mapping: &ClockMapping) -> Option<crate::guest::ClockSyncSection> {
+        None
+    }
 }
 
 impl<E: ClockEstimator + ?Sized> ClockSync for E {

@@ -1,57 +1,89 @@
-//! A guest's clock as `ivtrace serve` keeps it: KVM's TSC offset when
-//! debugfs has the VM, else the ping-pong through the region, else (a
+//! A guest's clock as a recording keeps it: KVM's TSC offset when
+//! debugfs has the VM, else the clock exchange through the region, else (a
 //! writer that answers no sync request, e.g. libivtrace on a served
-//! region) the estimator `ivtrace record` would use.
+//! region) the region's own estimator.
 //!
-//! The ping-pong runs whenever the writer answers sync requests: it is the
-//! method under TCG and a cross-check under KVM. Its first burst runs
-//! when the recording starts, so the first mapping already has a point.
+//! The exchange runs whenever the writer answers sync requests and the
+//! host has a way in ([`Entry`]): it is the method under TCG and a
+//! cross-check under KVM. A kicked writer's first burst runs when the
+//! recording starts, so the first mapping already has a point; a polled
+//! writer's as soon as its poll comes.
 
 use std::time::Duration;
 
 use ivtrace_region::abi;
-use ivtrace_region::region::ClockRef;
 use ivtrace_region::Region;
 
 use crate::estimator::{estimator_for, ClockEstimator, ClockSync};
 use crate::kvm::KvmTsc;
 use crate::mapping::ClockMapping;
-use crate::pingpong::{PingPong, PingPongEstimate, SyncPoint};
+use crate::pingpong::{Entry, PingPong, SyncPoint, SyncReport};
 
-/// Wakes the guest so that it answers a sync request (MSI-X vector 0).
-pub type Kick = Box<dyn Fn() + Send>;
+/// The sidecar's `clock_sync`: how the final mapping was measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClockSyncSection {
+    pub method: String,
+    pub error_ns: u64,
+    /// KVM's TSC parameters (debugfs), when they were read.
+    pub kvm: Option<KvmSection>,
+    /// Why they were not.
+    pub kvm_unavailable: Option<String>,
+    /// The clock exchange through the region, when it ran.
+    pub pingpong: Option<SyncReport>,
+}
 
-/// Every estimate a served guest has, and which one counts.
+impl ClockSyncSection {
+    /// KVM's `kvm_write_tsc_offset` events of the recording (read back
+    /// from the host trace) applied to the versioned mapping.
+    pub fn follow_tsc_writes(&mut self, writes: &[crate::versioned::TscWrite]) {
+        let Some(v) = self.kvm.as_mut().and_then(|k| k.versions.as_mut()) else {
+            return;
+        };
+        for w in writes {
+            let _ = v.apply(w);
+        }
+    }
+}
+
+/// KVM's part of [`ClockSyncSection`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KvmSection {
+    pub debugfs: String,
+    pub changed: Option<String>,
+    /// The mapping's versions (the vCPUs' TSC parameters and from when),
+    /// once the recording ended ([`crate::versioned`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versions: Option<crate::versioned::VersionedTsc>,
+}
+
+/// Every estimate a guest's recording has, and which one counts.
 pub struct GuestClock {
     kvm: Option<KvmTsc>,
     /// Why KVM's numbers are not available (None: they are).
     pub kvm_unavailable: Option<String>,
     pingpong: Option<PingPong>,
     fallback: Option<Box<dyn ClockEstimator>>,
-    header: ClockRef,
-    kick: Kick,
 }
 
 impl GuestClock {
     /// Starts every estimate `region` allows: KVM's for QEMU process
-    /// `qemu_pid`, the ping-pong if the writer answers sync requests and
-    /// `kick` reaches it (`can_kick`), bursts every `interval`.
+    /// `qemu_pid`, the exchange if the writer answers sync requests and
+    /// `entry` gets it in, bursts every `interval`.
     pub fn start(
         region: &Region,
         qemu_pid: Option<i32>,
-        can_kick: bool,
+        entry: Option<Entry>,
         interval: Duration,
-        kick: Kick,
     ) -> GuestClock {
         let kvm = match qemu_pid {
             Some(pid) => KvmTsc::start(pid),
-            None => Err("no peer pid (SO_PEERCRED)".into()),
+            None => Err("no QEMU pid".into()),
         };
         let header = region.header();
-        let can_sync = header.features & abi::IVT_FEAT_SYNC != 0 && can_kick;
-        let mut pingpong = can_sync.then(|| PingPong::new(region, interval));
-        if let Some(pp) = pingpong.as_mut() {
-            pp.burst(region, &*kick);
+        let entry = entry.filter(|_| header.features & abi::IVT_FEAT_SYNC != 0);
+        let mut pingpong = entry.map(|e| PingPong::new(region, e, interval));
+        if let Some(pp) = pingpong.as_mut().filter(|pp| !pp.polled()) {
+            pp.step(region);
         }
         let fallback = (kvm.is_err() && pingpong.is_none()).then(|| estimator_for(header));
         GuestClock {
@@ -59,8 +91,6 @@ impl GuestClock {
             kvm: kvm.ok(),
             pingpong,
             fallback,
-            header: header.clock,
-            kick,
         }
     }
 
@@ -71,8 +101,14 @@ impl GuestClock {
                 "guest time from KVM's TSC offset/scaling ({})",
                 k.vm_dir().display()
             ),
-            (None, Some(_)) => format!(
-                "guest time by ping-pong through the region ({})",
+            (None, Some(pp)) => format!(
+                "guest time by the clock exchange through the region, the writer {} ({})",
+                match (pp.polled(), pp.spins()) {
+                    (false, true) => "kicked, then spinning",
+                    (true, true) => "met at its control poll, then spinning",
+                    (false, false) => "kicked for every round trip (no IVT_FEAT_SYNC_SPIN)",
+                    (true, false) => "answering once per control poll (no IVT_FEAT_SYNC_SPIN)",
+                },
                 self.kvm_unavailable.as_deref().unwrap_or("no KVM clock")
             ),
             (None, None) => {
@@ -109,25 +145,35 @@ impl ClockSync for GuestClock {
         self.pingpong.as_ref().map(PingPong::until_due)
     }
 
+    fn sync_section(&self, mapping: &ClockMapping) -> Option<ClockSyncSection> {
+        Some(ClockSyncSection {
+            method: mapping.method.clone(),
+            error_ns: mapping.error_ns,
+            kvm: self.kvm.as_ref().map(|k| KvmSection {
+                debugfs: k.vm_dir().display().to_string(),
+                changed: k.changed.clone(),
+                versions: k.versions().cloned(),
+            }),
+            kvm_unavailable: self.kvm_unavailable.clone(),
+            pingpong: self.pingpong.as_ref().map(PingPong::report),
+        })
+    }
+
     fn exchange(&mut self, region: &Region) -> Option<SyncPoint> {
-        let pp = self.pingpong.as_mut()?;
-        pp.burst(region, &*self.kick)
+        self.pingpong.as_mut()?.step(region)
     }
 
     fn final_mapping(&mut self, region: &Region, writer_may_answer: bool) -> ClockMapping {
         if writer_may_answer {
             if let Some(pp) = self.pingpong.as_mut() {
-                pp.burst(region, &*self.kick);
+                pp.last_burst(region);
             }
         }
-        match (self.kvm.as_mut(), self.fallback.as_mut()) {
-            (Some(k), _) => k.finish(),
-            (None, Some(f)) => f.finish(),
-            (None, None) => PingPongEstimate {
-                header: self.header,
-                points: self.points().to_vec(),
-            }
-            .finish(),
+        match (self.kvm.as_mut(), self.fallback.as_mut(), &self.pingpong) {
+            (Some(k), _, _) => k.finish(),
+            (None, Some(f), _) => f.finish(),
+            (None, None, Some(pp)) => pp.mapping(),
+            (None, None, None) => unreachable!("fallback is set when both are missing"),
         }
     }
 }

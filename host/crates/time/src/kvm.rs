@@ -9,8 +9,12 @@
 //! descriptor. The host TSC is fitted against [`crate::timebase`] by
 //! minimum-gap samples at the start and the end. The result is exact up to
 //! that fit (and to vCPUs disagreeing, which the bound includes). A TSC
-//! write during the recording (guest reset, migration) changes the offset;
-//! it is detected at the end and widens the bound by the change.
+//! write during the recording (guest reset, migration) changes the offset:
+//! [`KvmTsc::follow`] takes KVM's `kvm_write_tsc_offset` events into a
+//! [`VersionedTsc`] (one version per change, its start time known); a
+//! change found only by reading debugfs again at the end is a version of
+//! unknown start, and widens the single CTF clock's bound by the change
+//! (the trace's clock is one line until the writer converts per version).
 //!
 //! Needs root and a mounted debugfs; otherwise the caller falls back to
 //! the ping-pong ([`crate::pingpong`]).
@@ -21,6 +25,7 @@ use std::path::{Path, PathBuf};
 use crate::estimator::{rdtsc, ClockEstimator};
 use crate::mapping::ClockMapping;
 use crate::timebase::host_now_ns;
+use crate::versioned::{HostTscLine, TscWrite, VersionedTsc};
 
 /// One vCPU's TSC parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -188,6 +193,11 @@ pub struct KvmTsc {
     start: HostSample,
     /// Set when the parameters changed during the recording.
     pub changed: Option<String>,
+    /// Writes of the TSC offset that came before a host line existed (the
+    /// versions need two host samples), applied at [`KvmTsc::versions`].
+    writes: Vec<TscWrite>,
+    /// The versions, once the recording ended (debugfs read again).
+    versioned: Option<VersionedTsc>,
 }
 
 impl KvmTsc {
@@ -204,7 +214,38 @@ impl KvmTsc {
             vcpus,
             start: host_sample(),
             changed: None,
+            writes: Vec::new(),
+            versioned: None,
         })
+    }
+
+    /// One `kvm_write_tsc_offset` of this VM (ivtrace-tracefs's `kvmtsc`):
+    /// a version of the mapping starts there. Kept at most
+    /// [`crate::versioned::VERSIONS_MAX`] per vCPU's worth; past that,
+    /// counted as rejected when applied.
+    pub fn follow(&mut self, w: TscWrite) {
+        let cap = crate::versioned::VERSIONS_MAX * self.vcpus.len().max(1);
+        if self.writes.len() < cap {
+            self.writes.push(w);
+        }
+    }
+
+    /// The versioned mapping (after [`ClockEstimator::finish`]): the
+    /// parameters at the start, each write followed, and a version of
+    /// unknown start for a change debugfs showed at the end that no write
+    /// explained.
+    pub fn versions(&self) -> Option<&VersionedTsc> {
+        self.versioned.as_ref()
+    }
+
+    fn build_versions(&self, end: HostSample, now: &[(u32, VcpuTsc)]) -> Option<VersionedTsc> {
+        let line = HostTscLine::through(self.start, end)?;
+        let mut v = VersionedTsc::new(line, self.start.ns, &self.vcpus)?;
+        for w in &self.writes {
+            let _ = v.apply(w);
+        }
+        v.observed(end.ns, now);
+        Some(v)
     }
 
     pub fn vm_dir(&self) -> &Path {
@@ -243,7 +284,9 @@ impl ClockEstimator for KvmTsc {
     fn finish(&mut self) -> ClockMapping {
         let end = host_sample();
         let mut m = self.initial_from(end);
-        if let Ok(now) = read_vcpus(&self.vm_dir) {
+        let now = read_vcpus(&self.vm_dir).ok();
+        self.versioned = self.build_versions(end, now.as_deref().unwrap_or(&self.vcpus));
+        if let Some(now) = now {
             if now != self.vcpus {
                 let d = now
                     .iter()

@@ -1,46 +1,93 @@
-//! Guest clock -> host time by ping-pong through the region's sync
-//! mailbox (`struct ivt_sync`), for guests whose TSC relation to the host
-//! is unknown (TCG, or KVM without debugfs).
+//! Guest clock -> host time by the clock exchange through the region's
+//! sync mailbox (`struct ivt_sync`), for guests whose TSC relation to the
+//! host is unknown (TCG, or KVM without debugfs).
 //!
-//! One exchange (NTP's on-wire method; the words and their ordering are
-//! ivtrace-region's `protocol`): the host posts a request at host time
-//! t1 and kicks the guest, the guest answers with its TSC when it saw the
-//! request (t2) and when it answered (t3), the host sees the answer at t4.
+//! One round trip (NTP's on-wire method; the words and their ordering are
+//! ivtrace-region's `protocol`): the host posts a request at host time t1,
+//! the guest answers with its TSC when it saw the request (t2) and when it
+//! answered (t3), the host sees the answer at t4. The pair (guest
+//! (t2+t3)/2, host (t1+t4)/2) is off the true relation by at most half the
+//! round trip `delta = (t4-t1) - (t3-t2)` (Cristian 1989).
 //!
-//! The pair (guest (t2+t3)/2, host (t1+t4)/2) is off the true relation by
-//! at most half the round trip `delta = (t4-t1) - (t3-t2)` (Cristian 1989).
-//! A burst of exchanges keeps its minimum-delta sample; bursts repeat to
-//! follow drift; a least-squares line through the kept points is the
-//! mapping. Its error bound, inside the span of the points, is
-//! `max_i(delta_i/2 + |residual_i|)`: at each point the truth is within
-//! `delta_i/2` of the point and the line within `|residual_i|` of it, and
-//! between points both the true relation (a TSC) and the line are linear.
-//! Outside the span the error grows with the frequency error; the sidecar
-//! records the span.
+//! A burst first gets the writer into the exchange ([`Entry`]): a kick on
+//! MSI-X vector 0 (serve), or, on ivshmem-plain, a request posted just
+//! before the writer's next control poll while the host spins. A writer
+//! with `IVT_FEAT_SYNC_SPIN` then stays, spinning for the next request
+//! (bounded by `IVT_SYNC_*`), and the host posts request after request,
+//! spinning for each answer: a round trip is two cache-line transfers,
+//! not an interrupt. The burst keeps its minimum-delta round trip; bursts
+//! repeat to follow drift; [`crate::fit`] draws the line and its bound.
 
 use std::time::{Duration, Instant};
 
+use ivtrace_region::abi;
+use ivtrace_region::protocol::Protocol;
 use ivtrace_region::region::ClockRef;
 use ivtrace_region::Region;
 
-use crate::estimator::{plausible_freq, plausible_ref_realtime, ClockEstimator};
+use crate::estimator::{plausible_freq, plausible_ref_realtime};
+use crate::fit::{Fit, PointReport};
 use crate::mapping::ClockMapping;
+use crate::realtime::Boost;
 use crate::timebase::host_now_ns;
 
-/// Exchanges per burst; the minimum-delta one is kept.
+/// Round trips per burst; the minimum-delta one is kept.
 pub const BURST: usize = 32;
-/// Busy-wait for an answer this long, then poll with sleeps.
-const SPIN: Duration = Duration::from_micros(300);
-/// Give up on an exchange after this long (lost kick, busy guest).
-const EXCHANGE_TIMEOUT: Duration = Duration::from_millis(30);
-/// A burst gives up after this many timeouts in a row.
-const MAX_TIMEOUTS_IN_A_ROW: u32 = 3;
-/// The first bursts come quickly, to have a slope early.
-const EARLY: [Duration; 3] = [
-    Duration::ZERO,
-    Duration::from_millis(500),
-    Duration::from_millis(1000),
-];
+/// A writer in the exchange answers within a round trip (about a
+/// microsecond); no answer for this long means it left (its patience or
+/// budget ran out) or its vCPU lost its host CPU.
+const ROUND_TIMEOUT: Duration = Duration::from_micros(50);
+/// After a kick, spin this long for the first answer (interrupt delivery
+/// under TCG takes 7-30 us, a millisecond or two on a loaded host), then
+/// poll with short sleeps ...
+const ENTER_SPIN: Duration = Duration::from_micros(3000);
+/// ... until this long (a lost kick, a vCPU that is not running).
+const ENTER_TIMEOUT: Duration = Duration::from_millis(30);
+/// Kicks per burst at most (each costs the guest at most
+/// `IVT_SYNC_BUDGET_NS` of spinning).
+const MAX_ENTRIES: u32 = 4;
+/// A burst gives up after this many kicks in a row went unanswered.
+const MAX_FAILED_ENTRIES: u32 = 3;
+/// The first bursts come quickly, to have a slope early: the second and
+/// third this long after the one before; so does the next after a burst in
+/// which the writer never spun (the host or its vCPU was not running).
+const SOON: Duration = Duration::from_millis(500);
+/// Bursts that come [`SOON`] at the start.
+const EARLY_BURSTS: u64 = 3;
+/// Windows a polled writer may miss in a row before the host looks for
+/// its poll time again.
+const WINDOW_TRIES: u32 = 3;
+/// A polled writer: the window opens this long before its expected entry
+/// and closes this long after it when a measured mapping places it (the
+/// writer's timer fires within a fraction of a millisecond of its time
+/// when its vCPU runs; an entry that is later waited for a host CPU, and
+/// would rarely stay on it through the round trips) ...
+const WINDOW: (Duration, Duration) = (Duration::from_micros(300), Duration::from_micros(1000));
+/// ... and when only a host that noticed an entry placed it.
+const WINDOW_ROUGH: (Duration, Duration) = (Duration::from_millis(2), Duration::from_millis(3));
+/// The share of a host CPU the host may spend spinning for a writer,
+/// beyond a first allowance: past it, the next burst or window waits (a
+/// writer whose vCPU rarely runs on time must not cost the host more).
+const SPIN_BUDGET: f64 = 0.008;
+/// Spinning allowed before the budget counts (the first bursts).
+const SPIN_ALLOWANCE: Duration = Duration::from_millis(20);
+/// A polled writer whose poll time is unknown: how often the host looks
+/// whether it answered a posted request ...
+const HUNT_EVERY: Duration = Duration::from_millis(1);
+/// ... for at most this many poll periods.
+const HUNT_PERIODS: u32 = 4;
+
+/// Wakes the writer so that it answers a sync request (MSI-X vector 0).
+pub type Kick = Box<dyn Fn() + Send>;
+
+/// How the host gets the writer into the exchange.
+pub enum Entry {
+    /// A kick (MSI-X vector 0 of ivshmem-doorbell) wakes the writer.
+    Kick(Kick),
+    /// The writer looks at the mailbox at its control poll, every `period`
+    /// (ivshmem-plain: the header's flush interval).
+    Poll { period: Duration },
+}
 
 /// One kept sample: a guest tick and the host time it corresponds to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -55,36 +102,227 @@ pub struct SyncPoint {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct SyncStats {
     pub bursts: u64,
+    /// Bursts that kept no point (the writer never answered).
+    pub bursts_failed: u64,
+    /// Requests posted (round trips tried).
     pub exchanges: u64,
     pub answered: u64,
+    /// Requests not answered in time.
     pub timeouts: u64,
+    /// Answers discarded as impossible (t3 before t2, or a guest-side gap
+    /// longer than the round trip): a hostile or broken writer.
     pub rejected: u64,
+    /// Times the writer entered the exchange (a first answer).
+    pub entries: u64,
+    /// Polled writer: windows it did not enter in.
+    pub windows_missed: u64,
     pub min_rtt_ns: Option<u64>,
+    /// Host time spent spinning for answers (the exchange's host cost).
+    pub host_spin_ns: u64,
+    /// The host spun at real-time priority (crate::realtime).
+    pub realtime: bool,
 }
 
-/// The ping-pong engine of one region.
+/// What one round trip measured.
+#[derive(Debug, Clone, Copy)]
+struct Raw {
+    t1: u64,
+    t2: u64,
+    t3: u64,
+    t4: u64,
+}
+
+/// Where a burst with a polled writer stands.
+#[derive(Debug, Clone, Copy)]
+enum Poll {
+    /// The writer's poll time is not known: the next burst starts by
+    /// posting a request and looking for its answer.
+    Unknown,
+    /// Its next poll is expected at `expect`: post just before, spin
+    /// through the window (`missed` windows so far in this burst).
+    Window { expect: Instant, missed: u32 },
+    /// Request `seq` is posted since `since`; the writer answers it at its
+    /// next poll, which tells when it polls.
+    Hunting { seq: u64, since: Instant },
+}
+
+/// A polled writer's entry this far from where the grid of its past
+/// entries puts it is off the grid (its timer keeps its phase, so a late
+/// entry is a vCPU that was not running, not a new phase) ...
+const ON_GRID: Duration = Duration::from_millis(2);
+/// ... unless this many in a row agree with each other (a new grid: the
+/// module was loaded anew).
+const REANCHOR_AFTER: u32 = 2;
+/// A mapping good enough to place a window by (its bound, ns).
+const PHASE_MAPPING_NS: u64 = 1_000_000;
+
+/// An entry of the writer into the exchange: its clock then (its answer's
+/// `t2`), and the instant of this host it was, as well as the host knows.
+#[derive(Debug, Clone, Copy)]
+struct Sighting {
+    t2: u64,
+    at: Instant,
+    /// `at` is exact (a host that spun saw it, or a measured mapping gave
+    /// it), not when a late host happened to notice.
+    exact: bool,
+}
+
+/// The writer's entries as the host learns them: the guest module enters
+/// every `period` (the header's flush interval) from a timer that keeps
+/// its phase on the guest's clock, so the grid is kept in guest ticks, and
+/// a mapping (once one is measured) puts it on this host's time.
+struct PollPhase {
+    period: Duration,
+    freq_hz: u64,
+    anchor: Option<Sighting>,
+    /// Entries seen off the grid in a row, and the last one's `t2`.
+    off_grid: (u32, Option<u64>),
+    state: Poll,
+}
+
+impl PollPhase {
+    fn new(period: Duration, freq_hz: u64) -> PollPhase {
+        PollPhase {
+            period: period.max(Duration::from_millis(1)),
+            freq_hz: freq_hz.max(1),
+            anchor: None,
+            off_grid: (0, None),
+            state: Poll::Unknown,
+        }
+    }
+
+    /// The first grid point at or after `after`; `mapping`, when good,
+    /// places the anchor exactly.
+    fn next_poll(&self, after: Instant, mapping: Option<&ClockMapping>) -> Option<Instant> {
+        let a = self.anchor?;
+        let anchor = mapping
+            .and_then(|m| instant_of(m.realtime_ns(a.t2)))
+            .unwrap_or(a.at);
+        let period = self.period;
+        let mut at = anchor + period;
+        if after > at {
+            let behind = (after - at).as_nanos() / period.as_nanos();
+            at += period * u32::try_from(behind).unwrap_or(u32::MAX / 2);
+            if at < after {
+                at += period;
+            }
+        }
+        Some(at)
+    }
+
+    /// How far writer tick `t2` is from the grid through `from` (ticks).
+    fn off_by(&self, from: u64, t2: u64) -> Duration {
+        let p = self.period.as_nanos() as i128;
+        let d = (t2 as i128 - from as i128) * 1_000_000_000 / self.freq_hz as i128;
+        let r = d.rem_euclid(p);
+        Duration::from_nanos(r.min(p - r) as u64)
+    }
+
+    /// An entry seen: on the grid it refreshes the anchor (keeping an exact
+    /// one over a rough one); off it, it is a late entry, ignored, unless
+    /// [`REANCHOR_AFTER`] in a row agree on a new grid.
+    fn seen(&mut self, s: Sighting) {
+        let Some(a) = self.anchor else {
+            self.anchor = Some(s);
+            return;
+        };
+        if self.off_by(a.t2, s.t2) <= ON_GRID {
+            if s.exact || !a.exact {
+                self.anchor = Some(s);
+            }
+            self.off_grid = (0, None);
+            return;
+        }
+        let agrees = self
+            .off_grid
+            .1
+            .is_some_and(|prev| self.off_by(prev, s.t2) <= ON_GRID);
+        let n = if agrees { self.off_grid.0 + 1 } else { 1 };
+        self.off_grid = (n, Some(s.t2));
+        if n >= REANCHOR_AFTER {
+            self.anchor = Some(s);
+            self.off_grid = (0, None);
+        }
+    }
+}
+
+/// How long before and after an expected entry its window is open.
+fn window_of(mapping: &Option<ClockMapping>) -> (Duration, Duration) {
+    match mapping {
+        Some(_) => WINDOW,
+        None => WINDOW_ROUGH,
+    }
+}
+
+/// How long before an expected entry its window opens.
+fn lead(mapping: &Option<ClockMapping>) -> Duration {
+    window_of(mapping).0
+}
+
+/// The instant of this host at host time `ns` (None if far from now).
+fn instant_of(ns: i128) -> Option<Instant> {
+    let (now, now_ns) = (Instant::now(), host_now_ns() as i128);
+    let d = ns - now_ns;
+    let dur = Duration::from_nanos(
+        u64::try_from(d.unsigned_abs())
+            .ok()
+            .filter(|&n| n < 3_600_000_000_000)?,
+    );
+    if d >= 0 {
+        now.checked_add(dur)
+    } else {
+        now.checked_sub(dur)
+    }
+}
+
+/// The clock exchange of one region.
 pub struct PingPong {
     header: ClockRef,
     seq: u64,
     points: Vec<SyncPoint>,
     pub stats: SyncStats,
+    started_ns: u64,
     started: Instant,
+    /// When [`PingPong::step`] must run next.
     next_due: Instant,
+    /// When the next burst is due (the schedule).
+    next_burst: Instant,
     interval: Duration,
+    /// The writer spins in the exchange (`IVT_FEAT_SYNC_SPIN`).
+    spins: bool,
+    kick: Option<Kick>,
+    poll: Option<PollPhase>,
+    /// The writer's `resp_spun` when recording started, and lately.
+    writer_spun: (u64, u64),
 }
 
 impl PingPong {
     /// `interval`: time between bursts after the first three.
-    pub fn new(region: &Region, interval: Duration) -> PingPong {
+    pub fn new(region: &Region, entry: Entry, interval: Duration) -> PingPong {
         let now = Instant::now();
+        let header = region.header();
+        let spun = region.protocol().sync_writer_spun();
+        let (kick, poll) = match entry {
+            Entry::Kick(k) => (Some(k), None),
+            Entry::Poll { period } => (
+                None,
+                Some(PollPhase::new(period, plausible_freq(header.clock.freq_hz))),
+            ),
+        };
         PingPong {
-            header: region.header().clock,
+            header: header.clock,
             seq: region.protocol().last_sync_request(),
             points: Vec::new(),
             stats: SyncStats::default(),
             started: now,
+            started_ns: host_now_ns(),
             next_due: now,
+            next_burst: now,
             interval: interval.max(Duration::from_millis(100)),
+            spins: header.features & abi::IVT_FEAT_SYNC_SPIN != 0,
+            kick,
+            poll,
+            writer_spun: (spun, spun),
         }
     }
 
@@ -92,212 +330,458 @@ impl PingPong {
         &self.points
     }
 
-    /// Time left until the next burst is due.
+    /// True when the writer stays in the exchange, spinning.
+    pub fn spins(&self) -> bool {
+        self.spins
+    }
+
+    /// True when the writer is met at its control poll (no kick).
+    pub fn polled(&self) -> bool {
+        self.poll.is_some()
+    }
+
+    /// Time left until [`PingPong::step`] is due.
     pub fn until_due(&self) -> Duration {
         self.next_due.saturating_duration_since(Instant::now())
     }
 
-    pub fn due(&self) -> bool {
-        Instant::now() >= self.next_due
+    /// Schedules the next burst after one ended (`spun`: the writer
+    /// answered round trips while spinning).
+    fn schedule(&mut self, spun: bool) {
+        self.stats.bursts += 1;
+        let soon = self.stats.bursts < EARLY_BURSTS || !spun;
+        let wanted = Instant::now() + if soon { SOON } else { self.interval };
+        self.next_burst = wanted.max(self.budget_allows());
+        self.next_due = self.next_burst;
+        let mapping = self.phase_mapping();
+        let after = self.next_burst + lead(&mapping);
+        let next = self
+            .poll
+            .as_ref()
+            .and_then(|p| p.next_poll(after, mapping.as_ref()));
+        if let Some(expect) = next {
+            let expect = self.within_budget(expect, &mapping);
+            self.set_poll(Poll::Window { expect, missed: 0 });
+            self.next_due = expect - lead(&mapping);
+        }
     }
 
-    fn schedule(&mut self) {
-        let n = self.stats.bursts as usize;
-        self.next_due = match EARLY.get(n) {
-            Some(&d) => self.started + d,
-            None => Instant::now() + self.interval,
-        };
-    }
-
-    /// One exchange; `kick` wakes the guest (MSI-X vector 0).
-    fn exchange(&mut self, region: &Region, kick: &dyn Fn()) -> Option<SyncPoint> {
-        self.stats.exchanges += 1;
+    fn next_seq(&mut self) -> u64 {
         self.seq = self.seq.wrapping_add(1).max(1);
-        let seq = self.seq;
+        self.seq
+    }
+
+    /// Posts a new request at t1 (and kicks, if given); its number.
+    fn post(&mut self, host: Protocol, kick: Option<&Kick>) -> (u64, u64) {
+        let seq = self.next_seq();
+        self.stats.exchanges += 1;
         let t1 = host_now_ns();
-        let host = region.protocol();
         host.request_sync(seq, t1);
-        kick();
+        if let Some(k) = kick {
+            k();
+        }
+        (seq, t1)
+    }
+
+    /// Waits for the answer to `seq`: spins until `spin`, then sleeps 50 us
+    /// at a time until `limit`. (t2, t3, t4).
+    fn await_answer(
+        &mut self,
+        host: Protocol,
+        seq: u64,
+        limit: Duration,
+        spin: Duration,
+    ) -> Option<(u64, u64, u64)> {
         let start = Instant::now();
-        let (t2, t3) = loop {
-            if let Some(answer) = host.sync_answer(seq) {
-                break answer;
+        let spun = |waited: Duration| waited.min(spin).as_nanos() as u64;
+        loop {
+            if let Some((t2, t3)) = host.sync_answer(seq) {
+                let t4 = host_now_ns();
+                self.stats.answered += 1;
+                self.stats.host_spin_ns += spun(start.elapsed());
+                return Some((t2, t3, t4));
             }
             let waited = start.elapsed();
-            if waited >= EXCHANGE_TIMEOUT {
-                self.stats.timeouts += 1;
+            if waited >= limit {
+                self.stats.host_spin_ns += spun(waited);
                 return None;
             }
-            if waited < SPIN {
+            if waited < spin {
                 std::hint::spin_loop();
             } else {
-                std::thread::sleep(Duration::from_micros(100));
+                std::thread::sleep(Duration::from_micros(50));
             }
-        };
-        let t4 = host_now_ns();
-        self.stats.answered += 1;
-        let freq = plausible_freq(self.header.freq_hz);
-        // Hostile or broken answers: t3 before t2, or a guest-side gap of
-        // more than the whole exchange.
-        let guest_gap_ns = (t3.checked_sub(t2)? as u128 * 1_000_000_000 / freq as u128) as u64;
-        let rtt = t4.saturating_sub(t1);
-        if guest_gap_ns > rtt {
-            self.stats.rejected += 1;
-            return None;
         }
-        Some(SyncPoint {
-            guest_ticks: t2 + (t3 - t2) / 2,
-            host_ns: t1 + rtt / 2,
-            rtt_ns: rtt - guest_gap_ns,
-        })
     }
 
-    /// A burst: up to [`BURST`] exchanges, keeps the minimum-delta one.
-    /// Schedules the next burst.
-    pub fn burst(&mut self, region: &Region, kick: &dyn Fn()) -> Option<SyncPoint> {
-        let mut best: Option<SyncPoint> = None;
-        let mut timeouts_in_a_row = 0;
-        for _ in 0..BURST {
-            match self.exchange(region, kick) {
-                Some(p) => {
-                    timeouts_in_a_row = 0;
-                    if best.is_none_or(|b| p.rtt_ns < b.rtt_ns) {
-                        best = Some(p);
-                    }
-                }
-                None => {
-                    timeouts_in_a_row += 1;
-                    if timeouts_in_a_row >= MAX_TIMEOUTS_IN_A_ROW {
-                        break;
-                    }
-                }
+    /// One round trip with a writer that is in the exchange.
+    fn round_trip(&mut self, host: Protocol) -> Option<Raw> {
+        let (seq, t1) = self.post(host, None);
+        let Some((t2, t3, t4)) = self.await_answer(host, seq, ROUND_TIMEOUT, ROUND_TIMEOUT) else {
+            self.stats.timeouts += 1;
+            return None;
+        };
+        Some(Raw { t1, t2, t3, t4 })
+    }
+
+    /// The sample of a round trip, or None (counted) for an impossible
+    /// answer: t3 before t2, or a guest-side gap longer than the round trip.
+    fn sample(&mut self, r: Raw) -> Option<SyncPoint> {
+        let freq = plausible_freq(self.header.freq_hz) as u128;
+        let point = r.t3.checked_sub(r.t2).and_then(|gap| {
+            let gap_ns = u64::try_from(gap as u128 * 1_000_000_000 / freq).ok()?;
+            let rtt = r.t4.checked_sub(r.t1)?;
+            Some(SyncPoint {
+                guest_ticks: r.t2 + gap / 2,
+                host_ns: r.t1 + rtt / 2,
+                rtt_ns: rtt.checked_sub(gap_ns)?,
+            })
+        });
+        if point.is_none() {
+            self.stats.rejected += 1;
+        }
+        point
+    }
+
+    /// Keeps `p` if it is the burst's fastest so far.
+    fn consider(best: &mut Option<SyncPoint>, p: Option<SyncPoint>) {
+        if let Some(p) = p {
+            if best.is_none_or(|b| p.rtt_ns < b.rtt_ns) {
+                *best = Some(p);
             }
         }
-        self.stats.bursts += 1;
-        self.schedule();
-        if let Some(p) = best {
-            self.stats.min_rtt_ns =
-                Some(self.stats.min_rtt_ns.map_or(p.rtt_ns, |m| m.min(p.rtt_ns)));
-            self.points.push(p);
+    }
+
+    /// Round trips while the writer stays, up to `left`; how many answered.
+    /// The thread runs lifted meanwhile (crate::realtime): tens of
+    /// microseconds, in which losing the CPU would lose the writer.
+    fn rounds(&mut self, host: Protocol, left: usize, best: &mut Option<SyncPoint>) -> usize {
+        let boost = Boost::lift();
+        self.stats.realtime |= boost.lifted();
+        let mut n = 0;
+        while n < left {
+            let Some(raw) = self.round_trip(host) else {
+                break;
+            };
+            n += 1;
+            let p = self.sample(raw);
+            Self::consider(best, p);
+        }
+        n
+    }
+
+    /// A burst with a kicked writer: kick, wait for the first answer, then
+    /// round trips while it spins; kicks again if it left early (a writer
+    /// without `IVT_FEAT_SYNC_SPIN` answers once per kick).
+    fn kick_burst(&mut self, region: &Region) -> (Option<SyncPoint>, bool) {
+        let host = region.protocol();
+        let kick = self.kick.take();
+        let max_entries = if self.spins {
+            MAX_ENTRIES
+        } else {
+            BURST as u32
+        };
+        let (mut best, mut answered, mut entries, mut failed) = (None, 0usize, 0u32, 0u32);
+        let mut spun = false;
+        while answered < BURST && entries < max_entries && failed < MAX_FAILED_ENTRIES {
+            entries += 1;
+            let (seq, t1) = self.post(host, kick.as_ref());
+            let Some((t2, t3, t4)) = self.await_answer(host, seq, ENTER_TIMEOUT, ENTER_SPIN) else {
+                self.stats.timeouts += 1;
+                failed += 1;
+                continue;
+            };
+            failed = 0;
+            self.stats.entries += 1;
+            answered += 1;
+            let p = self.sample(Raw { t1, t2, t3, t4 });
+            Self::consider(&mut best, p);
+            if self.spins {
+                let n = self.rounds(host, BURST - answered, &mut best);
+                answered += n;
+                spun |= n > 0;
+            }
+        }
+        self.kick = kick;
+        (best, spun || !self.spins)
+    }
+
+    /// Runs what is due: a burst (kicked writer), or the next step of one
+    /// with a polled writer. The point a finished burst kept, if any.
+    pub fn step(&mut self, region: &Region) -> Option<SyncPoint> {
+        self.writer_spun.1 = region.protocol().sync_writer_spun();
+        if self.poll.is_none() {
+            let (best, spun) = self.kick_burst(region);
+            return self.burst_done(best, spun);
+        }
+        self.poll_step(region)
+    }
+
+    fn burst_done(&mut self, best: Option<SyncPoint>, spun: bool) -> Option<SyncPoint> {
+        self.schedule(spun);
+        match best {
+            Some(p) => {
+                self.stats.min_rtt_ns =
+                    Some(self.stats.min_rtt_ns.map_or(p.rtt_ns, |m| m.min(p.rtt_ns)));
+                self.points.push(p);
+            }
+            None => self.stats.bursts_failed += 1,
         }
         best
     }
 
-    /// The mapping from the points so far (header reference if none).
+    /// One step of a burst with a polled writer.
+    fn poll_step(&mut self, region: &Region) -> Option<SyncPoint> {
+        let state = self.poll.as_ref().expect("a polled writer").state;
+        match state {
+            Poll::Unknown => {
+                let (seq, _) = self.post(region.protocol(), None);
+                self.set_poll(Poll::Hunting {
+                    seq,
+                    since: Instant::now(),
+                });
+                self.next_due = Instant::now() + HUNT_EVERY;
+                None
+            }
+            Poll::Hunting { seq, since } => self.hunt(region, seq, since),
+            Poll::Window { expect, missed } => self.window(region, expect, missed),
+        }
+    }
+
+    fn set_poll(&mut self, state: Poll) {
+        if let Some(p) = self.poll.as_mut() {
+            p.state = state;
+        }
+    }
+
+    /// Looks whether the writer answered the posted request: its poll
+    /// time, roughly (within [`HUNT_EVERY`]), and the next window.
+    fn hunt(&mut self, region: &Region, seq: u64, since: Instant) -> Option<SyncPoint> {
+        if let Some((t2, _)) = region.protocol().sync_answer(seq) {
+            self.stats.answered += 1;
+            let now = Instant::now();
+            let rough = now.checked_sub(HUNT_EVERY / 2).unwrap_or(now);
+            let mapping = self.phase_mapping();
+            let at = mapping.as_ref().and_then(|m| instant_of(m.realtime_ns(t2)));
+            let phase = self.poll.as_mut().expect("a polled writer");
+            phase.seen(Sighting {
+                t2,
+                at: at.unwrap_or(rough),
+                exact: at.is_some(),
+            });
+            let expect = phase
+                .next_poll(now + lead(&mapping), mapping.as_ref())
+                .expect("just seen");
+            phase.state = Poll::Window { expect, missed: 0 };
+            self.next_due = expect - lead(&mapping);
+            return None;
+        }
+        let phase = self.poll.as_mut().expect("a polled writer");
+        if since.elapsed() < phase.period * HUNT_PERIODS {
+            self.next_due = Instant::now() + HUNT_EVERY;
+            return None;
+        }
+        self.stats.timeouts += 1;
+        phase.state = Poll::Unknown;
+        self.burst_done(None, false)
+    }
+
+    /// The mapping so far if it is good enough to place a window by.
+    fn phase_mapping(&self) -> Option<ClockMapping> {
+        let fit = Fit::new(&self.points, plausible_freq(self.header.freq_hz))?;
+        let m = fit.mapping_over(self.started_ns, host_now_ns());
+        (!m.coarse && m.error_ns <= PHASE_MAPPING_NS).then_some(m)
+    }
+
+    /// Posts a request at the window's start and spins through it; the
+    /// writer enters at its poll, then round trips while it spins. A missed
+    /// window is tried again at the next poll (the host may have been late,
+    /// not wrong), then the host looks for the poll time again.
+    fn window(&mut self, region: &Region, expect: Instant, missed: u32) -> Option<SyncPoint> {
+        let host = region.protocol();
+        let boost = Boost::lift();
+        self.stats.realtime |= boost.lifted();
+        let after = window_of(&self.phase_mapping()).1;
+        let (seq, t1) = self.post(host, None);
+        let open = expect.saturating_duration_since(Instant::now()) + after;
+        let Some((t2, t3, t4)) = self.await_answer(host, seq, open, open) else {
+            self.window_missed(seq, missed + 1);
+            return None;
+        };
+        let entered = Instant::now();
+        self.stats.entries += 1;
+        let mut best = None;
+        let p = self.sample(Raw { t1, t2, t3, t4 });
+        Self::consider(&mut best, p);
+        let spun = self.spins && self.rounds(host, BURST - 1, &mut best) > 0;
+        // A host that spun through round trips was running when the writer
+        // entered; otherwise it may have noticed late.
+        let mapped = self
+            .phase_mapping()
+            .and_then(|m| instant_of(m.realtime_ns(t2)));
+        let sighting = match (spun, mapped) {
+            (true, _) => Sighting {
+                t2,
+                at: entered,
+                exact: true,
+            },
+            (false, Some(at)) => Sighting {
+                t2,
+                at,
+                exact: true,
+            },
+            (false, None) => Sighting {
+                t2,
+                at: entered,
+                exact: false,
+            },
+        };
+        if let Some(phase) = self.poll.as_mut() {
+            phase.seen(sighting);
+        }
+        self.burst_done(best, spun || !self.spins)
+    }
+
+    /// When the host's spinning so far is back within [`SPIN_BUDGET`] of
+    /// the time recorded.
+    fn budget_allows(&self) -> Instant {
+        let spent = Duration::from_nanos(self.stats.host_spin_ns).saturating_sub(SPIN_ALLOWANCE);
+        self.started + spent.div_f64(SPIN_BUDGET)
+    }
+
+    /// `expect`, or the first entry after it at which the host's spinning
+    /// is back within [`SPIN_BUDGET`].
+    fn within_budget(&self, expect: Instant, mapping: &Option<ClockMapping>) -> Instant {
+        let allowed_from = self.budget_allows();
+        match self.poll.as_ref() {
+            Some(p) if allowed_from > expect => p
+                .next_poll(allowed_from + lead(mapping), mapping.as_ref())
+                .unwrap_or(expect),
+            _ => expect,
+        }
+    }
+
+    fn window_missed(&mut self, seq: u64, missed: u32) {
+        self.stats.windows_missed += 1;
+        let now = Instant::now();
+        let mapping = self.phase_mapping();
+        let phase = self.poll.as_mut().expect("a polled writer");
+        match phase.next_poll(now + lead(&mapping), mapping.as_ref()) {
+            Some(expect) if missed < WINDOW_TRIES => {
+                let expect = self.within_budget(expect, &mapping);
+                self.set_poll(Poll::Window { expect, missed });
+                self.next_due = expect - lead(&mapping);
+            }
+            _ => {
+                phase.state = Poll::Hunting { seq, since: now };
+                self.next_due = now + HUNT_EVERY;
+            }
+        }
+    }
+
+    /// A last burst at the end of the recording, when the writer can still
+    /// answer: a kicked writer at once, a polled one at its next window (if
+    /// its poll time is known).
+    pub fn last_burst(&mut self, region: &Region) {
+        self.writer_spun.1 = region.protocol().sync_writer_spun();
+        if self.poll.is_none() {
+            self.step(region);
+            return;
+        }
+        let Some(Poll::Window { .. }) = self.poll.as_ref().map(|p| p.state) else {
+            return;
+        };
+        let mapping = self.phase_mapping();
+        let phase = self.poll.as_mut().expect("a polled writer");
+        let Some(expect) = phase.next_poll(Instant::now() + lead(&mapping), mapping.as_ref())
+        else {
+            return;
+        };
+        std::thread::sleep(expect.saturating_duration_since(Instant::now() + lead(&mapping)));
+        self.window(region, expect, WINDOW_TRIES);
+    }
+
+    /// The line through the points so far and its bound over the recording
+    /// until now (header reference, coarse, if there is no point).
     pub fn mapping(&self) -> ClockMapping {
-        fit(&self.points, self.header)
+        match Fit::new(&self.points, plausible_freq(self.header.freq_hz)) {
+            Some(fit) => fit.mapping_over(self.started_ns, host_now_ns()),
+            None => self.no_answer_mapping(),
+        }
     }
-}
 
-/// Drops points whose round trip is far above the best one (a burst that
-/// only saw slow answers), keeping at least two.
-fn filtered(points: &[SyncPoint]) -> Vec<SyncPoint> {
-    let Some(min) = points.iter().map(|p| p.rtt_ns).min() else {
-        return Vec::new();
-    };
-    let limit = (3 * min).max(min + 50_000);
-    let kept: Vec<SyncPoint> = points
-        .iter()
-        .copied()
-        .filter(|p| p.rtt_ns <= limit)
-        .collect();
-    if kept.len() >= 2 || points.len() < 2 {
-        return kept;
-    }
-    let mut by_rtt = points.to_vec();
-    by_rtt.sort_by_key(|p| p.rtt_ns);
-    by_rtt.truncate(2);
-    by_rtt.sort_by_key(|p| p.guest_ticks);
-    by_rtt
-}
-
-/// Least-squares line `host_ns = a * guest_ticks + b` through the points,
-/// as a [`ClockMapping`] with its error bound (module docs).
-pub fn fit(points: &[SyncPoint], header: ClockRef) -> ClockMapping {
-    let pts = filtered(points);
-    let header_freq = plausible_freq(header.freq_hz);
-    let Some(first) = pts.first() else {
-        return ClockMapping {
-            freq_hz: header_freq,
-            ref_ticks: header.ref_ticks,
-            ref_realtime_ns: plausible_ref_realtime(header.ref_realtime_ns),
+    fn no_answer_mapping(&self) -> ClockMapping {
+        ClockMapping {
+            freq_hz: plausible_freq(self.header.freq_hz),
+            ref_ticks: self.header.ref_ticks,
+            ref_realtime_ns: plausible_ref_realtime(self.header.ref_realtime_ns),
             error_ns: 1_000_000,
             method: "header-reference (no sync answer)".into(),
             coarse: true,
             samples: 0,
-        };
-    };
-    let (x0, y0) = (first.guest_ticks, first.host_ns);
-    let n = pts.len() as f64;
-    let xs: Vec<f64> = pts
-        .iter()
-        .map(|p| (p.guest_ticks as i128 - x0 as i128) as f64)
-        .collect();
-    let ys: Vec<f64> = pts
-        .iter()
-        .map(|p| (p.host_ns as i128 - y0 as i128) as f64)
-        .collect();
-    let mx = xs.iter().sum::<f64>() / n;
-    let my = ys.iter().sum::<f64>() / n;
-    let sxx: f64 = xs.iter().map(|x| (x - mx) * (x - mx)).sum();
-    let sxy: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - mx) * (y - my)).sum();
-    let (freq, method, coarse) = if pts.len() >= 2 && sxx > 0.0 && sxy > 0.0 {
-        let f = (1e9 * sxx / sxy).round();
-        if (1e3..=1e11).contains(&f) {
-            (f as u64, "pingpong-fit", false)
-        } else {
-            (
-                header_freq,
-                "pingpong (implausible slope; header frequency)",
-                true,
-            )
         }
-    } else {
-        (header_freq, "pingpong-1point (header frequency)", true)
-    };
-    let mut m = ClockMapping {
-        freq_hz: freq,
-        ref_ticks: (x0 as i128 + mx.round() as i128).clamp(0, u64::MAX as i128) as u64,
-        ref_realtime_ns: (y0 as i128 + my.round() as i128).clamp(0, u64::MAX as i128) as u64,
-        error_ns: 0,
-        method: method.into(),
-        coarse,
-        samples: pts.len() as u32,
-    };
-    // Residuals with the rounded frequency and reference, as written.
-    let bound = pts
-        .iter()
-        .map(|p| {
-            let resid = (m.realtime_ns(p.guest_ticks) - p.host_ns as i128).unsigned_abs();
-            (p.rtt_ns / 2) as u128 + resid
-        })
-        .max()
-        .unwrap_or(0);
-    m.error_ns = (bound + 1).min(u64::MAX as u128) as u64;
-    m
+    }
+
+    /// Writer time spent in the exchange since the recording started.
+    fn writer_spin_ns(&self) -> u64 {
+        let ticks = self.writer_spun.1.wrapping_sub(self.writer_spun.0);
+        let freq = plausible_freq(self.header.freq_hz) as u128;
+        u64::try_from(ticks as u128 * 1_000_000_000 / freq).unwrap_or(u64::MAX)
+    }
+
+    /// What the sidecar says about the exchange.
+    pub fn report(&self) -> SyncReport {
+        let fit = Fit::new(&self.points, plausible_freq(self.header.freq_hz));
+        let points = fit.as_ref().map(Fit::points).unwrap_or_default();
+        let q = crate::fit::quantiles(&points);
+        SyncReport {
+            entry: if self.poll.is_some() { "poll" } else { "kick" },
+            spinning_writer: self.spins,
+            stats: self.stats,
+            span_ns: span_ns(&self.points),
+            points_bound_p50_ns: q.map(|q| q.0),
+            points_bound_p90_ns: q.map(|q| q.1),
+            points_bound_max_ns: q.map(|q| q.2),
+            span_bound_ns: fit.as_ref().map(|f| f.mapping.error_ns),
+            writer_spin_ns: self.writer_spin_ns(),
+            poll_period_ns: self.poll.as_ref().map(|p| p.period.as_nanos() as u64),
+            points,
+        }
+    }
 }
 
-/// Span of host time the points cover (the bound holds inside it).
+/// The exchange as the sidecar's `clock_sync.pingpong` says it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SyncReport {
+    /// "kick" (serve with doorbells) or "poll" (ivshmem-plain).
+    pub entry: &'static str,
+    pub spinning_writer: bool,
+    pub stats: SyncStats,
+    /// Host time between the first and the last point.
+    pub span_ns: u64,
+    /// The points' own bounds (`rtt/2 + |residual|`): median, 90th
+    /// percentile, largest.
+    pub points_bound_p50_ns: Option<u64>,
+    pub points_bound_p90_ns: Option<u64>,
+    pub points_bound_max_ns: Option<u64>,
+    /// The bound inside the points' span (the mapping's over the whole
+    /// recording is the clock's `error_ns`).
+    pub span_bound_ns: Option<u64>,
+    /// A polled writer's entry period.
+    pub poll_period_ns: Option<u64>,
+    /// Writer time spent in the exchange since the recording started (its
+    /// cost; from `resp_spun`, on the writer's clock).
+    pub writer_spin_ns: u64,
+    pub points: Vec<PointReport>,
+}
+
+/// Span of host time the points cover.
 pub fn span_ns(points: &[SyncPoint]) -> u64 {
-    match (points.first(), points.last()) {
-        (Some(a), Some(b)) => b.host_ns.saturating_sub(a.host_ns),
+    let lo = points.iter().map(|p| p.host_ns).min();
+    let hi = points.iter().map(|p| p.host_ns).max();
+    match (lo, hi) {
+        (Some(a), Some(b)) => b - a,
         _ => 0,
-    }
-}
-
-/// [`ClockEstimator`] over a finished set of points (the drain loop owns
-/// the [`PingPong`] engine and hands over its points).
-pub struct PingPongEstimate {
-    pub header: ClockRef,
-    pub points: Vec<SyncPoint>,
-}
-
-impl ClockEstimator for PingPongEstimate {
-    fn initial(&self) -> ClockMapping {
-        fit(&self.points, self.header)
-    }
-    fn finish(&mut self) -> ClockMapping {
-        fit(&self.points, self.header)
     }
 }
 
@@ -305,68 +789,58 @@ impl ClockEstimator for PingPongEstimate {
 mod tests {
     use super::*;
 
-    fn pt(g: u64, h: u64, rtt: u64) -> SyncPoint {
-        SyncPoint {
-            guest_ticks: g,
-            host_ns: h,
-            rtt_ns: rtt,
-        }
-    }
-
-    /// Points from a known line host = 1.7e18 + (g - 5e12) / 2.3 (2.3 GHz),
-    /// each off by up to rtt/2.
     #[test]
-    fn fit_recovers_a_known_line_within_its_bound() {
-        let truth =
-            |g: u64| 1_700_000_000_000_000_000i128 + (g as i128 - 5_000_000_000_000) * 10 / 23;
-        let mut pts = Vec::new();
-        for i in 0..20u64 {
-            let g = 5_000_000_000_000 + i * 2_300_000_000 * 5; // every 5 s
-            let err = [(7i128), -9, 3, 0, -4][i as usize % 5] * 1000; // up to 9 us
-            pts.push(pt(g, (truth(g) + err) as u64, 20_000));
-        }
-        let m = fit(&pts, ClockRef::default());
-        assert_eq!(m.method, "pingpong-fit");
-        assert!(!m.coarse);
-        assert!(
-            (m.freq_hz as f64 - 2.3e9).abs() / 2.3e9 < 5e-6,
-            "{}",
-            m.freq_hz
-        );
-        for p in &pts {
-            let e = (m.realtime_ns(p.guest_ticks) - truth(p.guest_ticks)).unsigned_abs();
-            assert!(e as u64 <= m.error_ns, "error {e} > bound {}", m.error_ns);
-        }
-        assert!(m.error_ns < 40_000, "bound {}", m.error_ns);
-    }
-
-    #[test]
-    fn one_point_uses_the_header_frequency_and_is_coarse() {
-        let h = ClockRef {
-            freq_hz: 2_000_000_000,
-            ..Default::default()
+    fn the_next_entry_is_on_the_grid_of_the_past_ones() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // a 1 GHz writer clock: t2 in nanoseconds
+        let at = |m: u64| Sighting {
+            t2: 7_000_000_000 + m * 1_000_000,
+            at: t0 + ms(m),
+            exact: true,
         };
-        let m = fit(&[pt(1000, 5_000, 400)], h);
-        assert!(m.coarse);
-        assert_eq!(
-            (m.freq_hz, m.ref_ticks, m.ref_realtime_ns),
-            (2_000_000_000, 1000, 5_000)
-        );
-        assert_eq!(m.error_ns, 201);
-        let none = fit(&[], h);
-        assert!(none.coarse && none.samples == 0);
+        let mut p = PollPhase::new(ms(100), 1_000_000_000);
+        assert_eq!(p.next_poll(t0, None), None);
+        p.seen(at(0));
+        assert_eq!(p.next_poll(t0, None), Some(t0 + ms(100)));
+        assert_eq!(p.next_poll(t0 + ms(1234), None), Some(t0 + ms(1300)));
+        // jitter on the grid moves the anchor
+        p.seen(at(501));
+        assert_eq!(p.next_poll(t0 + ms(1234), None), Some(t0 + ms(1301)));
+        // a late entry (its vCPU was not running) does not, whenever the
+        // host noticed it
+        p.seen(Sighting {
+            at: t0 + ms(790),
+            ..at(760)
+        });
+        assert_eq!(p.next_poll(t0 + ms(1234), None), Some(t0 + ms(1301)));
+        // a rough sighting on the grid does not replace an exact anchor
+        p.seen(Sighting {
+            at: t0 + ms(935),
+            exact: false,
+            ..at(901)
+        });
+        assert_eq!(p.next_poll(t0 + ms(1234), None), Some(t0 + ms(1301)));
+        // two in a row on another grid: the module started anew
+        p.seen(at(2060));
+        assert_eq!(p.next_poll(t0 + ms(2061), None), Some(t0 + ms(2101)));
+        p.seen(at(2160));
+        assert_eq!(p.next_poll(t0 + ms(2161), None), Some(t0 + ms(2260)));
+        // hostile t2 values cost the writer its own windows, nothing more
+        for t2 in [0, u64::MAX, u64::MAX / 3] {
+            p.seen(Sighting { t2, ..at(2170) });
+            assert!(p.next_poll(t0 + ms(2171), None).is_some());
+        }
     }
 
     #[test]
-    fn slow_bursts_are_filtered_and_hostile_points_do_not_panic() {
-        let pts = [
-            pt(0, 0, 10_000),
-            pt(1_000_000, 500_000, 10_000_000),
-            pt(2_000_000, 1_000_000, 12_000),
-        ];
-        assert_eq!(filtered(&pts).len(), 2);
-        let hostile = [pt(u64::MAX, 0, u64::MAX), pt(0, u64::MAX, 0), pt(7, 7, 0)];
-        let m = fit(&hostile, ClockRef::default());
-        let _ = (m.ctf_offset(), m.precision_cycles());
+    fn the_span_is_from_the_earliest_to_the_latest_point() {
+        let p = |h| SyncPoint {
+            guest_ticks: 0,
+            host_ns: h,
+            rtt_ns: 0,
+        };
+        assert_eq!(span_ns(&[p(30), p(10), p(20)]), 20);
+        assert_eq!(span_ns(&[]), 0);
     }
 }

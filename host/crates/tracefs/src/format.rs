@@ -65,6 +65,19 @@ impl FieldFmt {
         // `char name[16]`, and a dynamic string's `__data_loc char[] name`.
         t.starts_with("char ") || t.starts_with("char[")
     }
+
+    /// The field's value in record `rec` as an unsigned integer (little
+    /// endian, sizes 1 to 8, not an array); None when the record is too
+    /// short for it or the field is no plain integer.
+    pub fn uint(&self, rec: &[u8]) -> Option<u64> {
+        if self.array.is_some() || self.data_loc || !(1..=8).contains(&self.size) {
+            return None;
+        }
+        let bytes = rec.get(self.offset..self.offset.checked_add(self.size)?)?;
+        let mut b = [0u8; 8];
+        b[..self.size].copy_from_slice(bytes);
+        Some(u64::from_le_bytes(b))
+    }
 }
 
 /// One event's format.

@@ -60,6 +60,9 @@ pub const EVENTS: &[(&str, &str)] = &[
     ("kvm", "kvm_exit"),
     ("kvm", "kvm_entry"),
     ("kvm", "kvm_hypercall"),
+    // KVM's changes of a vCPU's TSC offset (crate::kvmtsc): the versions of
+    // the guest's clock mapping.
+    ("kvm", "kvm_write_tsc_offset"),
 ];
 /// Class ids of host kernel events start here (serve's own use 0..).
 pub const FIRST_CLASS_ID: u32 = 100;

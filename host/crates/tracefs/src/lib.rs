@@ -8,13 +8,15 @@
 //! from the format files, so pages of another kernel decode with that
 //! kernel's files. [`host`] records this host's events for a recording
 //! (the QEMU's vCPU threads, kvm_*) into the host trace, `DIR/host/`, with
-//! a [`statedump`] of the QEMU's threads (tid, pid, name); [`relay`]
+//! a [`statedump`] of the QEMU's threads (tid, pid, name); [`kvmtsc`]
+//! reads KVM's TSC offset changes for the versioned guest clock; [`relay`]
 //! decodes the guest's ftrace pages, relayed through the region, into the
 //! guest's kernel trace with the guest's own format files.
 
 pub mod decode;
 pub mod format;
 pub mod host;
+pub mod kvmtsc;
 pub mod page;
 pub mod relay;
 pub mod statedump;

@@ -195,6 +195,87 @@ fn kvm_records_decode_with_the_running_kernels_layout() {
     assert_eq!(p, [3, 0, 0, 0, 0, 0x10, 0, 0, 0, 0, 0, 0, 1]);
 }
 
+/// kvm_write_tsc_offset records built from this host's format file, on a
+/// page, walked and read as writes: the versioned mapping follows them (a
+/// guest reset of its TSC on vCPU 0, then vCPU 1 following), and a record
+/// whose `previous` is not the offset in force is counted, not applied.
+#[test]
+fn tsc_offset_writes_on_a_page_version_the_guest_clock() {
+    use ivtrace_time::kvm::{HostSample, VcpuTsc};
+    use ivtrace_time::versioned::{HostTscLine, VersionedTsc};
+    use ivtrace_tracefs::kvmtsc::tsc_write;
+
+    let f = fmt("kvm", "kvm_write_tsc_offset.format");
+    let (d, classes) = Decoder::new(&[(f.clone(), 104)]);
+    assert_eq!(classes[0].name, "kvm_write_tsc_offset");
+    // Host: a 2.5 GHz TSC; host ns t0 at TSC 1e12 (page times are host ns here).
+    let t0 = 5_000_000_000u64;
+    let a = HostSample {
+        tsc: 1_000_000_000_000,
+        ns: t0,
+        gap_ticks: 10,
+    };
+    let b = HostSample {
+        tsc: a.tsc + 25_000_000_000,
+        ns: t0 + 10_000_000_000,
+        gap_ticks: 10,
+    };
+    let line = HostTscLine::through(a, b).unwrap();
+    let start = VcpuTsc {
+        offset: -(a.tsc as i64),
+        ratio: 1 << 48,
+        frac_bits: 48,
+    };
+    let mut m = VersionedTsc::new(line, t0, &[(0, start), (1, start)]).unwrap();
+    // 1 s in, vCPU 0's TSC is written back to 0 (the guest's write of
+    // IA32_TSC at reset); vCPU 1 follows 2 us later; then a bogus record.
+    let w1 = t0 + 1_000_000_000;
+    let reset = 0u64.wrapping_sub(line.tsc_at(w1).unwrap());
+    let prev = start.offset as u64;
+    let hp = header_page();
+    let mut page = PageBuilder::new(hp, 4096, t0);
+    let rec = |vcpu: u64, p: u64, n: u64| {
+        let r = [
+            ("vcpu_id", vcpu),
+            ("previous_tsc_offset", p),
+            ("next_tsc_offset", n),
+        ];
+        build_record(&f, 4242, &r, &[])
+    };
+    page.record(w1, &rec(0, prev, reset), false);
+    page.record(w1 + 2_000, &rec(1, prev, reset), false);
+    page.record(w1 + 3_000, &rec(1, 12345, 0), false);
+    let page = page.finish();
+    let mut rejected = Vec::new();
+    walk(&page, &hp, |ts, r| {
+        assert_eq!(
+            d.decode(r).unwrap().class_id,
+            104,
+            "the host trace gets it too"
+        );
+        let w = tsc_write(&f, ts, r).expect("a kvm_write_tsc_offset record");
+        if let Err(e) = m.apply(&w) {
+            rejected.push(e);
+        }
+    });
+    assert_eq!(rejected.len(), 1, "the record from an offset not in force");
+    assert_eq!(m.writes_rejected, 1);
+    assert_eq!((m.versions(0).len(), m.versions(1).len()), (2, 2));
+    // A guest tick 0.5 s after the reset (1.25e9 ticks) is host t0 + 1.5 s,
+    // exactly; one from before the reset keeps version 0's mapping.
+    // In stream order: an event 0.9 s in, then one after the reset (its
+    // tick went back: the next version).
+    let before = start.guest_at(line.tsc_at(t0 + 900_000_000).unwrap());
+    assert_eq!(m.version_of(0, 0, None, before), Some(0));
+    assert_eq!(m.host_ns(0, 0, before), Some(t0 + 900_000_000));
+    let after = 1_250_000_000u64;
+    let v = m.version_of(0, 0, Some(before), after).unwrap();
+    assert_eq!((v, m.host_ns(0, v, after)), (1, Some(w1 + 500_000_000)));
+    // A short record is no write (hostile data, never a panic).
+    let short = rec(0, prev, reset);
+    assert_eq!(tsc_write(&f, w1, &short[..20]), None);
+}
+
 /// Host time = monotonic capture time + an offset onto 2023-11-14.
 const BASE: u64 = 1_700_000_000_000_000_000;
 

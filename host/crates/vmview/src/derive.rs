@@ -23,6 +23,7 @@ use crate::attribute::Attributor;
 use crate::classes::{self, class_of};
 use crate::input::{guest_switches, Errors, GuestSwitches, HostMerge};
 use crate::model::{GuestThread, Hypercall, Interval, Output, State, SyncDir, Vmsync};
+use crate::selfcheck::{Checker, SelfCheck};
 use crate::stats::{Aggregator, Summary};
 use crate::timeline::{Config, Counters, Timeline};
 
@@ -70,6 +71,11 @@ pub struct Derived {
     /// Streams that could not be read to their end, and why.
     pub read_errors: Vec<String>,
     pub summary: Summary,
+    /// The clock mapping checked on cause -> effect pairs of the traces.
+    pub self_check: Option<SelfCheck>,
+    /// KVM's changes of the vCPUs' TSC offsets the host trace shows
+    /// (`kvm_write_tsc_offset`), for the versioned clock mapping.
+    pub tsc_writes: Vec<ivtrace_time::versioned::TscWrite>,
 }
 
 /// An interval's end event waiting to be written: (host ns, guest tid,
@@ -199,6 +205,7 @@ struct Sink<'a> {
     host: &'a mut HostTrace,
     vmsync_streams: HashMap<u32, usize>,
     agg: Aggregator,
+    checker: Checker,
     done: Derived,
 }
 
@@ -213,6 +220,7 @@ impl Sink<'_> {
     fn take(&mut self, o: Output) -> Result<()> {
         match o {
             Output::Interval(i) => {
+                self.checker.interval(&i);
                 let g = self.attr.thread_at(i.vcpu, i.start);
                 self.agg.interval(&i, &g);
                 self.done.intervals += 1;
@@ -300,6 +308,7 @@ pub fn derive(guest: &GuestTraces, host: &mut HostTrace, req: &Request) -> Resul
         host,
         vmsync_streams: HashMap::new(),
         agg: Aggregator::default(),
+        checker: Checker::default(),
     };
     let mut timeline = Timeline::new(Config {
         qemu_pid: req.qemu_pid,
@@ -326,6 +335,13 @@ fn finish(
     errors: &Errors,
 ) -> Result<Derived> {
     let mut done = std::mem::take(&mut sink.done);
+    let checker = std::mem::take(&mut sink.checker);
+    done.self_check = Some(self_check(checker, sink.guest, sink.host, errors));
+    let (dir, classes) = (sink.host.dir(), sink.host.classes());
+    done.tsc_writes = crate::input::tsc_writes(dir, classes).unwrap_or_else(|e| {
+        errors.borrow_mut().push(format!("{}: {e}", dir.display()));
+        Vec::new()
+    });
     done.vcpu_threads = timeline.vcpu_threads();
     done.counters = timeline.counters.clone();
     done.host_records = merge.records;
@@ -341,6 +357,43 @@ fn finish(
         done.dir = Some(vm.finish(sink.guest, env)?);
     }
     Ok(done)
+}
+
+/// The self-check ([`crate::selfcheck`]): the guest kernel trace read once
+/// more, every event of each CPU against its vCPU's off-CPU stretches, and
+/// the doorbells rung against those serve received.
+fn self_check(mut c: Checker, g: &GuestTraces, host: &HostTrace, errors: &Errors) -> SelfCheck {
+    let bound = g.clock.error_ns;
+    let kernel_dir = g.root.path().join("kernel");
+    let doorbell = g
+        .kernel_classes
+        .iter()
+        .find(|k| k.name == "ivtrace_doorbell")
+        .map(|k| k.id);
+    let mut rang = Vec::new();
+    let walks = match kernel_dir.is_dir() {
+        true => {
+            guest_switches(&kernel_dir, g.kernel_classes, g.clock, errors).unwrap_or_else(|e| {
+                errors
+                    .borrow_mut()
+                    .push(format!("{}: {e}", kernel_dir.display()));
+                Vec::new()
+            })
+        }
+        false => Vec::new(),
+    };
+    for (cpu, mut walk) in walks {
+        let events = std::iter::from_fn(|| walk.next_event()).map(|e| {
+            if Some(e.class) == doorbell {
+                rang.push(e.ts);
+            }
+            e.ts
+        });
+        c.guest_cpu(cpu, events, bound);
+    }
+    let received = crate::input::doorbells_received(host.dir(), host.classes()).unwrap_or_default();
+    c.doorbells(rang, &received, bound);
+    c.finish(bound)
 }
 
 /// One line per vCPU of what the VM view found (the recorders' summary).

@@ -12,14 +12,16 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ivtrace_ctf::host::STREAM_KERNEL;
+use ivtrace_ctf::host::{STREAM_IVTRACE, STREAM_KERNEL};
 use ivtrace_ctf::read::{
     stream_class_of, stream_files, Classes, Clock, Item, Merge, Packets, Record, StreamDecl,
     StreamReader,
 };
 use ivtrace_region::abi::IVT_STREAM_KERNEL;
 use ivtrace_region::classes::{EventClass, StreamClasses};
+use ivtrace_time::versioned::TscWrite;
 use ivtrace_time::ClockMapping;
+use ivtrace_tracefs::kvmtsc;
 
 use crate::model::{Comm, GuestSwitch, HostEvent, HostKind, Task};
 
@@ -285,10 +287,42 @@ fn switch_fields(classes: &StreamClasses) -> HashMap<u32, [F; 4]> {
         .collect()
 }
 
+/// One guest event: its time on host time (ns), its class, and its
+/// fields if it is a context switch.
+pub struct GuestEvent {
+    pub ts: u64,
+    pub class: u32,
+    pub switch: Option<GuestSwitch>,
+}
+
 impl GuestSwitches {
     fn fail(&mut self, what: String) {
         self.errors.borrow_mut().push(what);
         self.done = true;
+    }
+
+    /// The next event of the file, whatever its class (the self-check
+    /// reads them all), None at its end or on an error (noted).
+    pub fn next_event(&mut self) -> Option<GuestEvent> {
+        if self.done {
+            return None;
+        }
+        let r = match self.first.take() {
+            Some(r) => r,
+            None => match self.reader.next_record() {
+                Ok(Some(r)) => r,
+                Ok(None) => return None,
+                Err(e) => {
+                    self.fail(e.to_string());
+                    return None;
+                }
+            },
+        };
+        Some(GuestEvent {
+            ts: self.clock.realtime_ns(r.ts).clamp(0, u64::MAX as i128) as u64,
+            class: r.class_id(),
+            switch: self.switch(&r),
+        })
     }
 
     fn switch(&self, r: &Record) -> Option<GuestSwitch> {
@@ -309,19 +343,8 @@ impl Iterator for GuestSwitches {
     type Item = GuestSwitch;
 
     fn next(&mut self) -> Option<GuestSwitch> {
-        while !self.done {
-            let r = match self.first.take() {
-                Some(r) => r,
-                None => match self.reader.next_record() {
-                    Ok(Some(r)) => r,
-                    Ok(None) => return None,
-                    Err(e) => {
-                        self.fail(e.to_string());
-                        return None;
-                    }
-                },
-            };
-            if let Some(s) = self.switch(&r) {
+        while let Some(e) = self.next_event() {
+            if let Some(s) = e.switch {
                 return Some(s);
             }
         }
@@ -377,6 +400,77 @@ pub fn guest_switches(
             },
         ));
     }
+    Ok(out)
+}
+
+/// The events named `name` of stream class `stream` in a host trace
+/// (written with `classes`): each one's host ns and its integer fields
+/// `fields` (0 for a field it lacks), in file order.
+fn host_records(
+    dir: &Path,
+    classes: &[EventClass],
+    stream: u32,
+    name: &str,
+    fields: &[&str],
+) -> std::io::Result<Vec<(u64, Vec<i64>)>> {
+    if !classes.iter().any(|c| c.stream == stream && c.name == name) {
+        return Ok(Vec::new());
+    }
+    let shared = Classes::new(classes);
+    let mut out = Vec::new();
+    for path in stream_files(dir)? {
+        if stream_class_of(&path)? != Some(stream) {
+            continue;
+        }
+        let decl = StreamDecl {
+            id: stream,
+            packets: Packets::Host,
+            tid_context: stream == STREAM_KERNEL,
+        };
+        let mut r = StreamReader::open(&path, decl, Arc::clone(&shared))?;
+        while let Ok(Some(rec)) = r.next_record() {
+            if rec.class.name != name {
+                continue;
+            }
+            let values = fields.iter().map(|f| rec.int_named(f).unwrap_or(0));
+            out.push((rec.ts, values.collect()));
+        }
+    }
+    Ok(out)
+}
+
+/// serve's doorbell receptions in a host trace (`ivtrace_doorbell_received`:
+/// host ns, doorbells the eventfd counted), in file order.
+pub fn doorbells_received(dir: &Path, classes: &[EventClass]) -> std::io::Result<Vec<(u64, u64)>> {
+    let recs = host_records(
+        dir,
+        classes,
+        STREAM_IVTRACE,
+        "ivtrace_doorbell_received",
+        &["count"],
+    )?;
+    Ok(recs.into_iter().map(|(ts, v)| (ts, v[0] as u64)).collect())
+}
+
+/// KVM's changes of a vCPU's TSC offset in a host trace
+/// (`kvm_write_tsc_offset`), in time order: the versions of the guest's
+/// clock mapping ([`ivtrace_time::versioned`]).
+pub fn tsc_writes(dir: &Path, classes: &[EventClass]) -> std::io::Result<Vec<TscWrite>> {
+    let fields = ["vcpu_id", "previous_tsc_offset", "next_tsc_offset"];
+    let recs = host_records(dir, classes, STREAM_KERNEL, kvmtsc::EVENT, &fields)?;
+    let mut out: Vec<TscWrite> = recs
+        .into_iter()
+        .filter_map(|(ts, v)| {
+            Some(TscWrite {
+                host_ns: ts,
+                vcpu: u32::try_from(v[0]).ok()?,
+                previous: v[1] as u64,
+                next: v[2] as u64,
+            })
+        })
+        .collect();
+    // Per-CPU files: one time order across them.
+    out.sort_by_key(|w| w.host_ns);
     Ok(out)
 }
 

@@ -14,6 +14,10 @@
 //! - [`stats`]: the numbers `ivtrace report` prints;
 //! - [`classes`]: the VM view's events (`DIR/vm/`, on the guest's clock);
 //! - [`report`]: the VM view read back into the same statistics;
+//! - [`selfcheck`]: the clock mapping checked on cause -> effect pairs of
+//!   the two traces (a guest event before its vCPU's switch-out, a
+//!   switch-in before the guest's next event, a doorbell before its
+//!   reception);
 //! - [`input`] reads the two traces back (CTF, with the layouts they were
 //!   written with) and [`derive`](mod@derive) runs it all at the end of a recording.
 //!
@@ -25,5 +29,6 @@ pub mod derive;
 pub mod input;
 pub mod model;
 pub mod report;
+pub mod selfcheck;
 pub mod stats;
 pub mod timeline;

@@ -21,6 +21,7 @@ use ivtrace_engine::migration::{self, Handoff, Resumed};
 use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{abi, Reader, Region, RegionError};
+use ivtrace_time::pingpong::Entry;
 use ivtrace_time::{ClockSync, GuestClock};
 use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
 
@@ -274,22 +275,44 @@ impl Names<'_> {
     }
 }
 
-/// The clock of a recording: the region's estimator, or with
-/// `--clock-sync` the ping-pong through the region's sync mailbox, which
-/// a polling module answers every flush_ms (no interrupt without
-/// doorbells).
+/// The clock of a recording: the clock exchange through the region's sync
+/// mailbox when the writer spins in it (the guest module), met at its
+/// control poll (ivshmem-plain has no interrupt); with `--clock-sync` also
+/// with a writer that answers once per poll; else the region's estimator.
 fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
-    if args.clock_sync && region.header().features & abi::IVT_FEAT_SYNC != 0 {
-        let interval = Duration::from_secs(5);
+    if let Some(entry) = poll_entry(region, args.clock_sync) {
         return Box::new(GuestClock::start(
             region,
             None,
-            true,
-            interval,
-            Box::new(|| {}),
+            Some(entry),
+            args.sync_interval(),
         ));
     }
     Box::new(ivtrace_time::estimator_for(region.header()))
+}
+
+/// The clock exchange with a writer the host cannot kick: if it spins in
+/// the exchange, met at its entries every `IVT_SYNC_POLL_MS`; with
+/// `any_writer` also one that answers only at its control poll, every flush
+/// interval (the module's default of 100 ms when the header says 0).
+pub fn poll_entry(region: &Region, any_writer: bool) -> Option<Entry> {
+    let features = region.header().features;
+    if features & abi::IVT_FEAT_SYNC == 0 {
+        return None;
+    }
+    let ms = if features & abi::IVT_FEAT_SYNC_SPIN != 0 {
+        abi::IVT_SYNC_POLL_MS
+    } else if any_writer {
+        match region.protocol().flush_interval_ms() {
+            0 => 100,
+            ms => ms.min(60_000),
+        }
+    } else {
+        return None;
+    };
+    Some(Entry::Poll {
+        period: Duration::from_millis(ms.into()),
+    })
 }
 
 fn record_region(
@@ -334,6 +357,7 @@ fn record_region(
     let mut wait = Backoff::new(IDLE_SLEEP_MIN, IDLE_SLEEP_MAX);
     let engine = Engine::new(reader, writer, &mut *clock, &mut wait, &mut hooks);
     let rec = engine.run()?;
+    let sync = clock.sync_section(&rec.clock);
     if let Some(pb) = &hooks.progress {
         pb.finish_and_clear();
     }
@@ -347,7 +371,20 @@ fn record_region(
             args.shm.display()
         );
     }
-    finish_trace(rec, args, names, host_side, tap)
+    let sides = Sides {
+        host: host_side,
+        tap,
+        sync,
+    };
+    finish_trace(rec, args, names, sides)
+}
+
+/// What a recording has beside its trace: the host events, the relay, how
+/// its clock was measured.
+struct Sides {
+    host: Option<HostRun>,
+    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    sync: Option<ivtrace_time::guest::ClockSyncSection>,
 }
 
 /// `--forward FIFO`: this recording's packets also go to FIFO (nested
@@ -371,10 +408,14 @@ fn finish_trace(
     rec: Recorded<Nesting<ivtrace_ctf::CtfWriter>>,
     args: &RecordArgs,
     names: Names,
-    host_side: Option<HostRun>,
-    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    sides: Sides,
 ) -> Result<u64> {
     let Names { out, host, .. } = names;
+    let Sides {
+        host: host_side,
+        tap,
+        sync,
+    } = sides;
     let Recorded {
         reader,
         output: mut nesting,
@@ -403,8 +444,8 @@ fn finish_trace(
     // A host trace that cannot be finished (the same full disk) is an
     // output error too: the sidecar still says why.
     let guest = GuestOutput::of(&writer, reader.classes(), &clock);
-    let host_stats = match host_side.map(|h| finish_host_events(h, &guest)).transpose() {
-        Ok(stats) => stats,
+    let host_done = match host_side.map(|h| finish_host_events(h, &guest)).transpose() {
+        Ok(done) => done,
         Err(e) => {
             output_error.get_or_insert(format!("finishing the host trace failed: {e:#}"));
             None
@@ -416,8 +457,14 @@ fn finish_trace(
     };
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
-    sidecar.host_lost = host_stats.as_ref().map(host_lost);
-    sidecar.tracefs_formats.host = host_stats.map(|s| s.formats);
+    sidecar.host_lost = host_done.as_ref().map(|d| host_lost(&d.stats));
+    sidecar.tracefs_formats.host = host_done.as_ref().map(|d| d.stats.formats.clone());
+    let mut sync = sync;
+    if let (Some(s), Some(d)) = (sync.as_mut(), host_done.as_ref()) {
+        s.follow_tsc_writes(&d.tsc_writes);
+    }
+    sidecar.self_check = host_done.and_then(|d| d.self_check);
+    sidecar.clock_sync = sync.map(|s| serde_json::to_value(s).expect("plain data"));
     sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
     sidecar.nested = nested;
     record_migration(&mut sidecar, &reader, reason, names)?;
@@ -501,10 +548,17 @@ struct HostRun {
     vcpus: HashMap<i32, u32>,
 }
 
+/// What the host side of a recording gives its sidecar: the host events'
+/// statistics and what the VM view found.
+struct HostSideDone {
+    stats: HostEventStats,
+    self_check: Option<serde_json::Value>,
+    tsc_writes: Vec<ivtrace_time::versioned::TscWrite>,
+}
+
 /// Stops the host events, derives the VM view from them and the finished
-/// guest traces, closes the host trace, says what was recorded; the host
-/// events' statistics.
-fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostEventStats> {
+/// guest traces, closes the host trace, says what was recorded.
+fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostSideDone> {
     let HostRun { mut side, vcpus } = run;
     let stats = side.stop_events().context("host events never started")??;
     let dir = side.dir().to_path_buf();
@@ -524,13 +578,26 @@ fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostEventStat
         dir.display()
     );
     let source = vcpu_source(!vcpus.is_empty(), stats.vcpu_names);
+    let mut self_check = None;
+    let mut tsc_writes = Vec::new();
     match side.vm_view(guest, vcpus, source) {
-        Some(Ok(d)) => crate::summary::print_vm_view(&d),
+        Some(Ok(d)) => {
+            crate::summary::print_vm_view(&d);
+            tsc_writes.clone_from(&d.tsc_writes);
+            self_check = d.self_check.as_ref().map(|c| {
+                crate::summary::print_self_check(c);
+                serde_json::to_value(c).expect("plain data")
+            });
+        }
         Some(Err(e)) => eprintln!("ivtrace: warning: no VM view: {e:#}"),
         None => {}
     }
     side.finish()?;
-    Ok(stats)
+    Ok(HostSideDone {
+        stats,
+        self_check,
+        tsc_writes,
+    })
 }
 
 /// The sidecar's account of what the host trace lost.

@@ -20,7 +20,7 @@ use ivtrace_engine::migration::{self, Resumed};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
 use ivtrace_region::{abi, Reader, Region};
-use ivtrace_time::guest::Kick;
+use ivtrace_time::pingpong::{Entry, Kick};
 use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
 use crate::serve::guest::{describe, Guest, GuestWaiter};
@@ -103,13 +103,11 @@ pub fn start(
     announce(g, &region, &out);
     let doorbell = waiter.start_recording(region.header().features & abi::IVT_FEAT_DOORBELL != 0);
     region.protocol().set_doorbell_target(HOST_ID as u16, 0);
-    let kick_fd = g.interrupts.first();
     let clock = GuestClock::start(
         &region,
         g.peer.pid,
-        kick_fd.is_some(),
+        clock_entry(g.interrupts.first(), &region),
         g.cfg.sync_interval,
-        clock_kick(kick_fd),
     );
     let mut reader = Reader::new(region, clock.initial_mapping().expressible());
     let resumed = match resume {
@@ -333,9 +331,17 @@ fn announce(g: &Guest, region: &Region, out: &Path) {
 }
 
 /// The ping-pong's kick: an interrupt on the guest's MSI-X vector 0.
-fn clock_kick(fd: Option<&Arc<EventFd>>) -> Kick {
-    let fd = fd.cloned();
-    Box::new(move || kick(fd.as_deref()))
+fn clock_kick(fd: Arc<EventFd>) -> Kick {
+    Box::new(move || kick(Some(&fd)))
+}
+
+/// How the clock exchange meets the guest: a kick on MSI-X vector 0, else
+/// (no interrupt vector) at its control poll if its writer spins.
+fn clock_entry(kick_fd: Option<&Arc<EventFd>>, region: &Region) -> Option<Entry> {
+    match kick_fd {
+        Some(fd) => Some(Entry::Kick(clock_kick(Arc::clone(fd)))),
+        None => crate::record::poll_entry(region, false),
+    }
 }
 
 /// `DIR/host/`: serve's stream, and the host events if asked for (a
@@ -462,6 +468,11 @@ pub fn conclude(g: &Guest, ending: Ending) -> Result<StopReason> {
         .host_event_stats
         .as_ref()
         .map(crate::record::host_lost);
+    sidecar.self_check = observed
+        .vm_view
+        .as_ref()
+        .and_then(|d| d.self_check.as_ref())
+        .map(|c| serde_json::to_value(c).expect("plain data"));
     sidecar.tracefs_formats.host = observed
         .host_event_stats
         .as_ref()
@@ -560,7 +571,11 @@ fn sidecar_with_serve_sections(
         obj.insert("serve".into(), serve_section(g, observed));
         let notification = notification_section(rec, observed, complete_packets(sidecar));
         obj.insert("notification".into(), notification);
-        obj.insert("clock_sync".into(), clock_sync_section(rec, clock));
+        let mut sync = clock.sync_section(&rec.clock);
+        if let (Some(s), Some(d)) = (sync.as_mut(), observed.vm_view.as_ref()) {
+            s.follow_tsc_writes(&d.tsc_writes);
+        }
+        obj.insert("clock_sync".into(), serde_json::to_value(sync)?);
         obj.insert("delivery".into(), rec.output.latency(&rec.clock));
     }
     let mut text = serde_json::to_vec_pretty(&doc)?;
@@ -603,6 +618,13 @@ fn vm_view(
             for line in ivtrace_vmview::derive::describe(&d) {
                 g.log(&format!("vm view: {line}"));
             }
+            for line in d
+                .self_check
+                .iter()
+                .flat_map(ivtrace_vmview::selfcheck::describe)
+            {
+                g.log(&line);
+            }
             Some(d)
         }
         Err(e) => {
@@ -622,24 +644,6 @@ fn notification_section(rec: &Recorded<Delivering>, observed: &Observed, complet
         "doorbells_per_completed_packet": if complete > 0 {
             received as f64 / complete as f64 } else { 0.0 },
         "stats": observed.notify,
-    })
-}
-
-fn clock_sync_section(rec: &Recorded<Delivering>, clock: &GuestClock) -> Value {
-    json!({
-        "method": rec.clock.method,
-        "error_ns": rec.clock.error_ns,
-        "kvm": clock.kvm().map(|k| json!({
-            "debugfs": k.vm_dir().display().to_string(),
-            "changed": k.changed,
-        })),
-        "kvm_unavailable": clock.kvm_unavailable,
-        "pingpong": clock.pingpong().map(|pp| json!({
-            "stats": pp.stats,
-            "points": pp.points().len(),
-            "span_ns": pingpong::span_ns(pp.points()),
-            "mapping": pp.mapping(),
-        })),
     })
 }
 
