@@ -11,7 +11,7 @@
  *
  * Files: main.c (options, start, stop, the request loop), pump.c (the
  * per-CPU page pump), tracefs.c (tracefs files: requests, formats, stats,
- * the trace clock).
+ * the trace clock), symbols.c (this boot's kernel symbols, once).
  */
 #ifndef IVTRACE_FTRACE_RELAY_H
 #define IVTRACE_FTRACE_RELAY_H
@@ -43,6 +43,15 @@ struct pump {
 	int started;
 };
 
+/* The kernel symbols the first pump publishes once (symbols.c). */
+enum { SYMBOLS_NONE, SYMBOLS_WRITING, SYMBOLS_DONE };
+
+struct symbols {
+	int state;			/* SYMBOLS_*: that pump's only */
+	char *buf;			/* the wanted kallsyms lines */
+	size_t len, cap, off;		/* off: written so far */
+};
+
 struct relay {
 	int dev;			/* /dev/ivtrace */
 	uint8_t *region;		/* the whole region, mapped shared */
@@ -56,6 +65,7 @@ struct relay {
 	struct pump *pumps;
 	uint8_t published[FTRACE_IDS / 8];	/* format ids already published */
 	int meta_full;			/* the metadata area refused a format */
+	struct symbols symbols;
 };
 
 /* main.c */
@@ -65,6 +75,10 @@ uint64_t now_ms(void);
 /* pump.c */
 int pump_start(struct relay *r, struct pump *p, uint32_t cpu);
 void pump_join(struct pump *p);
+int pump_has_room(const struct pump *p);
+
+/* symbols.c */
+int symbols_publish(struct pump *p, int all);
 
 /* tracefs.c */
 int tracefs_open(const char *root);

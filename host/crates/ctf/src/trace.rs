@@ -597,6 +597,7 @@ impl CtfWriter {
             files: &staged,
             staging: self.wire_dir.as_ref().expect("ftrace pages were staged"),
             out: &out_dir,
+            root: &self.root,
         };
         let expander = self.ftrace.as_mut().expect("checked above");
         let out = expander

@@ -10,7 +10,8 @@
 //! control word, each access with its ordering. [`abi`] is the checked
 //! mirror of `abi/include/ivtrace/abi.h`. [`names`] reads the thread name table a
 //! kernel writer keeps in the metadata area (crash salvage); [`ftrace`]
-//! keeps the guest's ftrace format files the relay publishes there.
+//! keeps the guest's ftrace format files the relay publishes there;
+//! [`kallsyms`] parses the kernel symbols it sends (`ftrace_symbols`).
 //!
 //! ```no_run
 //! use ivtrace_region::{region::{Access, Region}, reader::Reader};
@@ -22,6 +23,7 @@
 pub mod abi;
 pub mod classes;
 pub mod ftrace;
+pub mod kallsyms;
 pub mod meta;
 pub mod names;
 pub mod packet;

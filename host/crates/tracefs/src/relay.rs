@@ -17,7 +17,8 @@
 //!
 //! Two passes over the staged pages: the first counts each ftrace type, so
 //! the most frequent get the 4-byte compact event header (ids 0..=30) and
-//! only events that occur are declared; the second writes. Losses per CPU
+//! only events that occur are declared, and gathers the kernel symbols the
+//! relay sent (checked, into `DIR/kallsyms`); the second writes. Losses per CPU
 //! come from ftrace's own counters (the last `ftrace_stats` the relay
 //! wrote after the pages they count) and from the pages' missed-events
 //! marks, which place them in time ([`ivtrace_ctf::ftrace::FtraceCpu`]).
@@ -31,13 +32,14 @@ use std::io;
 use std::time::Instant;
 
 use ivtrace_ctf::ftrace::{
-    FtraceCpu, FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats,
+    FtraceCpu, FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats, KALLSYMS_FILE,
 };
 use ivtrace_ctf::kernel::wire::{align_event, event_header, le_u32, packet_content, PacketFile};
 use ivtrace_ctf::outdir::OutDir;
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats};
+use ivtrace_region::kallsyms::Symbols;
 use ivtrace_region::reader::CTF_DISCARDED_MAX;
 use ivtrace_region::sanitize;
 
@@ -173,11 +175,17 @@ fn guest_class(fmt: &EventFmt, id: u32, taken: &mut HashSet<String>) -> (EventCl
     (EventClass::new(id, class.stream, class.name, fields), dec)
 }
 
-/// One event of a staged wire packet: a page, or a CPU's counters.
+/// One event of a staged wire packet: a page, a CPU's counters, or a
+/// chunk of the kernel's symbols.
 enum Wire<'a> {
     Page(&'a [u8]),
     Stats([u64; abi::IVT_FTRACE_STAT_COUNT]),
+    Symbols(&'a [u8]),
 }
+
+/// The kernel symbols' text is ~2-4 MB (Debian's 6.1 with its modules):
+/// more than this is not a kallsyms the host keeps.
+const SYMBOLS_TEXT_MAX: usize = 64 << 20;
 
 /// The events of one staged packet, and its CPU. None for a packet that
 /// does not walk as the relay writes them (skipped, counted).
@@ -191,19 +199,23 @@ fn wire_events(pkt: &[u8]) -> Option<(u32, Vec<Wire<'_>>)> {
         let eh = event_header(content, off, last)?;
         let p0 = off + eh.len;
         let len = match eh.id {
-            abi::IVT_FTRACE_EV_PAGE => 4 + le_u32(content.get(p0..p0 + 4)?, 0) as usize,
+            abi::IVT_FTRACE_EV_PAGE | abi::IVT_FTRACE_EV_SYMBOLS => {
+                4 + le_u32(content.get(p0..p0 + 4)?, 0) as usize
+            }
             abi::IVT_FTRACE_EV_STATS => 8 * abi::IVT_FTRACE_STAT_COUNT,
             _ => return None,
         };
         let payload = content.get(p0..p0.checked_add(len)?)?;
-        events.push(if eh.id == abi::IVT_FTRACE_EV_PAGE {
-            Wire::Page(&payload[4..])
-        } else {
-            let mut s = [0u64; abi::IVT_FTRACE_STAT_COUNT];
-            for (i, v) in s.iter_mut().enumerate() {
-                *v = u64::from_le_bytes(payload[8 * i..8 * i + 8].try_into().ok()?);
+        events.push(match eh.id {
+            abi::IVT_FTRACE_EV_PAGE => Wire::Page(&payload[4..]),
+            abi::IVT_FTRACE_EV_SYMBOLS => Wire::Symbols(&payload[4..]),
+            _ => {
+                let mut s = [0u64; abi::IVT_FTRACE_STAT_COUNT];
+                for (i, v) in s.iter_mut().enumerate() {
+                    *v = u64::from_le_bytes(payload[8 * i..8 * i + 8].try_into().ok()?);
+                }
+                Wire::Stats(s)
             }
-            Wire::Stats(s)
         });
         last = eh.ts;
         off = align_event(p0 + len);
@@ -224,25 +236,48 @@ fn each_wire(staging: &OutDir, name: &str, mut f: impl FnMut(u32, Wire)) -> io::
     Ok(bad)
 }
 
-/// Pass 1: how often each ftrace type occurs in every staged page.
-fn count_types(
-    input: &FtraceInput,
-    hp: &HeaderPage,
-    dec: &Decoder,
-) -> io::Result<HashMap<u16, u64>> {
-    let mut counts: HashMap<u16, u64> = HashMap::new();
+/// What pass 1 found: how often each ftrace type occurs, and the text of
+/// the kernel's symbols (with the chunks past [`SYMBOLS_TEXT_MAX`]).
+#[derive(Default)]
+struct FirstPass {
+    counts: HashMap<u16, u64>,
+    symbols: Vec<u8>,
+    symbols_dropped: u64,
+}
+
+/// Pass 1 over every staged page and symbol chunk.
+fn first_pass(input: &FtraceInput, hp: &HeaderPage, dec: &Decoder) -> io::Result<FirstPass> {
+    let mut fp = FirstPass::default();
     for f in input.files {
-        each_wire(input.staging, &f.name, |_, w| {
-            if let Wire::Page(p) = w {
+        each_wire(input.staging, &f.name, |_, w| match w {
+            Wire::Page(p) => {
                 page::walk(p, hp, |_, rec| {
                     if let Some(ty) = dec.type_of(rec) {
-                        *counts.entry(ty).or_default() += 1;
+                        *fp.counts.entry(ty).or_default() += 1;
                     }
                 });
             }
+            Wire::Symbols(t) if fp.symbols.len() + t.len() <= SYMBOLS_TEXT_MAX => {
+                fp.symbols.extend_from_slice(t)
+            }
+            Wire::Symbols(_) => fp.symbols_dropped += 1,
+            Wire::Stats(_) => {}
         })?;
     }
-    Ok(counts)
+    Ok(fp)
+}
+
+/// The symbols, checked line by line, into `DIR/kallsyms`; (kept,
+/// refused).
+fn keep_symbols(input: &FtraceInput, fp: &FirstPass) -> io::Result<(u64, u64)> {
+    if fp.symbols.is_empty() {
+        return Ok((0, fp.symbols_dropped));
+    }
+    let syms = Symbols::parse(&fp.symbols);
+    input
+        .root
+        .write_atomically(KALLSYMS_FILE, syms.to_text().as_bytes())?;
+    Ok((syms.len() as u64, syms.refused + fp.symbols_dropped))
 }
 
 /// The classes of the types that occur and have a format, the most
@@ -288,6 +323,7 @@ fn write_channel(
     let mut err = Ok(());
     let bad = each_wire(input.staging, &f.name, |cpu, w| match w {
         Wire::Stats(s) => stats = Some(s),
+        Wire::Symbols(_) => {}
         Wire::Page(p) => {
             acc.cpu = cpu;
             acc.pages += 1;
@@ -363,12 +399,15 @@ pub fn expand(input: &FtraceInput) -> io::Result<FtraceOutput> {
     let cat = Catalog::new(input.formats);
     let hp = cat.hp;
     let probe = Decoder::empty(cat.first.as_ref());
-    let counts = count_types(input, &hp, &probe)?;
-    let (classes, decoder, names) = plan_classes(&cat, &counts);
+    let fp = first_pass(input, &hp, &probe)?;
+    let (classes, decoder, names) = plan_classes(&cat, &fp.counts);
+    let (symbols, symbols_refused) = keep_symbols(input, &fp)?;
     let mut stats = FtraceStats {
         formats: cat.parsed,
         formats_refused: cat.refused,
         classes: classes.len() as u64,
+        symbols,
+        symbols_refused,
         ..FtraceStats::default()
     };
     for f in input.files {

@@ -49,14 +49,28 @@ fn guest_formats() -> FtraceFormats {
 
 /// One staged wire packet as the relay writes it: ftrace_page events, then ftrace_stats.
 fn wire_packet(cpu: u32, seq: u64, pages: &[&[u8]], stats: Option<[u64; 8]>) -> Vec<u8> {
+    let events: Vec<(u32, &[u8])> = pages
+        .iter()
+        .map(|p| (abi::IVT_FTRACE_EV_PAGE, *p))
+        .collect();
+    wire_events_packet(cpu, seq, &events, stats)
+}
+
+/// A staged wire packet of byte events (pages, symbol chunks), then ftrace_stats.
+fn wire_events_packet(
+    cpu: u32,
+    seq: u64,
+    events: &[(u32, &[u8])],
+    stats: Option<[u64; 8]>,
+) -> Vec<u8> {
     let mut b = vec![0u8; abi::PACKET_HDR_SIZE];
-    for p in pages {
-        b.extend_from_slice(&((seq as u32) << abi::IVT_EV_ID_BITS).to_le_bytes());
+    for (id, p) in events {
+        b.extend_from_slice(&(id | (seq as u32) << abi::IVT_EV_ID_BITS).to_le_bytes());
         b.extend_from_slice(&(p.len() as u32).to_le_bytes());
         b.extend_from_slice(p);
         b.resize(b.len().next_multiple_of(4), 0);
     }
-    let count = pages.len() as u32 + stats.is_some() as u32;
+    let count = events.len() as u32 + stats.is_some() as u32;
     if let Some(s) = stats {
         b.extend_from_slice(&(abi::IVT_FTRACE_EV_STATS | (seq as u32) << 5).to_le_bytes());
         s.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
@@ -86,6 +100,8 @@ fn wire_packet(cpu: u32, seq: u64, pages: &[&[u8]], stats: Option<[u64; 8]>) -> 
 struct Run {
     classes: StreamClasses,
     cpus: Vec<FtraceCpu>,
+    /// Symbols kept in DIR/kallsyms, and refused.
+    symbols: (u64, u64),
     /// Per output packet: (events_discarded, [(class name, payload)]).
     packets: Vec<(u64, Vec<(String, u64)>)>,
     out: PathBuf,
@@ -120,6 +136,7 @@ fn run(formats: &FtraceFormats, packets: &[Vec<u8>]) -> Run {
         files: &files,
         staging: &staging,
         out: &kernel,
+        root: &root,
     };
     let res = expand(&input).unwrap();
     let mut all = EventClasses::default();
@@ -145,6 +162,7 @@ fn run(formats: &FtraceFormats, packets: &[Vec<u8>]) -> Run {
     }
     Run {
         classes: res.classes,
+        symbols: (res.stats.symbols, res.stats.symbols_refused),
         cpus: res.stats.cpus,
         packets,
         out,
@@ -313,6 +331,30 @@ fn losses_come_from_ftraces_counters_and_pages() {
     assert_eq!(r.packets[0].1.len(), 0);
     let rwbs = block_issues(&r).iter().map(|i| i.3).collect::<Vec<_>>();
     assert_eq!(rwbs, [4 | 32; 6], "RS: read, sync");
+}
+
+#[test]
+fn the_kernel_symbols_are_checked_into_the_recordings_directory() {
+    let p = PageBuilder::new(HeaderPage::default(), 4096, 50).finish();
+    let chunks: [&[u8]; 2] = [
+        b"ffffffff8aa00000 T _text\nffffffff8aa02460 T do_one_initcall\n",
+        b"ffffffffc0a01000 t virtblk_probe\t[virtio_blk]\nffffffff81000000 T \x1b[2Jevil\n",
+    ];
+    let events = [
+        (abi::IVT_FTRACE_EV_PAGE, &p[..]),
+        (abi::IVT_FTRACE_EV_SYMBOLS, chunks[0]),
+        (abi::IVT_FTRACE_EV_SYMBOLS, chunks[1]),
+    ];
+    let r = run(&guest_formats(), &[wire_events_packet(0, 0, &events, None)]);
+    assert_eq!(r.symbols, (3, 1), "three lines kept, the escape sequence refused");
+    let root = r.out.parent().unwrap().parent().unwrap();
+    let text = fs::read_to_string(root.join("kallsyms")).unwrap();
+    assert_eq!(
+        text,
+        "ffffffff8aa00000 T _text\nffffffff8aa02460 T do_one_initcall\n\
+         ffffffffc0a01000 t virtblk_probe\t[virtio_blk]\n"
+    );
+    assert_eq!(r.cpus[0].pages, 1, "the page still decodes: {:?}", r.cpus[0]);
 }
 
 #[test]
