@@ -47,7 +47,7 @@ use crate::decode::{class_with, Adjust, Decoder, EventDecoder, FieldPlan};
 use crate::format::{parse_event, parse_header_page, EventFmt, FieldFmt, HeaderPage};
 use crate::page;
 
-mod out;
+pub mod out;
 use out::StreamOut;
 
 /// Systems whose events LTTng names as ftrace does and which the native
