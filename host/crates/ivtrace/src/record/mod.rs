@@ -409,12 +409,20 @@ fn finish_trace(
             None
         }
     };
+    // The boot analysis reads the finished kernel trace (not a failed one).
+    let boot = match &output_error {
+        None => crate::boot::derive_at_end(&guest.root, &args.boot.options(), |m| {
+            eprintln!("ivtrace: {m}")
+        }),
+        Some(_) => None,
+    };
     let why = match &output_error {
         Some(e) => format!("{}: {e}", describe(reason)),
         None => describe(reason).to_string(),
     };
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
+    sidecar.boot = boot;
     sidecar.host_lost = host_lost;
     sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
     sidecar.nested = nested;

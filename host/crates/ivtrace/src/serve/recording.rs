@@ -406,6 +406,10 @@ fn finish(
         g.log(&why);
         output_error.get_or_insert(why);
     }
+    let boot = match &rec.output_error {
+        None => crate::boot::derive_at_end(rec.output.writer.root(), &g.cfg.boot, |m| g.log(m)),
+        Some(_) => None,
+    };
     observed.host_event_stats = stop_host_events(g, &mut host);
     observed.vm_view = vm_view(g, &mut host, &rec, observed.host_event_stats.as_ref());
     observed.host_counts = host.finish()?;
@@ -423,6 +427,7 @@ fn finish(
         &stop_reason(&rec),
     );
     sidecar.relay = observed.relay.clone();
+    sidecar.boot = boot;
     sidecar.host_lost = observed
         .host_event_stats
         .as_ref()
