@@ -20,7 +20,7 @@ from harness import history, results
 from harness.results import ROOT, RESULTS, portable
 from harness.stats import summarize
 
-from . import doorbell, evaluation, ftrace, guest, native, plots, relay, soak
+from . import boot, doorbell, evaluation, ftrace, guest, native, plots, relay, soak
 
 PAGE = ROOT / "docs" / "performance.md"
 
@@ -119,6 +119,9 @@ def headline(e: dict) -> str:
     if e["preset"] == "ftrace":
         return "function tracing, events/s carried (k): " + ", ".join(
             f"{c} {v}" for c, v in h["function_carried_k_per_s"].items())
+    if e["preset"] == "boot":
+        return (f"kernel boot overhead % {h['kernel_overhead_pct']}; profile / raw graph "
+                f"bytes {h['profile_ratio']}x")
     if e["preset"] == "evaluation":
         return "ev-int overhead: " + ", ".join(f"{c} {v} %" for c, v in
                                                h["int_overhead_pct"].items())
@@ -177,6 +180,10 @@ def render(write_plots: bool) -> str:
         soak.section(out, recs["soak"], rel["soak"], png)
     if "ftrace" in recs:
         ftrace.section(out, recs["ftrace"], rel["ftrace"])
+    if "boot" in recs:
+        boot.section(out, recs["boot"], rel["boot"])
+    else:
+        boot.not_measured(out)
     section_history(out)
     return portable("\n".join(out).rstrip() + "\n")
 

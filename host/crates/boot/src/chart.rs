@@ -3,7 +3,7 @@
 //! boot's end (a little past it: the workload's start shows); the stages
 //! and the initcall levels as bands; per vCPU, its initcalls as bars (the
 //! longest labelled) and, with a VM view, the moments the host held it
-//! off its CPU; the boot's marks (exec of /init, module loads, the
+//! off its CPU (and, shaded, the part before the host's view began); the boot's marks (exec of /init, module loads, the
 //! workload) as lines. Every label is guest text escaped for XML.
 
 use std::collections::BTreeSet;
@@ -12,7 +12,7 @@ use std::fmt::Write;
 use ivtrace_ctf::read::Clock;
 
 use crate::model::Boot;
-use crate::report::{ms, Preempted};
+use crate::report::{ms, HostView};
 
 pub const CHART_SVG: &str = "boot.svg";
 pub const CHART_PNG: &str = "boot.png";
@@ -33,8 +33,8 @@ const STAGE_COLORS: [(&str, &str); 4] = [
     ("workload", "#d98b2b"),
 ];
 const LEVEL_COLORS: [&str; 10] = [
-    "#8c6bb1", "#6a51a3", "#4292c6", "#2171b5", "#41ab5d", "#238b45", "#fd8d3c", "#e6550d",
-    "#d94801", "#a63603",
+    "#17becf", "#9467bd", "#8c564b", "#1f77b4", "#2ca02c", "#bcbd22", "#e377c2", "#ff7f0e",
+    "#d62728", "#7f7f7f",
 ];
 pub const PREEMPT_COLOR: &str = "#e41a1c";
 
@@ -75,16 +75,19 @@ fn level_color(level: &str, sync: bool) -> String {
     }
 }
 
-/// Where time goes on the page.
+/// Where time goes on the page: cycles `start..end` across `width` pixels.
 struct Axis {
     clock: Clock,
+    start: u64,
     end: u64,
     width: f64,
 }
 
 impl Axis {
     fn x(&self, cycles: u64) -> f64 {
-        LEFT + self.width * (cycles.min(self.end) as f64) / (self.end.max(1) as f64)
+        let span = self.end.saturating_sub(self.start).max(1) as f64;
+        let v = cycles.clamp(self.start, self.end) - self.start;
+        LEFT + self.width * v as f64 / span
     }
 
     fn w(&self, from: u64, to: u64) -> f64 {
@@ -93,7 +96,7 @@ impl Axis {
 
     /// A round tick step in ms: about ten ticks.
     fn step_ms(&self) -> f64 {
-        let span = ms(&self.clock, self.end).max(1e-3);
+        let span = ms(&self.clock, self.end.saturating_sub(self.start)).max(1e-3);
         let raw = span / 10.0;
         let p = 10f64.powf(raw.log10().floor());
         [1.0, 2.0, 5.0, 10.0]
@@ -123,10 +126,10 @@ fn rect(t: &mut String, x: f64, y: f64, w: f64, h: f64, fill: &str, title: &str)
 
 fn axis(t: &mut String, a: &Axis, y: f64, bottom: f64) {
     let step = a.step_ms();
-    let total = ms(&a.clock, a.end);
-    let mut v = 0.0;
-    while v <= total + 1e-9 {
-        let x = LEFT + a.width * v / total.max(1e-9);
+    let (from, to) = (ms(&a.clock, a.start), ms(&a.clock, a.end));
+    let mut v = (from / step).ceil() * step;
+    while v <= to + 1e-9 {
+        let x = LEFT + a.width * (v - from) / (to - from).max(1e-9);
         let _ = writeln!(
             t,
             r##"<line x1="{x:.1}" y1="{y:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="#dddddd"/>"##
@@ -141,6 +144,30 @@ fn axis(t: &mut String, a: &Axis, y: f64, bottom: f64) {
         text(t, x, y - 4.0, 11, "middle", &label);
         v += step;
     }
+}
+
+/// The whole boot at a glance (the stages from the vCPU's reset), and the
+/// part the main panel shows.
+fn overview(t: &mut String, b: &Boot, main: &Axis, y: f64) {
+    let a = Axis {
+        clock: main.clock.clone(),
+        start: 0,
+        end: main.end,
+        width: main.width,
+    };
+    text(t, 8.0, y + 11.0, 11, "start", "whole boot");
+    for p in &b.phases {
+        let title = format!("{} ({}): {:.3} ms", p.name, p.stage, ms(&a.clock, p.duration()));
+        rect(t, a.x(p.start), y, a.w(p.start, p.end), 14.0, stage_color(&p.stage), &title);
+    }
+    let (x0, x1) = (a.x(main.start), a.x(main.end));
+    let _ = writeln!(
+        t,
+        r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="18" fill="none" stroke="#000000" stroke-width="1.5"/>"##,
+        y - 2.0,
+        (x1 - x0).max(1.0)
+    );
+    text(t, x1 + 4.0, y + 11.0, 10, "start", &format!("{:.0} ms", ms(&a.clock, main.end)));
 }
 
 fn bands(t: &mut String, a: &Axis, b: &Boot, y: f64) {
@@ -168,6 +195,18 @@ fn bands(t: &mut String, a: &Axis, b: &Boot, y: f64) {
     }
 }
 
+/// Label lanes above a vCPU's bars: a label goes in the first lane with
+/// room at its place, or is left out.
+struct Lanes(Vec<f64>);
+
+impl Lanes {
+    fn place(&mut self, x: f64, chars: usize) -> Option<usize> {
+        let lane = self.0.iter().position(|end| x >= *end + 4.0)?;
+        self.0[lane] = x + 6.0 * chars as f64;
+        Some(lane)
+    }
+}
+
 fn cpu_rows(t: &mut String, a: &Axis, b: &Boot, cpus: &[u32], y0: f64) {
     let mut longest: Vec<&crate::model::Initcall> = b.initcalls.iter().collect();
     longest.sort_by_key(|c| std::cmp::Reverse(c.duration().unwrap_or(0)));
@@ -185,18 +224,29 @@ fn cpu_rows(t: &mut String, a: &Axis, b: &Boot, cpus: &[u32], y0: f64) {
                 c.level,
                 ms(&a.clock, end.saturating_sub(c.start))
             );
-            rect(t, a.x(c.start), y + 22.0, a.w(c.start, end), 20.0, &level_color(level, false), &title);
+            let fill = level_color(level, false);
+            rect(t, a.x(c.start), y + 22.0, a.w(c.start, end), 20.0, &fill, &title);
         }
-        for (lane, c) in longest.iter().filter(|c| c.cpu == *cpu).enumerate() {
-            let d = ms(&a.clock, c.duration().unwrap_or(0));
-            let ly = y + 18.0 - (lane % 2) as f64 * 9.0;
-            text(t, a.x(c.start), ly, 10, "start", &format!("{} {d:.1} ms", c.name));
+        let mut lanes = Lanes(vec![f64::MIN; 2]);
+        let mut mine: Vec<_> = longest.iter().filter(|c| c.cpu == *cpu).collect();
+        mine.sort_by_key(|c| c.start);
+        for c in mine {
+            let label = format!("{} {:.1} ms", c.name, ms(&a.clock, c.duration().unwrap_or(0)));
+            if let Some(lane) = lanes.place(a.x(c.start), label.len()) {
+                text(t, a.x(c.start), y + 18.0 - lane as f64 * 10.0, 10, "start", &label);
+            }
         }
     }
 }
 
-fn preempt_rows(t: &mut String, a: &Axis, pre: &[Preempted], cpus: &[u32], y0: f64) {
-    for p in pre {
+fn preempt_rows(t: &mut String, a: &Axis, host: &HostView, cpus: &[u32], y0: f64) {
+    for row in 0..cpus.len() {
+        // Before the host's recording began there is no host view.
+        let y = y0 + row as f64 * CPU_ROW + 46.0;
+        let title = "no host view yet (the host's recording starts with the guest's region)";
+        rect(t, a.x(a.start), y, a.w(a.start, host.from), 8.0, "#e8e8e8", title);
+    }
+    for p in &host.preempted {
         let Some(row) = cpus.iter().position(|c| *c == p.vcpu) else { continue };
         let y = y0 + row as f64 * CPU_ROW + 46.0;
         let cycles = (p.ns as u128 * a.clock.freq as u128 / 1_000_000_000) as u64;
@@ -256,10 +306,14 @@ pub struct Chart {
 
 /// The chart of `boot` (clock `clock`); `preempted`: the VM view's
 /// intervals, if any; `title`: what it shows.
-pub fn svg(boot: &Boot, clock: &Clock, preempted: Option<&[Preempted]>, title: &str) -> Chart {
+pub fn svg(boot: &Boot, clock: &Clock, host: Option<&HostView>, title: &str) -> Chart {
     let end = boot.end.max(1).saturating_add(boot.end / 40);
+    // The untraced time before the first event (firmware, the kernel's
+    // start) can dwarf the rest: then the main panel starts at the trace.
+    let start = if boot.first > end / 5 { boot.first.saturating_sub((end - boot.first) / 40) } else { 0 };
     let a = Axis {
         clock: clock.clone(),
+        start,
         end,
         width: WIDTH as f64 - LEFT - RIGHT,
     };
@@ -268,11 +322,11 @@ pub fn svg(boot: &Boot, clock: &Clock, preempted: Option<&[Preempted]>, title: &
         .iter()
         .map(|c| c.cpu)
         .chain(boot.cpu_time.iter().map(|c| c.cpu))
-        .chain(preempted.unwrap_or(&[]).iter().map(|p| p.vcpu))
+        .chain(host.iter().flat_map(|h| h.preempted.iter().map(|p| p.vcpu)))
         .collect::<BTreeSet<u32>>()
         .into_iter()
         .collect();
-    let bands_y = 70.0;
+    let bands_y = 100.0;
     let cpus_y = bands_y + 2.0 * ROW + 10.0;
     let marks_bottom = cpus_y + cpus.len() as f64 * CPU_ROW;
     let height = marks_bottom + 60.0;
@@ -283,14 +337,15 @@ pub fn svg(boot: &Boot, clock: &Clock, preempted: Option<&[Preempted]>, title: &
     );
     let _ = writeln!(t, r#"<rect width="100%" height="100%" fill="white"/>"#);
     text(&mut t, 8.0, 22.0, 16, "start", title);
+    overview(&mut t, boot, &a, 40.0);
     axis(&mut t, &a, bands_y - 6.0, marks_bottom);
     bands(&mut t, &a, boot, bands_y);
     cpu_rows(&mut t, &a, boot, &cpus, cpus_y);
-    if let Some(p) = preempted {
-        preempt_rows(&mut t, &a, p, &cpus, cpus_y);
+    if let Some(h) = host {
+        preempt_rows(&mut t, &a, h, &cpus, cpus_y);
     }
     marks(&mut t, &a, boot, bands_y, marks_bottom);
-    legend(&mut t, marks_bottom + 30.0, preempted.is_some_and(|p| !p.is_empty()));
+    legend(&mut t, marks_bottom + 30.0, host.is_some());
     t.push_str("</svg>\n");
     Chart {
         svg: t,

@@ -119,6 +119,9 @@ pub struct Report {
     pub cpus: Vec<CpuRow>,
     /// None: no VM view (no host events recorded).
     pub preempted: Option<Vec<PreemptRow>>,
+    /// Where the VM view begins (the host's recording starts when the
+    /// guest's module formats its region: earlier phases have no host view).
+    pub host_view_from_ms: Option<f64>,
     pub marks: Vec<MarkRow>,
     pub notes: Vec<String>,
 }
@@ -289,12 +292,23 @@ pub struct Preempted {
     pub taken_by: Option<String>,
 }
 
-/// The VM view's preempted intervals that began during the boot.
-pub fn preempted_intervals(vm: &Path, b: &Boot) -> std::io::Result<Vec<Preempted>> {
+/// What the VM view saw of the boot: from when (its first event: the
+/// host's recording starts once the guest's module formatted its region),
+/// and the preempted intervals that began during the boot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostView {
+    pub from: u64,
+    pub preempted: Vec<Preempted>,
+}
+
+/// The VM view in `vm` (DIR/vm) during the boot.
+pub fn host_view(vm: &Path, b: &Boot) -> std::io::Result<HostView> {
     let trace = Trace::open(vm)?;
     let mut out = Vec::new();
+    let mut from = u64::MAX;
     for mut s in trace.streams()? {
         while let Some(r) = s.next_record()? {
+            from = from.min(r.ts);
             let Some((i, _)) = read_interval(&r, r.cpu(), 0) else { continue };
             if i.state == State::Preempted && r.ts <= b.end {
                 out.push(Preempted {
@@ -307,7 +321,10 @@ pub fn preempted_intervals(vm: &Path, b: &Boot) -> std::io::Result<Vec<Preempted
         }
     }
     out.sort_by_key(|p| (p.start, p.vcpu));
-    Ok(out)
+    Ok(HostView {
+        from: if from == u64::MAX { b.end } else { from },
+        preempted: out,
+    })
 }
 
 /// Per vCPU: the preempted intervals summed.
@@ -355,14 +372,14 @@ pub fn comm_text(c: &[u8; 16]) -> String {
 }
 
 /// The report of the recording in `root`, whose kernel trace (clock
-/// `clock`) gave `boot` and `profile`; `preempted`: the VM view's
-/// intervals, None without one; `top` rows per list.
+/// `clock`) gave `boot` and `profile`; `host`: the VM view, None without
+/// one; `top` rows per list.
 pub fn build(
     root: &Path,
     clock: &Clock,
     boot: &Boot,
     profile: Option<&Profile>,
-    preempted: Option<&[Preempted]>,
+    host: Option<&HostView>,
     top: usize,
 ) -> Report {
     let (phases, stages) = phase_rows(boot, clock);
@@ -378,7 +395,8 @@ pub fn build(
         functions: profile.map_or_else(Vec::new, |p| functions(boot, p, clock, top)),
         profile: profile.map(|p| p.pairing),
         cpus: cpus(boot, clock, top),
-        preempted: preempted.map(|p| preemption(p, boot)),
+        preempted: host.map(|h| preemption(&h.preempted, boot)),
+        host_view_from_ms: host.map(|h| ms(clock, h.from)),
         marks: boot
             .marks
             .iter()
@@ -490,10 +508,19 @@ fn write_preempted(t: &mut String, r: &Report) {
             );
         }
         Some(rows) if rows.is_empty() => {
-            let _ = writeln!(t, "\nhost preemption during the boot: none seen");
+            let _ = writeln!(
+                t,
+                "\nhost preemption during the boot: none seen (host view from {:.3} ms)",
+                r.host_view_from_ms.unwrap_or(0.0)
+            );
         }
         Some(rows) => {
-            let _ = writeln!(t, "\nhost preemption during the boot (VM view):");
+            let _ = writeln!(
+                t,
+                "\nhost preemption during the boot (VM view, from {:.3} ms: the host's recording \
+                 starts when the guest's module formats its region):",
+                r.host_view_from_ms.unwrap_or(0.0)
+            );
             for p in rows {
                 let by: Vec<String> = p
                     .taken_by

@@ -26,6 +26,10 @@ use crate::model::{Boot, CpuTime, Initcall, Mark, Phase};
 /// More initcalls, marks or (vCPU, thread) pairs than a boot has.
 pub const LIST_MAX: usize = 1 << 20;
 
+/// The phase of a trace that begins inside an initcall level the symbols
+/// do not name.
+pub const UNKNOWN_LEVEL: &str = "unknown_level";
+
 /// What a trace_marker line starts with to mark the boot's end.
 pub const MARKER: &str = "ivtrace-boot";
 
@@ -60,6 +64,8 @@ pub struct Scan<'a> {
     running: HashMap<u32, (i32, u64)>,
     cpu_time: HashMap<(u32, i32), u64>,
     comms: HashMap<i32, String>,
+    /// The module each thread loaded last.
+    loaded: HashMap<i32, String>,
     dropped: u64,
 }
 
@@ -83,6 +89,7 @@ impl<'a> Scan<'a> {
             running: HashMap::new(),
             cpu_time: HashMap::new(),
             comms: HashMap::new(),
+            loaded: HashMap::new(),
             dropped: 0,
         }
     }
@@ -96,7 +103,7 @@ impl<'a> Scan<'a> {
             What::InitcallStart { func } => self.initcall_start(e, *func),
             What::InitcallFinish { func, ret } => self.initcall_finish(e, *func, *ret),
             What::Exec { pid, filename } => self.exec(e, *pid, filename),
-            What::ModuleLoad { name } => self.mark(e, "module", name),
+            What::ModuleLoad { name } => self.module_load(e, name),
             What::Print { text } => self.print(e, text),
             What::Switch {
                 prev,
@@ -125,11 +132,29 @@ impl<'a> Scan<'a> {
         }
     }
 
-    fn initcall_start(&mut self, e: &Event, func: u64) {
-        let name = func_name(self.symbols, func);
-        if let Some(sub) = self.levels.sublevel(&name, self.level) {
-            self.advance(e.ts, sub);
+    /// An initcall's name and phase: the kernel's by the initcall table; a
+    /// module's (user space loads it: do_init_module) by the module its
+    /// thread loaded last, when its init function's symbol is gone (a
+    /// module's init text is freed before the relay reads kallsyms).
+    fn initcall_of(&mut self, e: &Event, func: u64) -> (String, &'static str) {
+        if self.userland.is_none() {
+            let name = func_name(self.symbols, func);
+            if let Some(sub) = self.levels.sublevel(&name, self.level) {
+                self.advance(e.ts, sub);
+            }
+            return (name, self.sub.unwrap_or(UNKNOWN_LEVEL));
         }
+        let phase = if self.end.is_some() { "workload" } else { "userland" };
+        let name = match (self.symbols.function(func), self.loaded.get(&e.tid)) {
+            (Some((s, 0)), Some(m)) => format!("{} [{m}]", s.name),
+            (_, Some(m)) => format!("{m}.init"),
+            _ => func_name(self.symbols, func),
+        };
+        (name, phase)
+    }
+
+    fn initcall_start(&mut self, e: &Event, func: u64) {
+        let (name, level) = self.initcall_of(e, func);
         if self.initcalls.len() >= LIST_MAX {
             self.dropped += 1;
             return;
@@ -138,7 +163,7 @@ impl<'a> Scan<'a> {
         self.initcalls.push(Initcall {
             func,
             name,
-            level: self.sub.unwrap_or("unknown").to_string(),
+            level: level.to_string(),
             start: e.ts,
             end: None,
             ret: None,
@@ -157,8 +182,9 @@ impl<'a> Scan<'a> {
             }
             _ if self.starts.is_empty() && self.initcalls.is_empty() => {
                 let name = func_name(self.symbols, func);
-                self.began_inside = self.levels.sublevel(&name, None);
-                if let Some(sub) = self.began_inside {
+                let sub = self.levels.sublevel(&name, None);
+                self.began_inside = Some(sub.unwrap_or(UNKNOWN_LEVEL));
+                if let Some(sub) = sub {
                     self.sub = Some(sub);
                     self.level = level_of(sub);
                 }
@@ -185,6 +211,13 @@ impl<'a> Scan<'a> {
         if self.end.is_none() {
             self.push_mark(e, kind, name);
         }
+    }
+
+    fn module_load(&mut self, e: &Event, name: &str) {
+        if self.loaded.len() < LIST_MAX {
+            self.loaded.insert(e.tid, name.to_string());
+        }
+        self.mark(e, "module", name);
     }
 
     fn exec(&mut self, e: &Event, pid: i32, filename: &str) {

@@ -13,7 +13,7 @@ use serde::Serialize;
 use ivtrace_boot::chart::{self, CHART_PNG, CHART_SVG};
 use ivtrace_boot::derive::{derive, Derived, Options};
 use ivtrace_boot::model::Boot;
-use ivtrace_boot::report::{self, preempted_intervals, Preempted, Report};
+use ivtrace_boot::report::{self, host_view, HostView, Report};
 use ivtrace_boot::stream;
 use ivtrace_ctf::read::Trace;
 use ivtrace_ctf::OutDir;
@@ -141,19 +141,26 @@ struct Output<'a> {
 pub fn run(args: &BootArgs) -> Result<u64> {
     let (trace, boot, profile) = load(args)?;
     let vm = args.dir.join("vm");
-    let mut preempted: Option<Vec<Preempted>> = None;
+    let mut host: Option<HostView> = None;
     let mut notes = Vec::new();
     if vm.join("metadata").is_file() {
-        match preempted_intervals(&vm, &boot) {
-            Ok(p) => preempted = Some(p),
+        match host_view(&vm, &boot) {
+            Ok(h) => host = Some(h),
             Err(e) => notes.push(format!("the VM view ({}) did not read: {e}", vm.display())),
         }
     }
-    let mut r = report::build(&args.dir, trace.clock(), &boot, profile.as_ref(), preempted.as_deref(), args.top);
+    let mut r = report::build(
+        &args.dir,
+        trace.clock(),
+        &boot,
+        profile.as_ref(),
+        host.as_ref(),
+        args.top,
+    );
     r.notes.extend(notes);
     let (chart, png) = match args.no_chart {
         true => (None, None),
-        false => write_chart(args, &trace, &boot, preempted.as_deref())?,
+        false => write_chart(args, &trace, &boot, host.as_ref())?,
     };
     if args.json {
         let out = Output {
@@ -176,7 +183,7 @@ fn write_chart(
     args: &BootArgs,
     trace: &Trace,
     boot: &Boot,
-    preempted: Option<&[Preempted]>,
+    host: Option<&HostView>,
 ) -> Result<(Option<PathBuf>, Option<PathBuf>)> {
     let name = args
         .dir
@@ -189,7 +196,7 @@ fn write_chart(
         report::ms(trace.clock(), boot.end),
         if boot.end < boot.last { "workload" } else { "trace's end" }
     );
-    let c = chart::svg(boot, trace.clock(), preempted, &title);
+    let c = chart::svg(boot, trace.clock(), host, &title);
     let svg = match &args.chart {
         Some(p) => {
             std::fs::write(p, &c.svg).with_context(|| format!("cannot write {}", p.display()))?;
