@@ -2,11 +2,16 @@
 #   make          build bin/ivtrace, bin/ivtrace-loadgen, bin/ivtrace-forward (and libivtrace)
 #   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
 #                 the static guest tools and the workloads (vm/build --all)
-#   make test     install what is missing, build, run every test, then `make lint`
+#   make check    the quick tier, before every commit (~2 min warm, no root, no QEMU): build,
+#                 the C tests of abi/ (x86-64 and -m32) and guest/lib, the Rust tests, ivtools'
+#                 unit tests, then `make lint`
+#   make test     the full suite (what .ci/run runs): install what is missing, `make check`,
+#                 then every test that boots guests, installs packages or needs root
 #   make test-nested  the whole nest: L0 records L1, a TCG guest running QEMU for L2 and
 #                 forwarding L2's trace (tests/nested/full_nest.py; 5-20+ min, so not in `make test`)
-#   make lint     clippy -D warnings and rustfmt --check on host/, checkpatch on guest/kmod,
-#                 the C tests of abi/ and guest/lib built with ASan+UBSan and with TSan
+#   make lint     clippy -D warnings, rustfmt --check and cargo doc -D warnings on host/, ruff
+#                 on the Python, shellcheck on the shell scripts, codespell, checkpatch on
+#                 guest/kmod, the C tests of abi/ and guest/lib built with ASan+UBSan and TSan
 #   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
 #   make demo     install what is missing, build, record a real guest (vm/demo), summary
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
@@ -33,8 +38,9 @@ SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps host lib guest test test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
-	tracecompass lint lint-host lint-rust lint-kmod lint-sanitizers test-asan test-tsan \
+.PHONY: all deps host lib guest check test test-abi test-lib test-host test-pyunit test-py test-eval \
+	test-fuzz test-soak tracecompass lint lint-host lint-rust lint-doc lint-py lint-shell lint-spell \
+	lint-kmod lint-sanitizers test-asan test-tsan \
 	demo demo-loopback demo-vmview bench eval soak fuzz clean deb test-deb gen-docs test-nested
 
 all: host lib
@@ -58,9 +64,16 @@ tracecompass:
 guest:
 	vm/build --all
 
-# lint runs last: until host/ and guest/kmod are clean it fails, and the tests still ran.
-test: deps all tracecompass test-abi test-lib test-host test-py test-eval test-fuzz test-soak \
-	test-deb lint
+# ---- the two tiers --------------------------------------------------------------------------
+# check: what to run before every commit. No root, no QEMU, no guest: the build, the C tests,
+# the Rust tests (unit, property, and the integration tests, which run bin/ tools on regions
+# in /dev/shm and read traces back with babeltrace2), ivtools' unit tests (python/tests), then
+# every lint part. Needs what scripts/deps.sh installed (as root, once).
+check: all test-abi test-lib test-host test-pyunit lint
+
+# test: the full suite, what .ci/run runs. check comes first: a build, unit test or lint
+# failure stops it before the half hour of guests, packages and benchmarks.
+test: deps check tracecompass test-py test-eval test-fuzz test-soak test-deb
 
 # L2 is TCG inside TCG: minutes of boot on a 2-core machine, beyond make test's budget.
 # tests/nested/test_forward.py (in make test) checks the forwarding path at one level.
@@ -76,6 +89,10 @@ test-lib:
 
 test-host:
 	$(CARGO) test --release --locked --manifest-path host/Cargo.toml
+
+# ivtools' unit tests and the repository's self-containment check (no root, no QEMU).
+test-pyunit:
+	$(PYTHON) -m pytest -q --tb=short -rfE python/tests tests/test_docs.py
 
 # tests/deb and tests/libvirt need the packages: test-deb runs them.
 test-py: all
@@ -113,7 +130,7 @@ test-fuzz:
 	$(MAKE) -C host fuzz-smoke
 
 # ---- lint: every part runs, then the failed ones are named --------------------------------
-LINT_PARTS := lint-rust lint-kmod lint-sanitizers
+LINT_PARTS := lint-rust lint-doc lint-py lint-shell lint-spell lint-kmod lint-sanitizers
 
 lint:
 	@failed=; for t in $(LINT_PARTS); do \
@@ -125,6 +142,31 @@ lint:
 # host/ (tests, examples and the fuzz crate included): host/Makefile's lint-host.
 lint-rust:
 	$(MAKE) -C host lint-host
+
+# The API documentation of host/ builds without a warning (broken intra-doc links, bad HTML).
+lint-doc:
+	cd host && RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --locked
+
+# ruff (pinned in scripts/deps.sh, which pip-installs it into build/pytools; rules: ruff.toml)
+# on every Python file.
+RUFF := build/pytools/bin/ruff
+lint-py:
+	@scripts/deps.sh pip
+	$(RUFF) check --no-cache .
+
+# Every shell script: the files git tracks (or would) whose first line is a sh, bash or dash
+# shebang, the guest's busybox ash scripts included. Warnings and errors; the style notes
+# (quoting where the scripts split words on purpose) are not checked.
+SHELL_SCRIPTS = $(shell git ls-files -co --exclude-standard | while read -r f; do \
+	[ -f "$$f" ] && head -n1 "$$f" | grep -qE '^\#!.*[/ ](ba|da)?sh([[:space:]]|$$)' && echo "$$f"; done)
+lint-shell:
+	@command -v shellcheck >/dev/null || { echo "lint-shell: shellcheck is missing: run scripts/deps.sh" >&2; exit 1; }
+	shellcheck --severity=warning $(SHELL_SCRIPTS)
+
+# Spelling of the docs and the code (codespell; its exceptions: .codespellrc).
+lint-spell:
+	@command -v codespell >/dev/null || { echo "lint-spell: codespell is missing: run scripts/deps.sh" >&2; exit 1; }
+	@codespell $$(git ls-files -co --exclude-standard) && echo "codespell: ok"
 
 lint-kmod:
 	$(MAKE) -C guest/kmod checkpatch

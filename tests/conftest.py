@@ -5,25 +5,13 @@ Run with babeltrace2's Python bindings available: `/usr/bin/python3 -m pytest te
 use babeltrace2 as the independent reader of what ivtrace writes.
 """
 
-import json
 import os
 import pathlib
-import subprocess
-import sys
 import uuid
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-BIN = REPO / "bin"
-IVTRACE = BIN / "ivtrace"
-LOADGEN = BIN / "ivtrace-loadgen"
-VECTORS = json.loads((REPO / "abi" / "vectors.json").read_text())
-
-
-def abi(name: str) -> int:
-    """A size, offset or constant of the region ABI (abi/vectors.json)."""
-    return VECTORS[name]
+from common import IVTRACE, LOADGEN, REPO, abi, assert_no_panic, run  # noqa: F401  (for tests that import them from here)
 
 
 @pytest.fixture(scope="session")
@@ -36,12 +24,11 @@ def tools():
 
 @pytest.fixture(scope="session")
 def guest():
-    """The guest, built once per session by the one guest build (vm/guestbuild.py
+    """The guest, built once per session by the one guest build (python/ivtools/guestbuild.py
     build_guest, what `make guest` runs): kernel and initramfs, ivtrace.ko for that kernel,
     the static tools and the workloads. `guest.add("ivtrace.ko", ...)` is an ivtvm `add=`
     list. A failed build fails the tests that boot a guest; nothing older is reused."""
-    sys.path.insert(0, str(REPO / "vm"))
-    import guestbuild
+    from ivtools import guestbuild
 
     try:
         return guestbuild.build_guest()
@@ -55,22 +42,3 @@ def shm():
     path = pathlib.Path("/dev/shm") / f"ivtrace-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     yield path
     path.unlink(missing_ok=True)
-
-
-def run(cmd, timeout=120, check=True, **kw):
-    """Run a command; fail the test with its output if it times out or fails."""
-    cmd = [str(c) for c in cmd]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"timed out after {timeout}s (hang?): {' '.join(map(str, cmd))}\n{e.stderr}")
-    if check and p.returncode != 0:
-        pytest.fail(
-            f"exit {p.returncode}: {' '.join(map(str, cmd))}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
-        )
-    return p
-
-
-def assert_no_panic(p):
-    """A Rust panic exits 101 and prints 'panicked at'; neither may happen."""
-    assert p.returncode != 101 and "panicked at" not in p.stderr, p.stderr

@@ -7,7 +7,7 @@ import mmap
 import os
 import struct
 
-from conftest import abi
+from common import abi
 
 HDR_LAYOUT = abi("offsetof.ivt_region_hdr.layout")
 CHAN_SIZE = abi("sizeof.ivt_channel")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
-        *(p for d in ("vm", "bench", "tests") for p in sorted((REPO / d).rglob("README.md")))]
+        *(p for d in ("vm", "bench", "tests", "python") for p in sorted((REPO / d).rglob("README.md")))]
 OUTSIDE = re.compile(r"(specs\.md|doorbell-msix\.md|anchors_\w+\.md|aesthetics\.md|"
                      r"reference/|\.\./shared|/work/shared)")
 TRACKED = [REPO / p for p in subprocess.run(

@@ -25,10 +25,8 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "vm"))
-import guestbuild  # noqa: E402
-import ivtvm  # noqa: E402
+from ivtools import REPO, guestbuild, ivtvm
+from ivtools.proc import say
 
 IVTRACE = REPO / "bin" / "ivtrace"
 WORKLOAD = REPO / "vm" / "guest" / "workload"
@@ -43,10 +41,6 @@ class DemoError(Exception):
 
 
 T0 = time.monotonic()
-
-
-def say(msg: str) -> None:
-    print(msg, flush=True)
 
 
 def step(n: int, msg: str) -> None:

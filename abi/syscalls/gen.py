@@ -191,7 +191,8 @@ def rust(rs):
         lines.append(
             f"    Some(Syscall {{ name: \"{r['name']}\", nargs: {r['nargs']}, str_mask: {s}, "
             f"out_mask: {o}, data_arg: {d}, lttng: {str(r['source'] != 'generic').lower()}, "
-            f"entry: {rust_fields(r['entry'], strings)}, exit: {rust_fields(r['exit'], strings)} }}), // {nr}")
+            f"entry: {rust_fields(r['entry'], strings)}, "
+            f"exit: {rust_fields(r['exit'], strings)} }}), // {nr}")
     lines += ["];", ""]
     return "\n".join(lines)
 

@@ -31,6 +31,7 @@
 #   EV stat config=C rep=R ...            (tracer counters after the configuration)
 #   EV calib EVH tcgcost ...             (rdtsc, store, load, clock_gettime, getppid costs)
 #   EV info ... | EV warm ... | EV error ... | EV done
+# shellcheck disable=SC2046  # `set -- $(counts ...)` splits the counts into $1 $2 on purpose
 REPS=${1:-3} SECS=${2:-10} WORKLOADS=${3:-int,syscall,tar,gzip,forkexec}
 CONFIGS=${4:-bare,ivt-idle,ivt-flight,ivt-stream,ft-flight,ft-net,ft-9p,ft-vserial}
 PORT=${5:-0} BUF_KB=${6:-4096} WARM=${7:-2}
@@ -39,7 +40,7 @@ KO=/lib/modules/$(uname -r)/extra/ivtrace.ko
 HOSTIP=10.0.2.2
 SHARE=/mnt/host
 VPORT_NAME=org.ivtrace.eval.trace
-GROUPS=sched,irq,timer,kmem
+IVT_GROUPS=sched,irq,timer,kmem
 EVENTS="sched/sched_switch sched/sched_wakeup sched/sched_wakeup_new sched/sched_process_fork
 sched/sched_process_exec sched/sched_process_exit sched/sched_process_free task/task_rename
 irq/irq_handler_entry irq/irq_handler_exit irq/softirq_entry irq/softirq_exit
@@ -128,9 +129,9 @@ setup() { # config rep
 	case $c in
 	bare) ;;
 	ivt-idle) insmod "$KO" events=none $IVT_OPTS || die "insmod ivtrace events=none" ;;
-	ivt-flight) insmod "$KO" events=$GROUPS mode=overwrite $IVT_OPTS || die "insmod ivtrace" ;;
+	ivt-flight) insmod "$KO" events=$IVT_GROUPS mode=overwrite $IVT_OPTS || die "insmod ivtrace" ;;
 	ivt-stream)
-		insmod "$KO" events=$GROUPS mode=discard $IVT_OPTS || die "insmod ivtrace"
+		insmod "$KO" events=$IVT_GROUPS mode=discard $IVT_OPTS || die "insmod ivtrace"
 		echo "EV host-start recorder config=$c rep=$r"
 		ev-helper hbwait 120 > /dev/null || die "ivtrace record never attached (rep $r)" ;;
 	ft-flight) ft_on ;;

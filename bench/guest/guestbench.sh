@@ -33,6 +33,7 @@
 #   GB stat rep=R config=C workload=W KEY=VALUE...         (the tracer's own counters)
 #   GB ship rep=R config=C workload=W kind=K dir=D         (trace copied to the 9p share)
 #   GB rate config=C target_per_s=R achieved_per_s=A ops=N wall_ns=T consumer_ns=K lost=L
+# shellcheck shell=dash  # busybox ash, which has `local` as dash does
 REPS=${1:-3} CONFIGS=${2:-off,ivt-flight,ivt-stream,lttng-snapshot,lttng-discard,ft-ring,ft-pipe,perf-record,perf-trace}
 WORKLOADS=${3:-getppid,pingpong,forkexec} BUF_KB=${4:-32768} RATE_BUF_KB=${5:-1024}
 RATES=${6:-} RATE_SECS=${7:-4} RATE_CONFIGS=${8:-ivt-stream,lttng-discard,ft-pipe,perf-record,perf-trace}

@@ -3,11 +3,9 @@ schema (results.py), presets native, guest, evaluation, doorbell and ftrace (one
 The harness writes results files only; the report writer (bench/reporting, `bench/report`)
 turns them into docs/performance.md and is never called from here."""
 
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "vm"))  # ivtvm (QEMU launcher), guestbuild (the guest build)
 
 
 class BenchError(Exception):

@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm
 
 from . import BenchError, guests, hostload
 

@@ -33,10 +33,23 @@ import sys
 import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm
+from ivtools.relayd import RelaydError
 
-from . import (BenchError, Prerequisite, boot, doorbell, evaluation, ftrace, guest, history,
-               native, relay, results, soak)
+from . import (
+    BenchError,
+    Prerequisite,
+    boot,
+    doorbell,
+    evaluation,
+    ftrace,
+    guest,
+    history,
+    native,
+    relay,
+    results,
+    soak,
+)
 
 PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay, ftrace, boot)}
 ALIASES = {"eval": "evaluation"}
@@ -70,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     except (Prerequisite, ivtvm.VMError) as e:
         print(f"bench/run {preset}: ERROR: {e}", file=sys.stderr)
         return 2
-    except BenchError as e:
+    except (BenchError, RelaydError) as e:
         print(f"bench/run {preset}: FAILED: could not measure: {e}", file=sys.stderr)
         return 1
     rec["duration_s"] = round(time.monotonic() - t0, 1)

@@ -24,7 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm
+from ivtools.proc import sh
 
 from . import BenchError, Prerequisite, guests
 from .results import ROOT
@@ -35,12 +36,8 @@ BUILD = ROOT / "build" / "bench" / "doorbell"
 IVTRACE = ROOT / "bin" / "ivtrace"
 
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, check=True, **kw).stdout
-
-
 def efd(n, repeats):
-    runs = [json.loads(sh([str(BUILD / "efd_baseline"), str(n)])) for _ in range(repeats)]
+    runs = [json.loads(sh([BUILD / "efd_baseline", n], error=BenchError).stdout) for _ in range(repeats)]
     return {"command": f"{BUILD.relative_to(ROOT)}/efd_baseline {n}", "runs": runs}
 
 

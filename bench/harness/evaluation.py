@@ -1,6 +1,6 @@
 """evaluation: the seeds' overhead tables, measured here, in one command.
 
-Boots ONE real guest (vm/ivtvm.py; auto accelerator, TCG on these machines) with every
+Boots ONE real guest (python/ivtools/ivtvm.py; auto accelerator, TCG on these machines) with every
 transport device present (ivshmem, virtio-net user networking, a 9p share, a virtio-serial
 port), and runs bench/guest/evalguest.sh in it: per repetition every configuration
 (ivtrace's tracing states and the alternatives) in a rotated order, each running every
@@ -17,20 +17,23 @@ state and transport once, short workloads (`make test-eval`, part of `make test`
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm, proc
+from ivtools.ports import free_ports
+from ivtools.proc import sayer
+from ivtools.qemu_threads import pin_qemu, vcpu_sched
 
 from . import BenchError, guests, hostload, stats
 from .hostload import busy_pct, cpu_times, loadavg, steal_pct, top_procs
@@ -57,12 +60,8 @@ class EvalError(BenchError):
     """Something could not be measured (exit 1)."""
 
 
-def say(msg: str) -> None:
-    print(f"eval: {msg}", flush=True)
-
-
-def sh(cmd, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+say = sayer("eval")
+sh = functools.partial(proc.sh, check=False, error=EvalError)  # the callers read the exit status
 
 
 # --------------------------------------------------------------------------- dropbear (SSH)
@@ -130,56 +129,7 @@ def dropbear_adds() -> list[str]:
     return adds
 
 
-# --------------------------------------------------------------------------- pinning
-
-def qemu_threads(pid: int) -> dict[int, str]:
-    out = {}
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            out[int(t.name)] = (t / "comm").read_text().strip()
-        except OSError:
-            pass
-    return out
-
-
-def pin_qemu(pid: int, vcpu_cpu: int, other_cpu: int) -> dict:
-    """vCPU threads ("CPU n/TCG" or "CPU n/KVM", named with -name debug-threads=on) on
-    vcpu_cpu, every other QEMU thread (main loop, RCU, workers for 9p/slirp) on other_cpu."""
-    done = {"vcpu": [], "other": []}
-    try:
-        for tid, comm in qemu_threads(pid).items():
-            is_vcpu = comm.startswith("CPU ")
-            try:
-                os.sched_setaffinity(tid, {vcpu_cpu if is_vcpu else other_cpu})
-                done["vcpu" if is_vcpu else "other"].append(comm)
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return done
-
-
-def thread_sched(pid: int) -> tuple[int, int, int]:
-    """(vCPU run ns, vCPU run-queue wait ns, other QEMU threads' run ns) from
-    /proc/PID/task/*/schedstat: what the host scheduler gave the guest, and what QEMU's
-    I/O side (slirp, 9p, chardev, ivshmem needs none) cost."""
-    run = wait = other = 0
-    try:
-        for t in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                comm = (t / "comm").read_text().strip()
-                r, w, _ = (int(x) for x in (t / "schedstat").read_text().split())
-            except (OSError, ValueError):
-                continue
-            if comm.startswith("CPU "):
-                run += r
-                wait += w
-            else:
-                other += r
-    except OSError:
-        pass
-    return run, wait, other
-
+# --------------------------------------------------------------------------- QEMU's CPU time
 
 def proc_cpu_s(pid: int | None) -> float:
     """utime + stime of a process (all its threads), seconds."""
@@ -197,13 +147,13 @@ class Sampler:
     `EV m` lines): evidence of host contention (the vCPU thread waiting for its CPU) and the
     host CPU each transport costs (QEMU's I/O threads, the sink, the recorder or ssh)."""
 
-    def __init__(self, qemu_pid: int, sink_pid: int, host: "Host"):
+    def __init__(self, qemu_pid: int, sink_pid: int, host: Host):
         self.qemu, self.sink, self.host = qemu_pid, sink_pid, host
         self.open: dict[tuple, dict] = {}
         self.done: dict[tuple, dict] = {}
 
     def snap(self) -> dict:
-        run, wait, other = thread_sched(self.qemu)
+        run, wait, other = vcpu_sched(self.qemu)
         helper = sum(proc_cpu_s(p.pid) for p in list(self.host.proc.values())
                      if p.poll() is None)
         return {"t": time.monotonic(), "run": run, "wait": wait, "other": other,
@@ -252,14 +202,6 @@ class ConsoleTail:
 
 
 # --------------------------------------------------------------------------- host helpers
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 def dir_bytes(d: Path) -> int:
     return sum(p.stat().st_size for p in d.rglob("*") if p.is_file())
@@ -423,7 +365,7 @@ class Setup:
             (self.work / d).mkdir(parents=True, exist_ok=True)
         self.shm = Path(f"/dev/shm/ivt-eval-{os.getpid()}")
         self.sock = self.work / "vserial.sock"
-        self.ssh_port = free_port()
+        [self.ssh_port] = free_ports(1)
         self.host = Host(a, self.work, self.shm, self.ssh_port, self.taskset)
         self.sink = self.sink_cmd = self.port = None
 

@@ -26,10 +26,9 @@ import statistics
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm
 
 from . import BenchError, guests, hostload
 from .results import ROOT

@@ -1,9 +1,9 @@
 """guest: the hypertracing micro-benchmark, reproduced. ivtrace.ko against LTTng's kernel
 tracer, ftrace and perf, recording the same tracepoints of the same kernel, in ONE guest.
 
-Boots the guest once (vm/ivtvm.py; auto accelerator, TCG on these machines; one vCPU pinned
+Boots the guest once (python/ivtools/ivtvm.py; auto accelerator, TCG on these machines; one vCPU pinned
 to host CPU 0, QEMU's other threads and every host helper on CPU 1) with the tracers built
-for its kernel (vm/tracers.py) and runs bench/guest/guestbench.sh: per repetition every
+for its kernel (python/ivtools/tracers.py) and runs bench/guest/guestbench.sh: per repetition every
 configuration in a rotated order (off; ivtrace.ko as a flight recorder and streaming to
 `ivtrace record` on the host; LTTng in snapshot and discard mode; ftrace's ring and
 trace_pipe_raw to a file; perf record and perf trace), each with three workloads (getppid
@@ -27,10 +27,12 @@ import subprocess
 import time
 from pathlib import Path
 
-import ivtvm
+from ivtools import ivtvm
+from ivtools.proc import sayer
+from ivtools.qemu_threads import cpu_ns, pin_qemu, vcpu_sched
 
 from . import BenchError, guest_native, guests, tracecount
-from .evaluation import ConsoleTail, pin_qemu, thread_sched
+from .evaluation import ConsoleTail
 from .guest_stats import print_summary, summarize
 from .hostload import busy_pct, cpu_times, loadavg, steal_pct, top_procs
 from .results import ROOT
@@ -48,8 +50,7 @@ RATES = "20000,50000,100000,200000,400000"
 KV = re.compile(r"(\w+)=(\"[^\"]*\"|\S+)")
 
 
-def say(msg: str) -> None:
-    print(f"guest: {msg}", flush=True)
+say = sayer("guest")
 
 
 def add_arguments(ap):
@@ -169,10 +170,10 @@ class Host:
 
     def recorder_ns(self) -> int:
         pids = [p.pid for p in self.recorders.values() if p.poll() is None]
-        return sum(task_ns(pid) for pid in pids)
+        return sum(cpu_ns(pid) for pid in pids)
 
     def begin(self, key: tuple) -> None:
-        run, wait, _ = thread_sched(self.qemu_pid)
+        run, wait, _ = vcpu_sched(self.qemu_pid)
         self.open[key] = {"t": time.monotonic(), "run": run, "wait": wait,
                           "rec": self.recorder_ns()}
 
@@ -180,7 +181,7 @@ class Host:
         a = self.open.pop(key, None)
         if a is None:
             return
-        run, wait, _ = thread_sched(self.qemu_pid)
+        run, wait, _ = vcpu_sched(self.qemu_pid)
         wall = time.monotonic() - a["t"]
         self.samples[key] = {
             "wall_s": round(wall, 3),
@@ -193,17 +194,6 @@ class Host:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-
-
-def task_ns(pid: int) -> int:
-    """CPU time of every thread of a process (ns, /proc/PID/task/*/schedstat)."""
-    total = 0
-    for f in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            total += int(f.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 class Follower:

@@ -121,7 +121,8 @@ def ratios(table: dict) -> dict:
 
 def signature(w: str, counts: dict) -> dict:
     """The events the workload itself makes, counted in one trace: getppid N entries and N
-    exits by the workload's process (tracecount.Workload: every tracer traces the whole guest); fork+exec N + 1 execs of gb-work (the children and the workload itself); ping-pong
+    exits by the workload's process (tracecount.Workload: every tracer traces the whole guest);
+    fork+exec N + 1 execs of gb-work (the children and the workload itself); ping-pong
     at least 2 switches per round trip (more when anything else runs). Wake-ups are shown,
     not checked: a writer preempted right after its write finds its peer awake."""
     b = counts.get("by_name", {})
@@ -183,7 +184,7 @@ def rate_table(rates: list[dict]) -> dict:
             "lost": lost, "lost_pct": round(100.0 * lost / (total + lost), 3) if total else 0,
             "consumer_pct": round(100.0 * consumer / d["wall_ns"], 1),
             "vcpu_wait_pct": (d.get("host") or {}).get("vcpu_wait_pct")})
-    for c, x in out.items():
+    for x in out.values():
         pts = sorted(x["points"], key=lambda p: p["target_calls_per_s"])
         ok = [p["events_per_s"] for p in pts if p["lost"] == 0]
         drops = [p["events_per_s"] for p in pts if p["lost"] > 0]

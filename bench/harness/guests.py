@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
-import guestbuild
+from ivtools import guestbuild
 
 from . import Prerequisite
 from .results import ROOT

@@ -20,6 +20,7 @@ none runs) and stops it after; mounts tracefs (if not mounted) and leaves it mou
 its own tracefs instance, ivbench-PID. Fails (exit 1) when a tracer cannot be measured.
 """
 
+import functools
 import json
 import os
 import re
@@ -30,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from ivtools import proc
+
 from . import BenchError, Prerequisite, drain, hostload
 from .results import ROOT, first_line
 
@@ -38,13 +41,7 @@ HELP = "per-event writer cost, no-reader cost, drain throughput, live loss (this
 TRACEFS = Path("/sys/kernel/tracing")
 
 
-def sh(cmd, check=True, **kw):
-    """Run cmd (a list), return CompletedProcess with text stdout/stderr."""
-    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
-    if check and p.returncode != 0:
-        raise BenchError(f"`{shlex.join(map(str, cmd))}` failed (exit {p.returncode}):\n"
-                         f"{p.stderr.strip() or p.stdout.strip()}")
-    return p
+sh = functools.partial(proc.sh, error=BenchError)
 
 
 def read(path, default=None):
@@ -266,7 +263,7 @@ def run(args, rec) -> list[str]:
     tools = {"ivtrace": Path(args.bin) / "ivtrace", "loadgen": Path(args.bin) / "ivtrace-loadgen"}
     if os.geteuid() != 0:
         raise Prerequisite("run as root (tracefs, mlockall, lttng-sessiond)")
-    for name, path in [*tools.items(), ("ivbench", Path(args.ivbench))]:
+    for path in [*tools.values(), Path(args.ivbench)]:
         if not os.access(path, os.X_OK):
             raise Prerequisite(f"{path} is missing; build it first (`make` at the top, "
                                f"`make -C bench build`)")

@@ -28,8 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ivtools.qemu_threads import cpu_ns
+from ivtools.relayd import Relayd
+
 from . import BenchError, Prerequisite, hostload
-from .relayd import Relayd
 from .results import ROOT
 
 NAME = "relay"
@@ -38,16 +40,6 @@ IVTRACE = ROOT / "bin" / "ivtrace"
 LOADGEN = ROOT / "bin" / "ivtrace-loadgen"
 THREADS = 2
 EVENT_SIZE = 32
-
-
-def cpu_ns(pid: int) -> int:
-    total = 0
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((t / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return total
 
 
 def status_kb(pid: int, key: str) -> int:

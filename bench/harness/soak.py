@@ -28,17 +28,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+from ivtools.ivshmem import FakeClient
+
 from . import Prerequisite, hostload
 from .results import ROOT
-
-sys.path.insert(0, str(ROOT / "tests"))
-from serve.serve import FakeClient  # noqa: E402  (the tests' ivshmem client)
 
 NAME = "soak"
 HELP = "serve for a long time: guests coming and going, a never-idle writer, a full disk"

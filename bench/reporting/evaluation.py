@@ -16,6 +16,7 @@ from harness.stats import TARGET_INT_PCT, fnum, summarize
 from . import plots
 from .common import git_line
 
+QUICK_NOTE = ", **quick smoke run: 1 repetition, short workloads; not for quoting**"
 LABELS = {
     "bare": "bare (no tracing)",
     "ivt-idle": "ivtrace: module loaded, idle (events=none)",
@@ -165,7 +166,7 @@ def part_header(out: list, e) -> None:
     rec, p, c = e.rec, e.p, e.data["conditions"]
     m, acc, guest = rec["machine"], rec["accelerator"], rec["guest"]
     out.append(f"From `{e.src}` (run of {rec['date']}, {rec['duration_s'] / 60:.0f} min, "
-               f"one boot{', **quick smoke run: 1 repetition, short workloads; not for quoting**' if e.quick else ''}). "
+               f"one boot{QUICK_NOTE if e.quick else ''}). "
                f"Reproduce: `{rec['command']}` (or `make eval`, which also reruns the native, "
                f"doorbell and guest benchmarks), as root.\n")
     hyper = "hypervisor" in m["cpu"].get("flags_of_interest", [])
@@ -220,7 +221,8 @@ def part_method(out: list, p: dict) -> None:
 
 def part_commands(out: list, cmds: dict) -> None:
     out.append("")
-    out.append("Exact commands: guest `" + cmds["guest"] + "` (`" + cmds.get("guest_script", "bench/guest/evalguest.sh") + "`); "
+    script = cmds.get("guest_script", "bench/guest/evalguest.sh")
+    out.append("Exact commands: guest `" + cmds["guest"] + "` (`" + script + "`); "
                + "; ".join(f"`{k}`: `{v}`" for k, v in cmds["ivtrace_insmod"].items()) + "; "
                + "; ".join(f"`{k}`: `{v}`" for k, v in cmds["guest_readers"].items())
                + (f"; host recorder `{cmds['host_recorder']}`" if cmds.get("host_recorder") else "")
@@ -234,7 +236,7 @@ def part_ivring(out: list, e) -> None:
     # --- the seeds' table: CPU-bound workload, IVRing's figures beside ours
     iw = s["workloads"].get("int")
     if iw:
-        out.append(f"### The CPU-bound workload, in IVRing's format\n")
+        out.append("### The CPU-bound workload, in IVRing's format\n")
         out.append(f"{WL_LABELS['int']}: score = loops/s, geometric mean of {p['reps']} "
                    f"run(s) of {p['secs']:g} s. Right-hand columns: **IVRing's own 2012 "
                    f"figures, on their hardware** (dhrystone 2 from UnixBench, KVM, one "
@@ -324,7 +326,7 @@ def part_adjusted(out: list, e) -> None:
 
 def part_contention(out: list, e) -> None:
     """How much other jobs held the vCPU's host CPU."""
-    s, p = e.s, e.p
+    s = e.s
     # --- host contention
     waits = [x["vcpu_wait_pct"] for ww in s["workloads"].values() for x in ww["configs"].values()
              if x.get("vcpu_wait_pct") is not None]
@@ -422,7 +424,7 @@ def part_transports(out: list, e) -> None:
 
 def part_acceptance(out: list, e) -> None:
     """The acceptance lines."""
-    s, p = e.s, e.p
+    s = e.s
     # --- acceptance
     acc = s.get("acceptance", {})
     out.append("### Acceptance lines\n")
@@ -433,7 +435,8 @@ def part_acceptance(out: list, e) -> None:
                    f"**{a['overhead_pct']:.2f} %** (per-rep {fnum(a['overhead_min_pct'], 2)} .. "
                    f"{fnum(a['overhead_max_pct'], 2)}, ± {fnum(a.get('overhead_se_pct'), 2)}); "
                    f"target <= {acc['target_pct']:.0f} %: "
-                   f"{'met' if met else '**not met**'}{' (quick run: not a measurement to quote)' if e.quick else ''}.")
+                   f"{'met' if met else '**not met**'}"
+                   f"{' (quick run: not a measurement to quote)' if e.quick else ''}.")
     if "ft-net" in acc:
         a = acc["ft-net"]
         out.append(f"- the network transport (ftrace text over virtio-net), same run, same "
@@ -563,10 +566,10 @@ def calibration_table(e, g: dict, h: dict) -> list:
                  ("load8", "8-byte load, cached buffer"),
                  ("clock_gettime", "clock_gettime(CLOCK_MONOTONIC), vDSO"),
                  ("getppid", "getppid(2), a system call round trip")]
-        tbl.append(f"**What the emulator makes costlier** (`ev-helper tcgcost`: the same static "
-                   f"binary in the guest and natively on the host CPU the vCPU thread uses, ns "
-                   f"per operation, best of 3 rounds, net of the empty loop; stores and loads "
-                   f"are throughput, back to back):\n")
+        tbl.append("**What the emulator makes costlier** (`ev-helper tcgcost`: the same static "
+                   "binary in the guest and natively on the host CPU the vCPU thread uses, ns "
+                   "per operation, best of 3 rounds, net of the empty loop; stores and loads "
+                   "are throughput, back to back):\n")
         tbl.append("| operation | in the guest (" + e.accel + ") | native (host) | ratio |")
         tbl.append("|---|---:|---:|---:|")
         for k, label in names:
@@ -654,7 +657,7 @@ def plot(rec: dict, png: Path):
     refs = [("IVRing 2012\n(their HW)", 1.6), ("NFS 2012\n(their HW)", 24.3),
             ("SSH 2012\n(their HW)", 64.7)]
     base = len(names)
-    for i, (n, v) in enumerate(refs):
+    for i, (_name, v) in enumerate(refs):
         ax1.barh(base + i, v, color="white", edgecolor="gray", hatch="//")
     ax1.set_yticks(ypos + [base + i for i in range(len(refs))])
     ax1.set_yticklabels(names + [r[0] for r in refs], fontsize=8)

@@ -105,7 +105,8 @@ def table(out: list, load: str, rows: dict) -> None:
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c, x in rows.items():
         out.append(f"| {LABELS.get(c, c)} | {f1(x['seconds'], 2)} | {f1(x['produced'], 0)} | "
-                   f"{f1(x['read'], 0)} | {f1(None if c == 'ft-ring' else x['lost_pct'])} | {f1(x['carried_per_s'], 0)} | "
+                   f"{f1(x['read'], 0)} | {f1(None if c == 'ft-ring' else x['lost_pct'])} | "
+                   f"{f1(x['carried_per_s'], 0)} | "
                    f"{f1(x.get('ns_per_event_vs_off'), 0)} | "
                    f"{f1(x.get('ns_per_event_vs_ft-ring'), 0)} | {f1(x.get('slowdown_pct'))} |")
     out.append("")

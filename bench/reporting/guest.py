@@ -86,7 +86,7 @@ def header(rec: dict, g: dict, out: list) -> None:
                f"{guest['mem']}; clocksource {gi.get('clocksource', '?')} |")
     out.append(f"| LTTng | {lm.get('source', '?')} from `{lm.get('package', '?')}`, "
                f"built against the guest kernel's headers (`{lm.get('make', '?')}`)"
-               + (f"; left out, as they do not compile against this kernel: "
+               + ("; left out, as they do not compile against this kernel: "
                   + ", ".join(f"{k} ({v})" for k, v in left.items()) if left else "")
                + f"; {gi.get('lttng', '?')} (Debian's lttng-tools, in the guest) |")
     out.append(f"| perf | {gi.get('perf', '?')} (Debian's linux-perf, in the guest) |")

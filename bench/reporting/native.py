@@ -161,8 +161,6 @@ def section_native(res, out):
                f"{tick_ns:.0f} ns; the 16-event groups resolve {tick_ns / 16:.2f} ns per event "
                f"(their p50 is the per-event figure to read; their tails are diluted 16x, so "
                f"tails come from single events). Means are not quantized.\n")
-    iv = bm.get("ivtrace")
-    ivn = row_numbers(iv) if iv else None
     out.append("| tracer | p50 (16-groups) | p50 | p99 | p99.9 | mean | mean of samples "
                "<= 10 µs | samples > 10 µs | batch (median) | M ev/s | LTTng-UST / this "
                "(p50 grp, batch) |")

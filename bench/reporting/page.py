@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from harness import history, results
-from harness.results import ROOT, RESULTS, portable
+from harness.results import RESULTS, ROOT, portable
 from harness.stats import summarize
 
 from . import boot, doorbell, evaluation, ftrace, guest, native, plots, relay, soak

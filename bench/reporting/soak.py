@@ -68,13 +68,14 @@ def section(out: list, rec: dict, src: str, png: str | None) -> None:
                f"{s['fds']['max']}, {d['fds_after_guests_left']} once the last guest left. "
                f"serve used {s['cpu_pct_mean']:.1f} % of a CPU on average; SIGINT at the end: "
                f"exit {d['serve_exit']}.\n")
+    unexplained = acc["disk_full_without_reason"]
     out.append(f"Recordings: {acc['recordings']} traces finalized, {acc['events_recorded']:,} "
                f"events recorded, {acc['events_lost']:,} counted lost. {acc['checked']} guests "
                f"that wrote, closed and left were checked event by event: written = recorded + "
                f"lost for {acc['checked'] - len(acc['mismatches'])} of them. "
                f"{acc['disk_full']} recordings were stopped by the full disk, each with "
                f"`state: incomplete` and the reason in its sidecar"
-               f"{' except ' + str(len(acc['disk_full_without_reason'])) if acc['disk_full_without_reason'] else ''}"
+               f"{' except ' + str(len(unexplained)) if unexplained else ''}"
                f".\n")
 
 

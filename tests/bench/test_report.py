@@ -5,19 +5,18 @@ from the kept results and must reproduce it exactly; every kept results file fol
 schema and is in the history index; nothing committed names a path of the machine that
 produced it.
 """
-import json
 import re
 import subprocess
-import sys
 from pathlib import Path
+
+from harness import history, results
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
-sys.path.insert(0, str(REPO / "bench"))
-from harness import history, results  # noqa: E402
 
 # Absolute paths that belong to one machine or one run, never to the repository.
-MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-eval-|/var/tmp/ivtrace-guest-|/dev/shm/ivt-guestbench-)")
+MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-eval-|"
+                          r"/var/tmp/ivtrace-guest-|/dev/shm/ivt-guestbench-)")
 
 
 def kept_results():
@@ -65,5 +64,5 @@ def test_portable_rewrites_paths():
     root = "/some/checkout"
     assert results.portable(f"{root}/bin/ivtrace -o /var/tmp/ivtrace-eval-42/rec", root) == \
         "bin/ivtrace -o $WORK/rec"
-    assert results.portable({"a": [f"-initrd /tmp/ivtvm-ab_12x/initrd.img"]}, root) == \
+    assert results.portable({"a": ["-initrd /tmp/ivtvm-ab_12x/initrd.img"]}, root) == \
         {"a": ["-initrd $TMP/initrd.img"]}

@@ -9,15 +9,14 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from harness import guest_stats, tracecount
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-from harness import guest_stats, tracecount  # noqa: E402
 
 TRACEFS = Path("/sys/kernel/tracing")
 GB_WORK = REPO / "build" / "bench" / "guest" / "gb-work"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import ctf
 from e2e import guest as g
+from ivtools import ivtvm
 from serve import serve as s
 
 GUEST = "bootg"
@@ -49,7 +50,7 @@ def record(tmp, add, name, append):
     out = tmp / name
     rec = g.Recorder(shm, out)
     try:
-        with g.ivtvm.VM(STOP_RELAY, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
+        with ivtvm.VM(STOP_RELAY, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
                         mem="1G", modules=["ivtrace"], modopts={"ivtrace": "ftrace=1"},
                         add=add, append=append,
                         log=str(tmp / f"{name}.console.log")) as vm:
@@ -68,7 +69,7 @@ def serve_host_events(tmp, add, append):
     GUEST, so its vCPU threads are known): (summary, out dir, serve's log)."""
     srv = s.Server(tmp / "serve", "--size", "16M", "--host-events")
     try:
-        with g.ivtvm.VM(STOP_RELAY, doorbell=str(srv.sock), vectors=2, smp=2,
+        with ivtvm.VM(STOP_RELAY, doorbell=str(srv.sock), vectors=2, smp=2,
                         modules=["ivtrace"], modopts={"ivtrace": "ftrace=1"}, add=add,
                         append=append, extra_args=["-name", f"{GUEST},debug-threads=on"],
                         log=str(tmp / "serve.console.log")) as vm:

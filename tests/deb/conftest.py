@@ -2,13 +2,11 @@
 this machine, once per session, and a fresh state directory per test."""
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from deb import system  # noqa: E402
+from deb import system
 
 
 @pytest.fixture(scope="session")

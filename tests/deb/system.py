@@ -24,22 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from common import run as sh
+
 REPO = Path(__file__).resolve().parents[2]
 DEB_DIR = REPO / "build" / "deb"
 PACKAGES = ("ivtrace", "ivtrace-dkms", "libivtrace0", "libivtrace-dev")
-
-
-def sh(cmd, timeout=120, check=True, **kw):
-    """Run `cmd`; fail the test with its output if it fails or hangs."""
-    cmd = [str(c) for c in cmd]
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-    except subprocess.TimeoutExpired as e:
-        pytest.fail(f"timed out after {timeout}s: {' '.join(cmd)}\n{e.stderr}")
-    if check and p.returncode != 0:
-        pytest.fail(f"exit {p.returncode}: {' '.join(cmd)}\n--- stdout\n{p.stdout}\n"
-                    f"--- stderr\n{p.stderr}")
-    return p
 
 
 def debs():

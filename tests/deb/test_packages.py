@@ -12,20 +12,16 @@ import os
 import re
 import stat
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
+import ctf
 from deb import system
 from deb.system import sh
+from ivtools import ivtvm
 
 REPO = system.REPO
-sys.path.insert(0, str(REPO / "vm"))
-sys.path.insert(0, str(REPO / "tests"))
-import ctf  # noqa: E402
-import ivtvm  # noqa: E402
 
 IVTRACE = "/usr/bin/ivtrace"
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))

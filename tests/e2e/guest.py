@@ -1,7 +1,7 @@
 """Shared parts of the end-to-end guest tests: recorder, trace reading, checks (the guest
 itself is built by the session fixture `guest` of tests/conftest.py).
 
-Real parts only: QEMU (vm/ivtvm.py), the Debian guest kernel, guest/kmod/ivtrace.ko,
+Real parts only: QEMU (python/ivtools/ivtvm.py), the Debian guest kernel, guest/kmod/ivtrace.ko,
 guest/lib's static ivtrace-loadgen, vm/guest/workload/ivtwl, bin/ivtrace, and babeltrace2's
 Python bindings (tests/ctf.py) as the independent reader.
 """
@@ -10,20 +10,16 @@ import os
 import re
 import struct
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+import ctf
+import loadgen_pattern as pattern
+from ivtools import ivtvm  # noqa: F401  (the e2e tests' g.ivtvm)
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "vm"))
-import ivtvm  # noqa: E402
-
-import ctf  # noqa: E402
-import loadgen_pattern as pattern  # noqa: E402
-
 IVTRACE = REPO / "bin" / "ivtrace"
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))
 LOADGEN_EVENT = "loadgen:payload"
@@ -33,7 +29,7 @@ def build_all():
     """The `add=` list of these guests (ivtrace.ko, the static loadgen, ivtwl) from the one
     guest build, for helpers that cannot take the session fixture `guest` of
     tests/conftest.py (which the tests here use). A failed build fails the test."""
-    import guestbuild
+    from ivtools import guestbuild
 
     try:
         guest = guestbuild.build_guest()
@@ -178,11 +174,3 @@ def write_last_word(shm, value):
     with open(shm, "r+b") as f:
         f.seek(-8, os.SEEK_END)
         f.write(struct.pack("<Q", value))
-
-
-def wait_until(cond, timeout, what):
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)

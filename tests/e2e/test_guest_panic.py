@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from common import wait_for
 from e2e import guest as g
 
 THREADS, N, LO, HI = 2, 2000, 1, 100
@@ -119,7 +120,7 @@ def killed(tmp_path_factory, e2e_add):
                         log=str(tmp / "console.log")) as vm:
             vm.wait_for(r"^E2E: writing", timeout=g.TIMEOUT)
             # at 2000 events/s a 64 KiB packet fills in ~0.7 s (guest time)
-            g.wait_until(lambda: user_commit_packets(shm) >= 3, 120, "3 complete user packets")
+            wait_for(lambda: user_commit_packets(shm) >= 3, 120, "3 complete user packets")
             before = user_commit_packets(shm)
             os.kill(vm.proc.pid, signal.SIGKILL)
             r = vm.wait(timeout=30)

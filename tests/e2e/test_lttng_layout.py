@@ -13,7 +13,6 @@ writes on x86-64:
     is TASK_REPORT_MAX, the state dump names threads in the initial pid namespace and the
     files they had open.
 """
-import os
 from pathlib import Path
 
 import pytest

@@ -10,17 +10,15 @@ import os
 import resource
 import signal
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
+from common import wait_for  # noqa: F401  (the hostile tests import it from here)
+from serve import serve as s
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "vm"))
-from serve import serve as s  # noqa: E402
 
 IVTRACE = Path(os.environ.get("IVTRACE_BIN", REPO / "bin" / "ivtrace"))
 LOADGEN = REPO / "bin" / "ivtrace-loadgen"
@@ -121,13 +119,3 @@ def babeltrace2(d):
 def private_dir(prefix):
     """A directory only root can write, unique to this run (names cannot collide)."""
     return Path(tempfile.mkdtemp(prefix=f"ivt-harden-{prefix}-"))
-
-
-def wait_for(cond, timeout, what):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")

@@ -12,10 +12,19 @@ import time
 
 import pytest
 
-from hostile.helpers import (NAME, babeltrace2, loadgen, need_tools, private_dir, record,
-                             sidecar, start_record, wait_for)
 import ctf
 import loadgen_pattern as pattern
+from hostile.helpers import (
+    NAME,
+    babeltrace2,
+    loadgen,
+    need_tools,
+    private_dir,
+    record,
+    sidecar,
+    start_record,
+    wait_for,
+)
 
 
 def recorded_per_thread(out, threads, per_thread, size):

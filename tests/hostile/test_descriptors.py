@@ -10,8 +10,7 @@ import time
 
 import pytest
 
-from hostile.helpers import (FakeClient, Server, fds_of, limits_of, loadgen, need_tools,
-                             wait_for)
+from hostile.helpers import FakeClient, Server, fds_of, limits_of, loadgen, need_tools, wait_for
 
 GEOMETRY = ["--channels", 4, "--subbufs", 32, "--subbuf-size", 65536, "--size", 16]
 

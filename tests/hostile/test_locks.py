@@ -12,8 +12,8 @@ import os
 import subprocess
 import time
 
-from conftest import abi
-from hostile.helpers import FakeClient, IVTRACE, LOADGEN, Server, need_tools, wait_for
+from common import abi
+from hostile.helpers import IVTRACE, LOADGEN, FakeClient, Server, need_tools, wait_for
 
 
 def formatted_region_with_control(tmp_path, size):

@@ -6,8 +6,7 @@ import os
 import subprocess
 import time
 
-from hostile.helpers import (FakeClient, IVTRACE, Server, loadgen, need_tools, rss_kib,
-                             sidecar, wait_for)
+from hostile.helpers import IVTRACE, FakeClient, Server, loadgen, need_tools, rss_kib, sidecar, wait_for
 
 
 def test_serve_memory_stays_flat_under_a_writer_that_never_idles(tmp_path):

@@ -13,8 +13,19 @@ import time
 
 import pytest
 
-from hostile.helpers import (FakeClient, IVTRACE, Server, babeltrace2, loadgen, need_tools,
-                             private_dir, record, sidecar, start_record, wait_for)
+from hostile.helpers import (
+    IVTRACE,
+    FakeClient,
+    Server,
+    babeltrace2,
+    loadgen,
+    need_tools,
+    private_dir,
+    record,
+    sidecar,
+    start_record,
+    wait_for,
+)
 
 NOBODY = 65534
 

@@ -12,8 +12,17 @@ guest's trace unfinalized).
 import os
 import time
 
-from hostile.helpers import (FakeClient, Server, babeltrace2, loadgen, need_tools, private_dir,
-                     sidecar, start_record, wait_for)
+from hostile.helpers import (
+    FakeClient,
+    Server,
+    babeltrace2,
+    loadgen,
+    need_tools,
+    private_dir,
+    sidecar,
+    start_record,
+    wait_for,
+)
 
 GEOMETRY = ["--channels", 4, "--subbufs", 32, "--subbuf-size", 65536, "--size", 16]
 
@@ -82,7 +91,7 @@ def test_serve_survives_a_region_file_truncated(tmp_path):
     try:
         victim, other = FakeClient(srv.sock), FakeClient(srv.sock)
         for name in ("guest1", "guest2"):
-            g = wait_for(lambda: srv.guest(name), 10, name)
+            g = wait_for(lambda name=name: srv.guest(name), 10, name)
             lgs.append(loadgen(g["shm"], "--events", 4_000_000, "--rate", 50_000, *GEOMETRY,
                                "--no-close", wait=False))
             srv.wait_guest(name, "recording", timeout=30)

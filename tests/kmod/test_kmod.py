@@ -1,6 +1,6 @@
 """guest/kmod: ivtrace.ko in a real guest (QEMU, TCG on these machines), one boot.
 
-The guest (vm/ivtvm.py, ivshmem-plain backed by a /dev/shm file) runs GUEST_SCRIPT:
+The guest (python/ivtools/ivtvm.py, ivshmem-plain backed by a /dev/shm file) runs GUEST_SCRIPT:
   1. insmod ivtrace.ko (discard mode, default groups); the host sends control commands
      through the region (ivshmem-plain: the module polls them); /dev/ivtrace and the console
      exist; ivtrace_test.ko writes 100 events (+10 blobs) through the kernel API;
@@ -17,22 +17,21 @@ scheduler and state dump events, the test events' exact payloads, the panic line
 Run: /usr/bin/python3 -m pytest tests/kmod (the guest is built by the session fixture
 `guest`, tests/conftest.py; `make host` for the snapshot checks).
 """
-import mmap
 import json
+import mmap
 import os
 import re
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from ivtools import ivtvm
+
 REPO = Path(__file__).resolve().parents[2]
 IVTRACE = REPO / "bin" / "ivtrace"
-sys.path.insert(0, str(REPO / "vm"))
-import ivtvm  # noqa: E402
 
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "240"))
 SMP = 2

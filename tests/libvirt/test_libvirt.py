@@ -18,24 +18,20 @@ import os
 import pwd
 import shutil
 import stat
-import sys
 import tempfile
 import time
 import xml.sax.saxutils
 from pathlib import Path
 
+import bt2
 import pytest
 
+import ctf
+from deb import system
+from deb.system import sh
+from ivtools import guestbuild
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "vm"))
-import ctf  # noqa: E402
-import guestbuild  # noqa: E402
-from deb import system  # noqa: E402
-from deb.system import sh  # noqa: E402
-
-import bt2  # noqa: E402
-
 VIRSH = ["virsh", "-c", "qemu:///system"]
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))
 

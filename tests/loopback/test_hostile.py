@@ -12,11 +12,10 @@ import struct
 
 import pytest
 
-from conftest import abi, assert_no_panic, run
 import ctf
 import losses
-from regionfile import CHAN_SIZE, HDR_LAYOUT, Region
-
+from common import abi, assert_no_panic, run
+from regionfile import Region
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ the user trace's `user_no_channel` stream's.
 """
 import subprocess
 
-from conftest import run
 import losses
+from common import run
 
 SMALL = ["--channels", 2, "--subbufs", 4, "--subbuf-size", 4096]
 

@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from conftest import run
 import ctf
 import loadgen_pattern as pattern
+from common import run
 
 NAME = "loadgen:payload"
 

@@ -17,16 +17,15 @@ what it wrote; the trace announces at least the dropped ones.
 """
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from migrate.qmp import QMP
+from serve import serve as s  # tests/serve/serve.py (a bare "serve" is the package)
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from serve import serve as s  # noqa: E402  (tests/serve/serve.py; a bare "serve" is the package)
-from migrate.qmp import QMP  # noqa: E402
 
 NAME = "movenest-hotplug"
 CYCLES = 3
@@ -51,7 +50,9 @@ unload() {{ kill $LOAD; wait $LOAD 2>/dev/null; }}
 load
 wait_present 1
 c=1
-while [ $c -le {CYCLES} ]; do use_cpu 1; echo "HP: cycle $c online=$(cat /sys/devices/system/cpu/online)"; c=$((c+1)); done
+while [ $c -le {CYCLES} ]; do
+    use_cpu 1; echo "HP: cycle $c online=$(cat /sys/devices/system/cpu/online)"; c=$((c+1))
+done
 echo "HP: plug 2"
 wait_present 2
 use_cpu 2
@@ -122,7 +123,8 @@ def channel_commit(shm, chan):
     """(commit_pos, subbuf_size) of channel `chan`, read from the region file (abi/vectors.json
     offsets; little-endian)."""
     import struct
-    from conftest import abi
+
+    from common import abi
     data = Path(shm).read_bytes()[:1 << 20]
     lay = abi("offsetof.ivt_region_hdr.layout")
     chans_off = struct.unpack_from("<Q", data, lay + abi("offsetof.ivt_layout.channels_off"))[0]
@@ -168,7 +170,7 @@ def test_cycles_ran_and_each_cpu_has_its_own_stream(hotplug):
     assert re.search(r"^HP: cpu2 done online=0$", con, re.M), con[-2000:]
     events, _, _, streams = read_kernel(hotplug["out"])
     by_cpu = {}
-    for seq, cpu, cpu_id, sid in events:
+    for _seq, cpu, _cpu_id, _sid in events:
         by_cpu[cpu] = by_cpu.get(cpu, 0) + 1
     print(f"hotplug: test events per cpu {by_cpu}; events per stream {streams}")
     # CPU 1 wrote 2507 per cycle, CPU 2 once; CPU 0 the load.

@@ -20,19 +20,19 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from common import wait_for
+from ivtools.ports import free_ports
+from migrate.qmp import QMP
+from serve import serve as s  # tests/serve/serve.py (a bare "serve" is the package)
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from serve import serve as s  # noqa: E402  (tests/serve/serve.py; a bare "serve" is the package)
-from migrate.qmp import QMP  # noqa: E402
 
 NAME = "movenest-mig"
 EVENTS = 12000
@@ -45,12 +45,6 @@ echo "MIG: loadgen $(cat /tmp/lg.json)"
 echo "MIG: done"
 """
 MODOPTS = {"ivtrace": "flush_ms=20 subbuf_size=16384"}
-
-
-def free_port():
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        return so.getsockname()[1]
 
 
 def migrate(qmp_path, port, timeout=120):
@@ -69,14 +63,6 @@ def migrate(qmp_path, port, timeout=120):
         pytest.fail(f"migration did not complete within {timeout} s: {info}")
     finally:
         q.close()
-
-
-def wait_file(path, timeout=60):
-    end = time.monotonic() + timeout
-    while not Path(path).exists():
-        if time.monotonic() > end:
-            pytest.fail(f"{path} did not appear within {timeout} s")
-        time.sleep(0.1)
 
 
 def loadgen_result(console):
@@ -158,7 +144,7 @@ def run_doorbell(tmp, add):
     a = s.Server(tmp / "a", "--size", "4M", "--sync-interval", "1")
     b = s.Server(tmp / "b", "--size", "4M", "--sync-interval", "1")
     qa, qb = tmp / "qa.sock", tmp / "qb.sock"
-    port = free_port()
+    [port] = free_ports(1)
     t = {}
     try:
         with s.ivtvm.VM(**vm_kwargs(add, tmp, "a", qa, doorbell_device(a.sock))) as vm_a:
@@ -176,7 +162,7 @@ def run_doorbell(tmp, add):
                 t["migrate"] = migrate(qa, port)
                 _, t["handoff"] = a.ctl("--guest", NAME, "handoff")
                 handoff = Path(t["handoff"]["result"]) / "handoff.json"
-                wait_file(handoff)
+                wait_for(handoff.exists, 60, f"{handoff} to appear")
                 _, t["resume"] = b.ctl("--guest", NAME, "resume", handoff)
                 vm_a.kill()
                 vm_b.wait_for(r"^MIG: done", timeout=s.TIMEOUT)
@@ -220,7 +206,7 @@ def run_plain(tmp, add):
     shm_a = Path("/dev/shm") / f"{NAME}-plain-a-{os.getpid()}"
     shm_b = Path("/dev/shm") / f"{NAME}-plain-b-{os.getpid()}"
     qa, qb = tmp / "qa.sock", tmp / "qb.sock"
-    port = free_port()
+    [port] = free_ports(1)
     t = {}
     out_a, out_b = tmp / "a", tmp / "b"
     rec_a = rec_b = None

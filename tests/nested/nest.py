@@ -9,12 +9,11 @@ same Debian kernel with a small initramfs (the base one plus ivtrace.ko and one 
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+from ivtools import guestbuild
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "vm"))
-import guestbuild  # noqa: E402
 
 QEMU = "/usr/bin/qemu-system-x86_64"
 # Debian builds TCG as a loadable module, which QEMU looks for at this path.

@@ -23,17 +23,16 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+import ctf
+import loadgen_pattern as pattern
+from serve import serve as s  # tests/serve/serve.py (a bare "serve" is the package)
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-import ctf  # noqa: E402
-import loadgen_pattern as pattern  # noqa: E402
-from serve import serve as s  # noqa: E402  (tests/serve/serve.py; a bare "serve" is the package)
 
 NAME = "movenest-l2"
 EVENTS = 500

@@ -1,5 +1,5 @@
 """Helpers of the relay tests (tests/relay): a real lttng-relayd on free ports with its output
-in a temporary directory (bench/harness/relayd.py), simulated guests (ivtrace-loadgen --ivshmem-socket), reading traces
+in a temporary directory (ivtools.relayd), simulated guests (ivtrace-loadgen --ivshmem-socket), reading traces
 back with babeltrace2 (the CLI for event-by-event comparison, bt2 for per-stream counts) and a
 live viewer that notes when each event line arrived.
 
@@ -9,16 +9,15 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from ivtools.relayd import Relayd  # noqa: F401  (the tests' relay: r.Relayd)
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-from harness.relayd import Relayd  # noqa: E402,F401  (the tests' relay)
 LOADGEN = REPO / "bin" / "ivtrace-loadgen"
 
 

@@ -15,8 +15,6 @@ aggregate rate nothing is lost; a live viewer attached while the QEMU guest ran 
 events before the guest stopped (the delay is printed, not asserted: timings are the
 benchmark's business).
 """
-import json
-import re
 import time
 
 import pytest

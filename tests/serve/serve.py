@@ -4,39 +4,24 @@ babeltrace2's Python bindings read back.
 
 Nothing here knows ivtrace's wire format: bt2 decodes the traces, /proc gives CPU time.
 """
-import array
 import json
 import os
 import signal
-import socket
-import struct
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from ivtools import ivtvm  # noqa: F401  (the tests' s.ivtvm)
+from ivtools.ivshmem import FakeClient  # noqa: F401  (the tests' s.FakeClient)
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "vm"))
-sys.path.insert(0, str(REPO / "tests"))
-import ivtvm  # noqa: E402
 
 IVTRACE = REPO / "bin" / "ivtrace"
 LOADGEN = REPO / "bin" / "ivtrace-loadgen"
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "300"))
-
-
-def task_cpu_ns(pid):
-    """CPU time of every thread of `pid` so far, ns (schedstat: exact, all threads)."""
-    total = 0
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((t / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that just exited
-    return total
 
 
 class Server:
@@ -128,41 +113,12 @@ class Server:
         self.dir.rmdir()
 
 
-class FakeClient:
-    """An ivshmem client that is not QEMU: reads the handshake (keeping the descriptors)."""
-
-    def __init__(self, path, read_handshake=True, vectors=2, timeout=30.0):
-        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        # A server that stops answering fails the caller (TimeoutError) instead of hanging it.
-        self.s.settimeout(timeout)
-        self.s.connect(str(path))
-        self.msgs = []
-        self.fds = []
-        if read_handshake:
-            for _ in range(3 + 2 * vectors):
-                data, anc, _, _ = self.s.recvmsg(8, socket.CMSG_SPACE(4))
-                fds = array.array("i")
-                for level, kind, d in anc:
-                    if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                        fds.frombytes(d[:len(d) - len(d) % 4])
-                self.fds += list(fds)
-                self.msgs.append((struct.unpack("<q", data)[0], len(fds)))
-
-    def send(self, data):
-        self.s.sendall(data)
-
-    def close(self):
-        self.s.close()
-        for fd in self.fds:
-            os.close(fd)
-        self.fds = []
-
-
 # --------------------------------------------------------------------------------- reading
 
 def bt2_events(path, names):
     """(name, ns, cycles, stream_id, payload) of the events named in `names` under `path`."""
     import bt2
+
     from ctf import value
     out = []
     for msg in bt2.TraceCollectionMessageIterator(str(path)):

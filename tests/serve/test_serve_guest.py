@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+from ivtools.qemu_threads import cpu_ns
 from serve import serve as s
 
 IDLE = 16            # s of guest idleness (the CPU window is 10 s of it)
@@ -65,9 +66,9 @@ def run(tmp_path_factory, serve_add):
             srv.wait_guest(NAME, "recording", timeout=60)
             time.sleep(2.5)  # the state dump and the first clock sync bursts are over
             d0 = srv.guest(NAME)["doorbells"]
-            c0, t0 = s.task_cpu_ns(srv.pid), time.monotonic()
+            c0, t0 = cpu_ns(srv.pid), time.monotonic()
             time.sleep(WINDOW)
-            c1, t1 = s.task_cpu_ns(srv.pid), time.monotonic()
+            c1, t1 = cpu_ns(srv.pid), time.monotonic()
             g1 = srv.guest(NAME)
             m["idle_window_s"] = t1 - t0
             m["idle_cpu_pct"] = (c1 - c0) / ((t1 - t0) * 1e9) * 100

@@ -61,7 +61,7 @@ def test_the_guest_ran_clean(run):
 
 
 def test_every_loss_of_the_serve_recording_is_a_discarded_event(run):
-    a = losses.assert_every_loss_is_in_the_ctf(run["out"], want=("overwritten",))
+    losses.assert_every_loss_is_in_the_ctf(run["out"], want=("overwritten",))
     assert (run["out"] / "host" / "metadata").is_file(), "the host trace is counted too"
     assert run["summary"]["host_lost"] is not None, run["summary"].keys()
 

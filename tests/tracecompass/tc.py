@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from e2e import guest as g
+from serve import serve as s
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-from e2e import guest as g  # noqa: E402
-from serve import serve as s  # noqa: E402
 
 INSTALL = REPO / "scripts" / "install-tracecompass"
 CLASSPATH = REPO / "build" / "tracecompass" / "classpath"

@@ -12,7 +12,6 @@ its requests and at least the sectors the workload moved.
 import pytest
 
 from e2e import guest as g
-from tracecompass import tc as t
 
 READ_SECTORS = 64 * 128       # dd: 64 reads of 64 KiB
 WRITE_SECTORS = 32 * 64       # dd: 32 writes of 32 KiB

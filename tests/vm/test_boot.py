@@ -15,16 +15,15 @@ import json
 import os
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from ivtools import ivtvm
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "vm"))
-import ivtvm  # noqa: E402
 
 TIMEOUT = float(os.environ.get("IVTRACE_VM_TIMEOUT", "180"))
 SHM_SIZE = 1 << 20
@@ -61,7 +60,8 @@ echo "HOSTWORD $(devmem $((start + 0x40)) 32)"
 devmem $((start + 0x100)) 32 0xC0FFEE42 || exit 11
 devmem $((start + size - 4)) 32 0xC0FFEE42 || exit 12
 echo "READBACK $(devmem $((start + 0x100)) 32)"
-echo "NAPI_TX $(cat /sys/module/virtio_net/parameters/napi_tx) CSUM $(cat /sys/module/virtio_net/parameters/csum)"
+p=/sys/module/virtio_net/parameters
+echo "NAPI_TX $(cat $p/napi_tx) CSUM $(cat $p/csum)"
 echo "ENV $IVTRACE_IVSHMEM"
 exit 0
 """
@@ -90,7 +90,7 @@ def test_ivshmem_bar2_write_reaches_host(kernel, shm, tmp_path):
     assert not r.panicked and not r.module_errors and not r.kernel_problems, r.summary()
     text = r.console_text
     assert "IVSHMEM-DEV /sys/bus/pci/devices/" in text
-    assert f"BAR2 start=" in text and f"size={SHM_SIZE}" in text, r.tail()
+    assert "BAR2 start=" in text and f"size={SHM_SIZE}" in text, r.tail()
     assert f"HOSTWORD 0x{HOST_WORD:08X}" in text, r.tail()
     assert f"READBACK 0x{GUEST_WORD:08X}" in text, r.tail()
     # The last lines of the command must not be lost (serial tty hang-up trap, vm/README.md).

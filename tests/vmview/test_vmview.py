@@ -1,5 +1,5 @@
 """The VM view on a real guest (issue 12's acceptance): one TCG boot under `ivtrace serve
---host-events` (vm/vmview_demo.py's scenario, what `make demo-vmview` shows).
+--host-events` (python/ivtools/vmview_demo.py's scenario, what `make demo-vmview` shows).
 
 The guest spins `vmspin` on its CPU 0; on the host vCPU 0's thread is pinned alone to one CPU,
 then a hog (`vmview-hog`) is pinned to that CPU for a known time. Each phase (quiet, hog) is
@@ -18,15 +18,14 @@ schedstat is asserted always.
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from common import wait_for
+from ivtools import vmview_demo as vmview
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "vm"))
-sys.path.insert(0, str(REPO / "tests"))
-import vmview_demo as vmview  # noqa: E402
 
 QUIET_S, HOG_S = 3.0, 4.0
 TOLERANCE = 0.05  # the issue's bound: preempted time within 5 % of schedstat's wait
@@ -141,6 +140,7 @@ def merged(trace):
     """(guest events of CPU 0 as (ns, name, payload), vCPU 0's preempted intervals) from
     babeltrace2 reading the whole recording (guest kernel, host, VM view) at once."""
     import bt2
+
     from ctf import value
 
     guest, intervals = [], []
@@ -252,7 +252,7 @@ def test_qmp_names_vcpu_threads_qemu_does_not_name(guest, tmp_path):
         with vmview.ivtvm.VM(QMP_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
                              modules=["ivtrace"], add=guest.add("ivtrace.ko", "ivtwl"),
                              extra_args=["-qmp", f"unix:{qmp},server=on,wait=off"]) as vm:
-            vmview.wait_file(qmp, 60)
+            wait_for(qmp.exists, 60, f"QEMU's QMP socket {qmp}")
             p = subprocess.Popen([str(vmview.IVTRACE), "record", "--shm", str(shm), "-o",
                                   str(out), "--host-events", "--qemu-pid", str(vm.proc.pid),
                                   "--qmp", str(qmp)], stdout=subprocess.DEVNULL,

@@ -151,7 +151,7 @@ fn default_host_name(region: &Region) -> String {
 }
 
 /// The `env` block of the traces written from `region`, named by
-/// [`default_host_name`]; see [`trace_env_named`].
+/// `default_host_name`; see [`trace_env_named`].
 pub fn trace_env(region: &Region, out: &Path, clock: &ClockMapping) -> TraceEnv {
     trace_env_named(region, out, clock, &default_host_name(region))
 }

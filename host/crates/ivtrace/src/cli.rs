@@ -37,6 +37,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Doc comments here are the CLI's --help text (clap): `<name>` and `[GLOB]` are its syntax,
+// not HTML or intra-doc links.
+#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Drain a live region into a CTF trace until it closes or you stop it.

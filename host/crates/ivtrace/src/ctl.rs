@@ -57,6 +57,9 @@ arrived (QEMU -incoming) from that handoff:
   ivtrace ctl --socket /run/b.sock --guest web1 resume /traces-a/web1/handoff.json";
 
 /// What `ivtrace ctl` takes (cli.rs embeds it).
+// Doc comments here are the CLI's --help text (clap): `<name>` and `[GLOB]` are its syntax,
+// not HTML or intra-doc links.
+#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 #[command(group = clap::ArgGroup::new("target").required(true).args(["socket", "ctl_socket", "shm"]))]
 pub struct CtlArgs {

@@ -17,6 +17,9 @@ use ivtrace_engine::session;
 use ivtrace_relay::{Hub, RelayOptions, RelayUrl};
 
 /// The relay options both front ends take.
+// Doc comments here are the CLI's --help text (clap): `<name>` and `[GLOB]` are its syntax,
+// not HTML or intra-doc links.
+#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Clone, clap::Args)]
 pub struct RelayArgs {
     /// Also stream every trace to this LTTng relay daemon (lttng-relayd), live:

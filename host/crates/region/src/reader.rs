@@ -784,7 +784,7 @@ impl Reader {
         self.no_channel_uncommitted = None;
     }
 
-    /// The CTF stream index of the no-channel stream ([`no_channel`]): one
+    /// The CTF stream index of the no-channel stream (`no_channel`): one
     /// past the last channel. [`PacketSink::packet`] gets it as `chan`.
     pub fn no_channel_stream(&self) -> u32 {
         self.layout.nr_channels

@@ -392,7 +392,7 @@ pub fn region_image(input: &[u8]) -> Vec<u8> {
 }
 
 /// The fixed event classes the packet fuzzer runs against: the loadgen
-/// event (id 0), text (id 1: string, chars[8]), integers (id 2) and an
+/// event (id 0), text (id 1: string, `chars[8]`), integers (id 2) and an
 /// extended-id event (id 40) on user channel 0 of a 2 x 4 KiB ring.
 pub fn packet_template() -> TestRegion {
     let mut r = RegionBuilder::new(1, 2, 4096).build_region();

@@ -1,6 +1,6 @@
 //! ivtrace-tracefs: Linux kernel events as tracefs hands them out, decoded.
 //!
-//! [`format`] parses the kernel's own descriptions (`events/*/*/format`,
+//! [`format`](mod@format) parses the kernel's own descriptions (`events/*/*/format`,
 //! `events/header_page`), [`page`] walks the binary ring-buffer pages of
 //! `per_cpu/cpuN/trace_pipe_raw`, and [`decode`] turns each record into an
 //! event of a CTF class (LTTng's names and field layouts where LTTng has

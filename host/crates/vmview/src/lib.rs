@@ -15,7 +15,7 @@
 //! - [`classes`]: the VM view's events (`DIR/vm/`, on the guest's clock);
 //! - [`report`]: the VM view read back into the same statistics;
 //! - [`input`] reads the two traces back (CTF, with the layouts they were
-//!   written with) and [`derive`] runs it all at the end of a recording.
+//!   written with) and [`derive`](mod@derive) runs it all at the end of a recording.
 //!
 //! [`model`] holds the plain values everything passes around.
 

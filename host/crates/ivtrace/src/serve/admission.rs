@@ -2,7 +2,7 @@
 //!
 //! Every guest costs descriptors for as long as it is recorded (its
 //! connection, its region, 2 x vectors eventfds, an epoll, a wake-up
-//! eventfd, at most [`super::SERVE_OPEN_FILES`] stream files, its host
+//! eventfd, at most `SERVE_OPEN_FILES` stream files, its host
 //! trace, the host events' per-CPU readers, and at the end the kernel
 //! expansion's files). A server that accepts guests until `accept` or
 //! `open` fails takes that failure out on a guest that is already

@@ -372,7 +372,7 @@ impl GuestTask {
         self.waiter.watch_fd()
     }
 
-    /// One turn: a look for the region, or up to [`STEPS_PER_TURN`] steps of
+    /// One turn: a look for the region, or up to `STEPS_PER_TURN` steps of
     /// the recording, or its end.
     pub fn turn(&mut self) -> Turn {
         let t = match std::mem::replace(&mut self.phase, Phase::Done) {

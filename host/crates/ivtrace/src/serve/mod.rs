@@ -94,6 +94,9 @@ Output per guest:
                                  clock_sync (method, error bound), delivery latency";
 
 /// What `ivtrace serve` takes (cli.rs embeds it).
+// Doc comments here are the CLI's --help text (clap): `<name>` and `[GLOB]` are its syntax,
+// not HTML or intra-doc links.
+#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// The server socket QEMU connects to (`-chardev socket,path=PATH`).

@@ -25,6 +25,7 @@ when its inputs change. Entry point: build(guest) from guestbuild.build_guest(tr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -35,8 +36,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import guestbuild
-from guestbuild import BuildError, log
+from . import guestbuild, proc
+from .guestbuild import BuildError, log
 
 LTTNG_PKG = "lttng-modules-dkms"
 HOST_PACKAGES = ("lttng-tools", "linux-perf")
@@ -59,13 +60,8 @@ class Tracers:
         return [f"{self.root / d}:/{d}" for d in ("usr", "lib", "lib64")]
 
 
-def sh(cmd: list[str], *, cwd: Path | None = None, what: str) -> subprocess.CompletedProcess:
-    p = subprocess.run(cmd, cwd=cwd, text=True, stdin=subprocess.DEVNULL,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    if p.returncode:
-        raise BuildError(f"{what} failed (exit {p.returncode}): `{' '.join(cmd)}`\n"
-                         f"{p.stdout.strip()[-3000:]}")
-    return p
+# Build steps: their output merged into one stream, the end of it in a BuildError.
+sh = functools.partial(proc.sh, error=BuildError, stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
 
 def key_of(*parts) -> str:

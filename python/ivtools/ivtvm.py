@@ -1,9 +1,8 @@
-#!/usr/bin/python3
 """Launch the ivtrace demo guest under QEMU (Python 3.11 standard library only).
 
 Used by `vm/run` (CLI) and by tests:
 
-    import sys; sys.path.insert(0, "vm"); import ivtvm
+    from ivtools import ivtvm
     r = ivtvm.boot(run="echo hi", shm="/dev/shm/ivt-test", shm_size="1M", timeout=120)
     assert r.ok and r.exit_code == 0, r.summary()
 
@@ -34,12 +33,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
-VM_DIR = Path(__file__).resolve().parent
-DEFAULT_OUT = Path(os.environ.get("IVTRACE_VM_OUT", VM_DIR / "out"))
+from . import REPO
+
+DEFAULT_OUT = Path(os.environ.get("IVTRACE_VM_OUT", REPO / "vm" / "out"))
 QEMU = os.environ.get("IVTRACE_QEMU", "qemu-system-x86_64")
 
 MARK = "IVTRACE-GUEST:"
@@ -168,8 +168,7 @@ def load_manifest(out: Path = DEFAULT_OUT) -> dict:
 def ensure_built(out: Path = DEFAULT_OUT) -> dict:
     """Build the guest if it is not there; if it is, only refresh the base initramfs when /init
     or the builder changed (no apt, no network)."""
-    sys.path.insert(0, str(VM_DIR))
-    import guestbuild  # noqa: E402  (same directory)
+    from . import guestbuild
     try:
         if (Path(out) / "guest.json").is_file():
             return guestbuild.build(out=Path(out), offline=True, final=False)
@@ -178,7 +177,7 @@ def ensure_built(out: Path = DEFAULT_OUT) -> dict:
         raise VMError(f"building the guest failed: {e}") from e
 
 
-_LIVE: set["VM"] = set()
+_LIVE: set[VM] = set()
 
 
 @atexit.register
@@ -346,8 +345,7 @@ class VM:
             raise VMError(f"initramfs {initrd} not found (run vm/build)")
         if not o["add"]:
             return initrd
-        sys.path.insert(0, str(VM_DIR))
-        import guestbuild
+        from . import guestbuild
         try:
             overlay = guestbuild.overlay_initramfs(list(o["add"]), man["kernel_version"])
         except guestbuild.BuildError as e:
@@ -443,7 +441,7 @@ class VM:
         return cmd
 
     # ---- process
-    def start(self) -> "VM":
+    def start(self) -> VM:
         cmd = self.build_command()
         if shutil.which(cmd[0]) is None:
             self._cleanup()
@@ -578,7 +576,7 @@ class VM:
             cmd=list(self.cmd), log_path=str(self.opts["log"]) if self.opts["log"] else None,
             **info)
 
-    def __enter__(self) -> "VM":
+    def __enter__(self) -> VM:
         if self.proc is None:
             self.start()
         return self

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """The VM view demo (`make demo-vmview`) and the scenario tests/vmview measures.
 
 A real guest (QEMU, TCG here, the Debian kernel, ivtrace.ko) served by `bin/ivtrace serve
@@ -29,9 +28,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "vm"))
-import ivtvm  # noqa: E402
+from . import REPO, ivtvm
+from .proc import say, wait_until
+from .qemu_threads import pin_qemu, schedstat, vcpu_threads
 
 IVTRACE = REPO / "bin" / "ivtrace"
 NAME = "vmview"
@@ -112,34 +111,6 @@ def realtime_offset_ns() -> int:
     return best[1]
 
 
-def schedstat(pid: int, tid: int) -> tuple[int, int]:
-    """(time on CPU, time waiting on a run queue) of thread `tid`, ns."""
-    run_ns, wait_ns, _ = (Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split())
-    return int(run_ns), int(wait_ns)
-
-
-def vcpu_threads(pid: int) -> dict[int, int]:
-    """vCPU index -> thread id, from QEMU's `CPU n/TCG` / `CPU n/KVM` thread names."""
-    out = {}
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        comm = (t / "comm").read_text().strip()
-        if comm.startswith("CPU ") and "/" in comm:
-            out[int(comm[4:comm.index("/")])] = int(t.name)
-    return out
-
-
-def pin(pid: int, vcpus: dict[int, int], vcpu0_cpu: int, other_cpu: int) -> None:
-    """Every QEMU thread on `other_cpu`, vCPU 0's alone on `vcpu0_cpu`. QEMU's worker threads
-    come and go (its thread pool retires idle ones): one that ended meanwhile is skipped, and
-    a thread started later inherits the main thread's affinity."""
-    for t in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            os.sched_setaffinity(int(t.name), {other_cpu})
-        except ProcessLookupError:
-            pass
-    os.sched_setaffinity(vcpus[0], {vcpu0_cpu})
-
-
 def two_cpus() -> tuple[int, int]:
     """(vCPU 0's host CPU, the rest of QEMU's): two CPUs this process may run on (a cpuset
     may leave out CPUs 0 and 1)."""
@@ -176,7 +147,7 @@ def measure(r: Run, phase: Phase, offset: int) -> None:
         phase.hog_pid = h.pid
         while h.poll() is None:
             try:
-                phase.hog_cpu_ns = int(Path(f"/proc/{h.pid}/schedstat").read_text().split()[0])
+                phase.hog_cpu_ns = schedstat(h.pid)[0]
             except OSError:
                 pass
             time.sleep(0.05)
@@ -221,14 +192,6 @@ class Server:
         return next((d for d in lines if d.get("serve", {}).get("guest") == NAME), {})
 
 
-def wait_file(path: Path, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > end:
-            raise RuntimeError(f"{path} did not appear within {timeout} s")
-        time.sleep(0.1)
-
-
 def mount_tracefs() -> None:
     """serve --host-events reads the host's tracefs, which a fresh machine may not have
     mounted: mount it where the kernel documents it, as trace-cmd does."""
@@ -257,10 +220,12 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
                       modules=["ivtrace"], add=add, log=str(outroot / "console.log"),
                       extra_args=["-name", f"{NAME},debug-threads=on"]) as vm:
             vm.wait_for(r"^VMVIEW: spinning", timeout=timeout)
-            wait_file(r.out / "host" / "host_statedump", 60)  # host events are recorded
+            statedump = r.out / "host" / "host_statedump"
+            wait_until(statedump.exists, 60, f"{statedump} (host events recorded)",
+                       error=RuntimeError)
             r.qemu_pid = vm.proc.pid
             r.vcpu_threads = vcpu_threads(r.qemu_pid)
-            pin(r.qemu_pid, r.vcpu_threads, r.vcpu0_cpu, r.other_cpu)
+            pin_qemu(r.qemu_pid, r.vcpu0_cpu, r.other_cpu, vcpus={0})  # vCPU 0 alone
             time.sleep(1.0)  # the pinning settles
             r.loadavg = os.getloadavg()[0]
             offset = realtime_offset_ns()
@@ -270,7 +235,8 @@ def run(outroot: Path, add: list, phases: list[Phase], accel: str = "auto",
             vm.wait_for(r"^VMVIEW: done", timeout=timeout)
             r.boot = vm.wait(timeout=timeout)
             r.console = r.boot.console_text
-        wait_file(r.out / "ivtrace.json", 120)  # serve finalized the trace
+        summary = r.out / "ivtrace.json"
+        wait_until(summary.exists, 120, f"{summary} (serve finalized the trace)", error=RuntimeError)
     finally:
         r.serve_summary = srv.stop()
         r.serve_log = srv.log.read_text(errors="replace")
@@ -326,14 +292,10 @@ def preempted_ns(intervals: list[Interval], vcpu: int, start_ns: int, end_ns: in
 
 # --------------------------------------------------------------------------- the demo
 
-def say(msg: str = "") -> None:
-    print(msg, flush=True)
-
-
 def demo(args) -> int:
     say("== [2/4] host tools (make all) and the guest (make guest)")
     subprocess.run(["make", "all"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-    import guestbuild
+    from . import guestbuild
     guest = guestbuild.build_guest()
     out = Path(args.output).resolve()
     if out.exists():

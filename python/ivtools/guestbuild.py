@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Build the ivtrace demo guest: Debian kernel + matching headers + busybox initramfs, and
 (build_guest, `vm/build --all`, `make guest`) what runs in it: ivtrace.ko against that kernel,
 the static guest tools and the workloads. Every Python caller builds the guest through
@@ -38,8 +37,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-VM_DIR = Path(__file__).resolve().parent
-REPO = VM_DIR.parent
+from . import REPO
+
+VM_DIR = REPO / "vm"  # the guest's own files (vm/guest) and what the build writes (vm/out)
 DEFAULT_OUT = VM_DIR / "out"
 INIT_SRC = VM_DIR / "guest" / "init"
 
@@ -238,7 +238,8 @@ def kernel_version(apt: Apt, override: str | None) -> str:
 def fetch_kernel(apt: Apt, ver: str, out: Path) -> Path:
     """Download linux-image-<ver> and extract it (dpkg-deb -x). Returns the extracted root."""
     root = out / "kernel" / ver
-    if (root / "boot" / f"vmlinuz-{ver}").is_file() and (root / "lib" / "modules" / ver / "modules.dep").is_file():
+    if (root / "boot" / f"vmlinuz-{ver}").is_file() and \
+            (root / "lib" / "modules" / ver / "modules.dep").is_file():
         return root
     debs = out / "debs"
     debs.mkdir(parents=True, exist_ok=True)
@@ -454,7 +455,7 @@ def parse_add(spec: str, kver: str) -> tuple[Path, str]:
     return src, dest
 
 
-def add_files_to(cpio: Cpio, adds: list[tuple[Path, str]], h: "hashlib._Hash | None" = None) -> None:
+def add_files_to(cpio: Cpio, adds: list[tuple[Path, str]], h: hashlib._Hash | None = None) -> None:
     for src, dest in adds:
         items = []
         if src.is_dir():
@@ -556,7 +557,8 @@ def build_base(kroot: Path, ver: str, modules: list[str], out: Path) -> tuple[Pa
             dst.write_bytes(decompress_module(mdir / rel))
         if (sm / "modules.order").is_file():
             kept = {re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", r) for r in order}
-            lines = [re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", l) for l in (sm / "modules.order").read_text().splitlines()]
+            lines = [re.sub(r"\.ko\.(xz|zst|gz)$", ".ko", l)
+                     for l in (sm / "modules.order").read_text().splitlines()]
             (sm / "modules.order").write_text("".join(l + "\n" for l in lines if l in kept))
         run(["/sbin/depmod", "-b", str(stage), ver], what="depmod on the initramfs module tree")
         for p in sorted(stage.rglob("*")):
@@ -718,7 +720,7 @@ class GuestBuild:
     manifest: dict
     files: dict[str, Path]
     stale: list[dict]
-    tracers: "object | None" = None   # tracers.Tracers when built with tracers=True
+    tracers: object | None = None   # tracers.Tracers when built with tracers=True
 
     @property
     def kernel_version(self) -> str:
@@ -759,7 +761,7 @@ def build_guest(*, reuse_stale: bool = False, out: Path = DEFAULT_OUT,
     guest tools and the workloads. Every Python caller (vm/demo, the tests, bench/run) builds
     the guest through this function. tracers=True (`vm/build --all --tracers`, the guest
     benchmark) also builds the tracers it compares ivtrace.ko with: LTTng's kernel tracer
-    against the guest kernel, LTTng's and perf's user space (vm/tracers.py; minutes the
+    against the guest kernel, LTTng's and perf's user space (python/ivtools/tracers.py; minutes the
     first time, cached after).
 
     A part whose build fails is an error (BuildError, with make's output). reuse_stale=True
@@ -789,7 +791,7 @@ def build_guest(*, reuse_stale: bool = False, out: Path = DEFAULT_OUT,
             files.update(paths)
     built = GuestBuild(manifest, files, stale)
     if tracers:
-        import tracers as comparison  # vm/tracers.py: only the guest benchmark needs it
+        from . import tracers as comparison  # only the guest benchmark needs it
         built.tracers = comparison.build(manifest, files["ivtrace.ko"], out)
     return built
 
@@ -820,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
                          "the static guest tools and the workloads (`make guest`)")
     ap.add_argument("--tracers", action="store_true",
                     help="with --all: also LTTng's kernel tracer (lttng-modules built against "
-                         "the guest kernel), LTTng's and perf's user space (vm/tracers.py)")
+                         "the guest kernel), LTTng's and perf's user space (python/ivtools/tracers.py)")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     try:

@@ -10,18 +10,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from . import BenchError
+from .ports import free_ports
 
 
-def free_ports(n: int) -> list[int]:
-    """`n` TCP ports free on 127.0.0.1 right now (the kernel's choice)."""
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+class RelaydError(Exception):
+    """lttng-relayd did not start, or left no single directory for a session."""
 
 
 class Relayd:
@@ -55,7 +48,7 @@ class Relayd:
                 return
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise BenchError(f"lttng-relayd did not start:\n{self.log.read_text()}")
+                    raise RelaydError(f"lttng-relayd did not start:\n{self.log.read_text()}") from None
                 time.sleep(0.05)
 
     def kill(self):
@@ -84,5 +77,5 @@ class Relayd:
         """The relay's directory of `session` of `host` (HOST/SESSION-DATE)."""
         found = sorted((self.out / host).glob(f"{session}-*"))
         if len(found) != 1:
-            raise BenchError(f"{host}/{session}: expected one session directory, found {found}")
+            raise RelaydError(f"{host}/{session}: expected one session directory, found {found}")
         return found[0]
