@@ -26,7 +26,7 @@ use ivtrace_region::abi::IVT_STREAM_FTRACE;
 use ivtrace_region::kallsyms::Symbols;
 use ivtrace_tracefs::relay::out::StreamOut;
 
-use crate::events::{Classifier, GRAPH_ENTRY, GRAPH_EXIT, INITCALL_START};
+use crate::events::{Classifier, GRAPH_ENTRY, GRAPH_EXIT, INITCALL_LEVEL, INITCALL_START};
 use crate::model::{Boot, Pairing, Profile};
 use crate::profile::Profiler;
 use crate::scan::Scan;
@@ -251,8 +251,8 @@ fn ftrace_bytes(dir: &Path) -> io::Result<u64> {
 }
 
 /// Derives the boot's streams of the recording in `root` (its kernel trace
-/// must be finished); None when its ftrace streams hold neither initcalls
-/// nor function_graph events.
+/// must be finished); None when its ftrace streams hold neither initcall
+/// levels, initcalls nor function_graph events.
 pub fn derive(root: &OutDir, opts: &Options) -> io::Result<Option<Derived>> {
     let started = Instant::now();
     let kernel_path = root.join("kernel");
@@ -260,7 +260,7 @@ pub fn derive(root: &OutDir, opts: &Options) -> io::Result<Option<Derived>> {
         return Ok(None);
     }
     let trace = Trace::open(&kernel_path)?;
-    let has_boot = Classifier::knows(&trace.meta.classes, &[INITCALL_START]);
+    let has_boot = Classifier::knows(&trace.meta.classes, &[INITCALL_LEVEL, INITCALL_START]);
     let has_graph = Classifier::knows(&trace.meta.classes, &[GRAPH_ENTRY, GRAPH_EXIT]);
     if !has_boot && !has_graph {
         return Ok(None);

@@ -71,13 +71,15 @@ enum Kind {
 /// The trace names of the graph tracer's events.
 pub const GRAPH_ENTRY: &str = "ftrace:funcgraph_entry";
 pub const GRAPH_EXIT: &str = "ftrace:funcgraph_exit";
-/// initcall_start: a trace with it has a boot to analyse.
+/// initcall_level and initcall_start: a trace with either has a boot to
+/// analyse (the levels alone give its phases).
+pub const INITCALL_LEVEL: &str = "ftrace:initcall:initcall_level";
 pub const INITCALL_START: &str = "ftrace:initcall:initcall_start";
 
 fn kind_of(c: &EventClass) -> Option<Kind> {
     let f = |name: &str| c.fields.iter().position(|x| x.name == name);
     Some(match c.name.as_str() {
-        "ftrace:initcall:initcall_level" => Kind::Level(f("level")?),
+        INITCALL_LEVEL => Kind::Level(f("level")?),
         INITCALL_START => Kind::InitcallStart(f("func")?),
         "ftrace:initcall:initcall_finish" => Kind::InitcallFinish(f("func")?, f("ret")?),
         "ftrace:sched:sched_process_exec" => Kind::Exec(f("pid")?, f("filename")?),

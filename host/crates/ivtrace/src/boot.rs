@@ -117,7 +117,7 @@ fn load(args: &BootArgs) -> Result<(Trace, Boot, Option<ivtrace_boot::model::Pro
     else {
         return Err(UserError {
             message: format!(
-                "{}/kernel holds no initcall and no function_graph event",
+                "{}/kernel holds no initcall level, initcall or function_graph event",
                 args.dir.display()
             ),
             hint: NO_BOOT_HINT.into(),
