@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ivtools import ivtvm
+from ivtools import bootguest, ivtvm
 
 from . import BenchError, guests, hostload
 
@@ -51,13 +51,7 @@ NATIVE_EVENTS = "initcall,module,sched,irq,timer,workqueue,block"
 # The widest function_graph filter tried whose boot the relay carried with no loss here
 # (a wider one, adding *free*,*get*,*put*,*find*, overran a 128 MiB buffer: docs/boot.md).
 GRAPH_FILTER = "*init*,*probe*,*register*,*alloc*,*create*,*add*,*setup*"
-GUEST_SCRIPT = r"""
-sleep 1
-killall ivtrace-ftrace
-while pidof ivtrace-ftrace >/dev/null; do sleep 0.1; done
-rmmod ivtrace
-echo "BB: rmmod rc=$?"
-"""
+GUEST_SCRIPT = bootguest.stop_relay("BB")
 
 
 def add_arguments(ap):
@@ -107,7 +101,9 @@ def record_boot(a, guest, work: Path, state: str, n: int) -> Path:
             rec.send_signal(2)
             rec.wait(timeout=120)
         shm.unlink(missing_ok=True)
-    if not (r.ok and re.search(r"^BB: rmmod rc=0", r.console_text, re.M)) or r.kernel_problems:
+    drained = re.search(r"^BB: drained, 0 left", r.console_text, re.M)
+    if not (r.ok and drained and re.search(r"^BB: rmmod rc=0", r.console_text, re.M)) \
+            or r.kernel_problems:
         raise BenchError(f"boot {state} #{n} failed: {r.summary()}\n{r.kernel_problems}\n"
                          f"{r.tail(30)}")
     if rec.returncode != 0:

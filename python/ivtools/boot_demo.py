@@ -18,22 +18,15 @@ import sys
 import time
 from pathlib import Path
 
-from ivtools import REPO, guestbuild, ivtvm
+from ivtools import REPO, bootguest, guestbuild, ivtvm
 from ivtools.proc import say
 
 IVTRACE = REPO / "bin" / "ivtrace"
-EVENTS = ("trace_clock=x86-tsc trace_event=initcall,module:module_load,"
-          "sched:sched_process_exec,sched:sched_switch")
 # function_graph on the kernel's init functions: ~250 k graph events, none lost here.
-APPEND = f"{EVENTS} trace_buf_size=64M ftrace=function_graph ftrace_filter=*init*"
-# After /init's `ivtrace-boot` marker (the boot's end): stop the relay, unload the module
-# (the region closes, the recorder ends and derives the boot's streams).
-SCRIPT = r"""
-sleep 1
-killall ivtrace-ftrace
-while pidof ivtrace-ftrace >/dev/null; do sleep 0.1; done
-rmmod ivtrace && echo "demo-boot: ivtrace.ko unloaded"
-"""
+APPEND = f"{bootguest.EVENTS} trace_buf_size=64M ftrace=function_graph ftrace_filter=*init*"
+# After /init's `ivtrace-boot` marker (the boot's end): ftrace drained, the relay stopped, the
+# module unloaded (the region closes, the recorder ends and derives the boot's streams).
+SCRIPT = bootguest.stop_relay("demo-boot")
 T0 = time.monotonic()
 
 
@@ -81,7 +74,10 @@ def record(guest: guestbuild.GuestBuild, out: Path, accel: str) -> None:
             rec.wait(timeout=60)
         shm.unlink(missing_ok=True)
     say(f"   guest: {r.summary()}")
-    if "demo-boot: ivtrace.ko unloaded" not in r.console_text or r.kernel_problems:
+    for line in r.console_text.splitlines():
+        if line.startswith("demo-boot:"):
+            say(f"   guest| {line}")
+    if "demo-boot: rmmod rc=0" not in r.console_text or r.kernel_problems:
         raise DemoError(f"the guest's boot did not finish cleanly: {r.kernel_problems}\n"
                         f"{r.tail(20)}")
     if rec.returncode != 0:

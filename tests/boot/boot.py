@@ -15,32 +15,25 @@ from pathlib import Path
 
 import ctf
 from e2e import guest as g
-from ivtools import ivtvm
+from ivtools import bootguest, ivtvm
 from serve import serve as s
 
 GUEST = "bootg"
 
-# The boot's own events: initcall levels and initcalls, module loads, pid 1's exec, the
-# marker, context switches; one clock with the native probes.
-EVENTS = ("trace_clock=x86-tsc trace_event=initcall,module:module_load,"
-          "sched:sched_process_exec,sched:sched_switch")
+EVENTS = bootguest.EVENTS
 LEVELS_APPEND = f"{EVENTS} trace_buf_size=16M"
 # function_graph on the kernel's init functions: ~250 k graph events, none lost.
 GRAPH_FILTER = "*init*"
 GRAPH_APPEND = f"{EVENTS} trace_buf_size=64M ftrace=function_graph ftrace_filter={GRAPH_FILTER}"
 
-STOP_RELAY = r"""
-sleep 1
-killall ivtrace-ftrace
-while pidof ivtrace-ftrace >/dev/null; do sleep 0.1; done
-rmmod ivtrace
-echo "BOOT: rmmod rc=$?"
-"""
+STOP_RELAY = bootguest.stop_relay("BOOT")
 
 
 def check_boot(r):
     print(r.summary())
     assert r.ok and re.search(r"^BOOT: rmmod rc=0", r.console_text, re.M), r.tail(60)
+    # Everything ftrace recorded is in the trace (bootguest.stop_relay).
+    assert re.search(r"^BOOT: drained, 0 left", r.console_text, re.M), r.tail(60)
     assert not r.kernel_problems, r.kernel_problems
 
 

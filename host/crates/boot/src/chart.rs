@@ -167,7 +167,11 @@ fn overview(t: &mut String, b: &Boot, main: &Axis, y: f64) {
         y - 2.0,
         (x1 - x0).max(1.0)
     );
-    text(t, x1 + 4.0, y + 11.0, 10, "start", &format!("{:.0} ms", ms(&a.clock, main.end)));
+    let label = format!("{:.0} ms", ms(&a.clock, main.end));
+    match x0 > LEFT + 6.0 * label.len() as f64 {
+        true => text(t, x0 - 4.0, y + 11.0, 10, "end", &format!("traced part, to {label}")),
+        false => text(t, x1 + 4.0, y + 11.0, 10, "start", &label),
+    }
 }
 
 fn bands(t: &mut String, a: &Axis, b: &Boot, y: f64) {
@@ -261,7 +265,7 @@ fn preempt_rows(t: &mut String, a: &Axis, host: &HostView, cpus: &[u32], y0: f64
 }
 
 fn marks(t: &mut String, a: &Axis, b: &Boot, top: f64, bottom: f64) {
-    let mut last_label = f64::MIN;
+    let mut lanes = Lanes(vec![f64::MIN; 2]);
     for m in &b.marks {
         let x = a.x(m.ts);
         let (color, dash) = match m.kind.as_str() {
@@ -273,10 +277,12 @@ fn marks(t: &mut String, a: &Axis, b: &Boot, top: f64, bottom: f64) {
             r#"<line x1="{x:.1}" y1="{top:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="{color}" stroke-dasharray="{dash}"><title>{}</title></line>"#,
             xml(&format!("{} {}", m.kind, m.name))
         );
-        if x - last_label > 70.0 || m.kind != "module" {
-            let label = m.name.rsplit('/').next().unwrap_or(&m.name);
-            text(t, x + 2.0, bottom + 12.0, 10, "start", label);
-            last_label = x;
+        let name = m.name.rsplit('/').next().unwrap_or(&m.name);
+        // What fits between the line and the page's edge.
+        let room = ((WIDTH as f64 - x - 4.0) / 6.0).max(0.0) as usize;
+        let label: String = name.chars().take(room).collect();
+        if let Some(lane) = lanes.place(x + 2.0, label.len()) {
+            text(t, x + 2.0, bottom + 12.0 + lane as f64 * 11.0, 10, "start", &label);
         }
     }
 }

@@ -145,8 +145,13 @@ impl<'a> Scan<'a> {
             return (name, self.sub.unwrap_or(UNKNOWN_LEVEL));
         }
         let phase = if self.end.is_some() { "workload" } else { "userland" };
+        // The symbol at the address counts only if it is the loading
+        // module's: the freed init text of one module can be reused by the
+        // next one loaded before the relay reads kallsyms.
         let name = match (self.symbols.function(func), self.loaded.get(&e.tid)) {
-            (Some((s, 0)), Some(m)) => format!("{} [{m}]", s.name),
+            (Some((s, 0)), Some(m)) if s.module.as_deref() == Some(m.as_str()) => {
+                format!("{} [{m}]", s.name)
+            }
             (_, Some(m)) => format!("{m}.init"),
             _ => func_name(self.symbols, func),
         };
