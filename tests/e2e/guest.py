@@ -62,14 +62,18 @@ class Recorder:
                                          stdin=subprocess.DEVNULL)
         self.rc = None
 
-    def wait(self, timeout):
-        """Wait for the recorder to stop by itself; fail (after a SIGINT) if it does not."""
+    def wait(self, timeout, boot=None):
+        """Wait for the recorder to stop by itself; fail (after a SIGINT) if it does not.
+        `boot` (the guest's BootResult) puts the guest's own account into that failure: a
+        recorder that never saw a formatted region is most often a guest that did not get
+        as far as loading the module, and its console says why."""
         try:
             self.rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.stop()
+            guest = "" if boot is None else f"\n{boot.summary()}\n{boot.tail(40)}"
             pytest.fail(f"the recorder did not stop by itself within {timeout} s "
-                        f"(region not CLOSED?)\n{self.stderr()}")
+                        f"(region not CLOSED?)\n{self.stderr()}{guest}")
         return self.summary()
 
     def stop(self):

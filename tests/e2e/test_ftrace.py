@@ -54,7 +54,7 @@ def boot(tmp, add, name, script, append, extra_args=(), host=None):
             if host:
                 host(vm, shm)
             r = vm.wait(timeout=g.TIMEOUT)
-        summary = rec.wait(timeout=120)
+        summary = rec.wait(timeout=120, boot=r)
     finally:
         rec.stop()
         shm.unlink(missing_ok=True)

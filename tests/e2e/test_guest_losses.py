@@ -45,7 +45,7 @@ def run(tmp_path_factory, e2e_add):
                         modules=["ivtrace"], modopts={"ivtrace": MODOPTS}, add=add,
                         log=str(tmp / "console.log")) as vm:
             r = vm.wait(timeout=g.TIMEOUT + SECONDS)
-        summary = rec.wait(timeout=60)
+        summary = rec.wait(timeout=60, boot=r)
         snap = g.snapshot(shm, tmp / "snapshot")
     finally:
         rec.stop()

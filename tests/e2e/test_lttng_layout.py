@@ -139,7 +139,7 @@ def demo(tmp_path_factory, e2e_add):
                         modules=["ivtrace"], modopts={"ivtrace": f"events={GROUPS}"}, add=add,
                         log=str(tmp / "console.log")) as vm:
             r = vm.wait(timeout=g.TIMEOUT + SECONDS)
-        summary = rec.wait(timeout=60)
+        summary = rec.wait(timeout=60, boot=r)
     finally:
         rec.stop()
         shm.unlink(missing_ok=True)

@@ -102,7 +102,7 @@ def record_demo(tmp: Path, add, seconds):
                         smp=2, modules=["ivtrace"], modopts={"ivtrace": f"events={GROUPS}"},
                         add=add, log=str(tmp / "demo-console.log")) as vm:
             r = vm.wait(timeout=g.TIMEOUT)
-        summary = rec.wait(timeout=60)
+        summary = rec.wait(timeout=60, boot=r)
     finally:
         rec.stop()
         shm.unlink(missing_ok=True)

@@ -47,7 +47,7 @@ def rec(tmp_path_factory, guest):
                         extra_args=["-drive", f"file={disk},if=virtio,format=raw"],
                         log=str(tmp / "console.log")) as vm:
             r = vm.wait(timeout=g.TIMEOUT)
-        summary = recorder.wait(timeout=120)
+        summary = recorder.wait(timeout=120, boot=r)
     finally:
         recorder.stop()
         shm.unlink(missing_ok=True)
