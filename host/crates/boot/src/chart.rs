@@ -157,8 +157,21 @@ fn overview(t: &mut String, b: &Boot, main: &Axis, y: f64) {
     };
     text(t, 8.0, y + 11.0, 11, "start", "whole boot");
     for p in &b.phases {
-        let title = format!("{} ({}): {:.3} ms", p.name, p.stage, ms(&a.clock, p.duration()));
-        rect(t, a.x(p.start), y, a.w(p.start, p.end), 14.0, stage_color(&p.stage), &title);
+        let title = format!(
+            "{} ({}): {:.3} ms",
+            p.name,
+            p.stage,
+            ms(&a.clock, p.duration())
+        );
+        rect(
+            t,
+            a.x(p.start),
+            y,
+            a.w(p.start, p.end),
+            14.0,
+            stage_color(&p.stage),
+            &title,
+        );
     }
     let (x0, x1) = (a.x(main.start), a.x(main.end));
     let _ = writeln!(
@@ -169,7 +182,14 @@ fn overview(t: &mut String, b: &Boot, main: &Axis, y: f64) {
     );
     let label = format!("{:.0} ms", ms(&a.clock, main.end));
     match x0 > LEFT + 6.0 * label.len() as f64 {
-        true => text(t, x0 - 4.0, y + 11.0, 10, "end", &format!("traced part, to {label}")),
+        true => text(
+            t,
+            x0 - 4.0,
+            y + 11.0,
+            10,
+            "end",
+            &format!("traced part, to {label}"),
+        ),
         false => text(t, x1 + 4.0, y + 11.0, 10, "start", &label),
     }
 }
@@ -179,7 +199,12 @@ fn bands(t: &mut String, a: &Axis, b: &Boot, y: f64) {
     text(t, 8.0, y + ROW + 17.0, 12, "start", "level");
     for p in &b.phases {
         let (x, w) = (a.x(p.start), a.w(p.start, p.end));
-        let title = format!("{} ({}): {:.3} ms", p.name, p.stage, ms(&a.clock, p.duration()));
+        let title = format!(
+            "{} ({}): {:.3} ms",
+            p.name,
+            p.stage,
+            ms(&a.clock, p.duration())
+        );
         rect(t, x, y, w, ROW - 3.0, stage_color(&p.stage), &title);
         if !p.level.is_empty() {
             let fill = level_color(&p.level, p.name != p.level);
@@ -218,7 +243,15 @@ fn cpu_rows(t: &mut String, a: &Axis, b: &Boot, cpus: &[u32], y0: f64) {
     for (row, cpu) in cpus.iter().enumerate() {
         let y = y0 + row as f64 * CPU_ROW;
         text(t, 8.0, y + 36.0, 12, "start", &format!("vCPU {cpu}"));
-        rect(t, LEFT, y + 22.0, a.width, 20.0, "#f4f4f4", &format!("vCPU {cpu}"));
+        rect(
+            t,
+            LEFT,
+            y + 22.0,
+            a.width,
+            20.0,
+            "#f4f4f4",
+            &format!("vCPU {cpu}"),
+        );
         for c in b.initcalls.iter().filter(|c| c.cpu == *cpu) {
             let end = c.end.unwrap_or(b.last);
             let level = crate::levels::level_of(&c.level).unwrap_or(&c.level);
@@ -229,15 +262,34 @@ fn cpu_rows(t: &mut String, a: &Axis, b: &Boot, cpus: &[u32], y0: f64) {
                 ms(&a.clock, end.saturating_sub(c.start))
             );
             let fill = level_color(level, false);
-            rect(t, a.x(c.start), y + 22.0, a.w(c.start, end), 20.0, &fill, &title);
+            rect(
+                t,
+                a.x(c.start),
+                y + 22.0,
+                a.w(c.start, end),
+                20.0,
+                &fill,
+                &title,
+            );
         }
         let mut lanes = Lanes(vec![f64::MIN; 2]);
         let mut mine: Vec<_> = longest.iter().filter(|c| c.cpu == *cpu).collect();
         mine.sort_by_key(|c| c.start);
         for c in mine {
-            let label = format!("{} {:.1} ms", c.name, ms(&a.clock, c.duration().unwrap_or(0)));
+            let label = format!(
+                "{} {:.1} ms",
+                c.name,
+                ms(&a.clock, c.duration().unwrap_or(0))
+            );
             if let Some(lane) = lanes.place(a.x(c.start), label.len()) {
-                text(t, a.x(c.start), y + 18.0 - lane as f64 * 10.0, 10, "start", &label);
+                text(
+                    t,
+                    a.x(c.start),
+                    y + 18.0 - lane as f64 * 10.0,
+                    10,
+                    "start",
+                    &label,
+                );
             }
         }
     }
@@ -248,19 +300,40 @@ fn preempt_rows(t: &mut String, a: &Axis, host: &HostView, cpus: &[u32], y0: f64
         // Before the host's recording began there is no host view.
         let y = y0 + row as f64 * CPU_ROW + 46.0;
         let title = "no host view yet (the host's recording starts with the guest's region)";
-        rect(t, a.x(a.start), y, a.w(a.start, host.from), 8.0, "#e8e8e8", title);
+        rect(
+            t,
+            a.x(a.start),
+            y,
+            a.w(a.start, host.from),
+            8.0,
+            "#e8e8e8",
+            title,
+        );
     }
     for p in &host.preempted {
-        let Some(row) = cpus.iter().position(|c| *c == p.vcpu) else { continue };
+        let Some(row) = cpus.iter().position(|c| *c == p.vcpu) else {
+            continue;
+        };
         let y = y0 + row as f64 * CPU_ROW + 46.0;
         let cycles = (p.ns as u128 * a.clock.freq as u128 / 1_000_000_000) as u64;
         let title = format!(
             "vCPU {} preempted {:.3} ms{}",
             p.vcpu,
             p.ns as f64 / 1e6,
-            p.taken_by.as_deref().map(|c| format!(" by {c}")).unwrap_or_default()
+            p.taken_by
+                .as_deref()
+                .map(|c| format!(" by {c}"))
+                .unwrap_or_default()
         );
-        rect(t, a.x(p.start), y, a.w(p.start, p.start.saturating_add(cycles)), 8.0, PREEMPT_COLOR, &title);
+        rect(
+            t,
+            a.x(p.start),
+            y,
+            a.w(p.start, p.start.saturating_add(cycles)),
+            8.0,
+            PREEMPT_COLOR,
+            &title,
+        );
     }
 }
 
@@ -282,7 +355,14 @@ fn marks(t: &mut String, a: &Axis, b: &Boot, top: f64, bottom: f64) {
         let room = ((WIDTH as f64 - x - 4.0) / 6.0).max(0.0) as usize;
         let label: String = name.chars().take(room).collect();
         if let Some(lane) = lanes.place(x + 2.0, label.len()) {
-            text(t, x + 2.0, bottom + 12.0 + lane as f64 * 11.0, 10, "start", &label);
+            text(
+                t,
+                x + 2.0,
+                bottom + 12.0 + lane as f64 * 11.0,
+                10,
+                "start",
+                &label,
+            );
         }
     }
 }
@@ -316,7 +396,11 @@ pub fn svg(boot: &Boot, clock: &Clock, host: Option<&HostView>, title: &str) -> 
     let end = boot.end.max(1).saturating_add(boot.end / 40);
     // The untraced time before the first event (firmware, the kernel's
     // start) can dwarf the rest: then the main panel starts at the trace.
-    let start = if boot.first > end / 5 { boot.first.saturating_sub((end - boot.first) / 40) } else { 0 };
+    let start = if boot.first > end / 5 {
+        boot.first.saturating_sub((end - boot.first) / 40)
+    } else {
+        0
+    };
     let a = Axis {
         clock: clock.clone(),
         start,

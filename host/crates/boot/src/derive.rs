@@ -94,7 +94,10 @@ pub fn recorded_symbols(root: &Path) -> io::Result<Symbols> {
     if text.len() as u64 > KALLSYMS_MAX {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("{}: more than {KALLSYMS_MAX} bytes", root.join(KALLSYMS_FILE).display()),
+            format!(
+                "{}: more than {KALLSYMS_MAX} bytes",
+                root.join(KALLSYMS_FILE).display()
+            ),
         ));
     }
     Ok(Symbols::parse(&text))
@@ -202,7 +205,9 @@ fn profile(
         .meta
         .classes
         .iter()
-        .filter(|c| c.stream == IVT_STREAM_FTRACE && (c.name == GRAPH_ENTRY || c.name == GRAPH_EXIT))
+        .filter(|c| {
+            c.stream == IVT_STREAM_FTRACE && (c.name == GRAPH_ENTRY || c.name == GRAPH_EXIT)
+        })
         .map(|c| c.id)
         .collect();
     let (mut merge, paths) = merged(trace)?;

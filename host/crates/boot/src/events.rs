@@ -19,14 +19,26 @@ pub enum What {
     /// `initcall:initcall_level`: the kernel starts this level.
     Level(String),
     /// `initcall:initcall_start` / `initcall_finish`.
-    InitcallStart { func: u64 },
-    InitcallFinish { func: u64, ret: i32 },
+    InitcallStart {
+        func: u64,
+    },
+    InitcallFinish {
+        func: u64,
+        ret: i32,
+    },
     /// `sched:sched_process_exec`.
-    Exec { pid: i32, filename: String },
+    Exec {
+        pid: i32,
+        filename: String,
+    },
     /// `module:module_load`.
-    ModuleLoad { name: String },
+    ModuleLoad {
+        name: String,
+    },
     /// ftrace's `print` (a trace_marker write).
-    Print { text: String },
+    Print {
+        text: String,
+    },
     /// `sched:sched_switch`.
     Switch {
         prev: i32,
@@ -35,8 +47,14 @@ pub enum What {
         next_comm: String,
     },
     /// function_graph's `funcgraph_entry` / `funcgraph_exit`.
-    Entry { func: u64, depth: i32 },
-    Exit { func: u64, depth: i32 },
+    Entry {
+        func: u64,
+        depth: i32,
+    },
+    Exit {
+        func: u64,
+        depth: i32,
+    },
 }
 
 /// One event: when (the trace clock's cycles), where, which thread, what.

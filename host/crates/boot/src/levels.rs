@@ -93,8 +93,7 @@ pub fn initcall_entry(name: &str) -> Option<(&str, &'static str)> {
             let after = &r[r.find("__")? + 2..];
             let mut parts = after.splitn(3, '_');
             let (n, line, rest) = (parts.next()?, parts.next()?, parts.next()?);
-            if !n.bytes().all(|c| c.is_ascii_digit()) || !line.bytes().all(|c| c.is_ascii_digit())
-            {
+            if !n.bytes().all(|c| c.is_ascii_digit()) || !line.bytes().all(|c| c.is_ascii_digit()) {
                 return None;
             }
             rest
@@ -181,12 +180,24 @@ mod tests {
                 "__initcall__kmod_core__391_2229_init_hw_perf_eventsearly",
                 ("init_hw_perf_events", "early"),
             ),
-            ("__initcall__kmod_vt__420_3516_con_initcon", ("con_init", "console")),
-            ("__initcall__kmod_foo__1_2_foo_init16", ("foo_init1", "device")),
+            (
+                "__initcall__kmod_vt__420_3516_con_initcon",
+                ("con_init", "console"),
+            ),
+            (
+                "__initcall__kmod_foo__1_2_foo_init16",
+                ("foo_init1", "device"),
+            ),
             ("__initcall__kmod_foo__1_2_bars4s", ("bars", "subsys_sync")),
-            ("__initcall__kmod_foo__1_2_foo_initrootfs", ("foo_init", "rootfs")),
+            (
+                "__initcall__kmod_foo__1_2_foo_initrootfs",
+                ("foo_init", "rootfs"),
+            ),
             ("__initcall__kmod_x_y__1_2_f1s", ("f", "core_sync")),
-            ("__initcall_populate_rootfsrootfs", ("populate_rootfs", "rootfs")),
+            (
+                "__initcall_populate_rootfsrootfs",
+                ("populate_rootfs", "rootfs"),
+            ),
         ] {
             assert_eq!(initcall_entry(name), Some(want), "{name}");
         }

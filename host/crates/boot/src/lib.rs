@@ -6,7 +6,7 @@
 //!   what ran on each vCPU);
 //! - [`profile`]: pass 2, function_graph's calls aggregated;
 //! - [`stream`]: both as derived streams of the kernel trace, and back;
-//! - [`derive`]: all of it at the end of a recording;
+//! - [`derive`](mod@derive): all of it at the end of a recording;
 //! - [`report`]: `ivtrace boot`'s numbers and text; [`chart`]: its SVG;
 //! - [`model`]: the plain values.
 pub mod chart;

@@ -237,8 +237,26 @@ mod tests {
             exit(150, 7, 2, 1),
             exit(200, 7, 1, 0),
         ]);
-        assert_eq!(row(&p, "core", 1, 7), Stat { count: 1, total: 190, self_: 120, min: 190, max: 190 });
-        assert_eq!(row(&p, "core", 2, 7), Stat { count: 2, total: 70, self_: 70, min: 10, max: 60 });
+        assert_eq!(
+            row(&p, "core", 1, 7),
+            Stat {
+                count: 1,
+                total: 190,
+                self_: 120,
+                min: 190,
+                max: 190
+            }
+        );
+        assert_eq!(
+            row(&p, "core", 2, 7),
+            Stat {
+                count: 2,
+                total: 70,
+                self_: 70,
+                min: 10,
+                max: 60
+            }
+        );
         assert_eq!(p.pairing.calls, 3);
         assert_eq!((p.pairing.unmatched_exits, p.pairing.unclosed), (0, 0));
     }
@@ -261,13 +279,13 @@ mod tests {
     #[test]
     fn lost_events_are_counted_not_measured() {
         let p = run(&[
-            exit(5, 7, 3, 0),            // began before the tracer
+            exit(5, 7, 3, 0), // began before the tracer
             entry(10, 7, 1, 0),
-            entry(20, 7, 2, 1),          // its exit is lost ...
-            exit(40, 7, 1, 0),           // ... its caller's comes
-            entry(50, 7, 4, 2),          // entries below are not in the trace
+            entry(20, 7, 2, 1), // its exit is lost ...
+            exit(40, 7, 1, 0),  // ... its caller's comes
+            entry(50, 7, 4, 2), // entries below are not in the trace
             exit(60, 7, 4, 2),
-            entry(70, 7, 6, 0),          // never returns
+            entry(70, 7, 6, 0), // never returns
         ]);
         assert_eq!(row(&p, "core", 1, 7).total, 30);
         assert_eq!(row(&p, "core", 4, 7).total, 10);
@@ -278,7 +296,11 @@ mod tests {
 
     #[test]
     fn hostile_depths_are_refused() {
-        let p = run(&[entry(1, 1, 1, -1), entry(2, 1, 1, DEPTH_MAX), exit(3, 1, 1, i32::MAX)]);
+        let p = run(&[
+            entry(1, 1, 1, -1),
+            entry(2, 1, 1, DEPTH_MAX),
+            exit(3, 1, 1, i32::MAX),
+        ]);
         assert_eq!(p.pairing.refused, 3);
         assert!(p.rows.is_empty());
     }

@@ -161,7 +161,7 @@ fn phase_rows(b: &Boot, clock: &Clock) -> (Vec<PhaseRow>, Vec<PhaseRow>) {
     for stage in crate::model::STAGES {
         let mut ps = b.phases.iter().filter(|p| p.stage == stage);
         if let Some(first) = ps.next() {
-            let end = ps.last().unwrap_or(first).end;
+            let end = ps.next_back().unwrap_or(first).end;
             stages.push(row(stage, "", stage, first.start, end, phases_of(b, stage)));
         }
     }
@@ -197,7 +197,10 @@ fn initcalls_by_level(b: &Boot, clock: &Clock, top: usize) -> BTreeMap<String, V
     }
     for v in by.values_mut() {
         v.sort_by(|a, b| {
-            let (x, y) = (a.duration_ms.unwrap_or(f64::MAX), b.duration_ms.unwrap_or(f64::MAX));
+            let (x, y) = (
+                a.duration_ms.unwrap_or(f64::MAX),
+                b.duration_ms.unwrap_or(f64::MAX),
+            );
             y.total_cmp(&x)
         });
         v.truncate(top);
@@ -212,7 +215,11 @@ fn func_rows(p: &Profile, clock: &Clock, phase: &str) -> Vec<FuncRow> {
     }
     per.into_iter()
         .map(|(func, s)| FuncRow {
-            name: p.names.get(&func).cloned().unwrap_or_else(|| format!("{func:#x}")),
+            name: p
+                .names
+                .get(&func)
+                .cloned()
+                .unwrap_or_else(|| format!("{func:#x}")),
             func: format!("{func:#x}"),
             calls: s.count,
             total_ms: ms(clock, s.total),
@@ -276,7 +283,10 @@ fn cpus(b: &Boot, clock: &Clock, top: usize) -> Vec<CpuRow> {
 }
 
 fn phase_name_at(b: &Boot, ts: u64) -> String {
-    let i = b.phases.partition_point(|p| p.start <= ts).saturating_sub(1);
+    let i = b
+        .phases
+        .partition_point(|p| p.start <= ts)
+        .saturating_sub(1);
     b.phases.get(i).map_or(String::new(), |p| p.name.clone())
 }
 
@@ -309,7 +319,9 @@ pub fn host_view(vm: &Path, b: &Boot) -> std::io::Result<HostView> {
     for mut s in trace.streams()? {
         while let Some(r) = s.next_record()? {
             from = from.min(r.ts);
-            let Some((i, _)) = read_interval(&r, r.cpu(), 0) else { continue };
+            let Some((i, _)) = read_interval(&r, r.cpu(), 0) else {
+                continue;
+            };
             if i.state == State::Preempted && r.ts <= b.end {
                 out.push(Preempted {
                     vcpu: i.vcpu,
@@ -429,7 +441,11 @@ fn write_phases(t: &mut String, r: &Report) {
             "  {:<22} {:>10.3} {:>11.3} {:>6.1}% {:>9}",
             stage.name, stage.start_ms, stage.duration_ms, stage.share_pct, stage.initcalls
         );
-        for p in r.phases.iter().filter(|p| p.stage == stage.name && p.name != p.stage) {
+        for p in r
+            .phases
+            .iter()
+            .filter(|p| p.stage == stage.name && p.name != p.stage)
+        {
             let _ = writeln!(
                 t,
                 "    {:<20} {:>10.3} {:>11.3} {:>6.1}% {:>9}",
@@ -442,7 +458,9 @@ fn write_phases(t: &mut String, r: &Report) {
 fn write_initcalls(t: &mut String, r: &Report) {
     let _ = writeln!(t, "\nlongest initcalls per level (ms):");
     for p in &r.phases {
-        let Some(v) = r.initcalls_by_level.get(&p.name) else { continue };
+        let Some(v) = r.initcalls_by_level.get(&p.name) else {
+            continue;
+        };
         let list: Vec<String> = v
             .iter()
             .map(|c| match c.duration_ms {
@@ -481,7 +499,10 @@ fn write_cpus(t: &mut String, r: &Report) {
     if r.cpus.is_empty() {
         return;
     }
-    let _ = writeln!(t, "\nwhat ran on each vCPU during the boot (from its first context switch):");
+    let _ = writeln!(
+        t,
+        "\nwhat ran on each vCPU during the boot (from its first context switch):"
+    );
     for c in &r.cpus {
         let threads: Vec<String> = c
             .threads
@@ -535,7 +556,11 @@ fn write_preempted(t: &mut String, r: &Report) {
                     p.intervals,
                     p.longest_ms,
                     p.longest_in,
-                    if by.is_empty() { "-".into() } else { by.join(", ") }
+                    if by.is_empty() {
+                        "-".into()
+                    } else {
+                        by.join(", ")
+                    }
                 );
             }
         }

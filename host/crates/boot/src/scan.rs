@@ -144,7 +144,11 @@ impl<'a> Scan<'a> {
             }
             return (name, self.sub.unwrap_or(UNKNOWN_LEVEL));
         }
-        let phase = if self.end.is_some() { "workload" } else { "userland" };
+        let phase = if self.end.is_some() {
+            "workload"
+        } else {
+            "userland"
+        };
         // The symbol at the address counts only if it is the loading
         // module's: the freed init text of one module can be reused by the
         // next one loaded before the relay reads kallsyms.
@@ -324,7 +328,12 @@ impl<'a> Scan<'a> {
                 cycles,
             })
             .collect();
-        v.sort_by(|a, b| a.cpu.cmp(&b.cpu).then(b.cycles.cmp(&a.cycles)).then(a.tid.cmp(&b.tid)));
+        v.sort_by(|a, b| {
+            a.cpu
+                .cmp(&b.cpu)
+                .then(b.cycles.cmp(&a.cycles))
+                .then(a.tid.cmp(&b.tid))
+        });
         v
     }
 }

@@ -124,7 +124,14 @@ pub fn boot_classes() -> Vec<EventClass> {
 pub fn profile_classes() -> Vec<EventClass> {
     use FieldType::*;
     let c = |id, name, fields| class(STREAM_PROFILE, id, name, fields);
-    let counts = ["calls", "entries", "exits", "unmatched_exits", "unclosed", "refused"];
+    let counts = [
+        "calls",
+        "entries",
+        "exits",
+        "unmatched_exits",
+        "unclosed",
+        "refused",
+    ];
     vec![
         c(
             FUNC_PROFILE,
@@ -140,7 +147,11 @@ pub fn profile_classes() -> Vec<EventClass> {
                 f("max_cycles", U64),
             ],
         ),
-        c(FUNC_NAME, "ivtrace:func_name", vec![hex("func"), f("name", String)]),
+        c(
+            FUNC_NAME,
+            "ivtrace:func_name",
+            vec![hex("func"), f("name", String)],
+        ),
         c(
             THREAD,
             "ivtrace:profile_thread",
@@ -201,7 +212,12 @@ fn boot_events(b: &Boot) -> Vec<Out> {
 fn profile_events(p: &Profile, phases: &[Phase], first: u64) -> Vec<Out> {
     let mut v: Vec<Out> = Vec::new();
     for (func, name) in &p.names {
-        v.push((first, 0, FUNC_NAME, Payload(Vec::new()).u64(*func).str(name).0));
+        v.push((
+            first,
+            0,
+            FUNC_NAME,
+            Payload(Vec::new()).u64(*func).str(name).0,
+        ));
     }
     for (tid, comm) in &p.threads {
         v.push((first, 0, THREAD, Payload(Vec::new()).i32(*tid).str(comm).0));
@@ -223,9 +239,16 @@ fn profile_events(p: &Profile, phases: &[Phase], first: u64) -> Vec<Out> {
         v.push((ts, 0, FUNC_PROFILE, pl.0));
     }
     let c = &p.pairing;
-    let pl = [c.calls, c.entries, c.exits, c.unmatched_exits, c.unclosed, c.refused]
-        .iter()
-        .fold(Payload(Vec::new()), |pl, &n| pl.u64(n));
+    let pl = [
+        c.calls,
+        c.entries,
+        c.exits,
+        c.unmatched_exits,
+        c.unclosed,
+        c.refused,
+    ]
+    .iter()
+    .fold(Payload(Vec::new()), |pl, &n| pl.u64(n));
     v.push((last, 0, PAIRING, pl.0));
     v
 }
@@ -362,7 +385,13 @@ fn read_boot_event(b: &mut Boot, r: &Record) {
             cycles: u(r, "cycles"),
         }),
         NOTE => b.notes.push(s(r, "text")),
-        SUMMARY => (b.first, b.last, b.end) = (u(r, "first_cycles"), u(r, "last_cycles"), u(r, "end_cycles")),
+        SUMMARY => {
+            (b.first, b.last, b.end) = (
+                u(r, "first_cycles"),
+                u(r, "last_cycles"),
+                u(r, "end_cycles"),
+            )
+        }
         _ => {}
     }
 }
@@ -428,6 +457,8 @@ pub fn read(trace: &Trace) -> io::Result<(Option<Boot>, Option<Profile>)> {
     let mut boot = Boot::default();
     let has_boot = each_record(trace, STREAM_BOOT, |r| read_boot_event(&mut boot, r))?;
     let mut profile = Profile::default();
-    let has_profile = each_record(trace, STREAM_PROFILE, |r| read_profile_event(&mut profile, r))?;
+    let has_profile = each_record(trace, STREAM_PROFILE, |r| {
+        read_profile_event(&mut profile, r)
+    })?;
     Ok((has_boot.then_some(boot), has_profile.then_some(profile)))
 }

@@ -52,7 +52,11 @@ const NO_BOOT_HINT: &str = "trace the boot: trace_event=initcall (and ftrace=fun
 /// Derives the boot's streams of a finished recording in `root`: the
 /// sidecar's `boot` section, None when its kernel trace holds no boot. A
 /// failure is reported and the recording stands without them.
-pub fn derive_at_end(root: &OutDir, opts: &Options, log: impl Fn(&str)) -> Option<serde_json::Value> {
+pub fn derive_at_end(
+    root: &OutDir,
+    opts: &Options,
+    log: impl Fn(&str),
+) -> Option<serde_json::Value> {
     match derive(root, opts) {
         Ok(Some(d)) => {
             log(&describe(&d));
@@ -96,7 +100,11 @@ fn kernel_trace(dir: &Path) -> Result<Trace> {
     let kernel = dir.join("kernel");
     if !kernel.join("metadata").is_file() {
         return Err(UserError {
-            message: format!("{} has no kernel trace ({}/metadata)", dir.display(), kernel.display()),
+            message: format!(
+                "{} has no kernel trace ({}/metadata)",
+                dir.display(),
+                kernel.display()
+            ),
             hint: NO_BOOT_HINT.into(),
         }
         .into());
@@ -127,7 +135,11 @@ fn load(args: &BootArgs) -> Result<(Trace, Boot, Option<ivtrace_boot::model::Pro
     eprintln!("ivtrace: {}", describe(&d));
     let trace = kernel_trace(&args.dir)?;
     let (boot, profile) = stream::read(&trace).context("cannot read the boot streams")?;
-    Ok((trace, boot.context("the derived boot stream is missing")?, profile))
+    Ok((
+        trace,
+        boot.context("the derived boot stream is missing")?,
+        profile,
+    ))
 }
 
 #[derive(Serialize)]
@@ -194,7 +206,11 @@ fn write_chart(
     let title = format!(
         "Boot of {name}: {:.1} ms from the vCPU's reset to the {}",
         report::ms(trace.clock(), boot.end),
-        if boot.end < boot.last { "workload" } else { "trace's end" }
+        if boot.end < boot.last {
+            "workload"
+        } else {
+            "trace's end"
+        }
     );
     let c = chart::svg(boot, trace.clock(), host, &title);
     let svg = match &args.chart {
@@ -238,20 +254,30 @@ pub fn render_png(svg: &Path, png: &Path, width: u32, height: u32) -> Result<()>
         }
         .into());
     };
-    let profile = std::env::temp_dir().join(format!("ivtrace-boot-chromium-{}", std::process::id()));
+    let profile =
+        std::env::temp_dir().join(format!("ivtrace-boot-chromium-{}", std::process::id()));
     std::fs::create_dir_all(&profile)?;
     let svg = svg.canonicalize()?;
     let _ = std::fs::remove_file(png);
     let mut cmd = Command::new(&bin);
-    cmd.args(["--headless", "--disable-gpu", "--hide-scrollbars", "--no-first-run"])
-        .args(["--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(format!("--window-size={width},{height}"))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", svg.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "--headless",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        "--no-first-run",
+    ])
+    .args([
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ])
+    .arg(format!("--user-data-dir={}", profile.display()))
+    .arg(format!("--window-size={width},{height}"))
+    .arg(format!("--screenshot={}", png.display()))
+    .arg(format!("file://{}", svg.display()))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
     // Chromium refuses to run as root with its sandbox.
     if nix::unistd::geteuid().is_root() {
         cmd.arg("--no-sandbox");
@@ -285,7 +311,10 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> Result<String> {
         if let Some(st) = child.try_wait()? {
             let stderr = reader.join().unwrap_or_default();
             if !st.success() {
-                bail!("exit {st}: {}", printable(stderr.lines().last().unwrap_or("")));
+                bail!(
+                    "exit {st}: {}",
+                    printable(stderr.lines().last().unwrap_or(""))
+                );
             }
             return Ok(stderr);
         }

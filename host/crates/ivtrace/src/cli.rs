@@ -262,7 +262,7 @@ impl BootDeriveArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct BootArgs {
-    /// A recording directory (`ivtrace record -o DIR`, or `ivtrace serve`'s OUTROOT/<guest>).
+    /// A recording directory (`ivtrace record -o DIR`, or `ivtrace serve`'s `OUTROOT/<guest>`).
     #[arg(value_name = "DIR")]
     pub dir: PathBuf,
     /// Print JSON instead of text.

@@ -150,7 +150,9 @@ impl Symbols {
 
     /// The text symbol that starts exactly at `addr`.
     pub fn function_at(&self, addr: u64) -> Option<&Symbol> {
-        self.function(addr).filter(|(_, off)| *off == 0).map(|(s, _)| s)
+        self.function(addr)
+            .filter(|(_, off)| *off == 0)
+            .map(|(s, _)| s)
     }
 
     /// Symbols by name (of several with one name, the lowest address).
@@ -215,15 +217,24 @@ ffffffffc0a01000 t virtblk_probe\t[virtio_blk]\n";
         );
         // Data symbols name no code (and the data lies far past the text).
         assert!(s.function(0xffffffff8cca93f0).is_none());
-        assert_eq!(s.function(0xffffffff8aa02710).unwrap().0.name, "helper.cold");
-        assert!(s.function(0xffffffff8a000000).is_none(), "before every symbol");
+        assert_eq!(
+            s.function(0xffffffff8aa02710).unwrap().0.name,
+            "helper.cold"
+        );
+        assert!(
+            s.function(0xffffffff8a000000).is_none(),
+            "before every symbol"
+        );
     }
 
     #[test]
     fn text_round_trips() {
         let s = Symbols::parse(TEXT);
         let again = Symbols::parse(s.to_text().as_bytes());
-        assert_eq!(again.iter().collect::<Vec<_>>(), s.iter().collect::<Vec<_>>());
+        assert_eq!(
+            again.iter().collect::<Vec<_>>(),
+            s.iter().collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -241,7 +252,12 @@ ffffffffc0a01000 t virtblk_probe\t[virtio_blk]\n";
             long.as_bytes(),
         ] {
             let s = Symbols::parse(bad);
-            assert_eq!((s.len(), s.refused), (0, 1), "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                (s.len(), s.refused),
+                (0, 1),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
@@ -249,7 +265,9 @@ ffffffffc0a01000 t virtblk_probe\t[virtio_blk]\n";
     fn far_addresses_are_in_no_function() {
         let s = Symbols::parse(b"ffffffff81000000 T only\n");
         assert!(s.function(0xffffffff81000000 + FUNCTION_SPAN_MAX).is_some());
-        assert!(s.function(0xffffffff81000000 + FUNCTION_SPAN_MAX + 1).is_none());
+        assert!(s
+            .function(0xffffffff81000000 + FUNCTION_SPAN_MAX + 1)
+            .is_none());
     }
 
     #[test]

@@ -346,7 +346,11 @@ fn the_kernel_symbols_are_checked_into_the_recordings_directory() {
         (abi::IVT_FTRACE_EV_SYMBOLS, chunks[1]),
     ];
     let r = run(&guest_formats(), &[wire_events_packet(0, 0, &events, None)]);
-    assert_eq!(r.symbols, (3, 1), "three lines kept, the escape sequence refused");
+    assert_eq!(
+        r.symbols,
+        (3, 1),
+        "three lines kept, the escape sequence refused"
+    );
     let root = r.out.parent().unwrap().parent().unwrap();
     let text = fs::read_to_string(root.join("kallsyms")).unwrap();
     assert_eq!(
@@ -354,7 +358,11 @@ fn the_kernel_symbols_are_checked_into_the_recordings_directory() {
         "ffffffff8aa00000 T _text\nffffffff8aa02460 T do_one_initcall\n\
          ffffffffc0a01000 t virtblk_probe\t[virtio_blk]\n"
     );
-    assert_eq!(r.cpus[0].pages, 1, "the page still decodes: {:?}", r.cpus[0]);
+    assert_eq!(
+        r.cpus[0].pages, 1,
+        "the page still decodes: {:?}",
+        r.cpus[0]
+    );
 }
 
 #[test]
