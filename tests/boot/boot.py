@@ -8,6 +8,7 @@ function_graph events as the doc says (docs/boot.md, "The function profile"), wi
 ivtrace's code.
 """
 import bisect
+import functools
 import json
 import re
 import subprocess
@@ -87,10 +88,33 @@ def boot_cli(*args, check=True):
 
 # --------------------------------------------------------------------------- reading
 
+GRAPH = ("ftrace:funcgraph_entry", "ftrace:funcgraph_exit")
+
+
+@functools.lru_cache(maxsize=4)
+def read(kernel: str):
+    """One pass of bt2 over a kernel trace (it does not change once recorded): its derived
+    (`ivtrace:`) and initcall events, and its function_graph events, with their payloads; its ftrace streams' (stream
+    class 2) events per name and their discarded events."""
+    derived_ev, graph, counts, lost = [], [], {}, 0
+    named = ("ivtrace:", "ftrace:initcall:")
+    for m in ctf.messages(kernel, lambda n: n.startswith(named) or n in GRAPH):
+        if isinstance(m, ctf.Event):
+            if m.name.startswith(named):
+                derived_ev.append(m)
+            elif m.name in GRAPH:
+                graph.append(m)
+            if m.stream[0] == 2:
+                counts[m.name] = counts.get(m.name, 0) + 1
+        elif m.stream[0] == 2:
+            lost += m.count
+    return derived_ev, graph, counts, lost
+
+
 def derived(kernel, names=("ivtrace:",)):
-    """bt2's events of the kernel trace whose names start with one of `names`."""
-    return [e for e in ctf.events(kernel, lambda n: n.startswith(names))
-            if e.name.startswith(names)]
+    """bt2's derived (and initcall) events of the kernel trace whose names start with one of
+    `names`."""
+    return [e for e in read(str(kernel))[0] if e.name.startswith(names)]
 
 
 def phases(kernel):
@@ -122,12 +146,9 @@ def profile_from_raw(kernel):
     its entry, self = its time less its direct callees'."""
     starts = phases(kernel)
     cuts = [c for c, _ in starts]
-    graph = ("ftrace:funcgraph_entry", "ftrace:funcgraph_exit")
     stacks, rows = {}, {}
     n = {"calls": 0, "entries": 0, "exits": 0, "unmatched_exits": 0, "unclosed": 0}
-    for e in ctf.events(kernel, lambda name: name in graph):
-        if e.name not in graph:
-            continue
+    for e in read(str(kernel))[1]:
         p = e.payload
         tid, func, depth = p["common_pid"], p["func"], p["depth"]
         st = stacks.setdefault((tid, e.cpu if tid == 0 else 0), [])
@@ -161,14 +182,7 @@ def profile_from_raw(kernel):
 def ftrace_counts(kernel):
     """Per name, the events of the ftrace streams (stream class 2), and their discarded
     events, as bt2 reads them."""
-    counts, lost = {}, 0
-    for m in ctf.messages(kernel, lambda name: False):
-        if m.stream[0] != 2:
-            continue
-        if isinstance(m, ctf.Event):
-            counts[m.name] = counts.get(m.name, 0) + 1
-        else:
-            lost += m.count
+    _, _, counts, lost = read(str(kernel))
     return counts, lost
 
 
