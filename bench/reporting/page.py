@@ -120,8 +120,9 @@ def headline(e: dict) -> str:
         return "function tracing, events/s carried (k): " + ", ".join(
             f"{c} {v}" for c, v in h["function_carried_k_per_s"].items())
     if e["preset"] == "boot":
-        return (f"kernel boot overhead % {h['kernel_overhead_pct']}; profile / raw graph "
-                f"bytes {h['profile_ratio']}x")
+        over = ", ".join(f"{s} {v} %" for s, v in h["kernel_overhead_pct"].items())
+        return (f"postcore to /init, overhead: {over}; profile "
+                + ", ".join(f"{x}x" for x in h["profile_ratio"]) + " smaller than the raw graph")
     if e["preset"] == "evaluation":
         return "ev-int overhead: " + ", ".join(f"{c} {v} %" for c, v in
                                                h["int_overhead_pct"].items())
