@@ -94,8 +94,8 @@ GRAPH = ("ftrace:funcgraph_entry", "ftrace:funcgraph_exit")
 @functools.lru_cache(maxsize=4)
 def read(kernel: str):
     """One pass of bt2 over a kernel trace (it does not change once recorded): its derived
-    (`ivtrace:`) and initcall events, and its function_graph events, with their payloads; its ftrace streams' (stream
-    class 2) events per name and their discarded events."""
+    (`ivtrace:`) and initcall events, and its function_graph events, with their payloads;
+    its ftrace streams' (stream class 2) events per name and their discarded events."""
     derived_ev, graph, counts, lost = [], [], {}, 0
     named = ("ivtrace:", "ftrace:initcall:")
     for m in ctf.messages(kernel, lambda n: n.startswith(named) or n in GRAPH):
