@@ -2,9 +2,15 @@
 #   make          build bin/ivtrace, bin/ivtrace-loadgen, bin/ivtrace-forward (and libivtrace)
 #   make guest    the guest: Debian kernel + initramfs (vm/out), ivtrace.ko against that kernel,
 #                 the static guest tools and the workloads (vm/build --all)
+#   make guest KERNEL=trixie-backports   the same for another kernel: a suite (bookworm, trixie,
+#                 trixie-backports: its newest kernel) or an ABI name, in vm/out/kernels/<ver>/;
+#                 another Debian release's kernel and module in its build root (python/ivtools/buildroot.py)
 #   make check    the quick tier, before every commit (~2 min warm, no root, no QEMU): build,
 #                 the C tests of abi/ (x86-64 and -m32) and guest/lib, the Rust tests, ivtools'
 #                 unit tests, then `make lint`
+#   make test-kernels  ivtrace.ko on bookworm's 6.1, trixie's 6.12 and trixie-backports' newest
+#                 7.x: built, booted (TCG), recorded and read back, DKMS in each build root
+#                 (tests/kernels; part of make test)
 #   make test     the full suite (what .ci/run runs): install what is missing, `make check`,
 #                 then every test that boots guests, installs packages or needs root
 #   make test-nested  the whole nest: L0 records L1, a TCG guest running QEMU for L2 and
@@ -43,7 +49,8 @@ PYTHON ?= /usr/bin/python3
 .PHONY: all deps host lib guest check test test-abi test-lib test-host test-pyunit test-py test-eval \
 	test-fuzz test-soak tracecompass lint lint-host lint-rust lint-doc lint-py lint-shell lint-spell \
 	lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback demo-vmview demo-boot bench eval soak fuzz clean deb test-deb gen-docs test-nested
+	demo demo-loopback demo-vmview demo-boot bench eval soak fuzz clean deb test-deb gen-docs test-nested \
+	test-kernels
 
 all: host lib
 
@@ -64,7 +71,7 @@ tracecompass:
 	$(PYTHON) scripts/install-tracecompass
 
 guest:
-	vm/build --all
+	vm/build --all $(if $(KERNEL),--kernel $(KERNEL))
 
 # ---- the two tiers --------------------------------------------------------------------------
 # check: what to run before every commit. No root, no QEMU, no guest: the build, the C tests,
@@ -75,7 +82,8 @@ check: all test-abi test-lib test-host test-pyunit lint
 
 # test: the full suite, what .ci/run runs. check comes first: a build, unit test or lint
 # failure stops it before the half hour of guests, packages and benchmarks.
-test: deps check tracecompass test-py test-eval test-fuzz test-soak test-deb
+test: deps check tracecompass test-py test-eval test-fuzz test-soak test-deb \
+	test-kernels
 
 # L2 is TCG inside TCG: minutes of boot on a 2-core machine, beyond make test's budget.
 # tests/nested/test_forward.py (in make test) checks the forwarding path at one level.
@@ -96,9 +104,18 @@ test-host:
 test-pyunit:
 	$(PYTHON) -m pytest -q --tb=short -rfE python/tests tests/test_docs.py
 
-# tests/deb and tests/libvirt need the packages: test-deb runs them.
+# tests/deb and tests/libvirt need the packages: test-deb runs them; tests/kernels: test-kernels.
 test-py: all
-	$(PYTHON) -m pytest -q --tb=short -rfE tests --ignore=tests/deb --ignore=tests/libvirt
+	$(PYTHON) -m pytest -q --tb=short -rfE tests --ignore=tests/deb --ignore=tests/libvirt \
+		--ignore=tests/kernels
+
+# The guest kernels users run, each resolved from the archive now (versions printed), built
+# (trixie's in a build root cached in /var/cache/ivtrace), booted under TCG with ivtrace.ko
+# events=all and the ftrace relay, recorded, read back; DKMS of ivtrace-dkms in each build root
+# (build/deb's package, built again if the module changed). Prints kernel | events | lost |
+# dmesg problems (also build/kernels/summary.txt).
+test-kernels: all
+	$(PYTHON) -m pytest -q --tb=short -rfE tests/kernels
 
 deb:
 	scripts/build-deb

@@ -38,8 +38,12 @@ if [ "${1:-}" = pip ]; then
 fi
 
 # zlib1g-dev: the evaluation's static gzip workload; openssh-client: its SSH transport.
-# dpkg-dev .. lintian: `make deb`; libvirt-daemon-system: the libvirt test (tests/libvirt).
+# dpkg-dev .. lintian: `make deb`; libvirt-daemon-system: the libvirt test (tests/libvirt);
+# mmdebstrap, gpg, debian-archive-keyring: the build roots of guest kernels of other Debian
+# releases (python/ivtools/buildroot.py, make test-kernels); mmdebstrap checks the other
+# release's archive with the keyring's keys, and gpg reads them (a recommends of mmdebstrap).
 # python3-pip .. codespell: `make lint`; gcc-multilib: the ABI tests built with -m32.
+# kernelshark .. imagemagick: KernelShark under Xvfb, driven and photographed (tests/tracecmd).
 APT_PACKAGES=(
 	build-essential pkg-config zlib1g-dev openssh-client
 	qemu-system-x86 busybox-static cpio zstd xz-utils
@@ -49,12 +53,19 @@ APT_PACKAGES=(
 	dpkg-dev debhelper dh-dkms dkms lintian
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
 	python3-pip shellcheck codespell gcc-multilib
+	kernelshark xvfb xauth xdotool imagemagick
+	mmdebstrap gpg debian-archive-keyring
 )
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# A keyring older than 2023.3+deb12u1 lacks trixie's keys, and mmdebstrap of the trixie build
+# root then fails on the archive's signature: upgrade it (apt-get install does).
+if [ ! -e /usr/share/keyrings/debian-archive-trixie-stable.gpg ]; then
+	missing+=(debian-archive-keyring)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "deps: installing ${missing[*]}" >&2
 	SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

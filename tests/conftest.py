@@ -27,13 +27,24 @@ def guest():
     """The guest, built once per session by the one guest build (python/ivtools/guestbuild.py
     build_guest, what `make guest` runs): kernel and initramfs, ivtrace.ko for that kernel,
     the static tools and the workloads. `guest.add("ivtrace.ko", ...)` is an ivtvm `add=`
-    list. A failed build fails the tests that boot a guest; nothing older is reused."""
+    list. A failed build fails the tests that boot a guest; nothing older is reused.
+
+    IVTRACE_GUEST_KERNEL=SPEC (python/ivtools/buildroot.py: trixie, trixie-backports, an ABI name) builds
+    the guest of that kernel instead; the tests' VMs boot it when IVTRACE_VM_OUT names its
+    directory (vm/out/kernels/<ver>), which is checked."""
     from ivtools import guestbuild
 
+    kernel = os.environ.get("IVTRACE_GUEST_KERNEL")
     try:
-        return guestbuild.build_guest()
+        built = guestbuild.build_guest(kernel=kernel)
     except guestbuild.BuildError as e:
         pytest.fail(f"building the guest failed: {e}")
+    out = pathlib.Path(built.manifest["vmlinuz"]).parent
+    booted = pathlib.Path(os.environ.get("IVTRACE_VM_OUT", REPO / "vm" / "out")).resolve()
+    if kernel and booted != out.resolve():
+        pytest.fail(f"IVTRACE_GUEST_KERNEL={kernel} built {out}; set IVTRACE_VM_OUT={out} so "
+                    "that the tests boot it")
+    return built
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@
 #   ft-vserial + `dd if=per_cpu/cpuN/trace_pipe_raw of=/dev/vportXpY` per CPU: one virtio-serial
 #              port per CPU to the host (the virtio-trace path)
 #   ft-relay   + ivtrace-ftrace moving the pages into the region (ivtrace.ko ftrace=1 loaded
-#              with events=none; `ivtrace record` drains it on the host)
+#              with events=none; `ivtrace record` drains it on the host): from the mapped
+#              ring buffer where the kernel maps it (6.10+), else read(2)
+#   ft-relay-read  the same relay with read(2) of trace_pipe_raw on every kernel (--read)
 # LOADS from:
 #   block      ftrace's block events; `dd` of IOS 4 KiB direct reads of the virtio-blk disk
 #   function   the function tracer on every kernel function; SYSCALLS getppid() calls
@@ -24,7 +26,7 @@
 # (P, D, O, X: ftrace's own counters of all CPUs, per_cpu/cpuN/stats; B: what the reader
 # wrote: file bytes, or the relay's pages x 4096; the host counts what reached it).
 REPS=${1:-3} IOS=${2:-3000} SYSCALLS=${3:-100000} BUF_KB=${4:-1024}
-CONFIGS=${5:-off,ft-ring,ft-file,ft-vserial,ft-relay} LOADS=${6:-block,function}
+CONFIGS=${5:-off,ft-ring,ft-file,ft-vserial,ft-relay,ft-relay-read} LOADS=${6:-block,function}
 T=/sys/kernel/tracing
 W=/tmp/ftbench
 
@@ -88,10 +90,15 @@ reader_start() {
 			copier $cpudir/trace_pipe_raw > $out &
 			READERS="$READERS $!"
 		done ;;
-	ft-relay)
-		ivtrace-ftrace --flush-ms 100 2>$W/relay.log &
+	ft-relay | ft-relay-read)
+		if [ "$1" = ft-relay-read ]; then
+			ivtrace-ftrace --flush-ms 100 --read 2>$W/relay.log &
+		else
+			ivtrace-ftrace --flush-ms 100 2>$W/relay.log &
+		fi
 		READERS=$!
-		sleep 1 ;;
+		sleep 1
+		grep "pages" $W/relay.log | sed "s/^/FB info $1: /" ;;
 	esac
 }
 
@@ -109,7 +116,7 @@ reader_stop() {
 reader_bytes() {
 	case $1 in
 	ft-file) cat $W/cpu*.raw | wc -c; rm -f $W/cpu*.raw ;;
-	ft-relay) echo $(( $(sed -n 's/.*: \([0-9]*\) pages.*/\1/p' $W/relay.log | awk '{s += $1} END {print s + 0}') * 4096 )) ;;
+	ft-relay | ft-relay-read) echo $(( $(sed -n 's/.*: \([0-9]*\) pages.*/\1/p' $W/relay.log | awk '{s += $1} END {print s + 0}') * 4096 )) ;;
 	*) echo 0 ;;
 	esac
 }

@@ -5,7 +5,10 @@ vCPU and ivtrace.ko ftrace=1 (events=none: the native probes stay off; the relay
 by the bench script, not the module), `ivtrace record` draining the region on the host, and
 runs bench/guest/ftbench.sh: configurations off / ft-ring (ftrace records, nobody reads) /
 ft-file (trace_pipe_raw copied to a guest file) / ft-vserial (trace_pipe_raw to the host
-through virtio-serial, the virtio-trace path) / ft-relay (the relay into the region), each
+through virtio-serial, the virtio-trace path) / ft-relay (the relay into the region: from
+the mapped ring buffer where the kernel has one, 6.10+) / ft-relay-read (the same relay with
+read(2) of trace_pipe_raw: side by side with ft-relay on one kernel, what the mapping
+changes; `--kernel trixie-backports` runs it all on another guest kernel), each
 under two loads: block (ftrace's block events, 4 KiB direct reads of the disk) and function
 (the function tracer on every kernel function, a getppid() loop). Per run, ftrace's own
 counters say how many events were produced, read by the transport and lost.
@@ -36,7 +39,8 @@ from .results import ROOT
 NAME = "ftrace"
 HELP = "the ftrace relay against ftrace to a guest file and over virtio-serial, in one guest"
 SCRIPT = ROOT / "bench" / "guest" / "ftbench.sh"
-CONFIGS = ["off", "ft-ring", "ft-file", "ft-vserial", "ft-relay"]
+CONFIGS = ["off", "ft-ring", "ft-file", "ft-vserial", "ft-relay", "ft-relay-read"]
+RELAYS = ("ft-relay", "ft-relay-read")
 LOADS = ["block", "function"]
 RE_M = re.compile(r"^FB m rep=(\d+) config=(\S+) load=(\S+) ops=(\d+) seconds=([\d.]+) "
                   r"produced=(\d+) read=(\d+) overrun=(\d+) dropped=(\d+) bytes=(\d+)", re.M)
@@ -50,6 +54,9 @@ def add_arguments(ap):
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--loads", default=",".join(LOADS))
     ap.add_argument("--timeout", type=float, default=1800, help="the whole boot, seconds")
+    ap.add_argument("--kernel", metavar="SPEC",
+                    help="the guest kernel (python/ivtools/buildroot.py: trixie, trixie-backports, an ABI "
+                         "name); default: the default guest's")
     guests.add_arguments(ap, smp=2)
 
 
@@ -156,6 +163,7 @@ def boot(a, guest, work: Path, command: str) -> tuple:
     extra = qemu_args(work, disk, a.smp, sinks)
     rec = recorder(shm, work / "rec")
     vm = ivtvm.VM(command, shm=str(shm), shm_size="64M", shm_clear=True, smp=a.smp,
+                  out=guests.guest_out(guest), build=False,
                   mem=a.mem, accel=a.accel, modules=["ivtrace"],
                   modopts={"ivtrace": "ftrace=1 events=none ftrace_relay= printk_source=console"},
                   append="trace_clock=x86-tsc", extra_args=extra, quiet=False,
@@ -190,7 +198,7 @@ def first_oops(text: str) -> str:
 def run(a, rec) -> list[str]:
     if a.quick:
         a.reps, a.ios, a.syscalls = 1, 500, 3000
-    guest = guests.build(a, rec, host_tools=True)
+    guest = guests.build(a, rec, host_tools=True, kernel=a.kernel)
     args = [str(a.reps), str(a.ios), str(a.syscalls), str(a.buf_kb), a.configs, a.loads]
     command = "sh /bench/ftbench.sh " + " ".join(args)
     work = Path(tempfile.mkdtemp(prefix="ivt-ftbench-"))
@@ -214,7 +222,7 @@ def run(a, rec) -> list[str]:
           for m in RE_M.findall(text)]
     for m in ms:
         print(f"  {m}")
-    relay_read = sum(m["read"] for m in ms if m["config"] == "ft-relay")
+    relay_read = sum(m["read"] for m in ms if m["config"] in RELAYS)
     rec["data"] = {
         "guest_command": command,
         "qemu_command": r.cmd,
@@ -239,7 +247,7 @@ def problems_of(d: dict) -> list[str]:
         for c, row in rows.items():
             if c not in ("off", "ft-ring") and not row["read"]:
                 problems.append(f"{c} read no event of ftrace's under the {load} load")
-    if "ft-relay" in d["params"]["configs"] and d["host"]["relay_recorded"] is None:
+    if set(RELAYS) & set(d["params"]["configs"]) and d["host"]["relay_recorded"] is None:
         problems.append("the recording of the relay's channels has no ftrace section")
     if "ft-vserial" in d["params"]["configs"] and not d["host"]["vserial_bytes"]:
         problems.append("the virtio-serial ports brought no byte to the host")

@@ -23,11 +23,13 @@ def add_arguments(ap, smp: int = 1, mem: str = "512M") -> None:
                          "in the results' build.stale); without it a failed build is an error")
 
 
-def build(a, rec: dict, host_tools: bool, tracers: bool = False) -> guestbuild.GuestBuild:
+def build(a, rec: dict, host_tools: bool, tracers: bool = False,
+          kernel: str | None = None) -> guestbuild.GuestBuild:
     """The host tools (make all, when the preset runs bin/ivtrace) and the guest (with the
-    tracers ivtrace.ko is compared with, when asked). Failures are errors, unless
-    --reuse-stale-binaries finds files of an earlier build: then those are measured and
-    listed in rec["build"]["stale"]."""
+    tracers ivtrace.ko is compared with, when asked; for another kernel than the default
+    guest's, kernel=, a spec of ivtools.buildroot, booted from guest_out()). Failures are
+    errors, unless --reuse-stale-binaries finds files of an earlier build: then those are
+    measured and listed in rec["build"]["stale"]."""
     stale = rec["build"]["stale"]
     if host_tools:
         p = subprocess.run(["make", "-C", str(ROOT), "all"], capture_output=True, text=True,
@@ -39,11 +41,18 @@ def build(a, rec: dict, host_tools: bool, tracers: bool = False) -> guestbuild.G
             stale.append({"part": "the host tools (make all)", "files": ["bin/ivtrace"],
                           "error": f"make all failed (exit {p.returncode})"})
     try:
-        guest = guestbuild.build_guest(reuse_stale=a.reuse_stale_binaries, tracers=tracers)
+        guest = guestbuild.build_guest(reuse_stale=a.reuse_stale_binaries, tracers=tracers,
+                                       kernel=kernel)
     except guestbuild.BuildError as e:
         raise Prerequisite(str(e)) from e
     stale.extend(guest.stale)
     return guest
+
+
+def guest_out(guest: guestbuild.GuestBuild):
+    """The directory of the guest's build, for ivtvm's out= (vm/out, or vm/out/kernels/<ver>)."""
+    from pathlib import Path
+    return Path(guest.manifest["vmlinuz"]).parent
 
 
 def describe(rec: dict, guest: guestbuild.GuestBuild, accel: tuple[str, str], smp: int,

@@ -9,6 +9,7 @@ LABELS = {
     "ft-file": "ftrace, trace_pipe_raw to a guest file",
     "ft-vserial": "ftrace, trace_pipe_raw over virtio-serial (virtio-trace path)",
     "ft-relay": "ftrace, the ivtrace relay into the region",
+    "ft-relay-read": "ftrace, the relay with read(2) (no mapping)",
 }
 LOADS = {
     "block": "block I/O: ftrace's block events, 4 KiB direct reads of a virtio-blk disk",
@@ -87,6 +88,7 @@ def in_short(out: list, summary: dict) -> None:
                          f"workload time x{f1(t, 2)}, events carried per second "
                          f"x{f1(c, 2)}, lost {f1(relay['lost_pct'])} % against "
                          f"{f1(o['lost_pct'])} %")
+    lines += mapping_lines(summary)
     if lines:
         out.append("In short (medians of this run):\n")
         out.extend(lines)
@@ -96,6 +98,23 @@ def in_short(out: list, summary: dict) -> None:
                "workload: the workload's time and what was carried say more than the cost "
                "per event. ftrace overwrote what a transport did not read in time (lost %); "
                "ft-ring reads nothing by design.\n")
+
+
+def mapping_lines(summary: dict) -> list[str]:
+    """The relay from ftrace's mapped ring buffer (ft-relay, 6.10+) against the same relay
+    with read(2) (ft-relay-read), per load."""
+    lines = []
+    for load, rows in summary.items():
+        m, r = rows.get("ft-relay"), rows.get("ft-relay-read")
+        if not (m and r):
+            continue
+        lines.append(f"- {load}: the relay from the mapped ring buffer against read(2): "
+                     f"workload time x{f1(ratio(m['seconds'], r['seconds']), 2)}, ns/event "
+                     f"beyond ftrace recording {f1(m.get('ns_per_event_vs_ft-ring'), 0)} "
+                     f"against {f1(r.get('ns_per_event_vs_ft-ring'), 0)}, events carried per "
+                     f"second x{f1(ratio(m['carried_per_s'], r['carried_per_s']), 2)}, lost "
+                     f"{f1(m['lost_pct'])} % against {f1(r['lost_pct'])} %")
+    return lines
 
 
 def table(out: list, load: str, rows: dict) -> None:

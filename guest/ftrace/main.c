@@ -4,8 +4,10 @@
  * into ivtrace's shared-memory channels, and the host's ftrace requests
  * into tracefs (docs/ftrace.md).
  *
- *	ivtrace-ftrace [--tracefs DIR] [--device PATH] [--flush-ms N]
+ *	ivtrace-ftrace [--tracefs DIR] [--device PATH] [--flush-ms N] [--read]
  *
+ * Each CPU's ring buffer is mapped where the kernel allows it (6.10+),
+ * else read with read(2); --read reads it on every kernel (to compare).
  * ivtrace.ko ftrace=1 starts it when it binds its device (ftrace_relay=),
  * with --from-module: no terminal then, messages go to the kernel log.
  * SIGTERM or SIGINT: the pumps move what ftrace still holds, write their
@@ -185,7 +187,31 @@ static int start(struct relay *r, const char *device, const char *root)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: " RELAY_NAME " [--tracefs DIR] [--device PATH] [--flush-ms N] [--from-module]\n");
+	fprintf(stderr, "usage: " RELAY_NAME " [--tracefs DIR] [--device PATH] [--flush-ms N] [--read] [--from-module]\n");
+}
+
+/* How the pumps get their pages: mapped, read(2), or some of each. */
+static void log_source(const struct relay *r)
+{
+	uint32_t cpu, mapped = 0, started = 0;
+	int why = 0;
+
+	for (cpu = 0; cpu < r->nr_cpus; cpu++) {
+		if (!r->pumps[cpu].started)
+			continue;
+		started++;
+		if (r->pumps[cpu].map)
+			mapped++;
+		else if (r->pumps[cpu].map_err)
+			why = r->pumps[cpu].map_err;
+	}
+	if (r->use_read)
+		relay_log("pages by read(2) of trace_pipe_raw (--read)");
+	else if (mapped == started)
+		relay_log("pages from the mapped ring buffer (TRACE_MMAP_IOCTL_GET_READER)");
+	else
+		relay_log("pages by read(2) of trace_pipe_raw on %u of %u CPUs (mapping it: %s)",
+			  started - mapped, started, strerror(-why));
 }
 
 int main(int argc, char **argv)
@@ -195,6 +221,7 @@ int main(int argc, char **argv)
 		{ "device", required_argument, NULL, 'd' },
 		{ "flush-ms", required_argument, NULL, 'f' },
 		{ "from-module", no_argument, NULL, 'm' },
+		{ "read", no_argument, NULL, 'r' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -203,12 +230,13 @@ int main(int argc, char **argv)
 	uint32_t cpu;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "t:d:f:mh", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:d:f:mrh", opts, NULL)) != -1) {
 		switch (c) {
 		case 't': root = optarg; break;
 		case 'd': device = optarg; break;
 		case 'f': relay.flush_ms = (uint32_t)strtoul(optarg, NULL, 10); break;
 		case 'm': log_fd = open("/dev/kmsg", O_WRONLY | O_CLOEXEC); break;
+		case 'r': relay.use_read = 1; break;
 		default: usage(); return c == 'h' ? 0 : 2;
 		}
 	}
@@ -222,6 +250,7 @@ int main(int argc, char **argv)
 	relay_log("relaying %u CPUs into channels %u..%u, flush every %u ms",
 		  relay.nr_cpus, relay.first_chan, relay.first_chan + relay.nr_cpus - 1,
 		  relay.flush_ms);
+	log_source(&relay);
 	serve_requests(&relay);
 	atomic_store(&relay.stop, 1);
 	for (cpu = 0; cpu < relay.nr_cpus; cpu++)

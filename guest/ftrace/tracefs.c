@@ -290,6 +290,15 @@ int tracefs_serve(struct relay *r, const char *text, uint32_t len,
 	if (q.op == IVT_FTRACE_OP_READ)
 		return serve_read(r, &q, out, out_len, flags);
 	err = serve_write(r, &q);
+	if (err == -EBUSY && pumps_unmap(r) > 0) {
+		/* The kernel refuses to resize (or snapshot) a mapped ring
+		 * buffer: again with the pumps unmapped for the moment.
+		 */
+		err = serve_write(r, &q);
+		pumps_remap(r);
+	} else if (err == -EBUSY) {
+		pumps_remap(r);
+	}
 	relay_log("host: %.*s -> %d", (int)len, text, err);
 	if (!err)
 		tracefs_publish(r);

@@ -182,7 +182,7 @@ static void ivtk_ctl_work(struct work_struct *work)
 	mutex_lock(&ivtk_mutex);
 	ivtk_ctl_poll(d);
 	mutex_unlock(&ivtk_mutex);
-	queue_delayed_work(system_wq, &d->ctl_work, d->poll_jiffies);
+	queue_delayed_work(ivtk_wq, &d->ctl_work, d->poll_jiffies);
 }
 
 /* MSI-X vector 0: the host posted a command or a sync request. */
@@ -191,7 +191,7 @@ static irqreturn_t ivtk_irq(int irq, void *data)
 	struct ivtk_dev *d = data;
 
 	ivtk_sync_answer(d);
-	mod_delayed_work(system_wq, &d->ctl_work, 0);
+	mod_delayed_work(ivtk_wq, &d->ctl_work, 0);
 	return IRQ_HANDLED;
 }
 
@@ -242,7 +242,7 @@ int ivtk_ctl_start(struct ivtk_dev *d)
 	/* Interrupts are wake-ups: look at the control words now, since a
 	 * kick sent before MSI-X was enabled is lost.
 	 */
-	queue_delayed_work(system_wq, &d->ctl_work, 0);
+	queue_delayed_work(ivtk_wq, &d->ctl_work, 0);
 	return 0;
 }
 

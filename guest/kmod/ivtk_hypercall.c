@@ -105,7 +105,7 @@ static void ivtk_vmsync_once(void)
 static void ivtk_vmsync_fn(struct work_struct *work)
 {
 	ivtk_vmsync_once();
-	schedule_delayed_work(&ivtk_vmsync_work, msecs_to_jiffies(vmsync_ms));
+	queue_delayed_work(ivtk_wq, &ivtk_vmsync_work, msecs_to_jiffies(vmsync_ms));
 }
 
 /* From ivtk_start(), once the writers are live. */
@@ -119,7 +119,7 @@ void ivtk_vmsync_start(struct ivtk_dev *d)
 	}
 	INIT_DELAYED_WORK(&ivtk_vmsync_work, ivtk_vmsync_fn);
 	ivtk_vmsync_on = true;
-	schedule_delayed_work(&ivtk_vmsync_work, 0);
+	queue_delayed_work(ivtk_wq, &ivtk_vmsync_work, 0);
 	dev_info(&d->pdev->dev, "vmsync every %u ms, vm_uid %llu\n", vmsync_ms,
 		 ivtk_vm_uid);
 }

@@ -4,16 +4,22 @@
  *
  * Tracepoints are found by name with for_each_kernel_tracepoint() (the
  * lttng-modules way; no EXPORT_TRACEPOINT_SYMBOL needed) and attached with
- * tracepoint_probe_register(), which cannot check a probe's prototype:
- * every probe below is declared from the TP_PROTO of Linux 6.1's
- * include/trace/events/{sched,task,irq,timer,kmem,syscalls}.h and
- * arch/x86/include/asm/trace/irq_vectors.h, with the version-dependent
- * ones in wrapper/compat.h.
+ * tracepoint_probe_register(), which takes the probe as a void * and so
+ * cannot check its prototype. The build does: IVTK_PROBES below lists
+ * every probe with its tracepoint once, and each one is compared with
+ * the prototype this kernel's own headers declare for that tracepoint
+ * (check_trace_callback_type_<tracepoint>(), which DECLARE_TRACE makes
+ * for exactly this), so a tracepoint whose arguments changed fails the
+ * build instead of the guest. Version-dependent prototypes are in
+ * wrapper/compat.h.
  *
- * Probes run with preemption disabled and may nest in interrupts (the
- * printk one even in NMIs); each one writes with interrupts off
- * (ivtk_reserve()). A group is attached and
- * detached as a whole, from process context, under ivtk_mutex.
+ * Probes may nest in interrupts (the printk one even in NMIs), and run
+ * preemptible where the kernel allows it: system call tracepoints may
+ * fault since v6.13, and in 7.x every tracepoint runs under SRCU
+ * rather than with preemption off. So a probe touches nothing per CPU
+ * before it pins itself: each one writes with interrupts off
+ * (ivtk_reserve()). A group is attached and detached as a whole, from
+ * process context, under ivtk_mutex.
  */
 #include <linux/irq.h>
 #include <linux/interrupt.h>
@@ -27,6 +33,16 @@
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/tracepoint.h>
+
+/* The kernel's declarations of the tracepoints probed below. */
+#include <trace/events/sched.h>
+#include <trace/events/task.h>
+#include <trace/events/irq.h>
+#include <asm/trace/irq_vectors.h>
+#include <trace/events/timer.h>
+#include <trace/events/kmem.h>
+#include <trace/events/syscalls.h>
+#include <trace/events/printk.h>
 
 #include "ivtk.h"
 
@@ -204,7 +220,7 @@ static __always_inline void ivtk_process(u32 id, struct task_struct *t)
 	local_irq_restore(flags);
 }
 
-static void ivtk_sched_process_exit(void *data, struct task_struct *t)
+static IVTK_SCHED_PROCESS_EXIT_PROTO(ivtk_sched_process_exit)
 {
 	ivtk_process(IVT_KEV_SCHED_PROCESS_EXIT, t);
 }
@@ -306,8 +322,7 @@ static void ivtk_irq_vector(void *data, int vector)
 
 /* ---- timer ------------------------------------------------------------ */
 
-static void ivtk_hrtimer_expire_entry(void *data, struct hrtimer *t,
-				      ktime_t *now)
+static IVTK_HRTIMER_EXPIRE_ENTRY_PROTO(ivtk_hrtimer_expire_entry)
 {
 	struct ivt_writer *w;
 	unsigned long flags;
@@ -318,7 +333,7 @@ static void ivtk_hrtimer_expire_entry(void *data, struct hrtimer *t,
 			 IVT_KEV_HRTIMER_EXPIRE_ENTRY_SIZE);
 	if (p) {
 		p = ivt_put_u64(p, (unsigned long)t);
-		p = ivt_put_u64(p, *now);
+		p = ivt_put_u64(p, ivtk_hrtimer_now(now));
 		p = ivt_put_u64(p, (unsigned long)t->function);
 		ivtk_commit(w, p);
 	}
@@ -431,76 +446,136 @@ static void ivtk_printk_console(void *data, const char *text, size_t len)
 
 /* ---- registration ----------------------------------------------------- */
 
+/*
+ * The x86 vectors whose tracepoints this kernel's configuration declares
+ * (arch/x86/include/asm/trace/irq_vectors.h has the same conditions).
+ */
+#ifdef CONFIG_IRQ_WORK
+#define IVTK_VECTORS_IRQ_WORK(V)					\
+	V(irq_work_entry, IRQ_WORK_ENTRY)				\
+	V(irq_work_exit, IRQ_WORK_EXIT)
+#else
+#define IVTK_VECTORS_IRQ_WORK(V)
+#endif
+#ifdef CONFIG_SMP
+#define IVTK_VECTORS_SMP(V)						\
+	V(reschedule_entry, RESCHEDULE_ENTRY)				\
+	V(reschedule_exit, RESCHEDULE_EXIT)				\
+	V(call_function_single_entry, CALL_FUNCTION_SINGLE_ENTRY)	\
+	V(call_function_single_exit, CALL_FUNCTION_SINGLE_EXIT)	\
+	V(call_function_entry, CALL_FUNCTION_ENTRY)			\
+	V(call_function_exit, CALL_FUNCTION_EXIT)
+#else
+#define IVTK_VECTORS_SMP(V)
+#endif
+#ifdef CONFIG_X86_MCE_THRESHOLD
+#define IVTK_VECTORS_THRESHOLD(V)					\
+	V(threshold_apic_entry, THRESHOLD_APIC_ENTRY)			\
+	V(threshold_apic_exit, THRESHOLD_APIC_EXIT)
+#else
+#define IVTK_VECTORS_THRESHOLD(V)
+#endif
+#ifdef CONFIG_X86_MCE_AMD
+#define IVTK_VECTORS_DEFERRED(V)					\
+	V(deferred_error_apic_entry, DEFERRED_ERROR_APIC_ENTRY)	\
+	V(deferred_error_apic_exit, DEFERRED_ERROR_APIC_EXIT)
+#else
+#define IVTK_VECTORS_DEFERRED(V)
+#endif
+#ifdef CONFIG_X86_THERMAL_VECTOR
+#define IVTK_VECTORS_THERMAL(V)						\
+	V(thermal_apic_entry, THERMAL_APIC_ENTRY)			\
+	V(thermal_apic_exit, THERMAL_APIC_EXIT)
+#else
+#define IVTK_VECTORS_THERMAL(V)
+#endif
+
+/*
+ * Every probe, once: P(tracepoint, probe, group) for a probe of its own,
+ * V(tracepoint, event) for an x86 vector's entry or exit, written by
+ * ivtk_irq_vector() with the event id as its data. Expanded twice below:
+ * into the build-time check of each probe's prototype, and into the
+ * registration table, so that no probe is registered unchecked.
+ */
+#define IVTK_PROBES(P, V)						\
+	P(sched_switch, ivtk_sched_switch, SCHED)			\
+	P(sched_wakeup, ivtk_sched_wakeup, SCHED)			\
+	P(sched_wakeup_new, ivtk_sched_wakeup_new, SCHED)		\
+	P(sched_process_fork, ivtk_sched_process_fork, SCHED)		\
+	P(sched_process_exec, ivtk_sched_process_exec, SCHED)		\
+	P(sched_process_exit, ivtk_sched_process_exit, SCHED)		\
+	P(sched_process_free, ivtk_sched_process_free, SCHED)		\
+	P(task_rename, ivtk_task_rename, SCHED)				\
+	P(irq_handler_entry, ivtk_irq_handler_entry, IRQ)		\
+	P(irq_handler_exit, ivtk_irq_handler_exit, IRQ)			\
+	P(softirq_entry, ivtk_softirq_entry, IRQ)			\
+	P(softirq_exit, ivtk_softirq_exit, IRQ)				\
+	V(local_timer_entry, LOCAL_TIMER_ENTRY)				\
+	V(local_timer_exit, LOCAL_TIMER_EXIT)				\
+	IVTK_VECTORS_SMP(V)						\
+	IVTK_VECTORS_IRQ_WORK(V)					\
+	V(x86_platform_ipi_entry, IPI_ENTRY)				\
+	V(x86_platform_ipi_exit, IPI_EXIT)				\
+	V(spurious_apic_entry, SPURIOUS_APIC_ENTRY)			\
+	V(spurious_apic_exit, SPURIOUS_APIC_EXIT)			\
+	V(error_apic_entry, ERROR_APIC_ENTRY)				\
+	V(error_apic_exit, ERROR_APIC_EXIT)				\
+	IVTK_VECTORS_THRESHOLD(V)					\
+	IVTK_VECTORS_DEFERRED(V)					\
+	IVTK_VECTORS_THERMAL(V)						\
+	P(hrtimer_expire_entry, ivtk_hrtimer_expire_entry, TIMER)	\
+	P(hrtimer_expire_exit, ivtk_hrtimer_expire_exit, TIMER)		\
+	P(kmalloc, ivtk_kmalloc, KMEM)					\
+	P(kfree, ivtk_kfree, KMEM)					\
+	P(mm_page_alloc, ivtk_mm_page_alloc, KMEM)			\
+	P(mm_page_free, ivtk_mm_page_free, KMEM)			\
+	P(sys_enter, ivtk_sys_enter, SYSCALL)				\
+	P(sys_exit, ivtk_sys_exit, SYSCALL)				\
+	P(console, ivtk_printk_console, PRINTK)
+
+/*
+ * The build-time check: the probe's type must be the one the kernel's
+ * DECLARE_TRACE gives check_trace_callback_type_<tracepoint>()'s
+ * parameter, void (*)(void *data, <TP_PROTO>). C's compatibility rules
+ * make any difference an error: a pointer for a value, bool for int, a
+ * missing or added argument.
+ */
+#define IVTK_CHECK_PROBE(_tp, _func, _group)				\
+	static_assert(__builtin_types_compatible_p(			\
+		typeof(check_trace_callback_type_##_tp),		\
+		void (typeof(_func) *)),				\
+		#_func "() does not match the TP_PROTO of tracepoint " #_tp	\
+		" in these kernel headers: adapt the probe (wrapper/compat.h)");
+#define IVTK_CHECK_VECTOR(_tp, _id) IVTK_CHECK_PROBE(_tp, ivtk_irq_vector, IRQ)
+
+IVTK_PROBES(IVTK_CHECK_PROBE, IVTK_CHECK_VECTOR)
+
 struct ivtk_probe {
 	const char *tp_name;
 	void *func;
 	void *data;			/* the probe's first argument */
 	u32 group;
-	const bool *only_if;		/* attach only when *only_if, if set */
-	bool optional;			/* absent in some configurations */
 	struct tracepoint *tp;		/* found at init, NULL if absent */
 	bool registered;		/* under ivtk_mutex */
 };
 
-#define PROBE(_tp, _func, _group) \
-	{ .tp_name = #_tp, .func = _func, .group = IVTRACE_GROUP_##_group }
-#define PROBE_IF(_tp, _func, _group, _cond) \
-	{ .tp_name = #_tp, .func = _func, .group = IVTRACE_GROUP_##_group, \
-	  .only_if = _cond }
-/*
- * An x86 vector's entry or exit tracepoint, writing its own event. Linux
- * declares the MCE, thermal and SMP ones only in some configurations.
- */
-#define VECTOR_PROBE(_tp, _id) \
-	{ .tp_name = #_tp, .func = ivtk_irq_vector, \
-	  .data = (void *)(uintptr_t)IVT_KEV_##_id, \
-	  .group = IVTRACE_GROUP_IRQ, .optional = true }
+#define IVTK_PROBE_ENTRY(_tp, _func, _group)				\
+	{ .tp_name = #_tp, .func = _func, .group = IVTRACE_GROUP_##_group },
+#define IVTK_VECTOR_ENTRY(_tp, _id)					\
+	{ .tp_name = #_tp, .func = ivtk_irq_vector,			\
+	  .data = (void *)(uintptr_t)IVT_KEV_##_id, .group = IVTRACE_GROUP_IRQ },
 
 static struct ivtk_probe ivtk_probes[] = {
-	PROBE(sched_switch, ivtk_sched_switch, SCHED),
-	PROBE(sched_wakeup, ivtk_sched_wakeup, SCHED),
-	PROBE(sched_wakeup_new, ivtk_sched_wakeup_new, SCHED),
-	PROBE(sched_process_fork, ivtk_sched_process_fork, SCHED),
-	PROBE(sched_process_exec, ivtk_sched_process_exec, SCHED),
-	PROBE(sched_process_exit, ivtk_sched_process_exit, SCHED),
-	PROBE(sched_process_free, ivtk_sched_process_free, SCHED),
-	PROBE(task_rename, ivtk_task_rename, SCHED),
-	PROBE(irq_handler_entry, ivtk_irq_handler_entry, IRQ),
-	PROBE(irq_handler_exit, ivtk_irq_handler_exit, IRQ),
-	PROBE(softirq_entry, ivtk_softirq_entry, IRQ),
-	PROBE(softirq_exit, ivtk_softirq_exit, IRQ),
-	VECTOR_PROBE(local_timer_entry, LOCAL_TIMER_ENTRY),
-	VECTOR_PROBE(local_timer_exit, LOCAL_TIMER_EXIT),
-	VECTOR_PROBE(reschedule_entry, RESCHEDULE_ENTRY),
-	VECTOR_PROBE(reschedule_exit, RESCHEDULE_EXIT),
-	VECTOR_PROBE(call_function_single_entry, CALL_FUNCTION_SINGLE_ENTRY),
-	VECTOR_PROBE(call_function_single_exit, CALL_FUNCTION_SINGLE_EXIT),
-	VECTOR_PROBE(call_function_entry, CALL_FUNCTION_ENTRY),
-	VECTOR_PROBE(call_function_exit, CALL_FUNCTION_EXIT),
-	VECTOR_PROBE(irq_work_entry, IRQ_WORK_ENTRY),
-	VECTOR_PROBE(irq_work_exit, IRQ_WORK_EXIT),
-	VECTOR_PROBE(x86_platform_ipi_entry, IPI_ENTRY),
-	VECTOR_PROBE(x86_platform_ipi_exit, IPI_EXIT),
-	VECTOR_PROBE(spurious_apic_entry, SPURIOUS_APIC_ENTRY),
-	VECTOR_PROBE(spurious_apic_exit, SPURIOUS_APIC_EXIT),
-	VECTOR_PROBE(error_apic_entry, ERROR_APIC_ENTRY),
-	VECTOR_PROBE(error_apic_exit, ERROR_APIC_EXIT),
-	VECTOR_PROBE(threshold_apic_entry, THRESHOLD_APIC_ENTRY),
-	VECTOR_PROBE(threshold_apic_exit, THRESHOLD_APIC_EXIT),
-	VECTOR_PROBE(deferred_error_apic_entry, DEFERRED_ERROR_APIC_ENTRY),
-	VECTOR_PROBE(deferred_error_apic_exit, DEFERRED_ERROR_APIC_EXIT),
-	VECTOR_PROBE(thermal_apic_entry, THERMAL_APIC_ENTRY),
-	VECTOR_PROBE(thermal_apic_exit, THERMAL_APIC_EXIT),
-	PROBE(hrtimer_expire_entry, ivtk_hrtimer_expire_entry, TIMER),
-	PROBE(hrtimer_expire_exit, ivtk_hrtimer_expire_exit, TIMER),
-	PROBE(kmalloc, ivtk_kmalloc, KMEM),
-	PROBE(kfree, ivtk_kfree, KMEM),
-	PROBE(mm_page_alloc, ivtk_mm_page_alloc, KMEM),
-	PROBE(mm_page_free, ivtk_mm_page_free, KMEM),
-	PROBE(sys_enter, ivtk_sys_enter, SYSCALL),
-	PROBE(sys_exit, ivtk_sys_exit, SYSCALL),
-	PROBE_IF(console, ivtk_printk_console, PRINTK, &ivtk_printk_tracepoint),
+	IVTK_PROBES(IVTK_PROBE_ENTRY, IVTK_VECTOR_ENTRY)
 };
+
+/* The console tracepoint is the printk group's source only with
+ * printk_source=tracepoint; otherwise the console is.
+ */
+static bool ivtk_probe_wanted(const struct ivtk_probe *p)
+{
+	return p->func != ivtk_printk_console || ivtk_printk_tracepoint;
+}
 
 static void ivtk_find_tracepoint(struct tracepoint *tp, void *priv)
 {
@@ -520,10 +595,7 @@ int ivtk_probes_init(void)
 	for (i = 0; i < ARRAY_SIZE(ivtk_probes); i++) {
 		if (ivtk_probes[i].tp)
 			found++;
-		else if ((ivtk_probes[i].only_if && !*ivtk_probes[i].only_if) ||
-			 ivtk_probes[i].optional)
-			continue;
-		else
+		else if (ivtk_probe_wanted(&ivtk_probes[i]))
 			pr_warn("ivtrace: tracepoint %s not found; its events (group %s) will be missing\n",
 				ivtk_probes[i].tp_name,
 				ivtk_group_names[ivtk_probes[i].group]);
@@ -590,7 +662,7 @@ static int ivtk_group_attach(u32 group)
 		struct ivtk_probe *p = &ivtk_probes[i];
 
 		if (p->group != group || p->registered || !p->tp ||
-		    (p->only_if && !*p->only_if))
+		    !ivtk_probe_wanted(p))
 			continue;
 		ret = tracepoint_probe_register(p->tp, p->func, p->data);
 		if (ret) {

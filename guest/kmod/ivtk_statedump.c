@@ -252,9 +252,9 @@ static void ivtk_dump_action(unsigned int irq, const char *chip,
  */
 static void ivtk_dump_irqs(void)
 {
-	unsigned int irq;
+	unsigned int irq, nr = ivtk_nr_irqs();
 
-	for (irq = 0; irq < nr_irqs; irq++) {
+	for (irq = 0; irq < nr; irq++) {
 		struct irqaction *action;
 		struct irq_data *data;
 		struct irq_desc *desc;

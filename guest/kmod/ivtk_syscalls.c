@@ -9,9 +9,12 @@
  * the return value, the arguments LTTng repeats there and, for pipe and
  * socketpair, the two descriptors the call wrote.
  *
- * User memory is read without sleeping: the probes run with preemption
- * disabled, so faults are disabled around the copies and a string or a
- * pair of descriptors that cannot be read is written empty (zeroed).
+ * User memory is read without sleeping, with page faults disabled: a
+ * string or a pair of descriptors that cannot be read without a fault is
+ * written empty (zeroed). Since v6.13 these tracepoints may run
+ * preemptible (they are "faultable", called under RCU tasks trace), so
+ * sys_enter pins itself (preemption off) before it takes this CPU's
+ * string buffer, and keeps it until the event is written.
  */
 #include <linux/compat.h>
 #include <linux/kernel.h>
@@ -32,8 +35,8 @@
 /*
  * The strings of the current sys_enter on this CPU, copied before the
  * event is reserved so that the reservation has their exact length. Per
- * CPU is enough: probes run with preemption off and sys_enter never nests
- * in an interrupt.
+ * CPU is enough: sys_enter holds it with preemption off (no other task's
+ * sys_enter runs on this CPU meanwhile) and never nests in an interrupt.
  */
 struct ivtk_sys_strings {
 	char buf[IVTK_SYS_STR_MAX * IVTK_SYS_STRS_MAX];
@@ -97,17 +100,22 @@ static u32 ivtk_sys_copy_strings(const struct ivt_syscall_wire *sw,
 void ivtk_sys_enter(void *data, struct pt_regs *regs, long id)
 {
 	const struct ivt_syscall_wire *sw = ivtk_sys_wire(id);
-	char *strs = this_cpu_ptr(&ivtk_sys_strings)->buf;
 	unsigned long args[6];
 	struct ivt_writer *w;
 	unsigned long flags;
 	unsigned int i;
 	u32 slen = 0;
+	char *strs;
 	u8 *p;
 
 	if (!ivtk_native_syscall())
 		return;
 	syscall_get_arguments(current, regs, args);
+	/* Pinned from here: the string buffer is this CPU's until the
+	 * event that carries its strings is committed.
+	 */
+	preempt_disable();
+	strs = this_cpu_ptr(&ivtk_sys_strings)->buf;
 	if (sw->str_mask)
 		slen = ivtk_sys_copy_strings(sw, args, strs);
 	local_irq_save(flags);
@@ -122,6 +130,7 @@ void ivtk_sys_enter(void *data, struct pt_regs *regs, long id)
 		ivtk_commit(w, p);
 	}
 	local_irq_restore(flags);
+	preempt_enable();
 }
 
 /* The two u32 the argument @uaddr points to, or zeros. */

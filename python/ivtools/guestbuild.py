@@ -37,7 +37,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import REPO
+from . import REPO, buildroot
+from .buildroot import BuildError, log  # noqa: F401  (callers use guestbuild.BuildError)
 
 VM_DIR = REPO / "vm"  # the guest's own files (vm/guest) and what the build writes (vm/out)
 DEFAULT_OUT = VM_DIR / "out"
@@ -48,7 +49,8 @@ BUILDER_VERSION = "3"
 
 # Kernel modules copied into the initramfs (with everything modules.dep says they need).
 # qemu_fw_cfg: /init reads the command to run from fw_cfg (opt/ivtrace/run).
-# virtio_pci + 9p stack: host directory sharing (-virtfs), a comparison transport.
+# virtio_pci + 9p stack: host directory sharing (-virtfs), a comparison transport (9p's own
+# dependencies, netfs and, before 6.12, fscache, come from modules.dep).
 # virtio_net / virtio_console / virtio_blk: network, virtio-serial and disk comparison transports.
 DEFAULT_MODULES = [
     "qemu_fw_cfg",
@@ -56,8 +58,6 @@ DEFAULT_MODULES = [
     "9p",
     "9pnet",
     "9pnet_virtio",
-    "netfs",
-    "fscache",
     "virtio_net",
     "failover",
     "net_failover",
@@ -78,14 +78,6 @@ HOST_TOOLS = [
 
 APT_LISTS = Path("/var/lib/apt/lists")
 APT_MAX_AGE = 24 * 3600  # refresh the package lists when older than this
-
-
-class BuildError(Exception):
-    """A failure with a message that says what failed, why and what to do."""
-
-
-def log(msg: str) -> None:
-    print(f"vm/build: {msg}", file=sys.stderr, flush=True)
 
 
 def run(cmd: list[str], *, cwd: Path | None = None, capture: bool = False,
@@ -233,6 +225,14 @@ def kernel_version(apt: Apt, override: str | None) -> str:
     raise BuildError("cannot find the Debian kernel: 'apt-cache policy linux-image-amd64' has no "
                      "candidate. Check /etc/apt/sources.list* (Debian 12 'bookworm' main) and run "
                      "'apt-get update'.")
+
+
+def resolve_kernel(apt: Apt, spec: str | None) -> buildroot.Kernel:
+    """The guest kernel: the host release's newest without a spec, else the spec's (a suite or
+    an ABI name, python/ivtools/buildroot.py), kernels of other releases coming from their build root."""
+    if not spec:
+        return buildroot.Kernel(kernel_version(apt, None), None, "")
+    return buildroot.resolve(spec, lambda: kernel_version(apt, None))
 
 
 def fetch_kernel(apt: Apt, ver: str, out: Path) -> Path:
@@ -637,12 +637,17 @@ def build(add: list[str] | None = None, *, out: Path = DEFAULT_OUT, kernel: str 
         if not offline:
             ensure_host_tools(apt)
             apt.maybe_refresh()
-        ver = kernel_version(apt, kernel)
-        log(f"guest kernel: {ver}")
-        kroot = fetch_kernel(apt, ver, out)
+        k = resolve_kernel(apt, kernel)
+        ver = k.version
+        log(f"guest kernel: {ver}" + (f" ({k.release} build root)" if k.release else ""))
         hdr = None
-        if headers and not offline:
+        if k.release:
+            kroot, hdr = buildroot.prepare(k)
+        else:
+            kroot = fetch_kernel(apt, ver, out)
+        if headers and not offline and not k.release:
             hdr = ensure_headers(apt, ver)
+        if hdr:
             log(f"kernel headers for the module build: {hdr}")
         vml = out / "vmlinuz"
         src_vml = kroot / "boot" / f"vmlinuz-{ver}"
@@ -665,6 +670,7 @@ def build(add: list[str] | None = None, *, out: Path = DEFAULT_OUT, kernel: str 
                                           if Path(f"/lib/modules/{ver}/build").exists() else None)
         manifest = {
             "kernel_version": ver,
+            "kernel_release": k.release,
             "vmlinuz": str(vml),
             "initramfs": str(final_p),
             "initramfs_base": str(base),
@@ -755,8 +761,14 @@ def make_part(part: Part, kver: str, log_file: Path | None) -> str | None:
     return f"`{' '.join(cmd)}` failed (exit {p.returncode}):\n{p.stdout.strip()[-3000:]}"
 
 
-def build_guest(*, reuse_stale: bool = False, out: Path = DEFAULT_OUT,
-                log_file: Path | None = None, tracers: bool = False) -> GuestBuild:
+def kernel_out(ver: str) -> Path:
+    """Where the guest of a kernel other than the default one is built."""
+    return DEFAULT_OUT / "kernels" / ver
+
+
+def build_guest(*, reuse_stale: bool = False, out: Path | None = None,
+                log_file: Path | None = None, tracers: bool = False,
+                kernel: str | None = None) -> GuestBuild:
     """`make guest`: the kernel and initramfs, then ivtrace.ko against that kernel, the static
     guest tools and the workloads. Every Python caller (vm/demo, the tests, bench/run) builds
     the guest through this function. tracers=True (`vm/build --all --tracers`, the guest
@@ -764,16 +776,30 @@ def build_guest(*, reuse_stale: bool = False, out: Path = DEFAULT_OUT,
     against the guest kernel, LTTng's and perf's user space (python/ivtools/tracers.py; minutes the
     first time, cached after).
 
+    kernel= (a suite such as trixie-backports, or an ABI name; python/ivtools/buildroot.py) builds the guest
+    of that kernel in vm/out/kernels/<ver>/ (or out), its ivtrace.ko in the kernel's build root
+    for another Debian release, copied to <out>/kmod/; without it, the default guest (the
+    host release's newest kernel) in vm/out, its module built in guest/kmod.
+
     A part whose build fails is an error (BuildError, with make's output). reuse_stale=True
     (`bench/run --reuse-stale-binaries`) uses the files an earlier build left instead, when
     they all exist; each such part is listed in `.stale` and the caller records it."""
-    out = Path(out)
-    manifest = kernel_ready(out)
+    k = None
+    if kernel:
+        k = resolve_kernel(Apt(allow_update=True, force_update=False), kernel)
+        out = Path(out) if out else kernel_out(k.version)
+        manifest = build(out=out, kernel=k.version, final=False)
+    else:
+        out = Path(out) if out else DEFAULT_OUT
+        manifest = kernel_ready(out)
     kver = manifest["kernel_version"]
     files: dict[str, Path] = {}
     stale: list[dict] = []
     with locked(out, ".software.lock"):
         for part in PARTS:
+            if k is not None and "ivtrace.ko" in part.files:
+                files.update(buildroot.build_module(k, out / "kmod", log_file=log_file))
+                continue
             paths = {n: REPO / rel for n, rel in part.files.items()}
             error = make_part(part, kver, log_file)
             missing = [str(p) for p in paths.values() if not p.is_file()]
@@ -807,14 +833,20 @@ def main(argv: list[str] | None = None) -> int:
                          "ending in / keeps the base name; {kver} expands to the kernel version.")
     ap.add_argument("--module", action="append", default=[], metavar="NAME",
                     help="copy one more module of the Debian kernel (with its dependencies)")
-    ap.add_argument("--kernel", metavar="VER", help="use this kernel ABI version (e.g. 6.1.0-56-amd64) "
-                                                    "instead of the one linux-image-amd64 depends on")
+    ap.add_argument("--kernel", metavar="SPEC",
+                    help="the guest kernel instead of the one this host's linux-image-amd64 "
+                         "depends on: a suite (bookworm, trixie, trixie-backports: its newest "
+                         "kernel, resolved from the archive now) or an ABI name (6.1.0-56-amd64, "
+                         "6.12.117+deb13-amd64). Built in vm/out/kernels/<ver>/ (unless --out); "
+                         "another release's kernel and module in its build root "
+                         "(python/ivtools/buildroot.py)")
     ap.add_argument("--no-headers", action="store_true", help="do not install linux-headers-<ver>")
     ap.add_argument("--no-update", action="store_true", help="never run apt-get update")
     ap.add_argument("--update", action="store_true", help="run apt-get update first")
     ap.add_argument("--offline", action="store_true",
                     help="no apt at all: reuse the kernel already in vm/out (rebuild the initramfs only)")
-    ap.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default vm/out)")
+    ap.add_argument("--out", help="output directory (default vm/out, or vm/out/kernels/<ver> "
+                                  "with --kernel)")
     ap.add_argument("--print", dest="print_key", metavar="KEY",
                     help="print one manifest value (e.g. kernel_version, headers) on stdout")
     ap.add_argument("--all", action="store_true",
@@ -828,10 +860,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # --all alone keeps the files of the last --add in initramfs.cpio.gz (make guest
         # must not undo what vm/demo baked in); a plain vm/build resets it to the base.
-        m = build(a.add, out=Path(a.out), kernel=a.kernel, headers=not a.no_headers,
+        kver = out = None
+        if a.kernel:
+            apt = Apt(allow_update=not a.no_update, force_update=a.update)
+            kver = resolve_kernel(apt, a.kernel).version
+        out = Path(a.out) if a.out else kernel_out(kver) if kver else DEFAULT_OUT
+        m = build(a.add, out=out, kernel=kver, headers=not a.no_headers,
                   allow_update=not a.no_update, force_update=a.update,
                   extra_modules=a.module, offline=a.offline, final=bool(a.add) or not a.all)
-        software = build_guest(out=Path(a.out), tracers=a.tracers) if a.all else None
+        software = (build_guest(out=out, tracers=a.tracers, kernel=kver) if a.all else None)
     except BuildError as e:
         log(f"ERROR: {e}")
         return 1
@@ -850,6 +887,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"modules:   {' '.join(m['modules'])}")
         for name, path in (software.files.items() if software else ()):
             print(f"{name + ':':<25}{path.relative_to(REPO)}")
+        if out != DEFAULT_OUT:
+            print(f"boot it:   vm/run --out {out.relative_to(REPO) if out.is_relative_to(REPO) else out}"
+                  " --shm ivt0 --run 'uname -r'")
         if software and software.tracers:
             print(f"{'tracers:':<25}{software.tracers.root.relative_to(REPO)} "
                   f"({software.tracers.info['root_mb']} MB)")

@@ -639,6 +639,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modopts", metavar="NAME:OPTS;...", help='e.g. "ivtrace:size=1M verbose=1"')
     ap.add_argument("--add", action="append", default=[], metavar="SRC[:DEST]",
                     help="append a host file/dir to the initramfs for this boot (see vm/build)")
+    ap.add_argument("--out", default=str(DEFAULT_OUT),
+                    help="the guest build to boot (default vm/out; `vm/build --kernel SPEC` "
+                         "builds others in vm/out/kernels/<ver>)")
     ap.add_argument("--initrd", default="built",
                     help="'built' (vm/out/initramfs.cpio.gz, default), 'base' or a path")
     ap.add_argument("--accel", default="auto", choices=("auto", "kvm", "tcg"))
@@ -667,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
             modopts=a.modopts, add=a.add, accel=a.accel, smp=a.smp, mem=a.mem, append=a.append,
             quiet=not a.verbose, panic_on_oops=a.panic_on_oops, share=a.share,
             share_mount=a.share_mount, net=a.net, extra_args=a.qemu_args, log=a.log,
-            echo=True, interactive=interactive, initrd=a.initrd, build=not a.no_build)
+            echo=True, interactive=interactive, initrd=a.initrd, out=a.out,
+            build=not a.no_build)
     print(f"vm/run: accelerator {vm.accel}: {vm.accel_reason}", file=sys.stderr, flush=True)  # noqa
     try:
         if a.dry_run:

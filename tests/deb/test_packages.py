@@ -43,7 +43,7 @@ def test_host_tools_installed(packages):
     out = sh([IVTRACE, "--version"]).stdout
     assert out.strip() == f"ivtrace {cargo_version()}"
     for page in ("ivtrace", "ivtrace-record", "ivtrace-serve", "ivtrace-ctl", "ivtrace-report",
-                 "ivtrace-snapshot"):
+                 "ivtrace-snapshot", "ivtrace-export"):
         assert sh(["man", "-w", page]).stdout.strip().endswith(f"/man1/{page}.1.gz")
     text = sh(["man", "-P", "cat", "ivtrace-serve"], env=dict(os.environ, MANWIDTH="120")).stdout
     assert "--socket-group" in text and "ivshmem" in text

@@ -26,6 +26,7 @@ use std::io;
 use serde::{Deserialize, Serialize};
 
 use crate::outdir::OutDir;
+use crate::sidecar::TracefsFormats;
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::ftrace::FtraceFormats;
 
@@ -122,6 +123,8 @@ pub const KALLSYMS_FILE: &str = "kallsyms";
 pub struct FtraceOutput {
     pub classes: StreamClasses,
     pub stats: FtraceStats,
+    /// The guest's format files of the events that occurred.
+    pub formats: TracefsFormats,
 }
 
 /// Decodes staged pages into output files (ivtrace-tracefs implements it;

@@ -262,6 +262,40 @@ impl OutDir {
         Ok(f)
     }
 
+    /// An unnamed file in this directory (`O_TMPFILE`; where the file
+    /// system has none, a hidden file removed at once): scratch space that
+    /// disappears when closed, even if the process dies.
+    pub fn create_unnamed(&self) -> io::Result<File> {
+        let flags = OFlag::O_TMPFILE | OFlag::O_RDWR | OFlag::O_CLOEXEC;
+        match fcntl::openat(
+            Some(self.raw()),
+            ".",
+            flags,
+            Mode::from_bits_truncate(0o600),
+        ) {
+            // SAFETY: openat returned a new descriptor that nothing else owns.
+            Ok(fd) => return Ok(unsafe { File::from_raw_fd(fd) }),
+            Err(Errno::EOPNOTSUPP | Errno::EISDIR | Errno::EINVAL) => {}
+            Err(e) => return Err(io_err(e)),
+        }
+        for n in 0..1000u32 {
+            let name = format!(".scratch-{}-{n}", std::process::id());
+            let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL;
+            match self.open_file(&name, flags, 0o600) {
+                Ok(f) => {
+                    self.remove_file(&name)?;
+                    return Ok(f);
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("no free scratch file name in {}", self.path.display()),
+        ))
+    }
+
     /// Opens the existing regular file `name` for appending.
     pub fn open_append(&self, name: &str) -> io::Result<File> {
         self.open_existing(name, OFlag::O_WRONLY | OFlag::O_APPEND)

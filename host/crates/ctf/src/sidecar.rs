@@ -211,6 +211,43 @@ pub struct HostLost {
     pub missed_uncounted_pages: u64,
 }
 
+/// Linux tracefs format files as tracefs gave them (`events/header_page`,
+/// `events/<system>/<event>/format`): what a trace's events were decoded
+/// with, so an export can write the kernel's own record layouts again
+/// (`ivtrace export --format trace-cmd`, docs/trace-cmd.md).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TracefsFormats {
+    #[serde(default)]
+    pub header_page: String,
+    /// Format file text by `system/event`.
+    #[serde(default)]
+    pub events: BTreeMap<String, String>,
+}
+
+impl TracefsFormats {
+    pub fn is_empty(&self) -> bool {
+        self.header_page.is_empty() && self.events.is_empty()
+    }
+}
+
+/// The format files a recording's tracefs events were decoded with.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedFormats {
+    /// The host kernel's, of the host events (`DIR/host/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<TracefsFormats>,
+    /// The guest's, of the relayed ftrace events that occurred
+    /// (`DIR/kernel/`, stream class 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<TracefsFormats>,
+}
+
+impl RecordedFormats {
+    pub fn is_empty(&self) -> bool {
+        self.host.is_none() && self.guest.is_none()
+    }
+}
+
 /// The whole sidecar.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Sidecar {
@@ -275,7 +312,15 @@ pub struct Sidecar {
     /// trace, and their sizes; docs/boot.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot: Option<serde_json::Value>,
+    /// The tracefs format files of the host events and of the relayed
+    /// ftrace events.
+    #[serde(default, skip_serializing_if = "RecordedFormats::is_empty")]
+    pub tracefs_formats: RecordedFormats,
 }
+
+/// The sidecar key of [`Sidecar::tracefs_formats`] (layouts, not a
+/// summary: left out of the summary lines `serve --json` prints).
+pub const TRACEFS_FORMATS_KEY: &str = "tracefs_formats";
 
 fn finalized() -> String {
     STATE_FINALIZED.into()

@@ -52,7 +52,9 @@ use crate::ftrace::{FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, Ftrac
 use crate::kernel::online::OnlineKernel;
 use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::outdir::OutDir;
-use crate::sidecar::{Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME, STATE_RECORDING};
+use crate::sidecar::{
+    Sidecar, StreamLayout, TracefsFormats, SIDECAR_FORMAT, SIDECAR_NAME, STATE_RECORDING,
+};
 use crate::streams::{Limits, StreamFiles, StreamStats};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
 use ivtrace_time::ClockMapping;
@@ -259,6 +261,14 @@ impl CtfWriter {
     /// What the ftrace expansion did, once it ran.
     pub fn ftrace_stats(&self) -> Option<&FtraceStats> {
         self.ftrace_out.as_ref().map(|f| &f.stats)
+    }
+
+    /// The guest's format files of the relayed events that occurred.
+    pub fn ftrace_formats(&self) -> Option<&TracefsFormats> {
+        self.ftrace_out
+            .as_ref()
+            .map(|f| &f.formats)
+            .filter(|f| !f.is_empty())
     }
 
     /// The staging directory, made on first use (the kernel stream's

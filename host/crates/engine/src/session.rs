@@ -13,8 +13,8 @@ use thiserror::Error;
 
 use ivtrace_ctf::outdir::{OutDir, OutDirError, OutputPolicy};
 use ivtrace_ctf::sidecar::{
-    ChannelSummary, Clamped, EnvRecord, Lost, Sidecar, StreamLayout, SIDECAR_FORMAT, SIDECAR_NAME,
-    STATE_FINALIZED,
+    ChannelSummary, Clamped, EnvRecord, Lost, RecordedFormats, Sidecar, StreamLayout,
+    SIDECAR_FORMAT, SIDECAR_NAME, STATE_FINALIZED,
 };
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::trace::{stream_dir, Progress};
@@ -396,6 +396,10 @@ pub fn build_sidecar(
         migration: None,
         nested: None,
         boot: None,
+        tracefs_formats: RecordedFormats {
+            host: None,
+            guest: writer.ftrace_formats().cloned(),
+        },
     }
 }
 

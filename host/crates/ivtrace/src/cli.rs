@@ -15,6 +15,10 @@ Examples:
   # a flight-recorder (overwrite mode) region whose writer crashed
   ivtrace snapshot --shm /dev/shm/demo -o /tmp/salvage
 
+  # a guest and its host in trace-cmd and KernelShark (docs/trace-cmd.md)
+  ivtrace export --format trace-cmd /var/tmp/traces/web1 -o /tmp/web1-tc
+  trace-cmd report -i /tmp/web1-tc/host.dat -i /tmp/web1-tc/guest-web1.dat
+
 Output layout:
   DIR/user/metadata, DIR/user/user_chanN    CTF trace of user-space channels
   DIR/kernel/metadata, DIR/kernel/...       CTF trace of guest kernel channels
@@ -93,6 +97,9 @@ Example:
     /// The boot of a recorded guest: phases, initcall levels, initcalls, function profile, chart.
     #[command(after_help = crate::boot::BOOT_HELP)]
     Boot(BootArgs),
+    /// Write recordings as another tool's files: trace-cmd's (a host file, one per guest).
+    #[command(after_help = crate::export::EXPORT_HELP)]
+    Export(crate::export::ExportArgs),
 }
 
 /// Who may read a trace and where it may be written (record and serve).

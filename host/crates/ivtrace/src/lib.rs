@@ -9,6 +9,7 @@ pub mod boot;
 pub mod cli;
 pub mod control;
 pub mod ctl;
+pub mod export;
 pub mod ftrace;
 pub mod qmp;
 pub mod record;

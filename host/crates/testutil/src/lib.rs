@@ -665,6 +665,26 @@ impl TestRegion {
     }
 }
 
+/// The wire payload of [`KERNEL_EVENTS`]' `sched_switch` (id 0): `prev`
+/// switched out runnable, `next` in, both at priority 120 (LTTng's 20).
+pub fn sched_switch_payload(prev: u32, next: u32) -> Vec<u8> {
+    let mut p = prev.to_le_bytes().to_vec();
+    p.extend_from_slice(&[20, 0, 0]);
+    p.extend_from_slice(&next.to_le_bytes());
+    p.push(20);
+    p
+}
+
+/// The wire payload of [`KERNEL_EVENTS`]' `task_rename` (id 20): thread
+/// `tid` is now `name` (at most 16 bytes).
+pub fn task_rename_payload(tid: u32, name: &str) -> Vec<u8> {
+    let mut p = tid.to_le_bytes().to_vec();
+    let mut n = [0u8; 16];
+    n[..name.len()].copy_from_slice(name.as_bytes());
+    p.extend_from_slice(&n);
+    p
+}
+
 /// Whether `tool --version` runs and succeeds (tests that need an external
 /// reader such as babeltrace2 skip without it).
 pub fn have_tool(tool: &str) -> bool {

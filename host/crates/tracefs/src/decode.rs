@@ -1,8 +1,9 @@
 //! tracefs records -> host trace events, driven by the parsed formats.
 //!
 //! Names follow LTTng's kernel tracer so Trace Compass's analyses apply:
-//! `sched_switch` with `prev_tid`/`next_tid` (tracefs says `*_pid`),
-//! `sched_wakeup` / `sched_migrate_task` with `tid`, priorities minus 100
+//! `sched_switch` with `prev_tid`/`next_tid` (tracefs says `*_pid`), the
+//! other `sched` events with `tid` (`parent_tid`, `child_tid`, `old_tid`),
+//! priorities minus 100
 //! (`MAX_RT_PRIO`) and `prev_state` 0 for a preempted
 //! task (tracefs reports `TASK_REPORT_MAX` then; the low 8 bits are the
 //! task state), `kvm_x86_exit` / `kvm_x86_entry` / `kvm_x86_hypercall`
@@ -30,16 +31,19 @@ pub fn lttng_name(fmt: &EventFmt) -> String {
     }
 }
 
-/// LTTng's name and value adjustment of a `sched` event's field: thread
-/// ids are `tid` (tracefs says `pid`), priorities lose `MAX_RT_PRIO`.
+/// LTTng's name and value adjustment of a `sched` (or `task`) event's
+/// field: thread ids are `tid` (tracefs says `pid`), priorities lose
+/// `MAX_RT_PRIO`.
 fn sched_field(event: &str, field: &str) -> (Option<&'static str>, Adjust) {
     match (event, field) {
         (_, "prev_pid") => (Some("prev_tid"), Adjust::None),
         (_, "next_pid") => (Some("next_tid"), Adjust::None),
         ("sched_switch", "prev_state") => (None, Adjust::State),
-        ("sched_wakeup" | "sched_waking" | "sched_migrate_task", "pid") => {
-            (Some("tid"), Adjust::None)
-        }
+        ("sched_process_fork", "parent_pid") => (Some("parent_tid"), Adjust::None),
+        ("sched_process_fork", "child_pid") => (Some("child_tid"), Adjust::None),
+        ("sched_process_exec", "old_pid") => (Some("old_tid"), Adjust::None),
+        ("sched_process_fork", _) => (None, Adjust::None),
+        (_, "pid") => (Some("tid"), Adjust::None),
         (_, "prio" | "prev_prio" | "next_prio") => (None, Adjust::Prio),
         _ => (None, Adjust::None),
     }
@@ -149,11 +153,104 @@ fn put_text(out: &mut Vec<u8>, raw: &[u8]) {
     out.push(0);
 }
 
-/// How to turn one event's records into payloads.
+/// Linux's `blk_fill_rwbs()` text of LTTng's flag bits (the inverse of
+/// [`rwbs_flags`]; no operation bit is `N`).
+pub fn rwbs_text(flags: u32) -> Vec<u8> {
+    let mut t = Vec::with_capacity(8);
+    let has = |bit: u32| flags & bit != 0;
+    if has(rwbs::PREFLUSH) {
+        t.push(b'F');
+    }
+    if has(rwbs::WRITE) {
+        t.push(b'W');
+    } else if has(rwbs::DISCARD) && has(rwbs::SECURE) {
+        t.extend_from_slice(b"DE");
+    } else if has(rwbs::DISCARD) {
+        t.push(b'D');
+    } else if has(rwbs::FLUSH) {
+        t.push(b'F');
+    } else if has(rwbs::READ) {
+        t.push(b'R');
+    } else {
+        t.push(b'N');
+    }
+    for (bit, c) in [
+        (rwbs::FUA, b'F'),
+        (rwbs::RAHEAD, b'A'),
+        (rwbs::SYNC, b'S'),
+        (rwbs::META, b'M'),
+    ] {
+        if has(bit) {
+            t.push(c);
+        }
+    }
+    t
+}
+
+/// How to turn one event's records into payloads, and back.
 #[derive(Debug, Clone)]
 pub struct EventDecoder {
     pub class_id: u32,
     ops: Vec<Op>,
+    /// The record's fixed part (common fields and fields), and where the
+    /// common type and pid are in it.
+    len: usize,
+    type_off: usize,
+    pid_off: usize,
+}
+
+/// A value to write into a record's field ([`EventDecoder::encode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value<'a> {
+    Int(i64),
+    Text(&'a [u8]),
+}
+
+impl EventDecoder {
+    /// A record of this event in its format's layout, from the values of
+    /// its class's fields (in class order; None leaves the field zero):
+    /// each value turned back as the field's plan changed it (priorities
+    /// plus `MAX_RT_PRIO`, rwbs flag bits to text; a preempted task's
+    /// `prev_state` lost its `TASK_REPORT_MAX` and stays without it), text
+    /// arrays NUL-padded and cut to their size, dynamic strings after the
+    /// fixed part. `ty` and `pid` are its `common_type` and `common_pid`.
+    pub fn encode(&self, ty: u16, pid: i32, values: &[Option<Value>]) -> Vec<u8> {
+        let mut r = vec![0u8; self.len.max(self.pid_off + 4).max(self.type_off + 2)];
+        r[self.type_off..self.type_off + 2].copy_from_slice(&ty.to_le_bytes());
+        r[self.pid_off..self.pid_off + 4].copy_from_slice(&pid.to_le_bytes());
+        for (op, v) in self.ops.iter().zip(values) {
+            match (*op, *v) {
+                (Op::Int { off, size, adjust }, Some(Value::Int(x))) => {
+                    let x = match adjust {
+                        Adjust::Prio => x.wrapping_add(100),
+                        _ => x,
+                    };
+                    r[off..off + size].copy_from_slice(&x.to_le_bytes()[..size.min(8)]);
+                }
+                (Op::Chars { off, n }, Some(Value::Text(t))) => {
+                    let k = t.len().min(n);
+                    r[off..off + k].copy_from_slice(&t[..k]);
+                }
+                (Op::Rwbs { off, n }, Some(Value::Int(x))) => {
+                    let t = rwbs_text(x as u32);
+                    let k = t.len().min(n);
+                    r[off..off + k].copy_from_slice(&t[..k]);
+                }
+                (Op::DataLocStr { off }, Some(Value::Text(t))) => {
+                    let t = &t[..t.len().min(u16::MAX as usize - 1)];
+                    let at = r.len();
+                    if at + t.len() < u16::MAX as usize {
+                        let loc = at as u32 | ((t.len() as u32 + 1) << 16);
+                        r[off..off + 4].copy_from_slice(&loc.to_le_bytes());
+                        r.extend_from_slice(t);
+                        r.push(0);
+                    }
+                }
+                _ => {}
+            }
+        }
+        r
+    }
 }
 
 fn is_hex(name: &str) -> bool {
@@ -169,7 +266,7 @@ fn is_hex(name: &str) -> bool {
 fn host_plan(fmt: &EventFmt, f: &FieldFmt) -> FieldPlan {
     let mut name = f.name.clone();
     let mut adjust = Adjust::None;
-    if fmt.system == "sched" {
+    if matches!(fmt.system.as_str(), "sched" | "task") {
         let (renamed, adj) = sched_field(&fmt.name, &name);
         if let Some(r) = renamed {
             name = r.into();
@@ -222,10 +319,26 @@ pub fn class_with(
         fields.push(Field::new(p.name, ty, hex));
         ops.push(op);
     }
-    (
-        EventClass::new(class_id, stream, name, fields),
-        EventDecoder { class_id, ops },
-    )
+    let len = fmt
+        .common
+        .iter()
+        .chain(&fmt.fields)
+        .map(|f| f.offset.saturating_add(f.size))
+        .max()
+        .unwrap_or(8);
+    let common = |name, size, default| {
+        fmt.common(name)
+            .filter(|c| c.size == size)
+            .map_or(default, |c| c.offset)
+    };
+    let dec = EventDecoder {
+        class_id,
+        ops,
+        len,
+        type_off: common("common_type", 2, 0),
+        pid_off: common("common_pid", 4, 4),
+    };
+    (EventClass::new(class_id, stream, name, fields), dec)
 }
 
 fn field_kind(f: &FieldFmt) -> Option<(FieldType, Op)> {
@@ -440,6 +553,55 @@ mod tests {
         ] {
             assert_eq!(rwbs_flags(text), want, "{}", String::from_utf8_lossy(text));
         }
+    }
+
+    #[test]
+    fn rwbs_flags_turn_back_into_the_kernels_text() {
+        for text in [
+            "R", "W", "WS", "RA", "RM", "FWFS", "F", "FF", "D", "DE", "N", "WFSM",
+        ] {
+            let flags = rwbs_flags(text.as_bytes());
+            assert_eq!(rwbs_text(flags), text.as_bytes(), "{text}");
+        }
+    }
+
+    #[test]
+    fn records_encode_back_to_what_decodes() {
+        let f = parse_event("sched", SCHED_SWITCH).unwrap();
+        let (d, classes) = Decoder::new(&[(f.clone(), 100)]);
+        let ints = [
+            ("prev_pid", 77),
+            ("prev_prio", 120),
+            ("prev_state", 1),
+            ("next_pid", 9),
+            ("next_prio", 139),
+        ];
+        let texts = [("prev_comm", "qemu"), ("next_comm", "swapper")];
+        let rec = crate::page::build_record(&f, 77, &ints, &texts);
+        let e = d.decode(&rec).unwrap();
+        // The payload's fields as values, by the class's types.
+        let mut values = Vec::new();
+        let mut at = 0;
+        for field in &classes[0].fields {
+            let v = match field.ty {
+                FieldType::Chars(n) => {
+                    let b = &e.payload[at..at + n as usize];
+                    at += n as usize;
+                    Value::Text(b.split(|&c| c == 0).next().unwrap())
+                }
+                ty => {
+                    let (n, _) = ty.integer().unwrap();
+                    let mut v = [0u8; 8];
+                    v[..n as usize].copy_from_slice(&e.payload[at..at + n as usize]);
+                    at += n as usize;
+                    let shift = 64 - 8 * n;
+                    Value::Int((i64::from_le_bytes(v) << shift) >> shift)
+                }
+            };
+            values.push(Some(v));
+        }
+        let back = d.by_type[&f.id].encode(f.id, 77, &values);
+        assert_eq!(back, rec);
     }
 
     #[test]

@@ -41,6 +41,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use ivtrace_region::classes::EventClass;
 
 use ivtrace_ctf::host::{HostTrace, STREAM_KERNEL};
+use ivtrace_ctf::sidecar::TracefsFormats;
 use ivtrace_time::timebase::mono_to_host;
 
 use crate::decode::Decoder;
@@ -238,6 +239,10 @@ pub struct HostEventStats {
     pub missed_uncounted_pages: u64,
     pub malformed_pages: u64,
     pub unknown_records: u64,
+    /// The format files the events were decoded with (the sidecar's
+    /// `tracefs_formats.host`, not this summary).
+    #[serde(skip)]
+    pub formats: TracefsFormats,
 }
 
 /// Prepared: formats parsed, classes added to the host trace's list.
@@ -247,6 +252,8 @@ pub struct HostEvents {
     hp: HeaderPage,
     fmts: Vec<EventFmt>,
     decoder: Decoder,
+    /// Their texts, for the sidecar.
+    formats: TracefsFormats,
 }
 
 /// Reading in the background.
@@ -282,14 +289,18 @@ impl HostEvents {
     pub fn prepare(pid: Option<i32>, classes: &mut Vec<EventClass>) -> Result<HostEvents> {
         let pid = pid.context("no QEMU pid to select the vCPU threads of")?;
         let root = tracefs_root_or_mount()?;
-        let hp = format::parse_header_page(
-            &read_tracefs(&root.join("events/header_page"))
-                .context("cannot read events/header_page")?,
-        )?;
+        let header_page = read_tracefs(&root.join("events/header_page"))
+            .context("cannot read events/header_page")?;
+        let hp = format::parse_header_page(&header_page)?;
+        let mut formats = TracefsFormats {
+            header_page,
+            events: Default::default(),
+        };
         let mut fmts = Vec::new();
         for (sys, ev) in EVENTS {
             if let Ok(text) = read_tracefs(&root.join(format!("events/{sys}/{ev}/format"))) {
                 fmts.push(format::parse_event(sys, &text)?);
+                formats.events.insert(format!("{sys}/{ev}"), text);
             }
         }
         if fmts.is_empty() {
@@ -310,6 +321,7 @@ impl HostEvents {
             hp,
             fmts,
             decoder,
+            formats,
         })
     }
 
@@ -356,6 +368,7 @@ impl HostEvents {
                 vcpu_names: named,
                 events_enabled: enabled,
                 statedump_threads: dump.dumped.len() as u64,
+                formats: self.formats.clone(),
                 ..Default::default()
             },
             tids,

@@ -227,7 +227,8 @@ pub fn build_record(
     r
 }
 
-/// Builds sub-buffers the way the kernel writes them (tests, fixtures).
+/// Builds sub-buffers the way the kernel writes them (exports to
+/// trace-cmd's files; tests and fixtures).
 pub struct PageBuilder {
     hp: HeaderPage,
     size: usize,
@@ -235,6 +236,16 @@ pub struct PageBuilder {
     last: u64,
     data: Vec<u8>,
     missed: Option<u64>,
+}
+
+/// Bytes a record of `len` bytes takes in a page `delta` after the
+/// previous one: a time extend when the delta needs one, the event word
+/// (plus a length word past 112 bytes or when asked), the data padded to 4.
+pub fn record_space(delta: u64, len: usize, long_form: bool) -> usize {
+    let extend = if delta >= 1 << TS_SHIFT { 8 } else { 0 };
+    let padded = (len + 3) & !3;
+    let head = if long_form || padded > 28 * 4 { 8 } else { 4 };
+    extend + head + padded
 }
 
 impl PageBuilder {
@@ -255,14 +266,35 @@ impl PageBuilder {
         self
     }
 
+    /// The page's timestamp and its last record's.
+    pub fn times(&self) -> (u64, u64) {
+        (self.ts0, self.last)
+    }
+
+    /// True if a record of `len` bytes at `ts` fits what is left (the
+    /// missed count the page announces included).
+    pub fn fits(&self, ts: u64, len: usize) -> bool {
+        let reserved = if self.missed.is_some() { 8 } else { 0 };
+        let need = record_space(ts.saturating_sub(self.last), len, false);
+        self.hp.data_offset + self.data.len() + need + reserved <= self.size
+    }
+
+    /// Bytes of records so far.
+    pub fn used(&self) -> usize {
+        self.data.len()
+    }
+
     fn word(&mut self, type_len: u32, delta: u64) {
         self.data
             .extend_from_slice(&(type_len | ((delta as u32) << 5)).to_le_bytes());
     }
 
-    /// Appends a record at time `ts` (time_extend when the delta needs it;
-    /// the type_len-0 form for records longer than 112 bytes or when asked).
+    /// Appends a record at time `ts` (a time earlier than the previous
+    /// record's counts as the same time; time_extend when the delta needs
+    /// it; the type_len-0 form for records longer than 112 bytes or when
+    /// asked). The caller checks [`PageBuilder::fits`] first.
     pub fn record(&mut self, ts: u64, rec: &[u8], long_form: bool) {
+        let ts = ts.max(self.last);
         let mut delta = ts - self.last;
         if delta >= 1 << TS_SHIFT {
             self.word(TYPE_TIME_EXTEND, delta & ((1 << TS_SHIFT) - 1));
@@ -299,12 +331,15 @@ impl PageBuilder {
         if self.missed.is_some() {
             commit |= MISSED_EVENTS | MISSED_STORED;
         }
-        p[self.hp.commit_offset..self.hp.commit_offset + 8].copy_from_slice(&commit.to_le_bytes());
+        let c = self.hp.commit_offset;
+        let commit = commit.to_le_bytes();
+        p[c..c + self.hp.commit_size].copy_from_slice(&commit[..self.hp.commit_size]);
         let d = self.hp.data_offset;
         p[d..d + self.data.len()].copy_from_slice(&self.data);
         if let Some(n) = self.missed {
             let at = d + self.data.len();
-            p[at..at + 8].copy_from_slice(&n.to_le_bytes());
+            let n = n.to_le_bytes();
+            p[at..at + self.hp.commit_size].copy_from_slice(&n[..self.hp.commit_size]);
         }
         p
     }
@@ -332,6 +367,32 @@ mod tests {
         assert_eq!(got[1].0, 1_010 + (5 << 27) + 3);
         assert_eq!(got[1].1.len(), 200);
         assert_eq!(got[2], (1_010 + (5 << 27) + 4, vec![8; 8]));
+    }
+
+    #[test]
+    fn fits_says_what_a_page_takes() {
+        let hp = HeaderPage::default();
+        let mut b = PageBuilder::new(hp, 4096, 0).missed(3);
+        let mut n = 0;
+        while b.fits(n, 20) {
+            b.record(n, &[1; 20], false);
+            n += 1;
+        }
+        // 4096 - 16 of data, 8 for the missed count, 24 per record.
+        assert_eq!(n, (4096 - 16 - 8) / 24);
+        // 16 bytes left: an 8-byte record fits, not with a time extend.
+        assert!(b.fits(n, 8) && !b.fits(n << 27, 8));
+        let page = b.finish();
+        let info = walk(&page, &hp, |_, _| {});
+        assert_eq!(
+            (info.events, info.missed, info.malformed),
+            (n, Some(3), false)
+        );
+        let mut b = PageBuilder::new(hp, 4096, 100);
+        b.record(90, &[2; 4], false); // earlier: the same time
+        let mut got = Vec::new();
+        walk(&b.finish(), &hp, |ts, _| got.push(ts));
+        assert_eq!(got, [100]);
     }
 
     #[test]

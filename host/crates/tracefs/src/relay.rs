@@ -36,6 +36,7 @@ use ivtrace_ctf::ftrace::{
 };
 use ivtrace_ctf::kernel::wire::{align_event, event_header, le_u32, packet_content, PacketFile};
 use ivtrace_ctf::outdir::OutDir;
+use ivtrace_ctf::sidecar::TracefsFormats;
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats};
@@ -68,6 +69,9 @@ impl FtraceExpand for RelayExpander {
 struct Catalog {
     hp: HeaderPage,
     by_id: HashMap<u16, EventFmt>,
+    /// The texts as published: `events/header_page`, and each format by id.
+    header_page: String,
+    texts: HashMap<u16, String>,
     first: Option<EventFmt>,
     parsed: u64,
     refused: u64,
@@ -78,6 +82,8 @@ impl Catalog {
         let mut c = Catalog {
             hp: HeaderPage::default(),
             by_id: HashMap::new(),
+            header_page: String::new(),
+            texts: HashMap::new(),
             first: None,
             parsed: 0,
             refused: formats.refused,
@@ -86,13 +92,17 @@ impl Catalog {
             let text = String::from_utf8_lossy(&f.text);
             match f.file {
                 FtraceFile::HeaderPage => match parse_header_page(&text) {
-                    Ok(hp) => c.hp = hp,
+                    Ok(hp) => {
+                        c.hp = hp;
+                        c.header_page = text.into_owned();
+                    }
                     Err(_) => c.refused += 1,
                 },
                 FtraceFile::Format => match parse_event(&f.system, &text) {
                     Ok(e) if !e.system.is_empty() => {
                         c.parsed += 1;
                         c.first.get_or_insert_with(|| e.clone());
+                        c.texts.entry(e.id).or_insert_with(|| text.into_owned());
                         c.by_id.entry(e.id).or_insert(e);
                     }
                     _ => c.refused += 1,
@@ -100,6 +110,21 @@ impl Catalog {
             }
         }
         c
+    }
+}
+
+impl Catalog {
+    /// The published texts of the formats of `types` (as sanitized system
+    /// and event names: `system/event`) and the header page.
+    fn formats_of<'a>(&self, types: impl Iterator<Item = &'a u16>) -> TracefsFormats {
+        let events = types
+            .filter_map(|ty| Some((self.by_id.get(ty)?, self.texts.get(ty)?)))
+            .map(|(f, text)| (format!("{}/{}", f.system, f.name), text.clone()))
+            .collect();
+        TracefsFormats {
+            header_page: self.header_page.clone(),
+            events,
+        }
     }
 }
 
@@ -173,6 +198,14 @@ fn guest_class(fmt: &EventFmt, id: u32, taken: &mut HashSet<String>) -> (EventCl
         fields.push(Field { name: n, ..f });
     }
     (EventClass::new(id, class.stream, class.name, fields), dec)
+}
+
+/// The class (and decoder) the relay gives ftrace event `fmt` when it
+/// decodes its records, under the name it takes when no other event
+/// sanitizes to the same: what an export matches the trace's classes
+/// against to write the records back in the guest's layout.
+pub fn relayed_class(fmt: &EventFmt) -> (EventClass, EventDecoder) {
+    guest_class(fmt, 0, &mut HashSet::new())
 }
 
 /// One event of a staged wire packet: a page, a CPU's counters, or a
@@ -415,5 +448,10 @@ pub fn expand(input: &FtraceInput) -> io::Result<FtraceOutput> {
         stats.cpus.push(cpu);
     }
     stats.seconds = started.elapsed().as_secs_f64();
-    Ok(FtraceOutput { classes, stats })
+    let formats = cat.formats_of(names.keys());
+    Ok(FtraceOutput {
+        classes,
+        stats,
+        formats,
+    })
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use ivtrace_ctf::ftrace::{FtraceCpu, FtraceInput, FtraceStaged};
 use ivtrace_ctf::outdir::{OutDir, OutputPolicy};
+use ivtrace_ctf::sidecar::TracefsFormats;
 use ivtrace_region::abi;
 use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats, FtraceText};
@@ -102,6 +103,7 @@ struct Run {
     cpus: Vec<FtraceCpu>,
     /// Symbols kept in DIR/kallsyms, and refused.
     symbols: (u64, u64),
+    formats: TracefsFormats,
     /// Per output packet: (events_discarded, [(class name, payload)]).
     packets: Vec<(u64, Vec<(String, u64)>)>,
     out: PathBuf,
@@ -164,6 +166,7 @@ fn run(formats: &FtraceFormats, packets: &[Vec<u8>]) -> Run {
         classes: res.classes,
         symbols: (res.stats.symbols, res.stats.symbols_refused),
         cpus: res.stats.cpus,
+        formats: res.formats,
         packets,
         out,
         _dir: dir,
@@ -257,6 +260,12 @@ fn real_guest_pages_decode_to_lttng_block_events() {
         c.recorded > 10 && c.unknown_type > 0,
         "{c:?} (sched records have no format here)"
     );
+    // The formats of the events that occurred, as published, for exports.
+    let kept: Vec<&str> = r.formats.events.keys().map(String::as_str).collect();
+    assert!(kept.contains(&"block/block_rq_issue"), "{kept:?}");
+    let published = fs::read_to_string(fixtures().join("block.block_rq_issue.format")).unwrap();
+    assert_eq!(r.formats.events["block/block_rq_issue"], published);
+    assert!(r.formats.header_page.contains("commit"));
     let issues = block_issues(&r);
     assert!(!issues.is_empty());
     for (dev, sector, nr, rwbs) in issues {

@@ -217,10 +217,14 @@ impl HostMerge {
         let clock = Arc::new(Clock::default());
         let mut merge = Merge::default();
         for path in stream_files(dir)? {
+            // Host kernel events have a `_tid` context, serve's own do not.
+            let Some(id) = stream_class_of(&path)? else {
+                continue;
+            };
             let decl = StreamDecl {
-                id: STREAM_KERNEL,
+                id,
                 packets: Packets::Host,
-                tid_context: true,
+                tid_context: id == STREAM_KERNEL,
             };
             let reader = StreamReader::open(&path, decl, Arc::clone(&shared))?;
             merge.add(reader, Arc::clone(&clock), 0);
@@ -374,4 +378,56 @@ pub fn guest_switches(
         ));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ivtrace_ctf::host::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
+    use ivtrace_region::classes::{Field, FieldType};
+
+    #[test]
+    fn every_host_stream_reads_with_its_own_layout() {
+        let tmp = tempfile::tempdir().unwrap();
+        let classes = vec![
+            EventClass::new(
+                0,
+                STREAM_IVTRACE,
+                "mark".into(),
+                vec![Field::new("n", FieldType::U64, false)],
+            ),
+            EventClass::new(
+                100,
+                STREAM_KERNEL,
+                "sched_wakeup".into(),
+                vec![
+                    Field::new("comm", FieldType::Chars(16), false),
+                    Field::new("tid", FieldType::S32, false),
+                    Field::new("prio", FieldType::S32, false),
+                    Field::new("target_cpu", FieldType::S32, false),
+                ],
+            ),
+        ];
+        let desc = HostTraceDesc {
+            hostname: "h",
+            trace_name: "t",
+            error_ns: 1,
+            env: vec![],
+        };
+        let root = ivtrace_ctf::OutDir::root(tmp.path(), &Default::default()).unwrap();
+        let mut t = HostTrace::create(&root, "host", &desc, classes.clone()).unwrap();
+        let own = t.add_stream(STREAM_IVTRACE, 0, "ivtrace_host").unwrap();
+        let cpu = t.add_stream(STREAM_KERNEL, 1, "host_cpu1").unwrap();
+        t.event(own, 0, 5, 0, &Payload::default().u64(1).0).unwrap();
+        let mut p = b"CPU 0/TCG".to_vec();
+        p.resize(16, 0);
+        let p = Payload(p).i32(77).i32(120).i32(1).0;
+        t.event(cpu, 100, 7, 77, &p).unwrap();
+        t.finish().unwrap();
+        let mut m = HostMerge::open(&tmp.path().join("host"), &classes).unwrap();
+        let ev = m.next_event().unwrap();
+        assert_eq!((ev.ts, ev.cpu, ev.tid), (7, 1, 77));
+        assert!(m.next_event().is_none());
+        assert!(m.errors().is_empty(), "{:?}", m.errors());
+    }
 }

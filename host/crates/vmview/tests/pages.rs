@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
 use ivtrace_ctf::sidecar::Sidecar;
 use ivtrace_region::abi::{IVT_HC_EVENT_FIRST, IVT_HC_VMSYNC};
-use ivtrace_testutil::{babeltrace2_lines, have_tool, RegionBuilder};
+use ivtrace_testutil::{
+    babeltrace2_lines, have_tool, sched_switch_payload, task_rename_payload, RegionBuilder,
+};
 use ivtrace_tracefs::decode::Decoder;
 use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
 use ivtrace_tracefs::page::{build_record, walk, PageBuilder};
@@ -245,29 +247,12 @@ fn write_host_trace(dir: &Path) -> HostTrace {
     t
 }
 
-fn u32s(v: &[u32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
 /// The guest: spin (42) then sh (43) on CPU 0, dd (44) on CPU 1; drained
 /// as the recorder drains (DIR/kernel, the sidecar).
 fn write_guest_trace(dir: &Path) {
     let mut r = RegionBuilder::new(3, 4, 4096).kernel(2).build_region();
     r.register_kernel_events();
-    let rename = |tid: u32, name: &str| {
-        let mut p = tid.to_le_bytes().to_vec();
-        let mut n = [0u8; 16];
-        n[..name.len()].copy_from_slice(name.as_bytes());
-        p.extend_from_slice(&n);
-        p
-    };
-    let switch = |prev: u32, next: u32| {
-        let mut p = u32s(&[prev]);
-        p.extend_from_slice(&[20, 0, 0]);
-        p.extend_from_slice(&next.to_le_bytes());
-        p.push(20);
-        p
-    };
+    let (rename, switch) = (task_rename_payload, sched_switch_payload);
     for (tid, name) in [(42, "spin"), (43, "sh"), (44, "dd")] {
         r.emit(0, 10, 20, &rename(tid, name));
     }

@@ -402,8 +402,8 @@ fn finish_trace(
     // A host trace that cannot be finished (the same full disk) is an
     // output error too: the sidecar still says why.
     let guest = GuestOutput::of(&writer, reader.classes(), &clock);
-    let host_lost = match host_side.map(|h| finish_host_events(h, &guest)).transpose() {
-        Ok(lost) => lost,
+    let host_stats = match host_side.map(|h| finish_host_events(h, &guest)).transpose() {
+        Ok(stats) => stats,
         Err(e) => {
             output_error.get_or_insert(format!("finishing the host trace failed: {e:#}"));
             None
@@ -423,7 +423,8 @@ fn finish_trace(
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
     sidecar.boot = boot;
-    sidecar.host_lost = host_lost;
+    sidecar.host_lost = host_stats.as_ref().map(host_lost);
+    sidecar.tracefs_formats.host = host_stats.map(|s| s.formats);
     sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
     sidecar.nested = nested;
     record_migration(&mut sidecar, &reader, reason, names)?;
@@ -509,8 +510,8 @@ struct HostRun {
 
 /// Stops the host events, derives the VM view from them and the finished
 /// guest traces, closes the host trace, says what was recorded; the host
-/// trace's losses.
-fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostLost> {
+/// events' statistics.
+fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostEventStats> {
     let HostRun { mut side, vcpus } = run;
     let stats = side.stop_events().context("host events never started")??;
     let dir = side.dir().to_path_buf();
@@ -536,7 +537,7 @@ fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostLost> {
         None => {}
     }
     side.finish()?;
-    Ok(host_lost(&stats))
+    Ok(stats)
 }
 
 /// The sidecar's account of what the host trace lost.

@@ -91,7 +91,9 @@ Output per guest:
   OUTROOT/<name>/kernel, user    CTF traces of the guest (clock mapped to host time)
   OUTROOT/<name>/host            CTF trace of host events, same time base
   OUTROOT/<name>/ivtrace.json    summary: notification (doorbells vs packets),
-                                 clock_sync (method, error bound), delivery latency";
+                                 clock_sync (method, error bound), delivery latency
+  OUTROOT/<name>/trace-cmd/      with --trace-cmd: host.dat and guest-<name>.dat for
+                                 trace-cmd report -i ... -i ... and KernelShark";
 
 /// What `ivtrace serve` takes (cli.rs embeds it).
 // Doc comments here are the CLI's --help text (clap): `<name>` and `[GLOB]` are its syntax,
@@ -137,6 +139,11 @@ pub struct ServeArgs {
     /// guest's vCPU threads, kvm_exit/kvm_entry/kvm_hypercall (needs tracefs, root).
     #[arg(long)]
     pub host_events: bool,
+    /// When a guest's recording ends, also write its trace-cmd files into
+    /// OUTROOT/<name>/trace-cmd/ (host.dat, guest-<name>.dat: what
+    /// `ivtrace export --format trace-cmd` writes; docs/trace-cmd.md).
+    #[arg(long)]
+    pub trace_cmd: bool,
     /// Stop after this many seconds (fractions allowed).
     #[arg(long, value_name = "S")]
     pub duration: Option<f64>,
@@ -199,6 +206,8 @@ pub struct ServeConfig {
     pub keep_shm: bool,
     pub sync_interval: Duration,
     pub host_events: bool,
+    /// Write each finished recording's trace-cmd files too.
+    pub trace_cmd: bool,
     pub json: bool,
     /// Longest sleep without a doorbell (catches a region closed while
     /// the host slept, and anything else that does not ring).
@@ -217,7 +226,11 @@ impl ServeConfig {
     pub fn report(&self, sidecar: &Sidecar, doc: &serde_json::Value, out: &Path) {
         let _g = self.print.lock();
         if self.json {
-            if let Ok(line) = serde_json::to_string(doc) {
+            let mut doc = doc.clone();
+            if let Some(o) = doc.as_object_mut() {
+                o.remove(ivtrace_ctf::sidecar::TRACEFS_FORMATS_KEY);
+            }
+            if let Ok(line) = serde_json::to_string(&doc) {
                 let mut o = io::stdout().lock();
                 let _ = writeln!(o, "{line}");
                 let _ = o.flush();
@@ -401,6 +414,7 @@ fn serve_config(args: &ServeArgs, size: u64, outroot: ivtrace_ctf::OutDir) -> Re
         keep_shm: args.keep_shm,
         sync_interval: Duration::from_secs_f64(args.sync_interval.clamp(0.1, 3600.0)),
         host_events: args.host_events,
+        trace_cmd: args.trace_cmd,
         json: args.json,
         safety_timeout: Duration::from_secs(1),
         limits: ivtrace_ctf::streams::Limits {

@@ -432,11 +432,18 @@ fn finish(
         .host_event_stats
         .as_ref()
         .map(crate::record::host_lost);
+    sidecar.tracefs_formats.host = observed
+        .host_event_stats
+        .as_ref()
+        .map(|s| s.formats.clone());
     migration_sidecar(&mut sidecar, &rec, observed)?;
     if rec.output_error.is_some() {
         sidecar.state = ivtrace_ctf::sidecar::STATE_INCOMPLETE.into();
     }
-    let doc = sidecar_with_serve_sections(g, &sidecar, &rec, clock, observed)?;
+    let mut doc = sidecar_with_serve_sections(g, &sidecar, &rec, clock, observed)?;
+    if g.cfg.trace_cmd {
+        trace_cmd_files(g, observed, &mut doc)?;
+    }
     if let Ok(mut s) = g.status.lock() {
         s.clock_method = Some(rec.clock.method.clone());
         s.clock_error_ns = Some(rec.clock.error_ns);
@@ -444,6 +451,46 @@ fn finish(
     g.cfg.report(&sidecar, &doc, &observed.out);
     log_finished(g, &sidecar, &rec, observed);
     Ok(rec.reason)
+}
+
+/// `--trace-cmd`: the finished recording's trace-cmd files in
+/// `DIR/trace-cmd/` (read back from what was just written); what was
+/// written, or why not, goes into the sidecar's `trace_cmd` (a failure
+/// there is logged; the recording itself is finished).
+fn trace_cmd_files(g: &Guest, observed: &Observed, doc: &mut Value) -> Result<()> {
+    let written = observed
+        .dir
+        .create_dir("trace-cmd")
+        .map_err(anyhow::Error::from)
+        .and_then(|out| {
+            ivtrace_tracecmd::export_into(std::slice::from_ref(&observed.out), &out, false)
+        });
+    let section = match written {
+        Ok(e) => {
+            let events = |f: &ivtrace_tracecmd::side::FileSummary| f.events.values().sum::<u64>();
+            let guests: u64 = e.guests.iter().map(|x| events(&x.file)).sum();
+            g.log(&format!(
+                "trace-cmd files in {}: host.dat ({} events), {} guest file(s) ({guests} events)",
+                observed.dir.join("trace-cmd").display(),
+                events(&e.host),
+                e.guests.len()
+            ));
+            serde_json::to_value(&e)?
+        }
+        Err(e) => {
+            g.log(&format!("trace-cmd files not written: {e:#}"));
+            json!({ "error": format!("{e:#}") })
+        }
+    };
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("trace_cmd".into(), section);
+    }
+    let mut text = serde_json::to_vec_pretty(doc)?;
+    text.push(b'\n');
+    observed
+        .dir
+        .write_atomically(SIDECAR_NAME, &text)
+        .with_context(|| format!("cannot write {}", observed.dir.join(SIDECAR_NAME).display()))
 }
 
 fn trace_env(
