@@ -23,6 +23,8 @@
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
 #   make demo-vmview  the guest seen from the host: a host CPU hog pinned to a vCPU's CPU, and
 #                 the guest threads that lost time to it (vm/demo-vmview, ~1 min, root)
+#   make demo-boot  a guest's boot traced from its first moment: phases, initcall levels,
+#                 function profile, chart (vm/demo-boot, ~2 min, root; docs/boot.md)
 #   make bench    the native benchmarks (bench/run native), then docs/performance.md
 #   make soak     serve for 30 min under churn, a never-idle writer and a full disk
 #                 (bench/run soak), then docs/performance.md
@@ -47,7 +49,7 @@ PYTHON ?= /usr/bin/python3
 .PHONY: all deps host lib guest check test test-abi test-lib test-host test-pyunit test-py test-eval \
 	test-fuzz test-soak tracecompass lint lint-host lint-rust lint-doc lint-py lint-shell lint-spell \
 	lint-kmod lint-sanitizers test-asan test-tsan \
-	demo demo-loopback demo-vmview bench eval soak fuzz clean deb test-deb gen-docs test-nested \
+	demo demo-loopback demo-vmview demo-boot bench eval soak fuzz clean deb test-deb gen-docs test-nested \
 	test-kernels
 
 all: host lib
@@ -212,6 +214,9 @@ demo-loopback: deps all
 
 demo-vmview:
 	vm/demo-vmview
+
+demo-boot:
+	vm/demo-boot
 
 bench: deps all
 	$(MAKE) -C bench

@@ -17,6 +17,8 @@ class Event:
     ns: int  # ns from the clock's origin
     name: str
     payload: dict  # None when not requested
+    cycles: int = None  # the clock's value (its cycles), as the event carries it
+    cpu: int = None  # the packet context's cpu_id, where there is one
 
 
 @dataclass
@@ -48,7 +50,10 @@ def messages(path, want_payload=lambda name: True):
             body = None
             if want_payload(ev.name):
                 body = {k: value(v) for k, v in ev.payload_field.items()}
-            yield Event(key, msg.default_clock_snapshot.ns_from_origin, ev.name, body)
+            snap = msg.default_clock_snapshot
+            ctx = ev.packet.context_field if ev.packet is not None else None
+            cpu = int(ctx["cpu_id"]) if ctx is not None and "cpu_id" in ctx else None
+            yield Event(key, snap.ns_from_origin, ev.name, body, snap.value, cpu)
         elif kind is bt2._DiscardedEventsMessageConst:
             yield Discarded((msg.stream.cls.id, msg.stream.id), msg.count)
 

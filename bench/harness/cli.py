@@ -15,6 +15,8 @@ Presets:
               never-idle writer, a disk that fills; memory, descriptors, CPU sampled
   relay       1, 8 and 64 simulated guests through ivtrace serve to disk and to lttng-relayd:
               events/s, MB/s, daemon CPU per GB, memory per guest
+  boot        a guest's boot traced off / with its tracepoints / with function_graph: each
+              initcall level's duration and overhead, and the function profile's size
 
 Every preset takes --quick (a short smoke run, written as *-quick.json: never cited) and
 -o FILE (default bench/results/PRESET/<date>-<host>[-quick].json). A full run written to
@@ -37,6 +39,7 @@ from ivtools.relayd import RelaydError
 from . import (
     BenchError,
     Prerequisite,
+    boot,
     doorbell,
     evaluation,
     ftrace,
@@ -48,7 +51,7 @@ from . import (
     soak,
 )
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay, ftrace)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay, ftrace, boot)}
 ALIASES = {"eval": "evaluation"}
 
 

@@ -88,6 +88,15 @@ def ftrace_headline(data: dict) -> dict:
                                          and c != "ft-ring" and x.get("carried_per_s")}}
 
 
+def boot_headline(data: dict) -> dict:
+    lv = data.get("summary", {}).get("levels", {})
+    kernel = lv.get("kernel", {})
+    prof = data.get("summary", {}).get("profile", [])
+    return {"kernel_overhead_pct": {s: r(x.get("overhead_pct"), 1) for s, x in kernel.items()
+                                    if s != "off"},
+            "profile_ratio": [r(p.get("ratio_vs_graph_bytes"), 1) for p in prof]}
+
+
 def relay_headline(data: dict) -> dict:
     high = [x for x in data.get("runs", []) if x["load"] == "high"]
     return {f"{x['guests']}_{x['sink']}_cpu_s_per_gb": r(x["cpu_s_per_gb"] or 0, 1)
@@ -106,7 +115,8 @@ def soak_headline(data: dict) -> dict:
 
 HEADLINES = {"native": native_headline, "guest": guest_headline,
              "evaluation": evaluation_headline, "doorbell": doorbell_headline,
-             "relay": relay_headline, "soak": soak_headline, "ftrace": ftrace_headline}
+             "relay": relay_headline, "soak": soak_headline, "ftrace": ftrace_headline,
+             "boot": boot_headline}
 
 
 def entry(rec: dict, path: Path) -> dict:

@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 SCHEMA = "ivtrace-bench/2"
-PRESETS = ("native", "guest", "evaluation", "doorbell", "soak", "relay", "ftrace")
+PRESETS = ("native", "guest", "evaluation", "doorbell", "soak", "relay", "ftrace", "boot")
 # Presets that run on the host alone (their record has no guest).
 HOST_PRESETS = ("native", "soak", "relay")
 
@@ -52,6 +52,8 @@ TEMP_DIRS = [
     (re.compile(r"/tmp/ivtvm-[A-Za-z0-9_]+"), "$TMP"),
     (re.compile(r"/tmp/ivt-ftbench-[A-Za-z0-9_]+"), "$TMP"),
     (re.compile(r"/dev/shm/ivt-ftbench-\d+"), "$SHM"),
+    (re.compile(r"/var/tmp/ivt-bootbench-[A-Za-z0-9_]+"), "$WORK"),
+    (re.compile(r"/dev/shm/ivt-bootbench-\d+"), "$SHM"),
 ]
 
 

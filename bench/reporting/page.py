@@ -20,7 +20,7 @@ from harness import history, results
 from harness.results import RESULTS, ROOT, portable
 from harness.stats import summarize
 
-from . import doorbell, evaluation, ftrace, guest, native, plots, relay, soak
+from . import boot, doorbell, evaluation, ftrace, guest, native, plots, relay, soak
 
 PAGE = ROOT / "docs" / "performance.md"
 
@@ -119,6 +119,10 @@ def headline(e: dict) -> str:
     if e["preset"] == "ftrace":
         return "function tracing, events/s carried (k): " + ", ".join(
             f"{c} {v}" for c, v in h["function_carried_k_per_s"].items())
+    if e["preset"] == "boot":
+        over = ", ".join(f"{s} {v} %" for s, v in h["kernel_overhead_pct"].items())
+        return (f"postcore to /init, overhead: {over}; profile "
+                + ", ".join(f"{x}x" for x in h["profile_ratio"]) + " smaller than the raw graph")
     if e["preset"] == "evaluation":
         return "ev-int overhead: " + ", ".join(f"{c} {v} %" for c, v in
                                                h["int_overhead_pct"].items())
@@ -177,6 +181,10 @@ def render(write_plots: bool) -> str:
         soak.section(out, recs["soak"], rel["soak"], png)
     if "ftrace" in recs:
         ftrace.section(out, recs["ftrace"], rel["ftrace"])
+    if "boot" in recs:
+        boot.section(out, recs["boot"], rel["boot"])
+    else:
+        boot.not_measured(out)
     section_history(out)
     return portable("\n".join(out).rstrip() + "\n")
 

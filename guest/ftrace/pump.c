@@ -54,8 +54,8 @@
 #define RB_TS_SHIFT	27
 #define RB_TS_ABS_MASK	((1ull << 59) - 1)
 
-/* Can a page event be written now without a drop? */
-static int pump_room(const struct pump *p)
+/* Can a page event (or a smaller one) be written now without a drop? */
+int pump_has_room(const struct pump *p)
 {
 	const struct ivt_writer *w = &p->w;
 	uint64_t next = w->seq, consumed;
@@ -319,7 +319,7 @@ static int pump_page(struct pump *p)
 	uint8_t *dst;
 	uint32_t n;
 
-	if (!pump_room(p)) {
+	if (!pump_has_room(p)) {
 		p->blocked++;
 		return 0;
 	}
@@ -379,8 +379,27 @@ static int region_live(const struct relay *r)
 	return ivt_read_once(h->state) == IVT_STATE_LIVE;
 }
 
+/* The symbols go out of the first CPU's channel (symbols.c). */
+static int publishes_symbols(const struct pump *p)
+{
+	return p == &p->r->pumps[0];
+}
+
+/* Before exiting: what is left of the symbols, while the host makes room
+ * (up to 2 s: a host that stopped draining gets none). */
+static void symbols_finish(struct pump *p)
+{
+	uint32_t tries;
+
+	for (tries = 0; tries < 200 && symbols_publish(p, 1); tries++) {
+		pump_flush(p, 1);
+		usleep(10000);
+	}
+}
+
 /* Until stop: wait for ftrace (its buffer_percent, or the flush interval),
- * move what it has, account, flush. Then drain what is left. */
+ * move what it has, account, flush; once ftrace's buffer was drained, the
+ * symbols a little at a time. Then drain what is left. */
 static void *pump_main(void *arg)
 {
 	struct pump *p = arg;
@@ -393,12 +412,16 @@ static void *pump_main(void *arg)
 			continue;
 		for (n = 0; n < DRAIN_MAX && pump_page(p); n++)
 			;
+		if (n < DRAIN_MAX && publishes_symbols(p))
+			symbols_publish(p, 0);
 		pump_stats(p, 0);
 		pump_flush(p, 0);
 	}
 	if (region_live(p->r)) {
 		while (pump_page(p))
 			;
+		if (publishes_symbols(p))
+			symbols_finish(p);
 		pump_stats(p, 1);
 		pump_flush(p, 1);
 	}

@@ -13,7 +13,8 @@
  *
  * Files: main.c (options, start, stop, the request loop), pump.c (the
  * per-CPU page pump, both sources), tracefs.c (tracefs files: requests,
- * formats, stats, the trace clock).
+ * formats, stats, the trace clock), symbols.c (this boot's kernel symbols,
+ * once).
  */
 #ifndef IVTRACE_FTRACE_RELAY_H
 #define IVTRACE_FTRACE_RELAY_H
@@ -79,6 +80,15 @@ struct pump {
 	int started;
 };
 
+/* The kernel symbols the first pump publishes once (symbols.c). */
+enum { SYMBOLS_NONE, SYMBOLS_WRITING, SYMBOLS_DONE };
+
+struct symbols {
+	int state;			/* SYMBOLS_*: that pump's only */
+	char *buf;			/* the wanted kallsyms lines */
+	size_t len, cap, off;		/* off: written so far */
+};
+
 struct relay {
 	int dev;			/* /dev/ivtrace */
 	uint8_t *region;		/* the whole region, mapped shared */
@@ -99,6 +109,7 @@ struct relay {
 	struct pump *pumps;
 	uint8_t published[FTRACE_IDS / 8];	/* format ids already published */
 	int meta_full;			/* the metadata area refused a format */
+	struct symbols symbols;
 };
 
 /* main.c */
@@ -110,6 +121,10 @@ int pump_start(struct relay *r, struct pump *p, uint32_t cpu);
 void pump_join(struct pump *p);
 int pumps_unmap(struct relay *r);
 void pumps_remap(struct relay *r);
+int pump_has_room(const struct pump *p);
+
+/* symbols.c */
+int symbols_publish(struct pump *p, int all);
 
 /* tracefs.c */
 int tracefs_open(const char *root);

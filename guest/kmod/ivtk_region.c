@@ -199,11 +199,14 @@ int ivtk_meta_publish_ftrace(struct ivtk_dev *d, u32 what, const char *system,
 	return 0;
 }
 
-/* The ftrace stream's two events (ivtrace/ftrace.h), fixed ids. */
+/* The ftrace stream's events (ivtrace/ftrace.h), fixed ids. */
 static int ivtk_publish_ftrace_events(struct ivtk_dev *d)
 {
 	static const struct ivtrace_field page[] = {
 		{ .name = "page", .type = IVT_FT_BYTES },
+	};
+	static const struct ivtrace_field symbols[] = {
+		{ .name = "text", .type = IVT_FT_BYTES },
 	};
 	static const char *const stat_names[IVT_FTRACE_STAT_COUNT] = {
 		"entries", "overrun", "commit_overrun", "dropped", "read",
@@ -223,9 +226,14 @@ static int ivtk_publish_ftrace_events(struct ivtk_dev *d)
 				       0, "ftrace_page", page, ARRAY_SIZE(page));
 	if (ret)
 		return ret;
+	ret = ivtk_meta_publish_stream(d, IVT_STREAM_FTRACE,
+				       IVT_FTRACE_EV_STATS, 0, "ftrace_stats",
+				       stats, IVT_FTRACE_STAT_COUNT);
+	if (ret)
+		return ret;
 	return ivtk_meta_publish_stream(d, IVT_STREAM_FTRACE,
-					IVT_FTRACE_EV_STATS, 0, "ftrace_stats",
-					stats, IVT_FTRACE_STAT_COUNT);
+					IVT_FTRACE_EV_SYMBOLS, 0, "ftrace_symbols",
+					symbols, ARRAY_SIZE(symbols));
 }
 
 static int ivtk_publish_kernel_events(struct ivtk_dev *d)

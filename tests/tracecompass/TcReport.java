@@ -14,6 +14,10 @@
 //   java -cp CLASSPATH TcReport experiment TRACE_DIR...
 //       opens the traces as one experiment (TmfExperiment, what "Open as experiment" builds)
 //       and reports each trace's time range and the experiment's.
+//   java -cp CLASSPATH TcReport events TRACE_DIR PREFIX
+//       opens TRACE_DIR (as an LTTng kernel trace when it is one), reads every event as the
+//       events table does (seek, then next), and reports the trace's event count and, for
+//       the events whose name starts with PREFIX, each one's name, time and fields.
 //
 // Times are nanoseconds since the Unix epoch, as Trace Compass computes them from the CTF
 // clock. Exit codes: 0 report printed, 1 the trace was refused or the analysis failed (the
@@ -57,8 +61,10 @@ public final class TcReport {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length < 2 || !List.of("kernel", "disks", "experiment").contains(args[0])) {
-            System.err.println("usage: TcReport kernel TRACE_DIR | disks TRACE_DIR | experiment TRACE_DIR...");
+        if (args.length < 2 || !List.of("kernel", "disks", "experiment", "events").contains(args[0])
+                || (args[0].equals("events") && args.length != 3)) {
+            System.err.println("usage: TcReport kernel TRACE_DIR | disks TRACE_DIR | experiment TRACE_DIR..."
+                    + " | events TRACE_DIR PREFIX");
             System.exit(2);
         }
         // Eclipse's runtime prints notices on stdout ("Product-specified preferences called
@@ -69,6 +75,7 @@ public final class TcReport {
         try {
             report = args[0].equals("kernel") ? kernel(args[1])
                     : args[0].equals("disks") ? disks(args[1])
+                    : args[0].equals("events") ? events(args[1], args[2])
                     : experiment(List.of(args).subList(1, args.length));
         } catch (Refused e) {
             System.err.println("TcReport: " + e.getMessage());
@@ -350,6 +357,38 @@ public final class TcReport {
                         + t.getHostId() + "): give the experiment one trace per clock");
             }
         }
+    }
+
+    /** Every event of `dir` read in order; those named `prefix`... listed with their fields. */
+    private static Map<String, Object> events(String dir, String prefix) throws Refused {
+        CtfTmfTrace trace = openAny(dir);
+        long all = 0;
+        List<Map<String, Object>> matched = new ArrayList<>();
+        org.eclipse.tracecompass.tmf.core.trace.ITmfContext ctx = trace.seekEvent(0L);
+        ITmfEvent ev;
+        while ((ev = trace.getNext(ctx)) != null) {
+            all++;
+            String name = ev.getName();
+            if (!name.startsWith(prefix)) {
+                continue;
+            }
+            Map<String, Object> e = new TreeMap<>();
+            e.put("name", name);
+            e.put("ns", ev.getTimestamp().toNanos());
+            Map<String, Object> fields = new TreeMap<>();
+            for (org.eclipse.tracecompass.tmf.core.event.ITmfEventField f : ev.getContent().getFields()) {
+                Object v = f.getValue();
+                fields.put(f.getName(), v instanceof Number || v instanceof String ? v : String.valueOf(v));
+            }
+            e.put("fields", fields);
+            matched.add(e);
+        }
+        ctx.dispose();
+        Map<String, Object> out = range(trace);
+        out.put("read", all);
+        out.put("matched", matched);
+        trace.dispose();
+        return out;
     }
 
     private static Map<String, Object> experiment(List<String> dirs) throws Refused {

@@ -1,8 +1,9 @@
 """Trace Compass, headless, as a reader of ivtrace's traces; and the recordings it reads.
 
 - `TraceCompass`: Trace Compass 6.2's core jars (scripts/install-tracecompass) plus our own
-  driver, TcReport.java, compiled here with javac; `.kernel(dir)`, `.disks(dir)` and
-  `.experiment(dirs)` return what Trace Compass computed (TcReport.java says what is in them).
+  driver, TcReport.java, compiled here with javac; `.kernel(dir)`, `.disks(dir)`,
+  `.experiment(dirs)` and `.events(dir, prefix)` return what Trace Compass computed
+  (TcReport.java says what is in them).
 - `record_demo` and `record_serve`: a real guest (QEMU, the Debian kernel, ivtrace.ko) running
   the demo workload (vm/guest/workload/demo.sh) recorded by `ivtrace record`, as `make demo`
   does, or by `ivtrace serve` (guest and host traces of one recording).
@@ -72,6 +73,9 @@ class TraceCompass:
 
     def experiment(self, trace_dirs):
         return self.run("experiment", trace_dirs)
+
+    def events(self, trace_dir, prefix):
+        return self.run("events", [trace_dir, prefix])
 
 
 # --------------------------------------------------------------------------- recordings

@@ -45,9 +45,10 @@
  * formatter: a reader that sees it sees a fully formatted region. */
 #define IVT_MAGIC		0x3145434152545649ULL
 #define IVT_ABI_MAJOR		1	/* incompatible layout changes */
-#define IVT_ABI_MINOR		3	/* compatible additions (1: the thread name table,
+#define IVT_ABI_MINOR		4	/* compatible additions (1: the thread name table,
 					 * 2: the ftrace relay, 3: the spinning clock
-					 * exchange, IVT_FEAT_SYNC_SPIN) */
+					 * exchange, IVT_FEAT_SYNC_SPIN, 4: the ftrace
+					 * relay's ftrace_symbols) */
 
 #define IVT_PAGE_SIZE		4096u
 #define IVT_CACHELINE		64u

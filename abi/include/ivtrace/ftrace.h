@@ -11,6 +11,13 @@
  *   id 1 ftrace_stats  the CPU's ftrace counters, u64 each, in the order of
  *                      enum ivt_ftrace_stat, written after the pages they
  *                      count
+ *   id 2 ftrace_symbols text: bytes (u32 length, then at most
+ *                      IVT_FTRACE_PAGE_MAX bytes of whole /proc/kallsyms
+ *                      lines: the kernel's and modules' text symbols and
+ *                      the initcall table's, "ADDR TYPE NAME[\t[MODULE]]\n"),
+ *                      written once, by the first CPU's pump, after it
+ *                      first drained ftrace's buffer: what names the
+ *                      function addresses of this boot (KASLR included)
  *
  * The host selects what ftrace records with IVT_CMD_FTRACE: one tracefs
  * operation per command, as text (struct ivt_ctl_text), which the module
@@ -24,7 +31,8 @@
 
 #define IVT_FTRACE_EV_PAGE	0u
 #define IVT_FTRACE_EV_STATS	1u
-#define IVT_FTRACE_EVENTS	2u
+#define IVT_FTRACE_EV_SYMBOLS	2u
+#define IVT_FTRACE_EVENTS	3u
 
 /* Fields of ftrace_stats (u64 each, in this order). The first six are
  * per_cpu/cpuN/stats of the CPU; the rest are the relay's own. */

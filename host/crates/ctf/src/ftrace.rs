@@ -10,6 +10,10 @@
 //! stream class 2 of the kernel trace, beside the native probes' streams:
 //! one trace, one clock, so Trace Compass and babeltrace2 see both.
 //!
+//! The relay's `ftrace_symbols` events (this boot's kernel symbols) are
+//! not trace events: the expansion checks them and keeps them in
+//! `DIR/kallsyms` ([`KALLSYMS_FILE`]).
+//!
 //! Output packets are ivtrace packets like every other stream's (the same
 //! packet header and context, `stream_id` 2, the CPU in `cpu_id`, the
 //! compact or extended event header, byte-packed payloads), so the same
@@ -94,6 +98,12 @@ pub struct FtraceStats {
     pub events_by_name: std::collections::BTreeMap<String, u64>,
     pub cpus: Vec<FtraceCpu>,
     pub seconds: f64,
+    /// Kernel symbols the relay sent (`ftrace_symbols`), kept in
+    /// `DIR/kallsyms`, and lines refused (malformed, past the bounds).
+    #[serde(default)]
+    pub symbols: u64,
+    #[serde(default)]
+    pub symbols_refused: u64,
 }
 
 /// The input of an expansion.
@@ -110,7 +120,15 @@ pub struct FtraceInput<'a> {
     /// the tolerance between CPUs' clocks): records outside are refused.
     pub ticks: TickRange,
     pub freq_hz: u64,
+    /// The recording's directory: the kernel symbols go to
+    /// [`KALLSYMS_FILE`] there, outside every trace directory.
+    pub root: &'a OutDir,
 }
+
+/// The kernel symbols of the traced boot, as the relay sent them (checked,
+/// one `ADDR TYPE NAME[\t[MODULE]]` line each), in the recording's
+/// directory: what names the function addresses of its ftrace events.
+pub const KALLSYMS_FILE: &str = "kallsyms";
 
 /// The expanded stream class: its event classes (stream 2) and the facts.
 #[derive(Debug)]

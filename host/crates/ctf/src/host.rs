@@ -72,6 +72,14 @@ impl Payload {
         self.0.extend_from_slice(&v.to_le_bytes());
         self
     }
+    /// A CTF string: the text up to any NUL in it, then a NUL.
+    pub fn str(mut self, v: &str) -> Self {
+        let b = v.as_bytes();
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        self.0.extend_from_slice(&b[..end]);
+        self.0.push(0);
+        self
+    }
 }
 
 struct HStream {

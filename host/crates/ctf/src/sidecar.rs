@@ -321,6 +321,11 @@ pub struct Sidecar {
     /// (`forwarded`) and the guests forwarded through it (`guests`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nested: Option<serde_json::Value>,
+    /// The boot analysis' derived streams (ivtrace-boot's `Derived`: the
+    /// phases, initcalls and function profile written into the kernel
+    /// trace, and their sizes; docs/boot.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot: Option<serde_json::Value>,
     /// The tracefs format files of the host events and of the relayed
     /// ftrace events.
     #[serde(default, skip_serializing_if = "RecordedFormats::is_empty")]

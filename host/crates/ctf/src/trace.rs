@@ -609,6 +609,7 @@ impl CtfWriter {
             out: &out_dir,
             ticks: self.clock.expressible(),
             freq_hz: self.clock.freq_hz,
+            root: &self.root,
         };
         let expander = self.ftrace.as_mut().expect("checked above");
         let out = expander

@@ -33,6 +33,10 @@ const OWNED_ENTRIES: &[&str] = &[
     ivtrace_ctf::kernel::STAGING_DIR,
     crate::migration::HANDOFF_NAME,
     crate::nested::NESTED_DIR,
+    ivtrace_ctf::ftrace::KALLSYMS_FILE,
+    // `ivtrace boot`'s chart (ivtrace-boot's CHART_SVG, CHART_PNG).
+    "boot.svg",
+    "boot.png",
 ];
 
 /// A problem the user can fix, with a hint how.
@@ -393,6 +397,7 @@ pub fn build_sidecar(
         relay: None,
         migration: None,
         nested: None,
+        boot: None,
         tracefs_formats: RecordedFormats {
             host: None,
             guest: writer.ftrace_formats().cloned(),

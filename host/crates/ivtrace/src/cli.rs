@@ -94,6 +94,9 @@ trace directories. To go on recording the same region into DIR instead, run
 Example:
   ivtrace recover /var/tmp/traces/web1")]
     Recover(RecoverArgs),
+    /// The boot of a recorded guest: phases, initcall levels, initcalls, function profile, chart.
+    #[command(after_help = crate::boot::BOOT_HELP)]
+    Boot(BootArgs),
     /// Write recordings as another tool's files: trace-cmd's (a host file, one per guest).
     #[command(after_help = crate::export::EXPORT_HELP)]
     Export(crate::export::ExportArgs),
@@ -214,6 +217,8 @@ pub struct RecordArgs {
     pub access: OutputAccessArgs,
     #[command(flatten)]
     pub relay: crate::relayd::RelayArgs,
+    #[command(flatten)]
+    pub boot: BootDeriveArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -224,6 +229,84 @@ pub struct RecoverArgs {
     /// Print the resulting summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub access: OutputAccessArgs,
+}
+
+/// What becomes of function_graph's raw events once profiled.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProfileModeArg {
+    /// The profile beside the raw events.
+    #[default]
+    Beside,
+    /// The profile instead of them (the raw events leave the trace).
+    Instead,
+    /// No profile.
+    Off,
+}
+
+impl From<ProfileModeArg> for ivtrace_boot::derive::ProfileMode {
+    fn from(m: ProfileModeArg) -> Self {
+        use ivtrace_boot::derive::ProfileMode as P;
+        match m {
+            ProfileModeArg::Beside => P::Beside,
+            ProfileModeArg::Instead => P::Instead,
+            ProfileModeArg::Off => P::Off,
+        }
+    }
+}
+
+/// The boot analysis a recording derives when it ends (record, serve,
+/// `ivtrace boot --derive`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct BootDeriveArgs {
+    /// function_graph's raw events, once aggregated into the function
+    /// profile (DIR/kernel/profile): kept beside it, replaced by it
+    /// (`instead`: the compact stream alone), or no profile (`off`).
+    #[arg(long, value_enum, default_value = "beside", value_name = "MODE")]
+    pub ftrace_profile: ProfileModeArg,
+    /// The program (file name) whose exec starts the workload: the boot ends
+    /// there. A trace_marker line starting with `ivtrace-boot` does too.
+    #[arg(long, value_name = "NAME")]
+    pub boot_workload: Option<String>,
+}
+
+impl BootDeriveArgs {
+    pub fn options(&self) -> ivtrace_boot::derive::Options {
+        ivtrace_boot::derive::Options {
+            profile: self.ftrace_profile.into(),
+            workload: self.boot_workload.clone(),
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BootArgs {
+    /// A recording directory (`ivtrace record -o DIR`, or `ivtrace serve`'s `OUTROOT/<guest>`).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Rows per list: initcalls per level, functions per phase, threads per vCPU.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub top: usize,
+    /// Derive the boot's streams again from the raw events (a recording derives
+    /// them when it ends; this is for older recordings or other options).
+    #[arg(long)]
+    pub derive: bool,
+    #[command(flatten)]
+    pub boot: BootDeriveArgs,
+    /// Where to write the chart (SVG) [default: DIR/boot.svg].
+    #[arg(long, value_name = "FILE", conflicts_with = "no_chart")]
+    pub chart: Option<PathBuf>,
+    /// Write no chart.
+    #[arg(long)]
+    pub no_chart: bool,
+    /// Also render the chart as a PNG beside it (same name, .png), with a
+    /// headless Chromium (`chromium`, `chromium-browser` or `google-chrome` on PATH).
+    #[arg(long, conflicts_with = "no_chart")]
+    pub png: bool,
     #[command(flatten)]
     pub access: OutputAccessArgs,
 }

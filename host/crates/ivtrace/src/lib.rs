@@ -1,10 +1,11 @@
 //! The `ivtrace` command on top of the recording engine (ivtrace-engine):
 //! `main.rs` only parses arguments and maps outcomes to exit codes; the
 //! subcommands live in [`record`], [`snapshot`], [`report`], [`serve`]
-//! (the ivshmem server and daemon) and [`ctl`]; [`control`] parses the
+//! (the ivshmem server and daemon), [`ctl`] and [`boot`]; [`control`] parses the
 //! control commands people type, [`ftrace`] the guest ftrace selections,
 //! [`summary`] prints a recording's summary.
 
+pub mod boot;
 pub mod cli;
 pub mod control;
 pub mod ctl;

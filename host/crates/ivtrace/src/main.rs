@@ -16,6 +16,7 @@ fn main() {
         Command::Serve(a) => ("serve failed", ivtrace::serve::run(a)),
         Command::Ctl(a) => ("ctl failed", ivtrace::ctl::run(a)),
         Command::Recover(a) => ("recover failed", ivtrace::recover::run(a)),
+        Command::Boot(a) => ("boot failed", ivtrace::boot::run(a)),
         Command::Export(a) => ("export failed", ivtrace::export::run(a)),
     };
     let code = match result {

@@ -102,6 +102,7 @@ pub const FTRACE_REC_SIZE: usize = 48;
 /// The ftrace stream's fixed event ids (ivtrace/ftrace.h).
 pub const IVT_FTRACE_EV_PAGE: u32 = 0;
 pub const IVT_FTRACE_EV_STATS: u32 = 1;
+pub const IVT_FTRACE_EV_SYMBOLS: u32 = 2;
 pub const IVT_FTRACE_STAT_COUNT: usize = 8;
 pub const IVT_FTRACE_PAGE_MAX: usize = 4096;
 pub const IVT_NAME_MAX: usize = 64;
@@ -305,6 +306,7 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("IVT_FTRACE_SYSTEM_MAX", IVT_FTRACE_SYSTEM_MAX as u64),
     ("IVT_FTRACE_EV_PAGE", IVT_FTRACE_EV_PAGE as u64),
     ("IVT_FTRACE_EV_STATS", IVT_FTRACE_EV_STATS as u64),
+    ("IVT_FTRACE_EV_SYMBOLS", IVT_FTRACE_EV_SYMBOLS as u64),
     ("IVT_FTRACE_STAT_COUNT", IVT_FTRACE_STAT_COUNT as u64),
     ("IVT_FTRACE_PAGE_MAX", IVT_FTRACE_PAGE_MAX as u64),
     ("sizeof.ivt_ftrace_rec", FTRACE_REC_SIZE as u64),

@@ -11,7 +11,8 @@
 //! mirror of `abi/include/ivtrace/abi.h`; [`bytes`] the little-endian
 //! readers (checked ones for guest input). [`names`] reads the thread name table a
 //! kernel writer keeps in the metadata area (crash salvage); [`ftrace`]
-//! keeps the guest's ftrace format files the relay publishes there.
+//! keeps the guest's ftrace format files the relay publishes there;
+//! [`kallsyms`] parses the kernel symbols it sends (`ftrace_symbols`).
 //!
 //! ```no_run
 //! use ivtrace_region::{packet::TickRange, region::{Access, Region}, reader::Reader};
@@ -31,6 +32,7 @@ pub mod abi;
 pub mod bytes;
 pub mod classes;
 pub mod ftrace;
+pub mod kallsyms;
 pub mod meta;
 pub mod names;
 pub mod packet;

@@ -154,11 +154,23 @@ enum Op {
     DataLocStr {
         off: usize,
     },
+    /// `char buf[]` of size 0 (print's text, trace_marker): the rest of
+    /// the record, up to a NUL, as a string.
+    TailStr {
+        off: usize,
+    },
     /// `char rwbs[n]` written as a u32 ([`Adjust::Rwbs`]).
     Rwbs {
         off: usize,
         n: usize,
     },
+}
+
+/// Text up to its first NUL as a CTF string (invalid UTF-8 replaced).
+fn put_text(out: &mut Vec<u8>, raw: &[u8]) {
+    let text = raw.split(|&c| c == 0).next().unwrap_or(&[]);
+    out.extend_from_slice(String::from_utf8_lossy(text).as_bytes());
+    out.push(0);
 }
 
 /// Linux's `blk_fill_rwbs()` text of LTTng's flag bits (the inverse of
@@ -369,6 +381,11 @@ fn field_kind(f: &FieldFmt) -> Option<(FieldType, Op)> {
         return (f.is_char() && f.size == 4)
             .then_some((FieldType::String, Op::DataLocStr { off: f.offset }));
     }
+    if f.array == Some(0) && f.size == 0 {
+        return f
+            .is_char()
+            .then_some((FieldType::String, Op::TailStr { off: f.offset }));
+    }
     if let Some(n) = f.array {
         // Text arrays count in u16 (ring's `FieldType::Chars`); a tracefs
         // record, at most a page, never holds a longer one.
@@ -486,11 +503,9 @@ impl Decoder {
                     // __data_loc: offset in the low 16 bits, length in the high.
                     let v = u32_at(rec, off)?;
                     let (start, len) = (v & 0xffff, v >> 16);
-                    let raw = slice_at(rec, start as usize, len as usize).unwrap_or(&[]);
-                    let text = raw.split(|&c| c == 0).next().unwrap_or(&[]);
-                    out.extend_from_slice(String::from_utf8_lossy(text).as_bytes());
-                    out.push(0);
+                    put_text(&mut out, slice_at(rec, start as usize, len as usize).unwrap_or(&[]));
                 }
+                Op::TailStr { off } => put_text(&mut out, rec.get(off..).unwrap_or(&[])),
             }
         }
         Some(Decoded {
@@ -555,6 +570,27 @@ mod tests {
             assert_eq!(d.type_of(&rec), None);
             assert!(d.decode(&rec).is_none());
         }
+    }
+
+    #[test]
+    fn prints_text_is_the_rest_of_the_record() {
+        // Linux 6.1's ftrace/print (trace_marker writes).
+        let text = "name: print\nID: 5\nformat:\n\
+            \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+            \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\
+            \tfield:unsigned long ip;\toffset:8;\tsize:8;\tsigned:0;\n\
+            \tfield:char buf[];\toffset:16;\tsize:0;\tsigned:1;\n";
+        let f = parse_event("ftrace", text).unwrap();
+        let (d, classes) = Decoder::new(&[(f, 5)]);
+        let types: Vec<FieldType> = classes[0].fields.iter().map(|f| f.ty).collect();
+        assert_eq!(types, [FieldType::U64, FieldType::String]);
+        let mut rec = vec![0u8; 16];
+        rec[0..2].copy_from_slice(&5u16.to_le_bytes());
+        rec.extend_from_slice(b"ivtrace-boot: run\n\0\0\0");
+        let p = d.decode(&rec).unwrap().payload;
+        assert_eq!(&p[8..], b"ivtrace-boot: run\n\0");
+        // No text at all (a record cut at the field): an empty string.
+        assert_eq!(&d.decode(&rec[..16]).unwrap().payload[8..], b"\0");
     }
 
     #[test]

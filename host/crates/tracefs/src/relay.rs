@@ -17,7 +17,8 @@
 //!
 //! Two passes over the staged pages: the first counts each ftrace type, so
 //! the most frequent get the 4-byte compact event header (ids 0..=30) and
-//! only events that occur are declared; the second writes. Losses per CPU
+//! only events that occur are declared, and gathers the kernel symbols the
+//! relay sent (checked, into `DIR/kallsyms`); the second writes. Losses per CPU
 //! come from ftrace's own counters (the last `ftrace_stats` the relay
 //! wrote after the pages they count) and from the pages' missed-events
 //! marks, which place them in time ([`ivtrace_ctf::ftrace::FtraceCpu`]).
@@ -35,7 +36,7 @@ use std::io;
 use std::time::Instant;
 
 use ivtrace_ctf::ftrace::{
-    FtraceCpu, FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats,
+    FtraceCpu, FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats, KALLSYMS_FILE,
 };
 use ivtrace_ctf::kernel::wire::{align_event, event_header, packet_content, PacketFile};
 use ivtrace_ctf::outdir::OutDir;
@@ -44,6 +45,7 @@ use ivtrace_region::abi;
 use ivtrace_region::bytes::{slice_at, u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats};
+use ivtrace_region::kallsyms::Symbols;
 use ivtrace_region::packet::TickRange;
 use ivtrace_region::reader::CTF_DISCARDED_MAX;
 use ivtrace_region::sanitize;
@@ -52,7 +54,7 @@ use crate::decode::{class_with, Adjust, Decoder, EventDecoder, FieldPlan};
 use crate::format::{parse_event, parse_header_page, EventFmt, FieldFmt, HeaderPage};
 use crate::page;
 
-mod out;
+pub mod out;
 use out::StreamOut;
 
 /// Systems whose events LTTng names as ftrace does and which the native
@@ -213,11 +215,16 @@ pub fn relayed_class(fmt: &EventFmt) -> (EventClass, EventDecoder) {
 }
 
 /// One event of a staged wire packet: a page (with the time the relay
-/// wrote it), or a CPU's counters.
+/// wrote it), a CPU's counters, or a chunk of the kernel's symbols.
 enum Wire<'a> {
     Page { at: u64, page: &'a [u8] },
     Stats([u64; abi::IVT_FTRACE_STAT_COUNT]),
+    Symbols(&'a [u8]),
 }
+
+/// The kernel symbols' text is ~2-4 MB (Debian's 6.1 with its modules):
+/// more than this is not a kallsyms the host keeps.
+const SYMBOLS_TEXT_MAX: usize = 64 << 20;
 
 /// The events of one staged packet, and its CPU. None for a packet that
 /// does not walk as the relay writes them (skipped, counted).
@@ -243,9 +250,12 @@ fn wire_event(content: &[u8], p0: usize, id: u32, at: u64) -> Option<(Wire<'_>, 
     match id {
         abi::IVT_FTRACE_EV_PAGE => {
             // bytes: a u32 length, then the page.
-            let n = u32_at(content, p0)? as usize;
-            let page = slice_at(content, p0.checked_add(4)?, n)?;
-            Some((Wire::Page { at, page }, n.checked_add(4)?))
+            let (page, len) = wire_bytes(content, p0)?;
+            Some((Wire::Page { at, page }, len))
+        }
+        abi::IVT_FTRACE_EV_SYMBOLS => {
+            let (text, len) = wire_bytes(content, p0)?;
+            Some((Wire::Symbols(text), len))
         }
         abi::IVT_FTRACE_EV_STATS => {
             let mut s = [0u64; abi::IVT_FTRACE_STAT_COUNT];
@@ -258,6 +268,14 @@ fn wire_event(content: &[u8], p0: usize, id: u32, at: u64) -> Option<(Wire<'_>, 
         }
         _ => None,
     }
+}
+
+/// A `bytes` payload at `p0` (a u32 length, then the bytes), and the
+/// length it takes.
+fn wire_bytes(content: &[u8], p0: usize) -> Option<(&[u8], usize)> {
+    let n = u32_at(content, p0)? as usize;
+    let bytes = slice_at(content, p0.checked_add(4)?, n)?;
+    Some((bytes, n.checked_add(4)?))
 }
 
 /// Calls `f` for every wire event of the staged file `name`, in order.
@@ -273,26 +291,49 @@ fn each_wire(staging: &OutDir, name: &str, mut f: impl FnMut(u32, Wire)) -> io::
     Ok(bad)
 }
 
-/// Pass 1: how often each ftrace type occurs in every staged page.
-fn count_types(
-    input: &FtraceInput,
-    hp: &HeaderPage,
-    dec: &Decoder,
-) -> io::Result<HashMap<u16, u64>> {
-    let mut counts: HashMap<u16, u64> = HashMap::new();
+/// What pass 1 found: how often each ftrace type occurs, and the text of
+/// the kernel's symbols (with the chunks past [`SYMBOLS_TEXT_MAX`]).
+#[derive(Default)]
+struct FirstPass {
+    counts: HashMap<u16, u64>,
+    symbols: Vec<u8>,
+    symbols_dropped: u64,
+}
+
+/// Pass 1 over every staged page and symbol chunk.
+fn first_pass(input: &FtraceInput, hp: &HeaderPage, dec: &Decoder) -> io::Result<FirstPass> {
+    let mut fp = FirstPass::default();
     for f in input.files {
-        each_wire(input.staging, &f.name, |_, w| {
-            if let Wire::Page { page: p, .. } = w {
+        each_wire(input.staging, &f.name, |_, w| match w {
+            Wire::Page { page: p, .. } => {
                 page::walk(p, hp, |_, rec| {
                     if let Some(ty) = dec.type_of(rec) {
-                        let n = counts.entry(ty).or_default();
+                        let n = fp.counts.entry(ty).or_default();
                         *n = n.saturating_add(1);
                     }
                 });
             }
+            Wire::Symbols(t) if fp.symbols.len().saturating_add(t.len()) <= SYMBOLS_TEXT_MAX => {
+                fp.symbols.extend_from_slice(t)
+            }
+            Wire::Symbols(_) => fp.symbols_dropped = fp.symbols_dropped.saturating_add(1),
+            Wire::Stats(_) => {}
         })?;
     }
-    Ok(counts)
+    Ok(fp)
+}
+
+/// The symbols, checked line by line, into `DIR/kallsyms`; (kept,
+/// refused).
+fn keep_symbols(input: &FtraceInput, fp: &FirstPass) -> io::Result<(u64, u64)> {
+    if fp.symbols.is_empty() {
+        return Ok((0, fp.symbols_dropped));
+    }
+    let syms = Symbols::parse(&fp.symbols);
+    input
+        .root
+        .write_atomically(KALLSYMS_FILE, syms.to_text().as_bytes())?;
+    Ok((syms.len() as u64, syms.refused.saturating_add(fp.symbols_dropped)))
 }
 
 /// The classes of the types that occur and have a format, the most
@@ -379,6 +420,7 @@ fn write_channel(
     let mut stats = None;
     let bad = each_wire(input.staging, &f.name, |cpu, wire| match wire {
         Wire::Stats(s) => stats = Some(s),
+        Wire::Symbols(_) => {}
         Wire::Page { at, page } => match times.check(page, &plan.hp, at) {
             Ok(()) => w.page(cpu, page, plan),
             Err(n) => {
@@ -499,12 +541,15 @@ pub fn expand(input: &FtraceInput) -> io::Result<FtraceOutput> {
     let cat = Catalog::new(input.formats);
     let hp = cat.hp;
     let probe = Decoder::empty(cat.first.as_ref());
-    let counts = count_types(input, &hp, &probe)?;
-    let (classes, dec, names) = plan_classes(&cat, &counts);
+    let fp = first_pass(input, &hp, &probe)?;
+    let (classes, dec, names) = plan_classes(&cat, &fp.counts);
+    let (symbols, symbols_refused) = keep_symbols(input, &fp)?;
     let mut stats = FtraceStats {
         formats: cat.parsed,
         formats_refused: cat.refused,
         classes: classes.len() as u64,
+        symbols,
+        symbols_refused,
         ..FtraceStats::default()
     };
     let plan = Plan { hp, dec, names };

@@ -57,8 +57,7 @@ fn wire_packet(cpu: u32, seq: u64, pages: &[&[u8]], stats: Option<[u64; 8]>) -> 
     wire_packet_at(cpu, seq, RELAY_AT, pages, stats)
 }
 
-/// [`wire_packet`] with the relay writing its pages at `at` (extended
-/// event headers, the whole time in each).
+/// [`wire_packet`] with the relay writing its pages at `at`.
 fn wire_packet_at(
     cpu: u32,
     seq: u64,
@@ -66,16 +65,43 @@ fn wire_packet_at(
     pages: &[&[u8]],
     stats: Option<[u64; 8]>,
 ) -> Vec<u8> {
+    let events: Vec<(u32, &[u8])> = pages
+        .iter()
+        .map(|p| (abi::IVT_FTRACE_EV_PAGE, *p))
+        .collect();
+    wire_events_packet_at(cpu, seq, at, &events, stats)
+}
+
+/// A staged wire packet of byte events (pages, symbol chunks), then
+/// ftrace_stats, written at [`RELAY_AT`].
+fn wire_events_packet(
+    cpu: u32,
+    seq: u64,
+    events: &[(u32, &[u8])],
+    stats: Option<[u64; 8]>,
+) -> Vec<u8> {
+    wire_events_packet_at(cpu, seq, RELAY_AT, events, stats)
+}
+
+/// [`wire_events_packet`] written at `at` (extended event headers, the
+/// whole time in each).
+fn wire_events_packet_at(
+    cpu: u32,
+    seq: u64,
+    at: u64,
+    events: &[(u32, &[u8])],
+    stats: Option<[u64; 8]>,
+) -> Vec<u8> {
     let mut b = vec![0u8; abi::PACKET_HDR_SIZE];
-    for p in pages {
+    for (id, p) in events {
         b.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
-        b.extend_from_slice(&abi::IVT_FTRACE_EV_PAGE.to_le_bytes());
+        b.extend_from_slice(&id.to_le_bytes());
         b.extend_from_slice(&at.to_le_bytes());
         b.extend_from_slice(&(p.len() as u32).to_le_bytes());
         b.extend_from_slice(p);
         b.resize(b.len().next_multiple_of(4), 0);
     }
-    let count = pages.len() as u32 + stats.is_some() as u32;
+    let count = events.len() as u32 + stats.is_some() as u32;
     if let Some(s) = stats {
         b.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
         b.extend_from_slice(&abi::IVT_FTRACE_EV_STATS.to_le_bytes());
@@ -107,6 +133,8 @@ fn wire_packet_at(
 struct Run {
     classes: StreamClasses,
     cpus: Vec<FtraceCpu>,
+    /// Symbols kept in DIR/kallsyms, and refused.
+    symbols: (u64, u64),
     formats: TracefsFormats,
     /// Per output packet: (events_discarded, [(class name, payload)]).
     packets: Vec<(u64, Vec<(String, u64)>)>,
@@ -149,6 +177,7 @@ fn run_with(formats: &FtraceFormats, packets: &[Vec<u8>], ticks: TickRange) -> R
         out: &kernel,
         ticks,
         freq_hz: 1_000_000_000,
+        root: &root,
     };
     let res = expand(&input).unwrap();
     let mut all = EventClasses::default();
@@ -174,6 +203,7 @@ fn run_with(formats: &FtraceFormats, packets: &[Vec<u8>], ticks: TickRange) -> R
     }
     Run {
         classes: res.classes,
+        symbols: (res.stats.symbols, res.stats.symbols_refused),
         cpus: res.stats.cpus,
         formats: res.formats,
         packets,
@@ -349,6 +379,38 @@ fn losses_come_from_ftraces_counters_and_pages() {
     assert_eq!(r.packets[0].1.len(), 0);
     let rwbs = block_issues(&r).iter().map(|i| i.3).collect::<Vec<_>>();
     assert_eq!(rwbs, [4 | 32; 6], "RS: read, sync");
+}
+
+#[test]
+fn the_kernel_symbols_are_checked_into_the_recordings_directory() {
+    let p = PageBuilder::new(HeaderPage::default(), 4096, 50).finish();
+    let chunks: [&[u8]; 2] = [
+        b"ffffffff8aa00000 T _text\nffffffff8aa02460 T do_one_initcall\n",
+        b"ffffffffc0a01000 t virtblk_probe\t[virtio_blk]\nffffffff81000000 T \x1b[2Jevil\n",
+    ];
+    let events = [
+        (abi::IVT_FTRACE_EV_PAGE, &p[..]),
+        (abi::IVT_FTRACE_EV_SYMBOLS, chunks[0]),
+        (abi::IVT_FTRACE_EV_SYMBOLS, chunks[1]),
+    ];
+    let r = run(&guest_formats(), &[wire_events_packet(0, 0, &events, None)]);
+    assert_eq!(
+        r.symbols,
+        (3, 1),
+        "three lines kept, the escape sequence refused"
+    );
+    let root = r.out.parent().unwrap().parent().unwrap();
+    let text = fs::read_to_string(root.join("kallsyms")).unwrap();
+    assert_eq!(
+        text,
+        "ffffffff8aa00000 T _text\nffffffff8aa02460 T do_one_initcall\n\
+         ffffffffc0a01000 t virtblk_probe\t[virtio_blk]\n"
+    );
+    assert_eq!(
+        r.cpus[0].pages, 1,
+        "the page still decodes: {:?}",
+        r.cpus[0]
+    );
 }
 
 #[test]

@@ -451,12 +451,20 @@ fn finish_trace(
             None
         }
     };
+    // The boot analysis reads the finished kernel trace (not a failed one).
+    let boot = match &output_error {
+        None => crate::boot::derive_at_end(&guest.root, &args.boot.options(), |m| {
+            eprintln!("ivtrace: {m}")
+        }),
+        Some(_) => None,
+    };
     let why = match &output_error {
         Some(e) => format!("{}: {e}", describe(reason)),
         None => describe(reason).to_string(),
     };
     let mut sidecar =
         session::build_sidecar(&reader, &writer, &args.shm, "record", &clock, elapsed, &why);
+    sidecar.boot = boot;
     sidecar.host_lost = host_done.as_ref().map(|d| host_lost(&d.stats));
     sidecar.tracefs_formats.host = host_done.as_ref().map(|d| d.stats.formats.clone());
     let mut sync = sync;

@@ -166,6 +166,8 @@ pub struct ServeArgs {
     pub drain_threads: Option<u32>,
     #[command(flatten)]
     pub relay: crate::relayd::RelayArgs,
+    #[command(flatten)]
+    pub boot: crate::cli::BootDeriveArgs,
 }
 
 /// `64M`, `1G`, `65536`.
@@ -214,6 +216,8 @@ pub struct ServeConfig {
     pub limits: ivtrace_ctf::streams::Limits,
     /// The relay sender (`--relayd`): every guest's recording streams to it.
     pub relay: Option<ivtrace_relay::Hub>,
+    /// The boot analysis each recording derives when it ends.
+    pub boot: ivtrace_boot::derive::Options,
     print: Mutex<()>,
 }
 
@@ -420,6 +424,7 @@ fn serve_config(args: &ServeArgs, size: u64, outroot: ivtrace_ctf::OutDir) -> Re
             ..Default::default()
         },
         relay: args.relay.start()?,
+        boot: args.boot.options(),
         print: Mutex::new(()),
     })
 }

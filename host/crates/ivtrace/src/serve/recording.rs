@@ -67,6 +67,8 @@ struct Observed {
     tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
     relay: Option<Value>,
     vm_view: Option<ivtrace_vmview::derive::Derived>,
+    /// The boot analysis of the finished kernel trace (docs/boot.md).
+    boot: Option<Value>,
 }
 
 /// A recording in progress: the engine's state and everything serve keeps
@@ -280,6 +282,7 @@ pub fn end(g: &Guest, waiter: &mut GuestWaiter, live: Live, reason: StopReason) 
         tap,
         relay: None,
         vm_view: None,
+        boot: None,
     };
     let rec = finish_traces(g, rec, &clock, host, &mut observed)?;
     if let Some(tap) = &observed.tap {
@@ -434,6 +437,10 @@ fn finish_traces(
         g.log(&why);
         output_error.get_or_insert(why);
     }
+    observed.boot = match &rec.output_error {
+        None => crate::boot::derive_at_end(rec.output.writer.root(), &g.cfg.boot, |m| g.log(m)),
+        Some(_) => None,
+    };
     observed.host_event_stats = stop_host_events(g, &mut host);
     observed.vm_view = vm_view(g, &mut host, &rec, observed.host_event_stats.as_ref());
     observed.host_counts = host.finish()?;
@@ -464,6 +471,7 @@ pub fn conclude(g: &Guest, ending: Ending) -> Result<StopReason> {
         &stop_reason(&rec),
     );
     sidecar.relay = observed.relay.clone();
+    sidecar.boot = observed.boot.take();
     sidecar.host_lost = observed
         .host_event_stats
         .as_ref()

@@ -1,5 +1,7 @@
-//! One CPU's decoded ftrace events as packets of stream class 2: the
-//! packet header and context every ivtrace stream has, the compact event
+//! One CPU's decoded ftrace events as packets of stream class 2 (or of
+//! another stream class of the guest packet layout: the derived streams of
+//! the kernel trace, ivtrace-boot): the packet header and context every
+//! ivtrace stream has, the compact event
 //! header where the id (<= 30) and the time since the previous event
 //! (< 2^27 ticks) allow it, else the extended one, payloads byte-packed,
 //! events 4-byte aligned. Timestamps are kept monotonic (a record older
@@ -20,6 +22,7 @@ const PACKET_TARGET: usize = 64 << 10;
 
 pub struct StreamOut {
     file: BufWriter<File>,
+    stream_id: u32,
     chan: u32,
     cpu: u32,
     /// The packet being built, its header's room first.
@@ -40,9 +43,21 @@ impl StreamOut {
     /// `dir/name` must not exist (created with O_EXCL | O_NOFOLLOW
     /// through the directory's descriptor, never through an existing entry).
     pub fn create(dir: &OutDir, name: &str, chan: u32) -> io::Result<StreamOut> {
+        StreamOut::create_class(dir, name, abi::IVT_STREAM_FTRACE, chan)
+    }
+
+    /// A stream of class `stream_id`, instance `chan`, in `dir/name`
+    /// (which must not exist).
+    pub fn create_class(
+        dir: &OutDir,
+        name: &str,
+        stream_id: u32,
+        chan: u32,
+    ) -> io::Result<StreamOut> {
         let f = dir.create_file(name)?;
         Ok(StreamOut {
             file: BufWriter::with_capacity(1 << 20, f),
+            stream_id,
             chan,
             cpu: 0,
             buf: Vec::with_capacity(PACKET_TARGET + 8),
@@ -137,7 +152,7 @@ impl StreamOut {
         self.buf.resize(size, 0);
         PacketHeader {
             magic: abi::IVT_CTF_MAGIC,
-            stream_id: abi::IVT_STREAM_FTRACE,
+            stream_id: self.stream_id,
             stream_instance_id: self.chan as u64,
             timestamp_begin: self.ts_begin,
             timestamp_end: if self.count == 0 {
