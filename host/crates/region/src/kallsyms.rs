@@ -107,7 +107,7 @@ impl Symbols {
             }
             match parse_line(line) {
                 Some(s) if syms.len() < SYMBOLS_MAX => syms.push(s),
-                _ => refused += 1,
+                _ => refused = refused.saturating_add(1),
             }
         }
         Symbols::from_vec(syms, refused)
@@ -144,7 +144,8 @@ impl Symbols {
             .partition_point(|&i| self.syms[i].addr <= addr)
             .checked_sub(1)?;
         let s = &self.syms[self.text[i]];
-        let off = addr - s.addr;
+        // partition_point found s.addr <= addr.
+        let off = addr.checked_sub(s.addr)?;
         (off <= FUNCTION_SPAN_MAX).then_some((s, off))
     }
 
@@ -182,7 +183,7 @@ impl Symbols {
     /// to the same table.
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
-        let mut t = String::with_capacity(self.syms.len() * 48);
+        let mut t = String::with_capacity(self.syms.len().saturating_mul(48));
         for s in &self.syms {
             let _ = write!(t, "{:016x} {} {}", s.addr, s.kind as char, s.name);
             if let Some(m) = &s.module {
