@@ -154,17 +154,23 @@ class Apt:
         if not self.is_root():
             raise BuildError(f"missing Debian packages {' '.join(pkgs)} ({why}); "
                              f"run as root: apt-get install {' '.join(pkgs)}")
-        for attempt in (1, 2):
-            log(f"apt-get install {' '.join(pkgs)} ({why}) ...")
-            try:
-                run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs],
-                    what=f"apt-get install {' '.join(pkgs)}",
-                    hint="Check the network / mirror; 'apt-get update' may help.")
-                return
-            except BuildError:
-                if attempt == 2 or self.updated or not self.allow_update:
-                    raise
-                self.update("install failed, lists may be stale")
+        log(f"apt-get install {' '.join(pkgs)} ({why}) ...")
+        self.retry("install failed, lists may be stale", lambda: run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *pkgs],
+            what=f"apt-get install {' '.join(pkgs)}",
+            hint="Check the network / mirror; 'apt-get update' may help."))
+
+    def retry(self, reason: str, step) -> None:
+        """Runs `step`; if it fails, refreshes the package lists (once, when
+        allowed) and runs it again: a stale list names versions the mirror
+        no longer has."""
+        try:
+            step()
+        except BuildError:
+            if self.updated or not self.allow_update:
+                raise
+            self.update(reason)
+            step()
 
 
 def ensure_host_tools(apt: Apt) -> None:
@@ -246,18 +252,12 @@ def fetch_kernel(apt: Apt, ver: str, out: Path) -> Path:
     pkg = f"linux-image-{ver}"
     found = sorted(debs.glob(f"{pkg}_*.deb"))
     if not found:
-        for attempt in (1, 2):
-            log(f"apt-get download {pkg} (into {debs}) ...")
-            try:
-                # _apt cannot write into vm/out: download as root without the sandbox warning.
-                sandbox = ["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []
-                run(["apt-get", *sandbox, "download", pkg], cwd=debs, what=f"apt-get download {pkg}",
-                    hint="The package lists may be stale or the mirror unreachable.")
-                break
-            except BuildError:
-                if attempt == 2 or apt.updated or not apt.allow_update:
-                    raise
-                apt.update("download failed")
+        log(f"apt-get download {pkg} (into {debs}) ...")
+        # _apt cannot write into vm/out: download as root without the sandbox warning.
+        sandbox = ["-o", "APT::Sandbox::User=root"] if os.geteuid() == 0 else []
+        apt.retry("download failed", lambda: run(
+            ["apt-get", *sandbox, "download", pkg], cwd=debs, what=f"apt-get download {pkg}",
+            hint="The package lists may be stale or the mirror unreachable."))
         found = sorted(debs.glob(f"{pkg}_*.deb"))
         if not found:
             raise BuildError(f"apt-get download {pkg} left no {pkg}_*.deb in {debs}")

@@ -503,7 +503,10 @@ impl Decoder {
                     // __data_loc: offset in the low 16 bits, length in the high.
                     let v = u32_at(rec, off)?;
                     let (start, len) = (v & 0xffff, v >> 16);
-                    put_text(&mut out, slice_at(rec, start as usize, len as usize).unwrap_or(&[]));
+                    put_text(
+                        &mut out,
+                        slice_at(rec, start as usize, len as usize).unwrap_or(&[]),
+                    );
                 }
                 Op::TailStr { off } => put_text(&mut out, rec.get(off..).unwrap_or(&[])),
             }

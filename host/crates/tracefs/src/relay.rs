@@ -333,7 +333,10 @@ fn keep_symbols(input: &FtraceInput, fp: &FirstPass) -> io::Result<(u64, u64)> {
     input
         .root
         .write_atomically(KALLSYMS_FILE, syms.to_text().as_bytes())?;
-    Ok((syms.len() as u64, syms.refused.saturating_add(fp.symbols_dropped)))
+    Ok((
+        syms.len() as u64,
+        syms.refused.saturating_add(fp.symbols_dropped),
+    ))
 }
 
 /// The classes of the types that occur and have a format, the most
