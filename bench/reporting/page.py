@@ -20,7 +20,7 @@ from harness import history, results
 from harness.results import RESULTS, ROOT, portable
 from harness.stats import summarize
 
-from . import boot, doorbell, evaluation, ftrace, guest, native, plots, relay, soak
+from . import boot, clocksync, doorbell, evaluation, ftrace, guest, native, plots, relay, soak
 
 PAGE = ROOT / "docs" / "performance.md"
 
@@ -174,6 +174,8 @@ def render(write_plots: bool) -> str:
         guest.section(recs["guest"], rel["guest"], out)
     if "doorbell" in recs:
         doorbell.section(out, recs["doorbell"], rel["doorbell"])
+    if "clocksync" in recs:
+        clocksync.section(out, recs["clocksync"], rel["clocksync"])
     if "relay" in recs:
         relay.section(out, recs["relay"], rel["relay"])
     if "soak" in recs:
