@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ivtools import ivtvm
 
-from . import BenchError, guests
+from . import BenchError, guests, hostload
 from .results import ROOT
 
 NAME = "clocksync"
@@ -90,7 +90,7 @@ def one_run(a, guest, setting: str, tmp: Path) -> dict:
         raise BenchError(f"{setting}: guest {r.summary()}, recorder exit {rc}: {se.read()[-2000:]}")
     side = json.loads(so.read())
     shutil.rmtree(out, ignore_errors=True)
-    return measures(setting, side, cpu_s(ru), r.accel)
+    return {**measures(setting, side, cpu_s(ru), r.accel), "load_after": hostload.loadavg()}
 
 
 def measures(setting: str, side: dict, recorder_cpu_s: float, accel: str) -> dict:
@@ -133,6 +133,7 @@ def run(a, rec) -> list[str]:
     a.seconds = seconds
     tmp = Path(tempfile.mkdtemp(prefix="ivt-clocksync-"))
     runs = []
+    load_before = hostload.loadavg()
     try:
         for i in range(1 if a.quick else a.repeats):
             order = ("sync", "no-sync") if i % 2 == 0 else ("no-sync", "sync")
@@ -143,7 +144,8 @@ def run(a, rec) -> list[str]:
         shutil.rmtree(tmp, ignore_errors=True)
     rec["data"].update({
         "params": {"seconds": seconds, "repeats": 1 if a.quick else a.repeats,
-                   "sync_interval_s": SETTINGS, "guest": "idle (sleep), ivtrace.ko loaded"},
+                   "sync_interval_s": SETTINGS, "guest": "idle (sleep), ivtrace.ko loaded",
+                   "load_before": load_before},
         "command": "bench/run clocksync (ivtrace record --shm, --sync-interval 2 against "
                    "3600; the guest idles with ivtrace.ko loaded)",
         "runs": runs, "summary": summary(runs)})

@@ -18,7 +18,8 @@ def section(out: list, rec: dict, src: str) -> None:
                f"record` on ivshmem-plain records a guest idling {p['seconds']} s with ivtrace.ko "
                f"loaded, with the periodic exchange (`--sync-interval 2`) and without it "
                f"(`--sync-interval 3600`: the first three bursts only), alternated, "
-               f"{p['repeats']} rounds (docs/kvm.md, \"The clock exchange\").\n")
+               f"{p['repeats']} rounds (docs/kvm.md, \"The clock exchange\"); load average "
+               f"{p['load_before'][0]:.1f} before the first run.\n")
     out.append("| setting | s | bursts | round trips | host spinning (% of a core) | recorder CPU "
                "(% of a core) | guest in the exchange (% of a vCPU) | bound (ns) |")
     out.append("|---|---|---|---|---|---|---|---|")
