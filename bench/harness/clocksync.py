@@ -6,8 +6,9 @@ ivtrace.ko loaded for --seconds, in two settings, alternated over --repeats roun
 
   sync      the default exchange: bursts at 0, 0.5 and 1 s, then every 2 s
             (`--sync-interval 2`);
-  no-sync   the first three bursts only (`--sync-interval 3600`), so the mapping still
-            exists but the periodic exchange is gone.
+  no-sync   the early bursts only (`--sync-interval 3600`: at 0, 0.5 and 1 s, and a
+            retry of one the guest did not enter), so the mapping still exists but the
+            periodic exchange is gone.
 
 Per run: the host's spinning for answers (the sidecar's clock_sync.pingpong
 stats.host_spin_ns, the exchange's host cost as the recorder counts it), the recorder
