@@ -24,10 +24,25 @@
 //! follows by that much) is consistent; positive means the mapping put the
 //! effect first, which a mapping within its bound can do by at most the
 //! bound. A violation is a lead beyond the bound: proof that the mapping is
-//! off by more than it says. No violation proves nothing by itself: a pair
-//! catches an error only if it is larger than the pair's true gap, and
-//! only in one direction (late causes for the first kind, early effects
-//! for the second), which is why both kinds are checked.
+//! off by more than it says, or that the host trace is. No violation proves
+//! nothing by itself: a pair catches an error only if it is larger than the
+//! pair's true gap, and only in one direction (late causes for the first
+//! kind, early effects for the second), which is why both kinds are checked.
+//!
+//! A lead beyond the bound comes from guest events mapped inside a stretch.
+//! A clock error explains them only one way: the mapping is late by at
+//! least the farthest one's distance from the start (all of them truly ran
+//! before the switch-out) or early by at least the farthest one's distance
+//! from the end (all truly after the switch-in), never both. Either way the
+//! guest was truly silent for the whole stretch, so its events show a
+//! silence as long as the stretch right after the last event inside (late)
+//! or right before the first (early). A stretch whose guest ran *through*
+//! it (no such silence on either side) while the stretches around it on
+//! the same vCPU show no guest event inside them is one the host trace got
+//! wrong ([`SelfCheck::host_record_missing`]: a switch-in and a switch-out
+//! it did not trace), not a clock error: a clock error shifts every pair of
+//! a kind, so the stretches around it would show it too. Those stretches
+//! are counted and their leads reported apart; they are not violations.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +56,15 @@ pub const PAIR_HORIZON_NS: u64 = 1_000_000;
 /// Off-CPU stretches kept per vCPU (memory stays bounded by this, whatever
 /// the host trace holds); those past it are not checked, and counted.
 const STRETCHES_MAX: usize = 1 << 22;
+/// The stretches around one whose guest ran through it, either side: a
+/// clock error is shared by the stretches this close (it drifts by
+/// nanoseconds over this time).
+const NEIGHBOURHOOD_NS: u64 = 50_000_000;
+/// Stretches with pairs that must lie around a stretch for it to be set
+/// aside as one the host trace got wrong (fewer: no evidence, it stays a
+/// violation), and how far out they are looked for, either side.
+const NEIGHBOURS_MIN: u64 = 4;
+const NEIGHBOURS_SCAN: usize = 64;
 
 /// One kind of pair, checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,6 +76,10 @@ pub struct PairKind {
     pub violations: u64,
     /// The largest lead (cause minus effect, mapped), ns.
     pub largest_lead_ns: Option<i64>,
+    /// Pairs of stretches the host trace got wrong, not held to the bound
+    /// (not in `pairs`).
+    #[serde(default)]
+    pub host_record_missing: u64,
 }
 
 impl PairKind {
@@ -82,6 +110,15 @@ pub struct SelfCheck {
     /// Guest events mapped inside an off-CPU stretch (each also counts in
     /// its pair's lead).
     pub events_inside: u64,
+    /// Stretches the host trace got wrong: the guest ran through them (no
+    /// clock error explains their events inside) while the stretches around
+    /// them hold. Their pairs are set aside, not violations.
+    #[serde(default)]
+    pub host_record_missing: u64,
+    /// How far, at most, the guest ran into those stretches (their largest
+    /// lead), ns.
+    #[serde(default)]
+    pub host_record_missing_largest_lead_ns: Option<i64>,
     /// Stretches whose end the host trace does not show (a switch-in it
     /// did not trace, the end of the trace): only their start is checked.
     pub stretches_open_ended: u64,
@@ -110,6 +147,39 @@ struct Stretch {
 struct Leads {
     before: Option<i64>,
     after: Option<i64>,
+    /// The guest's events around it, at any distance: the last before its
+    /// first event inside, the first and last inside, the first after its
+    /// end.
+    prev: Option<u64>,
+    first_inside: Option<u64>,
+    last_inside: Option<u64>,
+    next: Option<u64>,
+}
+
+impl Leads {
+    fn beyond(&self, bound: u64) -> bool {
+        let over = |l: Option<i64>| l.is_some_and(|l| l > 0 && l.unsigned_abs() > bound);
+        over(self.before) || over(self.after)
+    }
+
+    fn paired(&self) -> bool {
+        self.before.is_some() || self.after.is_some()
+    }
+
+    /// The guest ran through stretch `s`: no clock error explains its
+    /// events inside. Late, they all ran before the switch-out and the
+    /// guest was silent for the stretch after the last of them; early,
+    /// they all ran after the switch-in and it was silent for the stretch
+    /// before the first. `slack` is how much the error may differ between
+    /// the two ends.
+    fn ran_through(&self, s: &Stretch, slack: u64) -> bool {
+        let (Some(first), Some(last)) = (self.first_inside, self.last_inside) else {
+            return false;
+        };
+        let length = s.end.saturating_sub(s.start).saturating_sub(slack);
+        let silent = |from: u64, to: Option<u64>| to.is_none_or(|to| to.abs_diff(from) >= length);
+        !silent(last, self.next) && !silent(first, self.prev)
+    }
 }
 
 fn max_opt(a: Option<i64>, b: i64) -> Option<i64> {
@@ -165,36 +235,45 @@ impl Checker {
             return;
         };
         let mut leads = vec![Leads::default(); list.len()];
-        let mut j = 0;
+        let (mut j, mut last) = (0, None);
         for m in events {
             while j < list.len() && list[j].end <= m {
-                let s = list[j];
-                if s.resumes && m - s.end <= PAIR_HORIZON_NS && leads[j].after.is_none() {
-                    leads[j].after = Some(signed(s.end, m));
+                let (s, l) = (list[j], &mut leads[j]);
+                l.next = l.next.or(Some(m));
+                if s.resumes && m - s.end <= PAIR_HORIZON_NS && l.after.is_none() {
+                    l.after = Some(signed(s.end, m));
                 }
                 j += 1;
             }
-            let Some(s) = list.get(j) else { continue };
+            let previous = last.replace(m);
+            let (Some(s), Some(l)) = (list.get(j), leads.get_mut(j)) else {
+                continue;
+            };
             if m <= s.start {
                 if s.start - m <= PAIR_HORIZON_NS {
                     // The latest event before the stretch (overwritten by later ones).
-                    leads[j].before = Some(signed(m, s.start));
+                    l.before = Some(signed(m, s.start));
                 }
                 continue;
             }
             self.check.events_inside += 1;
+            if l.first_inside.is_none() {
+                (l.prev, l.first_inside) = (previous, Some(m));
+            }
+            l.last_inside = Some(m);
             let (since, until) = (m - s.start, s.end - m);
             if since <= until || !s.resumes {
-                leads[j].before = max_opt(leads[j].before, since as i64);
+                l.before = max_opt(l.before, since as i64);
             } else {
-                leads[j].after = max_opt(leads[j].after, until as i64);
+                l.after = max_opt(l.after, until as i64);
             }
         }
-        self.count(&list, &leads, bound);
+        let missing = host_record_missing(&list, &leads, bound);
+        self.count(&list, &leads, &missing, bound);
     }
 
-    fn count(&mut self, list: &[Stretch], leads: &[Leads], bound: u64) {
-        for (s, l) in list.iter().zip(leads) {
+    fn count(&mut self, list: &[Stretch], leads: &[Leads], missing: &[bool], bound: u64) {
+        for ((s, l), &missing) in list.iter().zip(leads).zip(missing) {
             self.check.stretches_open_ended += u64::from(!s.resumes);
             let (out, back) = match s.kvm {
                 true => (("guest event", "kvm_exit"), ("kvm_entry", "guest event")),
@@ -203,11 +282,20 @@ impl Checker {
                     ("vCPU switch-in", "guest event"),
                 ),
             };
-            if let Some(lead) = l.before {
-                self.kind(out.0, out.1).pair(lead, bound);
+            if missing {
+                self.check.host_record_missing += 1;
             }
-            if let Some(lead) = l.after {
-                self.kind(back.0, back.1).pair(lead, bound);
+            for (lead, (cause, effect)) in [(l.before, out), (l.after, back)] {
+                let Some(lead) = lead else { continue };
+                let kind = self.kind(cause, effect);
+                if missing {
+                    kind.host_record_missing += 1;
+                    let c = &mut self.check;
+                    c.host_record_missing_largest_lead_ns =
+                        max_opt(c.host_record_missing_largest_lead_ns, lead);
+                } else {
+                    kind.pair(lead, bound);
+                }
             }
         }
     }
@@ -261,6 +349,39 @@ impl Checker {
     }
 }
 
+/// Which stretches the host trace got wrong: those with a lead beyond the
+/// bound whose guest ran through them (see [`Leads::ran_through`]) while
+/// the stretches with pairs around them, on the same vCPU within
+/// [`NEIGHBOURHOOD_NS`], have no lead beyond it (at least
+/// [`NEIGHBOURS_MIN`] of them, and at most one in four with such a lead: a
+/// clock error would shift theirs too).
+fn host_record_missing(list: &[Stretch], leads: &[Leads], bound: u64) -> Vec<bool> {
+    let slack = bound.saturating_mul(2);
+    let suspect: Vec<bool> = leads.iter().map(|l| l.beyond(bound)).collect();
+    (0..list.len())
+        .map(|j| {
+            suspect[j]
+                && leads[j].ran_through(&list[j], slack)
+                && isolated(list, leads, &suspect, j)
+        })
+        .collect()
+}
+
+/// Stretch `j` stands alone: the stretches with pairs around it hold.
+fn isolated(list: &[Stretch], leads: &[Leads], suspect: &[bool], j: usize) -> bool {
+    let near = |i: &usize| list[*i].start.abs_diff(list[j].start) <= NEIGHBOURHOOD_NS;
+    let before = (j.saturating_sub(NEIGHBOURS_SCAN)..j)
+        .rev()
+        .take_while(near);
+    let after = (j + 1..list.len().min(j + 1 + NEIGHBOURS_SCAN)).take_while(near);
+    let (mut paired, mut beyond) = (0u64, 0u64);
+    for i in before.chain(after).filter(|&i| leads[i].paired()) {
+        paired += 1;
+        beyond += u64::from(suspect[i]);
+    }
+    paired >= NEIGHBOURS_MIN && beyond.saturating_mul(4) <= paired
+}
+
 fn lead_text(lead: Option<i64>) -> String {
     match lead {
         Some(l) if l > 0 => format!("{l} ns (an effect mapped before its cause)"),
@@ -294,6 +415,15 @@ pub fn describe(c: &SelfCheck) -> Vec<String> {
         lines.push(format!(
             "  {} guest events mapped inside a stretch their vCPU was off its CPU",
             c.events_inside
+        ));
+    }
+    if c.host_record_missing > 0 {
+        lines.push(format!(
+            "  {} stretches the host trace got wrong, not held to the bound: the guest ran \
+             through them (up to {} ns in) while the stretches around them hold (a context \
+             switch the host kernel did not trace)",
+            c.host_record_missing,
+            c.host_record_missing_largest_lead_ns.unwrap_or(0)
         ));
     }
     if let Some((rang, received)) = c.doorbells_unpaired {
@@ -367,6 +497,115 @@ mod tests {
         let mut c = Checker::default();
         c.doorbells(vec![100], &[(150, 1), (160, 1)], 5);
         assert_eq!(c.finish(5).doorbells_unpaired, Some((1, 2)));
+    }
+
+    /// A busy guest on vCPU 0 (an event every 20 us while it runs, the
+    /// first 2 us after each switch-in, the last 1 us before each
+    /// switch-out) and 100 stretches off its CPU after 1 ms runs, every
+    /// fourth 8 ms long (asleep) and the others 300 us (preempted); its
+    /// events mapped `shift` ns off. With `missing`, the vCPU truly ran
+    /// through that stretch (10 ms): the host trace shows the switch-out
+    /// and a wake-up, not the switch-in, nor the next switch-out until
+    /// 300 us after the wake-up.
+    fn recording(shift: i64, missing: Option<usize>, bound: u64) -> SelfCheck {
+        const US: u64 = 1000;
+        let mut c = Checker::default();
+        let (mut t, mut events) = (100_000 * US, Vec::new());
+        for k in 0..100 {
+            let (run_end, length) = (t + 1000 * US, if k % 4 == 0 { 8000 * US } else { 300 * US });
+            events.extend((t + 2 * US..run_end - US).step_by(20_000));
+            events.push(run_end - US);
+            if missing == Some(k) {
+                let (wake, out) = (run_end + 10_000 * US, run_end + 10_300 * US);
+                c.interval(&iv(0, State::Blocked, run_end, wake));
+                c.interval(&iv(0, State::Untraced, wake, out));
+                events.extend((run_end..out).step_by(20_000));
+                t = out;
+                continue;
+            }
+            let state = if length > 300 * US {
+                State::Blocked
+            } else {
+                State::Preempted
+            };
+            c.interval(&iv(0, state, run_end, run_end + length));
+            t = run_end + length;
+        }
+        let mapped = events.into_iter().map(|e| e.saturating_add_signed(shift));
+        c.guest_cpu(0, mapped, bound);
+        c.finish(bound)
+    }
+
+    #[test]
+    fn a_right_mapping_passes() {
+        let r = recording(0, None, 500);
+        assert!(r.pairs >= 190, "{r:?}");
+        assert_eq!(
+            (r.violations, r.host_record_missing, r.events_inside),
+            (0, 0, 0)
+        );
+        assert!(r.largest_lead_ns.is_some_and(|l| l <= 0), "{r:?}");
+    }
+
+    #[test]
+    fn a_mapping_late_or_early_by_5_us_is_caught_on_both_kinds() {
+        for (shift, kind) in [(5_000, 0), (-5_000, 1)] {
+            let r = recording(shift, None, 500);
+            assert_eq!(r.host_record_missing, 0, "{shift}: {r:?}");
+            assert!(r.kinds[kind].violations >= 90, "{shift}: {r:?}");
+            assert!(
+                r.largest_lead_ns
+                    .is_some_and(|l| (3_000..=5_000).contains(&l)),
+                "{r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_mapping_late_or_early_by_5_ms_is_caught() {
+        for shift in [5_000_000, -5_000_000] {
+            let r = recording(shift, None, 500);
+            assert_eq!(r.host_record_missing, 0, "{shift}: {r:?}");
+            assert!(r.violations >= 25, "{shift}: {r:?}");
+            // The lead is to the nearer end: 3 ms of an 8 ms stretch at least.
+            assert!(
+                r.largest_lead_ns.is_some_and(|l| l >= 3_000_000),
+                "{shift}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_stretch_the_guest_ran_through_is_a_missing_host_record_not_a_violation() {
+        let r = recording(0, Some(50), 500);
+        assert_eq!((r.violations, r.host_record_missing), (0, 1), "{r:?}");
+        let lead = r.host_record_missing_largest_lead_ns.expect("its lead");
+        assert!(lead > 9_000_000, "the guest ran 10 ms into it: {r:?}");
+        assert!(
+            r.largest_lead_ns.is_some_and(|l| l <= 0),
+            "held apart: {r:?}"
+        );
+        assert_eq!(r.kinds[0].host_record_missing, 1, "{r:?}");
+        let text = describe(&r).join("\n");
+        assert!(
+            text.contains("1 stretches the host trace got wrong"),
+            "{text}"
+        );
+        // The same stretch in a recording whose mapping is 5 us late: the
+        // stretches around it do not hold, so it is a violation like them.
+        let r = recording(5_000, Some(50), 500);
+        assert_eq!(r.host_record_missing, 0, "{r:?}");
+    }
+
+    #[test]
+    fn a_lone_stretch_without_neighbours_stays_a_violation() {
+        // The guest ran through it, but nothing around it says the mapping
+        // holds there.
+        let mut c = Checker::default();
+        c.interval(&iv(0, State::Blocked, 1_000_000, 2_000_000));
+        c.guest_cpu(0, (900_000u64..2_100_000).step_by(20_000), 500);
+        let r = c.finish(500);
+        assert_eq!((r.violations, r.host_record_missing), (2, 0), "{r:?}");
     }
 
     #[test]
