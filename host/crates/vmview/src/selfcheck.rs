@@ -147,13 +147,8 @@ struct Stretch {
 struct Leads {
     before: Option<i64>,
     after: Option<i64>,
-    /// The guest's events around it, at any distance: the last before its
-    /// first event inside, the first and last inside, the first after its
-    /// end.
-    prev: Option<u64>,
-    first_inside: Option<u64>,
-    last_inside: Option<u64>,
-    next: Option<u64>,
+    /// The guest ran through it (see [`Inside::ran_through`]).
+    ran_through: bool,
 }
 
 impl Leads {
@@ -165,20 +160,31 @@ impl Leads {
     fn paired(&self) -> bool {
         self.before.is_some() || self.after.is_some()
     }
+}
 
-    /// The guest ran through stretch `s`: no clock error explains its
-    /// events inside. Late, they all ran before the switch-out and the
-    /// guest was silent for the stretch after the last of them; early,
-    /// they all ran after the switch-in and it was silent for the stretch
-    /// before the first. `slack` is how much the error may differ between
-    /// the two ends.
-    fn ran_through(&self, s: &Stretch, slack: u64) -> bool {
-        let (Some(first), Some(last)) = (self.first_inside, self.last_inside) else {
+/// The guest's events mapped inside the stretch being checked: the first
+/// and the last, and the event before the first (at any distance).
+#[derive(Debug, Default, Clone, Copy)]
+struct Inside {
+    prev: Option<u64>,
+    first: Option<u64>,
+    last: Option<u64>,
+}
+
+impl Inside {
+    /// The guest ran through stretch `s`, `next` its first event after
+    /// it: no clock error explains its events inside. Late, they all ran
+    /// before the switch-out and the guest was silent for the stretch
+    /// after the last of them; early, they all ran after the switch-in and
+    /// it was silent for the stretch before the first. `slack` is how much
+    /// the error may differ between the two ends.
+    fn ran_through(&self, s: &Stretch, next: Option<u64>, slack: u64) -> bool {
+        let (Some(first), Some(last)) = (self.first, self.last) else {
             return false;
         };
         let length = s.end.saturating_sub(s.start).saturating_sub(slack);
         let silent = |from: u64, to: Option<u64>| to.is_none_or(|to| to.abs_diff(from) >= length);
-        !silent(last, self.next) && !silent(first, self.prev)
+        !silent(last, next) && !silent(first, self.prev)
     }
 }
 
@@ -235,15 +241,16 @@ impl Checker {
             return;
         };
         let mut leads = vec![Leads::default(); list.len()];
-        let (mut j, mut last) = (0, None);
+        let (mut j, mut last, mut inside) = (0, None, Inside::default());
+        let slack = bound.saturating_mul(2);
         for m in events {
             while j < list.len() && list[j].end <= m {
                 let (s, l) = (list[j], &mut leads[j]);
-                l.next = l.next.or(Some(m));
+                l.ran_through = inside.ran_through(&s, Some(m), slack);
                 if s.resumes && m - s.end <= PAIR_HORIZON_NS && l.after.is_none() {
                     l.after = Some(signed(s.end, m));
                 }
-                j += 1;
+                (j, inside) = (j + 1, Inside::default());
             }
             let previous = last.replace(m);
             let (Some(s), Some(l)) = (list.get(j), leads.get_mut(j)) else {
@@ -257,10 +264,10 @@ impl Checker {
                 continue;
             }
             self.check.events_inside += 1;
-            if l.first_inside.is_none() {
-                (l.prev, l.first_inside) = (previous, Some(m));
+            if inside.first.is_none() {
+                (inside.prev, inside.first) = (previous, Some(m));
             }
-            l.last_inside = Some(m);
+            inside.last = Some(m);
             let (since, until) = (m - s.start, s.end - m);
             if since <= until || !s.resumes {
                 l.before = max_opt(l.before, since as i64);
@@ -350,20 +357,15 @@ impl Checker {
 }
 
 /// Which stretches the host trace got wrong: those with a lead beyond the
-/// bound whose guest ran through them (see [`Leads::ran_through`]) while
+/// bound whose guest ran through them (see [`Inside::ran_through`]) while
 /// the stretches with pairs around them, on the same vCPU within
 /// [`NEIGHBOURHOOD_NS`], have no lead beyond it (at least
 /// [`NEIGHBOURS_MIN`] of them, and at most one in four with such a lead: a
 /// clock error would shift theirs too).
 fn host_record_missing(list: &[Stretch], leads: &[Leads], bound: u64) -> Vec<bool> {
-    let slack = bound.saturating_mul(2);
     let suspect: Vec<bool> = leads.iter().map(|l| l.beyond(bound)).collect();
     (0..list.len())
-        .map(|j| {
-            suspect[j]
-                && leads[j].ran_through(&list[j], slack)
-                && isolated(list, leads, &suspect, j)
-        })
+        .map(|j| suspect[j] && leads[j].ran_through && isolated(list, leads, &suspect, j))
         .collect()
 }
 
