@@ -158,6 +158,29 @@ pub struct EnvRecord {
     pub extra: BTreeMap<String, serde_json::Value>,
 }
 
+impl ChannelSummary {
+    /// Totals over all channels.
+    pub fn totals(channels: &[ChannelSummary]) -> ChannelSummary {
+        let mut t = ChannelSummary::default();
+        for c in channels {
+            t.events += c.events;
+            t.packets += c.packets;
+            t.partial_packets += c.partial_packets;
+            t.bytes += c.bytes;
+            t.event_bytes += c.event_bytes;
+            t.header_bytes += c.header_bytes;
+            t.lost.add(&c.lost);
+            t.utf8_fixed += c.utf8_fixed;
+            t.older_overwritten = t.older_overwritten.saturating_add(c.older_overwritten);
+            for (k, v) in &c.skipped_packets {
+                let n = t.skipped_packets.entry(k.clone()).or_default();
+                *n = n.saturating_add(*v);
+            }
+        }
+        t
+    }
+}
+
 impl From<&TraceEnv> for EnvRecord {
     fn from(e: &TraceEnv) -> EnvRecord {
         EnvRecord {

@@ -23,7 +23,7 @@ use ivtrace_region::{abi, Command, EventClasses, PacketSink, Reader};
 use ivtrace_time::pingpong::SyncPoint;
 use ivtrace_time::timebase::host_now_ns;
 
-use crate::serve::guest::{GuestStatus, Request};
+use crate::guest::{GuestStatus, Request};
 
 /// Event ids of the serve stream in the host trace.
 pub mod ev {
