@@ -24,7 +24,7 @@ use ivtrace_ctf::outdir::OutDir;
 use ivtrace_ctf::read::{stream_class_of, stream_files, Item, Merge, StreamReader, Trace};
 use ivtrace_region::abi::IVT_STREAM_FTRACE;
 use ivtrace_region::kallsyms::Symbols;
-use ivtrace_tracefs::relay::out::StreamOut;
+use ivtrace_tracefs::ftrace_relay::out::StreamOut;
 
 use crate::events::{Classifier, GRAPH_ENTRY, GRAPH_EXIT, INITCALL_LEVEL, INITCALL_START};
 use crate::model::{Boot, Pairing, Profile};

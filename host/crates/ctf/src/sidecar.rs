@@ -332,7 +332,7 @@ pub struct Sidecar {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<serde_json::Value>,
     /// What went to a relay daemon (`--relayd`): the session, per stream the
-    /// packets sent and the events lost on the way (ivtrace-relay's
+    /// packets sent and the events lost on the way (ivtrace-relayd's
     /// `SessionStats`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay: Option<serde_json::Value>,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use ivtrace_engine::session;
-use ivtrace_relay::{Hub, RelayOptions, RelayUrl};
+use ivtrace_relayd::{Hub, RelayOptions, RelayUrl};
 
 /// The relay options both front ends take.
 // Doc comments here are the CLI's --help text (clap): `<name>` and `[GLOB]` are its syntax,
@@ -21,7 +21,7 @@ use ivtrace_relay::{Hub, RelayOptions, RelayUrl};
 pub struct RelayArgs {
     /// Also stream every trace to this LTTng relay daemon (lttng-relayd), live:
     /// net://HOST[:CONTROL_PORT[:DATA_PORT]] (default ports 5342, 5343).
-    #[arg(long, value_name = "URL", value_parser = ivtrace_relay::url::parse)]
+    #[arg(long, value_name = "URL", value_parser = ivtrace_relayd::url::parse)]
     pub relayd: Option<RelayUrl>,
     /// The host name the relay files the sessions under [default: this host's name].
     #[arg(long, value_name = "NAME", requires = "relayd")]

@@ -14,7 +14,7 @@ use anyhow::Result;
 use nix::sys::eventfd::EventFd;
 use serde_json::json;
 
-use ivtrace_ctf::host::{HostTrace, Payload, STREAM_IVTRACE};
+use ivtrace_ctf::host_trace::{HostTrace, Payload, STREAM_IVTRACE};
 use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, TraceEnv};
 use ivtrace_engine::{Hooks, Output, StopReason, Woken};
 use ivtrace_region::bytes::{u32_at, u64_at};

@@ -12,7 +12,7 @@
 //! drain pool ([`pool`]: a bounded set of threads for every guest) runs to
 //! record it ([`recording`], with what serve observed logged in the host
 //! trace: [`hostlog`]; with `--relayd` also streamed to a relay:
-//! [`ivtrace_engine::relay`]) into `OUTROOT/<name>`: the name
+//! [`ivtrace_engine::relayd`]) into `OUTROOT/<name>`: the name
 //! comes from the peer's QEMU `-name` (pid from SO_PEERCRED, then
 //! /proc/PID/cmdline), else `guest<N>`. Guests never share state; one
 //! that misbehaves or dies only ends its own recording. SIGINT/SIGTERM
@@ -63,7 +63,7 @@ use ivtrace_engine::UserError;
 pub struct Settings {
     /// The server socket QEMU connects to.
     pub socket: PathBuf,
-    /// Root of the per-guest trace directories: OUTROOT/<guest name>.
+    /// Root of the per-guest trace directories: `OUTROOT/<guest name>`.
     pub output: PathBuf,
     /// Who may read the traces, and whether a shared output root is accepted.
     pub policy: ivtrace_ctf::OutputPolicy,
@@ -95,7 +95,7 @@ pub struct Settings {
     /// Drain threads [default: the CPUs available].
     pub drain_threads: Option<u32>,
     /// The relay sender (`--relayd`), started.
-    pub relay: Option<ivtrace_relay::Hub>,
+    pub relay: Option<ivtrace_relayd::Hub>,
     /// The boot analysis each recording derives when it ends.
     pub boot: ivtrace_boot::derive::Options,
     /// Prints a finished guest's summary as text (the CLI's table).
@@ -122,7 +122,7 @@ pub struct ServeConfig {
     /// What one recording's output may use.
     pub limits: ivtrace_ctf::streams::Limits,
     /// The relay sender (`--relayd`): every guest's recording streams to it.
-    pub relay: Option<ivtrace_relay::Hub>,
+    pub relay: Option<ivtrace_relayd::Hub>,
     /// The boot analysis each recording derives when it ends.
     pub boot: ivtrace_boot::derive::Options,
     print_summary: fn(&Sidecar, &Path),

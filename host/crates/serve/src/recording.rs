@@ -12,10 +12,10 @@ use anyhow::{Context, Result};
 use nix::sys::eventfd::EventFd;
 use serde_json::{json, Value};
 
-use ivtrace_ctf::host::STREAM_IVTRACE;
+use ivtrace_ctf::host_trace::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{ChannelSummary, Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::{EnvValue, OutDir};
-use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::host_side::{GuestOutput, HostSide};
 use ivtrace_engine::migration::{self, Resumed};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
@@ -62,8 +62,8 @@ struct Observed {
     received: u64,
     notify: NotifyStats,
     host_counts: Vec<u64>,
-    host_event_stats: Option<ivtrace_tracefs::host::HostEventStats>,
-    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    host_event_stats: Option<ivtrace_tracefs::host_events::HostEventStats>,
+    tap: Option<Arc<ivtrace_engine::relayd::RelayTap>>,
     relay: Option<Value>,
     vm_view: Option<ivtrace_vmview::derive::Derived>,
     /// The boot analysis of the finished kernel trace (docs/boot.md).
@@ -88,7 +88,7 @@ pub struct Live {
     received: u64,
     /// `ivtrace ctl handoff` came: the next step ends this part.
     handoff: bool,
-    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    tap: Option<Arc<ivtrace_engine::relayd::RelayTap>>,
 }
 
 /// Starts recording one formatted region; `resume`: the guest arrived by
@@ -139,7 +139,7 @@ pub fn start(
     );
     let tap = g.cfg.relay.as_ref().map(|hub| {
         let freq = region.header().clock.freq_hz;
-        let tap = ivtrace_engine::relay::attach(hub, &g.name, freq, &mut writer);
+        let tap = ivtrace_engine::relayd::attach(hub, &g.name, freq, &mut writer);
         host.trace()
             .lock()
             .expect("not poisoned")
@@ -351,7 +351,7 @@ fn clock_entry(kick_fd: Option<&Arc<EventFd>>, region: &Region) -> Option<Entry>
 fn host_side(g: &Guest, out: &OutDir) -> Result<(HostSide, usize)> {
     let mut classes = serve_classes();
     let events = g.cfg.host_events.then(|| {
-        ivtrace_tracefs::host::HostEvents::prepare(g.peer.pid, &mut classes)
+        ivtrace_tracefs::host_events::HostEvents::prepare(g.peer.pid, &mut classes)
             .map_err(|e| g.log(&format!("host events not recorded: {e:#}")))
             .ok()
     });
@@ -381,7 +381,7 @@ fn qemu_pid_env(g: &Guest) -> (String, EnvValue) {
 fn stop_host_events(
     g: &Guest,
     host: &mut HostSide,
-) -> Option<ivtrace_tracefs::host::HostEventStats> {
+) -> Option<ivtrace_tracefs::host_events::HostEventStats> {
     match host.stop_events()? {
         Ok(stats) => Some(stats),
         Err(e) => {
@@ -459,7 +459,7 @@ pub fn conclude(g: &Guest, ending: Ending) -> Result<StopReason> {
     observed.relay = observed
         .tap
         .take()
-        .map(|t| ivtrace_engine::relay::close(&t, |m| g.log(m)));
+        .map(|t| ivtrace_engine::relayd::close(&t, |m| g.log(m)));
     let mut sidecar = session::build_sidecar(
         &rec.reader,
         &rec.output.writer,
@@ -474,7 +474,7 @@ pub fn conclude(g: &Guest, ending: Ending) -> Result<StopReason> {
     sidecar.host_lost = observed
         .host_event_stats
         .as_ref()
-        .map(ivtrace_engine::host::host_lost);
+        .map(ivtrace_engine::host_side::host_lost);
     sidecar.self_check = observed
         .vm_view
         .as_ref()
@@ -615,11 +615,11 @@ fn vm_view(
     g: &Guest,
     host: &mut HostSide,
     rec: &Recorded<Delivering>,
-    stats: Option<&ivtrace_tracefs::host::HostEventStats>,
+    stats: Option<&ivtrace_tracefs::host_events::HostEventStats>,
 ) -> Option<ivtrace_vmview::derive::Derived> {
     let guest = GuestOutput::of(&rec.output.writer, rec.reader.classes(), &rec.clock);
     let named = stats.is_some_and(|s| s.vcpu_names);
-    let source = ivtrace_engine::host::vcpu_source(false, named);
+    let source = ivtrace_engine::host_side::vcpu_source(false, named);
     match host.vm_view(&guest, HashMap::new(), source)? {
         Ok(d) => {
             for line in ivtrace_vmview::derive::describe(&d) {

@@ -15,14 +15,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::OutDir;
-use ivtrace_engine::host::{host_lost, vcpu_source, GuestOutput, HostSide};
+use ivtrace_engine::host_side::{host_lost, vcpu_source, GuestOutput, HostSide};
 use ivtrace_engine::migration::{self, Handoff, Resumed};
 use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{Reader, Region, RegionError};
 use ivtrace_time::pingpong::Entry;
 use ivtrace_time::{ClockSync, GuestClock};
-use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
+use ivtrace_tracefs::host_events::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
 use crate::summary;
@@ -264,7 +264,7 @@ struct Names<'a> {
     out: &'a OutDir,
     host: &'a str,
     /// The relay sender, with `--relayd`.
-    hub: Option<&'a ivtrace_relay::Hub>,
+    hub: Option<&'a ivtrace_relayd::Hub>,
     resumed: Option<(&'a Path, Resumed)>,
 }
 
@@ -308,7 +308,7 @@ fn record_region(
     let mut writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
     let tap = hub.map(|hub| {
         let tap =
-            ivtrace_engine::relay::attach(hub, host, region.header().clock.freq_hz, &mut writer);
+            ivtrace_engine::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
         if let Some(run) = host_side.as_mut() {
             run.side
                 .trace()
@@ -359,7 +359,7 @@ fn record_region(
 /// its clock was measured.
 struct Sides {
     host: Option<HostRun>,
-    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    tap: Option<Arc<ivtrace_engine::relayd::RelayTap>>,
     sync: Option<ivtrace_time::guest::ClockSyncSection>,
 }
 
@@ -449,7 +449,7 @@ fn finish_trace(
     }
     sidecar.self_check = host_done.and_then(|d| d.self_check);
     sidecar.clock_sync = sync.map(|s| serde_json::to_value(s).expect("plain data"));
-    sidecar.relay = tap.map(|t| ivtrace_engine::relay::close(&t, |m| eprintln!("ivtrace: {m}")));
+    sidecar.relay = tap.map(|t| ivtrace_engine::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
     sidecar.nested = nested;
     record_migration(&mut sidecar, &reader, reason, names)?;
     if output_error.is_some() {

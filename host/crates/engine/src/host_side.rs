@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
 
-use ivtrace_ctf::host::{HostTrace, HostTraceDesc};
+use ivtrace_ctf::host_trace::{HostTrace, HostTraceDesc};
 use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, EnvValue};
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::{abi, EventClass, EventClasses};
-use ivtrace_tracefs::host::{HostEventStats, HostEvents, Running};
+use ivtrace_tracefs::host_events::{HostEventStats, HostEvents, Running};
 use ivtrace_vmview::derive::{derive, Derived, GuestTraces, Request};
 
 use crate::session::this_host;

@@ -1,6 +1,6 @@
 //! A recording's relay output: a [`PacketTap`] that hands every packet and
 //! metadata text the CTF writers write to a relay session
-//! (ivtrace-relay), so the relay gets the same packets as the files.
+//! (ivtrace-relayd), so the relay gets the same packets as the files.
 //!
 //! The relay's metadata stream is append-only: the first text of a trace
 //! goes whole; later texts go as the part that extends what was sent, or,
@@ -23,7 +23,7 @@ use ivtrace_ctf::kernel::wire::le_u64;
 use ivtrace_ctf::{tsdl, CtfWriter, PacketTap};
 use ivtrace_region::abi;
 use ivtrace_region::classes::StreamClasses;
-use ivtrace_relay::{Hub, Session, SessionStats, TraceId};
+use ivtrace_relayd::{Hub, Session, SessionStats, TraceId};
 
 use crate::session;
 
@@ -85,7 +85,7 @@ impl RelayTap {
         let mut traces = self.traces.lock().unwrap_or_else(|p| p.into_inner());
         let t = traces.entry(trace).or_insert_with(|| {
             let (hdr, freq) = if trace == "host" {
-                (ivtrace_ctf::host::PACKET_HDR, 1_000_000_000)
+                (ivtrace_ctf::host_trace::PACKET_HDR, 1_000_000_000)
             } else {
                 (abi::PACKET_HDR_SIZE, self.guest_freq_hz)
             };
