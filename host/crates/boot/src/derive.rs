@@ -24,7 +24,7 @@ use ivtrace_ctf::outdir::OutDir;
 use ivtrace_ctf::read::{stream_class_of, stream_files, Item, Merge, StreamReader, Trace};
 use ivtrace_region::abi::IVT_STREAM_FTRACE;
 use ivtrace_region::kallsyms::Symbols;
-use ivtrace_tracefs::relay::out::StreamOut;
+use ivtrace_tracefs::ftrace_relay::out::StreamOut;
 
 use crate::events::{Classifier, GRAPH_ENTRY, GRAPH_EXIT, INITCALL_LEVEL, INITCALL_START};
 use crate::model::{Boot, Pairing, Profile};
@@ -303,4 +303,47 @@ pub fn derive(root: &OutDir, opts: &Options) -> io::Result<Option<Derived>> {
     }
     d.seconds = started.elapsed().as_secs_f64();
     Ok(Some(d))
+}
+
+/// Derives the boot's streams of a finished recording in `root`: the
+/// sidecar's `boot` section, None when its kernel trace holds no boot. A
+/// failure is reported and the recording stands without them.
+pub fn at_end(root: &OutDir, opts: &Options, log: impl Fn(&str)) -> Option<serde_json::Value> {
+    match derive(root, opts) {
+        Ok(Some(d)) => {
+            log(&describe(&d));
+            serde_json::to_value(&d).ok()
+        }
+        Ok(None) => None,
+        Err(e) => {
+            log(&format!(
+                "the boot analysis failed: {e} (the trace is complete; `ivtrace boot --derive DIR` \
+                 tries again)"
+            ));
+            None
+        }
+    }
+}
+
+/// One line about a derivation.
+pub fn describe(d: &Derived) -> String {
+    let mut s = format!(
+        "boot: {} phases, {} initcalls derived into kernel/boot ({} bytes)",
+        d.phases, d.initcalls, d.written.boot_bytes
+    );
+    if d.graph_events > 0 {
+        s.push_str(&format!(
+            "; function profile: {} graph events -> {} rows, {} bytes (ftrace streams {} bytes{})",
+            d.graph_events,
+            d.profile_rows,
+            d.written.profile_bytes,
+            d.ftrace_bytes,
+            if d.ftrace_bytes_after != d.ftrace_bytes {
+                format!(", {} without the raw graph events", d.ftrace_bytes_after)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    s
 }

@@ -22,12 +22,12 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use ivtrace_ctf::host::Payload;
+use ivtrace_ctf::host_trace::Payload;
 use ivtrace_ctf::outdir::OutDir;
 use ivtrace_ctf::read::{Record, StreamReader, Trace};
 use ivtrace_ctf::tsdl;
 use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
-use ivtrace_tracefs::relay::out::StreamOut;
+use ivtrace_tracefs::ftrace_relay::out::StreamOut;
 
 use crate::model::{Boot, CpuTime, Initcall, Key, Mark, Pairing, Phase, Profile, Stat};
 

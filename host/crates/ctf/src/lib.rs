@@ -8,7 +8,7 @@
 //! block. The kernel stream is staged in its wire form and expanded to
 //! LTTng's layout at the end ([`kernel`]); the ftrace relay's pages are
 //! staged too and decoded into more streams of the kernel trace
-//! ([`ftrace`]). [`host::HostTrace`] writes `DIR/host/`, the host's own
+//! ([`ftrace`]). [`host_trace::HostTrace`] writes `DIR/host/`, the host's own
 //! events on the host time base; [`vm`] is the metadata of the VM view
 //! (`DIR/vm/`, the same packets on the guest's clock); every trace's
 //! metadata comes from [`tsdl`]. [`read`] reads every trace ivtrace writes
@@ -16,7 +16,7 @@
 //! exports that work from what the sinks wrote.
 
 pub mod ftrace;
-pub mod host;
+pub mod host_trace;
 pub mod kernel;
 pub mod outdir;
 pub mod read;

@@ -158,6 +158,29 @@ pub struct EnvRecord {
     pub extra: BTreeMap<String, serde_json::Value>,
 }
 
+impl ChannelSummary {
+    /// Totals over all channels.
+    pub fn totals(channels: &[ChannelSummary]) -> ChannelSummary {
+        let mut t = ChannelSummary::default();
+        for c in channels {
+            t.events += c.events;
+            t.packets += c.packets;
+            t.partial_packets += c.partial_packets;
+            t.bytes += c.bytes;
+            t.event_bytes += c.event_bytes;
+            t.header_bytes += c.header_bytes;
+            t.lost.add(&c.lost);
+            t.utf8_fixed += c.utf8_fixed;
+            t.older_overwritten = t.older_overwritten.saturating_add(c.older_overwritten);
+            for (k, v) in &c.skipped_packets {
+                let n = t.skipped_packets.entry(k.clone()).or_default();
+                *n = n.saturating_add(*v);
+            }
+        }
+        t
+    }
+}
+
 impl From<&TraceEnv> for EnvRecord {
     fn from(e: &TraceEnv) -> EnvRecord {
         EnvRecord {
@@ -309,7 +332,7 @@ pub struct Sidecar {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<serde_json::Value>,
     /// What went to a relay daemon (`--relayd`): the session, per stream the
-    /// packets sent and the events lost on the way (ivtrace-relay's
+    /// packets sent and the events lost on the way (ivtrace-relayd's
     /// `SessionStats`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub relay: Option<serde_json::Value>,

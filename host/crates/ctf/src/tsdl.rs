@@ -14,7 +14,7 @@ use std::fmt::Write;
 use ivtrace_region::classes::{EventClass, FieldType, StreamClasses};
 use ivtrace_time::ClockMapping;
 
-use crate::host::{HostTraceDesc, STREAM_IVTRACE, STREAM_KERNEL};
+use crate::host_trace::{HostTraceDesc, STREAM_IVTRACE, STREAM_KERNEL};
 
 /// Name of the clock class in every trace.
 pub const CLOCK_NAME: &str = "ivt_clock";
@@ -311,7 +311,7 @@ fn write_field(t: &mut String, name: &str, ty: FieldType, hex: bool) {
     };
 }
 
-/// TSDL for the host trace (`DIR/host/`, [`crate::host`]): its own
+/// TSDL for the host trace (`DIR/host/`, [`crate::host_trace`]): its own
 /// byte-aligned integer aliases, a nanosecond clock on the host time base,
 /// the host kernel and ivtrace stream classes, then `classes`.
 pub fn host_metadata(desc: &HostTraceDesc, uuid: &str, classes: &[EventClass]) -> String {
@@ -376,7 +376,7 @@ fn write_host_clock(t: &mut String, desc: &HostTraceDesc) {
         "clock {{\n\tname = \"ivt_host\";\n\tuuid = \"{}\";\n\
          \tdescription = \"host CLOCK_MONOTONIC on the CLOCK_REALTIME base (ivtrace host time)\";\n\
          \tfreq = 1000000000;\n\tprecision = {};\n\toffset_s = 0;\n\toffset = 0;\n\tabsolute = TRUE;\n}};\n\n",
-        crate::host::random_uuid(),
+        crate::host_trace::random_uuid(),
         desc.error_ns.max(1)
     );
     t.push_str(
@@ -384,7 +384,7 @@ fn write_host_clock(t: &mut String, desc: &HostTraceDesc) {
     );
 }
 
-/// A host stream class: the packet context of [`crate::host`]'s packets,
+/// A host stream class: the packet context of [`crate::host_trace`]'s packets,
 /// a u32 id + u64 timestamp event header, and `ctx` (an event context).
 pub(crate) fn write_host_stream(t: &mut String, id: u32, ctx: &str) {
     let _ = write!(

@@ -2,9 +2,9 @@
 //! guest's vCPUs (preempted, blocked, in the hypervisor; hypercalls), on
 //! the **guest's** time base.
 //!
-//! Its packets are [`crate::host`]'s (byte-aligned integers, a u32 id and a
+//! Its packets are [`crate::host_trace`]'s (byte-aligned integers, a u32 id and a
 //! u64 timestamp per event, `cpu_id` in the packet context, a `_tid` event
-//! context in stream class 0), so [`crate::host::HostTrace`] writes them
+//! context in stream class 0), so [`crate::host_trace::HostTrace`] writes them
 //! and [`crate::read`] reads them back. What differs is the clock: the
 //! guest traces' own clock block (the same name, UUID, frequency and
 //! offset), timestamps in guest clock ticks. Readers therefore see one
@@ -19,7 +19,7 @@ use std::fmt::Write;
 use ivtrace_region::classes::EventClass;
 use ivtrace_time::ClockMapping;
 
-use crate::host::{random_uuid, STREAM_IVTRACE, STREAM_KERNEL};
+use crate::host_trace::{random_uuid, STREAM_IVTRACE, STREAM_KERNEL};
 use crate::tsdl::{
     creation_datetime, escape, offset_comment, write_env_entries, write_event, write_host_stream,
     EnvValue, CLOCK_NAME, HOST_PRELUDE,
@@ -85,7 +85,7 @@ fn write_vm_env(t: &mut String, desc: &VmTraceDesc) {
 }
 
 /// The guest traces' clock block, word for word what their metadata says,
-/// and the byte-aligned clock type of [`crate::host`]'s packets mapped to it.
+/// and the byte-aligned clock type of [`crate::host_trace`]'s packets mapped to it.
 fn write_guest_clock(t: &mut String, desc: &VmTraceDesc) {
     let c = desc.clock;
     let (offset_s, offset) = c.ctf_offset();

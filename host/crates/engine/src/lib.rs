@@ -16,17 +16,18 @@
 //!   requests between passes, what to do with sync points and doorbells.
 //!
 //! Around the loop: [`region_wait`] waits for a region to appear,
-//! [`host`] sets up `DIR/host/` (host trace and host events), and
-//! [`session`] prepares the output directory and turns a finished
-//! recording into its traces' `env` and its sidecar.
+//! [`host_side`] sets up `DIR/host/` (host trace and host events),
+//! [`relayd`] hands a recording's packets to an lttng-relayd session
+//! (ivtrace-relayd), and [`session`] prepares the output directory and
+//! turns a finished recording into its traces' `env` and its sidecar.
 
 pub mod engine;
-pub mod host;
+pub mod host_side;
 pub mod migration;
 pub mod nested;
 pub mod notify;
 pub mod region_wait;
-pub mod relay;
+pub mod relayd;
 pub mod session;
 pub mod wait;
 

@@ -1,7 +1,7 @@
 //! `ivtrace boot DIR`: the boot of a recorded guest (ivtrace-boot): the
 //! report as text or JSON, the chart as SVG and, with `--png`, as a PNG
 //! rendered by a headless Chromium. Also the derivation every recording
-//! runs when it ends ([`derive_at_end`]).
+//! runs when it ends ([`ivtrace_boot::derive::at_end`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -11,12 +11,11 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use ivtrace_boot::chart::{self, CHART_PNG, CHART_SVG};
-use ivtrace_boot::derive::{derive, Derived, Options};
+use ivtrace_boot::derive::derive;
 use ivtrace_boot::model::Boot;
 use ivtrace_boot::report::{self, host_view, HostView, Report};
 use ivtrace_boot::stream;
 use ivtrace_ctf::read::Trace;
-use ivtrace_ctf::OutDir;
 use ivtrace_engine::session::open_root;
 use ivtrace_engine::UserError;
 
@@ -48,53 +47,6 @@ Exit status: 0 a boot was reported; 2 error (no kernel trace, no boot events, I/
 const NO_BOOT_HINT: &str = "trace the boot: trace_event=initcall (and ftrace=function_graph for \
      the profile) on the guest's kernel command line, ivtrace.ko ftrace=1 from the initramfs \
      (docs/boot.md)";
-
-/// Derives the boot's streams of a finished recording in `root`: the
-/// sidecar's `boot` section, None when its kernel trace holds no boot. A
-/// failure is reported and the recording stands without them.
-pub fn derive_at_end(
-    root: &OutDir,
-    opts: &Options,
-    log: impl Fn(&str),
-) -> Option<serde_json::Value> {
-    match derive(root, opts) {
-        Ok(Some(d)) => {
-            log(&describe(&d));
-            serde_json::to_value(&d).ok()
-        }
-        Ok(None) => None,
-        Err(e) => {
-            log(&format!(
-                "the boot analysis failed: {e} (the trace is complete; `ivtrace boot --derive DIR` \
-                 tries again)"
-            ));
-            None
-        }
-    }
-}
-
-/// One line about a derivation.
-pub fn describe(d: &Derived) -> String {
-    let mut s = format!(
-        "boot: {} phases, {} initcalls derived into kernel/boot ({} bytes)",
-        d.phases, d.initcalls, d.written.boot_bytes
-    );
-    if d.graph_events > 0 {
-        s.push_str(&format!(
-            "; function profile: {} graph events -> {} rows, {} bytes (ftrace streams {} bytes{})",
-            d.graph_events,
-            d.profile_rows,
-            d.written.profile_bytes,
-            d.ftrace_bytes,
-            if d.ftrace_bytes_after != d.ftrace_bytes {
-                format!(", {} without the raw graph events", d.ftrace_bytes_after)
-            } else {
-                String::new()
-            }
-        ));
-    }
-    s
-}
 
 fn kernel_trace(dir: &Path) -> Result<Trace> {
     let kernel = dir.join("kernel");
@@ -132,7 +84,7 @@ fn load(args: &BootArgs) -> Result<(Trace, Boot, Option<ivtrace_boot::model::Pro
         }
         .into());
     };
-    eprintln!("ivtrace: {}", describe(&d));
+    eprintln!("ivtrace: {}", ivtrace_boot::derive::describe(&d));
     let trace = kernel_trace(&args.dir)?;
     let (boot, profile) = stream::read(&trace).context("cannot read the boot streams")?;
     Ok((

@@ -142,7 +142,27 @@ impl OutputAccessArgs {
 
 /// `64M`, `1G`, `65536` (as `--size`).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    crate::serve::parse_size(s)
+    let s = s.trim();
+    let (num, shift) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (s, 0),
+        Some((i, _)) => {
+            let unit = s[i..]
+                .trim_end_matches(['B', 'b', 'i'])
+                .to_ascii_uppercase();
+            let shift = match unit.as_str() {
+                "" => 0,
+                "K" => 10,
+                "M" => 20,
+                "G" => 30,
+                _ => return Err(format!("unknown size unit in `{s}` (use K, M or G)")),
+            };
+            (&s[..i], shift)
+        }
+    };
+    let n: u64 = num.parse().map_err(|_| format!("bad size `{s}`"))?;
+    n.checked_shl(shift)
+        .filter(|v| v >> shift == n)
+        .ok_or_else(|| format!("size `{s}` is too large"))
 }
 
 #[derive(Debug, clap::Args)]
@@ -346,6 +366,16 @@ pub struct SnapshotArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_bytes("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_bytes("65536").unwrap(), 65536);
+        assert_eq!(parse_bytes("16MiB").unwrap(), 16 << 20);
+        assert!(parse_bytes("12Q").is_err());
+        assert!(parse_bytes("99999999999G").is_err());
+    }
 
     #[test]
     fn cli_definition_is_consistent() {

@@ -14,9 +14,9 @@ use serde_json::{json, Value};
 
 use ivtrace_region::{Access, Command, Region};
 
-use crate::control::{self, parse_command};
-use crate::ftrace;
 use ivtrace_engine::UserError;
+use ivtrace_serve::control::{self, parse_command};
+use ivtrace_serve::ftrace;
 
 /// `ivtrace ctl --help`, after the options.
 pub const CTL_HELP: &str = "\
@@ -255,7 +255,7 @@ pub fn run(args: &CtlArgs) -> Result<u64> {
         let path = args.ctl_socket.clone().or_else(|| {
             args.socket
                 .as_ref()
-                .map(|s| crate::serve::default_ctl_path(s))
+                .map(|s| ivtrace_serve::default_ctl_path(s))
         });
         return run_ftrace(args, path);
     }
@@ -275,7 +275,7 @@ pub fn run(args: &CtlArgs) -> Result<u64> {
         .or_else(|| {
             args.socket
                 .as_ref()
-                .map(|s| crate::serve::default_ctl_path(s))
+                .map(|s| ivtrace_serve::default_ctl_path(s))
         })
         .expect("clap requires a target");
     let req = match verb {

@@ -1,16 +1,16 @@
-//! The `ivtrace` command on top of the recording engine (ivtrace-engine):
-//! `main.rs` only parses arguments and maps outcomes to exit codes; the
-//! subcommands live in [`record`], [`snapshot`], [`report`], [`serve`]
-//! (the ivshmem server and daemon), [`ctl`] and [`boot`]; [`control`] parses the
-//! control commands people type, [`ftrace`] the guest ftrace selections,
-//! [`summary`] prints a recording's summary.
+//! The `ivtrace` command on top of the recording engine (ivtrace-engine)
+//! and the server (ivtrace-serve): `main.rs` only parses arguments and maps
+//! outcomes to exit codes; the subcommands live in [`record`],
+//! [`snapshot`], [`report`], [`serve`] (its options; the ivshmem server and
+//! daemon is ivtrace-serve), [`ctl`] (the client of serve's control socket,
+//! in the control language of `ivtrace_serve::control` and
+//! `ivtrace_serve::ftrace`) and [`boot`]; [`summary`] prints a recording's
+//! summary.
 
 pub mod boot;
 pub mod cli;
-pub mod control;
 pub mod ctl;
 pub mod export;
-pub mod ftrace;
 pub mod json_out;
 pub mod qmp;
 pub mod record;

@@ -6,15 +6,12 @@
 //! net://RELAY/host/<hostname>/<guest>`). The local copy (`-o`) is written
 //! as without it.
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-use ivtrace_ctf::CtfWriter;
-use ivtrace_engine::relay::RelayTap;
 use ivtrace_engine::session;
-use ivtrace_relay::{Hub, RelayOptions, RelayUrl};
+use ivtrace_relayd::{Hub, RelayOptions, RelayUrl};
 
 /// The relay options both front ends take.
 // Doc comments here are the CLI's --help text (clap): `<name>` and `[GLOB]` are its syntax,
@@ -24,7 +21,7 @@ use ivtrace_relay::{Hub, RelayOptions, RelayUrl};
 pub struct RelayArgs {
     /// Also stream every trace to this LTTng relay daemon (lttng-relayd), live:
     /// net://HOST[:CONTROL_PORT[:DATA_PORT]] (default ports 5342, 5343).
-    #[arg(long, value_name = "URL", value_parser = ivtrace_relay::url::parse)]
+    #[arg(long, value_name = "URL", value_parser = ivtrace_relayd::url::parse)]
     pub relayd: Option<RelayUrl>,
     /// The host name the relay files the sessions under [default: this host's name].
     #[arg(long, value_name = "NAME", requires = "relayd")]
@@ -32,7 +29,7 @@ pub struct RelayArgs {
     /// Bytes of packets each recording may queue for the relay (a relay that is
     /// away or slow); beyond it packets are dropped and counted per stream.
     #[arg(long, value_name = "BYTES", default_value = "16M",
-          value_parser = crate::serve::parse_size, requires = "relayd")]
+          value_parser = crate::cli::parse_bytes, requires = "relayd")]
     pub relay_buffer: u64,
     /// Seconds between live beacons of idle streams (the session's live timer).
     #[arg(long, value_name = "S", default_value_t = 0.2, requires = "relayd")]
@@ -62,43 +59,4 @@ impl RelayArgs {
         let hub = Hub::start(opts).context("cannot start the relay sender thread")?;
         Ok(Some(hub))
     }
-}
-
-/// `NAME-YYYYmmdd-HHMMSS`, as lttng names a session's directory.
-fn dated(name: &str) -> String {
-    let iso = ivtrace_ctf::tsdl::creation_datetime(SystemTime::now());
-    let digits: String = iso.chars().filter(char::is_ascii_digit).collect();
-    format!("{name}-{}-{}", &digits[..8], &digits[8..14])
-}
-
-/// A relay session for the recording of `name` (sanitized), fed by
-/// `writer`; the caller also hands it to the host trace.
-pub fn attach(hub: &Hub, name: &str, guest_freq_hz: u64, writer: &mut CtfWriter) -> Arc<RelayTap> {
-    let name = match session::sanitize_host_name(name) {
-        n if n.is_empty() => "guest".to_string(),
-        n => n,
-    };
-    let path = format!("{}/{}", hub.options().hostname, dated(&name));
-    let tap = Arc::new(RelayTap::new(hub.session(&name, &path), guest_freq_hz));
-    writer.set_tap(tap.clone());
-    tap
-}
-
-/// Closes the relay session and says what reached the relay.
-pub fn close(tap: &RelayTap, log: impl Fn(&str)) -> serde_json::Value {
-    let stats = tap.close();
-    let lost: u64 = stats.streams.iter().map(|s| s.events_lost()).sum();
-    let sent: u64 = stats.streams.iter().map(|s| s.packets_sent).sum();
-    log(&format!(
-        "relay {} session {}/{}: {sent} packets sent, {lost} events lost on the way{}",
-        stats.url,
-        stats.hostname,
-        stats.session,
-        if stats.completed {
-            ""
-        } else {
-            " (the relay did not take everything in time)"
-        }
-    ));
-    serde_json::to_value(&stats).unwrap_or(serde_json::Value::Null)
 }

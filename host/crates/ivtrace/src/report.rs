@@ -324,7 +324,7 @@ fn other_losses(dir: &Path, sidecar: &Sidecar, classes: &EventClasses) -> Result
     };
     let host_dir = dir.join("host");
     let host = match host_dir.is_dir() {
-        true => ivtrace_ctf::host::trace_discarded(&host_dir)
+        true => ivtrace_ctf::host_trace::trace_discarded(&host_dir)
             .with_context(|| format!("cannot read the host trace {}", host_dir.display()))?,
         false => 0,
     };

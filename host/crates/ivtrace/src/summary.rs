@@ -37,27 +37,6 @@ pub fn si(v: f64) -> String {
     }
 }
 
-/// Totals over all channels.
-pub fn totals(channels: &[ChannelSummary]) -> ChannelSummary {
-    let mut t = ChannelSummary::default();
-    for c in channels {
-        t.events += c.events;
-        t.packets += c.packets;
-        t.partial_packets += c.partial_packets;
-        t.bytes += c.bytes;
-        t.event_bytes += c.event_bytes;
-        t.header_bytes += c.header_bytes;
-        t.lost.add(&c.lost);
-        t.utf8_fixed += c.utf8_fixed;
-        t.older_overwritten = t.older_overwritten.saturating_add(c.older_overwritten);
-        for (k, v) in &c.skipped_packets {
-            let n = t.skipped_packets.entry(k.clone()).or_default();
-            *n = n.saturating_add(*v);
-        }
-    }
-    t
-}
-
 fn lost_line(l: &Lost, no_channel: u64) -> String {
     format!(
         "writer: full={} too_big={} nested={}; region: no_channel={}; host: overwritten={} torn={} corrupt={} over_limit={} unattributed={}",
@@ -106,7 +85,7 @@ pub fn print(s: &Sidecar, out_dir: &Path, json: bool) -> Result<()> {
         crate::json_out::write_pretty(&mut out, s)?;
         return Ok(());
     }
-    let t = totals(&s.channels);
+    let t = ChannelSummary::totals(&s.channels);
     print_table(&mut out, s, &t, out_dir)?;
     print_losses(&mut out, s, &t)?;
     if let Some(k) = &s.kernel_expansion {

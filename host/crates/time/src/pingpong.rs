@@ -89,6 +89,32 @@ pub enum Entry {
     Poll { period: Duration },
 }
 
+impl Entry {
+    /// The clock exchange with a writer the host cannot kick: if it spins in
+    /// the exchange, met at its entries every `IVT_SYNC_POLL_MS`; with
+    /// `any_writer` also one that answers only at its control poll, every flush
+    /// interval (the module's default of 100 ms when the header says 0).
+    pub fn poll_for(region: &Region, any_writer: bool) -> Option<Entry> {
+        let features = region.header().features;
+        if features & abi::IVT_FEAT_SYNC == 0 {
+            return None;
+        }
+        let ms = if features & abi::IVT_FEAT_SYNC_SPIN != 0 {
+            abi::IVT_SYNC_POLL_MS
+        } else if any_writer {
+            match region.protocol().flush_interval_ms() {
+                0 => 100,
+                ms => ms.min(60_000),
+            }
+        } else {
+            return None;
+        };
+        Some(Entry::Poll {
+            period: Duration::from_millis(ms.into()),
+        })
+    }
+}
+
 /// One kept sample: a guest tick and the host time it corresponds to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct SyncPoint {

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
+use ivtrace_ctf::host_trace::{HostTrace, HostTraceDesc, STREAM_KERNEL};
 use ivtrace_ctf::sidecar::{Sidecar, TracefsFormats};
 use ivtrace_testutil::{sched_switch_payload, task_rename_payload, RegionBuilder, TestRegion};
 use ivtrace_tracefs::decode::Decoder;

@@ -16,7 +16,7 @@ use ivtrace_tracefs::decode::{
     class_for, class_with, lttng_name, Adjust, EventDecoder, FieldPlan, Value,
 };
 use ivtrace_tracefs::format::{parse_event, EventFmt};
-use ivtrace_tracefs::relay::{relayed_class, LTTNG_SYSTEMS};
+use ivtrace_tracefs::ftrace_relay::{relayed_class, LTTNG_SYSTEMS};
 
 use crate::formats::{self, builtin, clean_text, generated, ident, with_line, Source};
 

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use ivtrace_region::bytes::{i32_at, slice_at, u16_at, u32_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 
-use ivtrace_ctf::host::STREAM_KERNEL;
+use ivtrace_ctf::host_trace::STREAM_KERNEL;
 
 use crate::format::{EventFmt, FieldFmt};
 

@@ -8,11 +8,11 @@
 
 use std::fs;
 
-use ivtrace_ctf::host::{Payload, STREAM_KERNEL};
+use ivtrace_ctf::host_trace::{Payload, STREAM_KERNEL};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 
 /// Class ids in the host trace's kernel stream class (tracefs events
-/// start at [`crate::host::FIRST_CLASS_ID`]).
+/// start at [`crate::host_events::FIRST_CLASS_ID`]).
 pub const PROCESS_STATE: u32 = 90;
 pub const VMSYNC_GH_HOST: u32 = 91;
 pub const VMSYNC_HG_HOST: u32 = 92;

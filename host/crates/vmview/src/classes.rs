@@ -12,7 +12,7 @@
 //! an upper bound). Every event's `_tid` context is the guest thread that
 //! was running on the vCPU.
 
-use ivtrace_ctf::host::{Payload, STREAM_KERNEL};
+use ivtrace_ctf::host_trace::{Payload, STREAM_KERNEL};
 use ivtrace_ctf::read::Record;
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 

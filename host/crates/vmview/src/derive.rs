@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
-use ivtrace_ctf::host::{HostTrace, STREAM_KERNEL};
+use ivtrace_ctf::host_trace::{HostTrace, STREAM_KERNEL};
 use ivtrace_ctf::vm::{ticks_at, vm_metadata, VmTraceDesc};
 use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_region::classes::StreamClasses;

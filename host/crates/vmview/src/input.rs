@@ -12,7 +12,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use ivtrace_ctf::host::{STREAM_IVTRACE, STREAM_KERNEL};
+use ivtrace_ctf::host_trace::{STREAM_IVTRACE, STREAM_KERNEL};
 use ivtrace_ctf::read::{
     stream_class_of, stream_files, Classes, Clock, Item, Merge, Packets, Record, StreamDecl,
     StreamReader,
@@ -477,7 +477,7 @@ pub fn tsc_writes(dir: &Path, classes: &[EventClass]) -> std::io::Result<Vec<Tsc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ivtrace_ctf::host::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
+    use ivtrace_ctf::host_trace::{HostTrace, HostTraceDesc, Payload, STREAM_IVTRACE};
     use ivtrace_region::classes::{Field, FieldType};
 
     #[test]

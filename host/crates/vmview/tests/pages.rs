@@ -15,7 +15,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
+use ivtrace_ctf::host_trace::{HostTrace, HostTraceDesc, STREAM_KERNEL};
 use ivtrace_ctf::sidecar::Sidecar;
 use ivtrace_region::abi::{IVT_HC_EVENT_FIRST, IVT_HC_VMSYNC};
 use ivtrace_testutil::{

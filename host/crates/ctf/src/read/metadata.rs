@@ -72,7 +72,7 @@ pub enum Packets {
     /// `struct ivt_packet_hdr` (88 bytes) and the compact/extended event
     /// header of abi.h, events aligned on 4 bytes: the guest traces.
     Guest,
-    /// [`crate::host`]'s packets (68 bytes), a u32 id and u64 timestamp
+    /// [`crate::host_trace`]'s packets (68 bytes), a u32 id and u64 timestamp
     /// per event, byte-packed: the host trace and the VM view.
     Host,
 }
@@ -664,7 +664,7 @@ mod tests {
 
     #[test]
     fn host_metadata_reads_back() {
-        let desc = crate::host::HostTraceDesc {
+        let desc = crate::host_trace::HostTraceDesc {
             hostname: "h",
             trace_name: "t",
             error_ns: 5,

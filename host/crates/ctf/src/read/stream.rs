@@ -17,7 +17,7 @@ use ivtrace_region::abi::{self, IVT_CTF_MAGIC};
 use ivtrace_region::classes::{EventClass, FieldType};
 use ivtrace_region::packet::PacketHeader;
 
-use crate::host::PACKET_HDR as HOST_PACKET_HDR;
+use crate::host_trace::PACKET_HDR as HOST_PACKET_HDR;
 use crate::kernel::wire::{align_event, event_header, Layout, Offsets};
 
 use super::metadata::{Packets, StreamDecl};

@@ -6,7 +6,9 @@ use ivtrace_testutil::{RegionBuilder, TestRegion};
 use ivtrace_time::ClockMapping;
 
 use super::*;
-use crate::host::{HostTrace, HostTraceDesc, Payload, PACKET_HDR, STREAM_IVTRACE, STREAM_KERNEL};
+use crate::host_trace::{
+    HostTrace, HostTraceDesc, Payload, PACKET_HDR, STREAM_IVTRACE, STREAM_KERNEL,
+};
 use crate::tsdl::{self, TraceDesc, TraceEnv};
 
 fn host_classes() -> Vec<EventClass> {

@@ -13,17 +13,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::OutDir;
-use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::host_side::{host_lost, vcpu_source, GuestOutput, HostSide};
 use ivtrace_engine::migration::{self, Handoff, Resumed};
 use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
-use ivtrace_region::{abi, Reader, Region, RegionError};
+use ivtrace_region::{Reader, Region, RegionError};
 use ivtrace_time::pingpong::Entry;
 use ivtrace_time::{ClockSync, GuestClock};
-use ivtrace_tracefs::host::{process_mapping, HostEventStats, HostEvents};
+use ivtrace_tracefs::host_events::{process_mapping, HostEventStats, HostEvents};
 
 use crate::cli::RecordArgs;
 use crate::summary;
@@ -178,7 +177,7 @@ impl Hooks for RecordHooks<'_> {
 
 /// Runs `ivtrace record`. Returns the events seen (recorded + lost).
 pub fn run(args: &RecordArgs) -> Result<u64> {
-    crate::serve::admission::raise_nofile_limit();
+    ivtrace_serve::admission::raise_nofile_limit();
     let policy = args.access.policy()?;
     let out = match args.resume {
         true => resume::open(&args.output, &policy)?,
@@ -265,7 +264,7 @@ struct Names<'a> {
     out: &'a OutDir,
     host: &'a str,
     /// The relay sender, with `--relayd`.
-    hub: Option<&'a ivtrace_relay::Hub>,
+    hub: Option<&'a ivtrace_relayd::Hub>,
     resumed: Option<(&'a Path, Resumed)>,
 }
 
@@ -280,7 +279,7 @@ impl Names<'_> {
 /// control poll (ivshmem-plain has no interrupt); with `--clock-sync` also
 /// with a writer that answers once per poll; else the region's estimator.
 fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
-    if let Some(entry) = poll_entry(region, args.clock_sync) {
+    if let Some(entry) = Entry::poll_for(region, args.clock_sync) {
         return Box::new(GuestClock::start(
             region,
             None,
@@ -289,30 +288,6 @@ fn clock_for(region: &Region, args: &RecordArgs) -> Box<dyn ClockSync> {
         ));
     }
     Box::new(ivtrace_time::estimator_for(region.header()))
-}
-
-/// The clock exchange with a writer the host cannot kick: if it spins in
-/// the exchange, met at its entries every `IVT_SYNC_POLL_MS`; with
-/// `any_writer` also one that answers only at its control poll, every flush
-/// interval (the module's default of 100 ms when the header says 0).
-pub fn poll_entry(region: &Region, any_writer: bool) -> Option<Entry> {
-    let features = region.header().features;
-    if features & abi::IVT_FEAT_SYNC == 0 {
-        return None;
-    }
-    let ms = if features & abi::IVT_FEAT_SYNC_SPIN != 0 {
-        abi::IVT_SYNC_POLL_MS
-    } else if any_writer {
-        match region.protocol().flush_interval_ms() {
-            0 => 100,
-            ms => ms.min(60_000),
-        }
-    } else {
-        return None;
-    };
-    Some(Entry::Poll {
-        period: Duration::from_millis(ms.into()),
-    })
 }
 
 fn record_region(
@@ -332,7 +307,8 @@ fn record_region(
     let (initial, part) = (clock.initial_mapping(), names.part());
     let mut writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
     let tap = hub.map(|hub| {
-        let tap = crate::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
+        let tap =
+            ivtrace_engine::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
         if let Some(run) = host_side.as_mut() {
             run.side
                 .trace()
@@ -383,7 +359,7 @@ fn record_region(
 /// its clock was measured.
 struct Sides {
     host: Option<HostRun>,
-    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    tap: Option<Arc<ivtrace_engine::relayd::RelayTap>>,
     sync: Option<ivtrace_time::guest::ClockSyncSection>,
 }
 
@@ -453,7 +429,7 @@ fn finish_trace(
     };
     // The boot analysis reads the finished kernel trace (not a failed one).
     let boot = match &output_error {
-        None => crate::boot::derive_at_end(&guest.root, &args.boot.options(), |m| {
+        None => ivtrace_boot::derive::at_end(&guest.root, &args.boot.options(), |m| {
             eprintln!("ivtrace: {m}")
         }),
         Some(_) => None,
@@ -473,7 +449,7 @@ fn finish_trace(
     }
     sidecar.self_check = host_done.and_then(|d| d.self_check);
     sidecar.clock_sync = sync.map(|s| serde_json::to_value(s).expect("plain data"));
-    sidecar.relay = tap.map(|t| crate::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
+    sidecar.relay = tap.map(|t| ivtrace_engine::relayd::close(&t, |m| eprintln!("ivtrace: {m}")));
     sidecar.nested = nested;
     record_migration(&mut sidecar, &reader, reason, names)?;
     if output_error.is_some() {
@@ -606,21 +582,4 @@ fn finish_host_events(run: HostRun, guest: &GuestOutput) -> Result<HostSideDone>
         self_check,
         tsc_writes,
     })
-}
-
-/// The sidecar's account of what the host trace lost.
-pub fn host_lost(stats: &HostEventStats) -> HostLost {
-    HostLost {
-        missed: stats.missed,
-        missed_uncounted_pages: stats.missed_uncounted_pages,
-    }
-}
-
-/// How the VM view knows the vCPU threads.
-pub fn vcpu_source(qmp: bool, named: bool) -> &'static str {
-    match (qmp, named) {
-        (true, _) => "qmp query-cpus-fast",
-        (false, true) => "thread names (CPU n/...)",
-        (false, false) => "kvm_entry vcpu_id only (no CPU n/... thread names)",
-    }
 }

@@ -168,20 +168,11 @@ pub fn qemu_name(cmdline: &[u8]) -> Option<String> {
     sanitize_name(&name)
 }
 
-/// A name safe as a directory and file name component: `[A-Za-z0-9._-]`
-/// (others become `_`), at most 64 bytes, not starting with `.` or `-`.
+/// A name safe as a directory and file name component: the one host-name
+/// sanitizer's `[A-Za-z0-9._-]` (others become `_`, at most 64), not
+/// starting with `.` or `-`; None when nothing but `_` is left.
 pub fn sanitize_name(s: &str) -> Option<String> {
-    let cleaned: String = s
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(64)
-        .collect();
+    let cleaned = ivtrace_engine::session::sanitize_host_name(s);
     let trimmed = cleaned.trim_start_matches(['.', '-']);
     if trimmed.is_empty() || trimmed.chars().all(|c| c == '_') {
         None

@@ -1,4 +1,4 @@
-//! The ftrace relay's decoder (ivtrace_tracefs::relay) on real guest pages and on built
+//! The ftrace relay's decoder (ivtrace_tracefs::ftrace_relay) on real guest pages and on built
 //! ones: fixtures/guest holds ftrace pages and format files a real guest (Debian 6.1,
 //! ivtrace.ko ftrace=1, trace_event=sched,block, dd on a virtio-blk disk) wrote into its
 //! region, extracted by fixtures/guest/extract.py. The staged wire packets are built here as
@@ -17,8 +17,8 @@ use ivtrace_region::ftrace::{FtraceFile, FtraceFormats, FtraceText};
 use ivtrace_region::packet::{EventVisitor, PacketHeader, TickRange};
 use ivtrace_region::reader::walk_own_packet;
 use ivtrace_tracefs::format::HeaderPage;
+use ivtrace_tracefs::ftrace_relay::{expand, trace_name};
 use ivtrace_tracefs::page::PageBuilder;
-use ivtrace_tracefs::relay::{expand, trace_name};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/guest")

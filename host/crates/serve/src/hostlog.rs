@@ -14,16 +14,17 @@ use anyhow::Result;
 use nix::sys::eventfd::EventFd;
 use serde_json::json;
 
-use ivtrace_ctf::host::{HostTrace, Payload, STREAM_IVTRACE};
+use ivtrace_ctf::host_trace::{HostTrace, Payload, STREAM_IVTRACE};
 use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, TraceEnv};
 use ivtrace_engine::{Hooks, Output, StopReason, Woken};
+use ivtrace_region::bytes::{u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 use ivtrace_region::names::NameTable;
 use ivtrace_region::{abi, Command, EventClasses, PacketSink, Reader};
 use ivtrace_time::pingpong::SyncPoint;
 use ivtrace_time::timebase::host_now_ns;
 
-use crate::serve::guest::{GuestStatus, Request};
+use crate::guest::{GuestStatus, Request};
 
 /// Event ids of the serve stream in the host trace.
 pub mod ev {
@@ -103,14 +104,20 @@ struct Delivery {
     at_ns: u64,
 }
 
-fn le_u64(b: &[u8], at: usize) -> u64 {
-    b.get(at..at + 8)
-        .map_or(0, |s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-}
-
-fn le_u32(b: &[u8], at: usize) -> u32 {
-    b.get(at..at + 4)
-        .map_or(0, |s| u32::from_le_bytes(s.try_into().expect("4 bytes")))
+impl Delivery {
+    /// The delivery of packet `bytes` of channel `chan`, from its header
+    /// (checked: None when `bytes` is too short to hold one).
+    fn of(chan: u32, bytes: &[u8]) -> Option<Delivery> {
+        use abi::pkt;
+        Some(Delivery {
+            chan,
+            seq: u64_at(bytes, pkt::PACKET_SEQ_NUM)?,
+            ts_begin: u64_at(bytes, pkt::TIMESTAMP_BEGIN)?,
+            ts_end: u64_at(bytes, pkt::TIMESTAMP_END)?,
+            events: u32_at(bytes, pkt::EVENT_COUNT)?,
+            at_ns: 0,
+        })
+    }
 }
 
 /// serve's output: the CTF writer, plus the log of when each packet
@@ -125,6 +132,9 @@ pub struct Delivering {
     delivered: Vec<Delivery>,
     /// Deliveries so far (the sample's population).
     deliveries: u64,
+    /// Packets written whose header was too short to log their delivery
+    /// (the reader validates headers, so 0 unless that check is broken).
+    headerless: u64,
     rng: u64,
 }
 
@@ -137,6 +147,7 @@ impl Delivering {
             pending: Vec::new(),
             delivered: Vec::new(),
             deliveries: 0,
+            headerless: 0,
             rng: host_now_ns() | 1,
         }
     }
@@ -196,6 +207,7 @@ impl Delivering {
         last.sort_unstable();
         json!({
             "packets": self.deliveries,
+            "packets_without_header": self.headerless,
             "sampled": first.len(),
             "note": "host time the packet reached the trace file minus the mapped guest time of its oldest (first) / newest (last) event",
             "oldest_event_ms": percentiles_ms(&first),
@@ -237,15 +249,10 @@ impl PacketSink for Delivering {
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
         self.writer.packet(chan, stream, bytes, classes)?;
-        use abi::pkt;
-        self.pending.push(Delivery {
-            chan,
-            seq: le_u64(bytes, pkt::PACKET_SEQ_NUM),
-            ts_begin: le_u64(bytes, pkt::TIMESTAMP_BEGIN),
-            ts_end: le_u64(bytes, pkt::TIMESTAMP_END),
-            events: le_u32(bytes, pkt::EVENT_COUNT),
-            at_ns: 0,
-        });
+        match Delivery::of(chan, bytes) {
+            Some(d) => self.pending.push(d),
+            None => self.headerless = self.headerless.saturating_add(1),
+        }
         Ok(())
     }
 }
@@ -433,5 +440,28 @@ impl Hooks for ServeHooks<'_> {
 
     fn max_wait(&self) -> Duration {
         self.safety_timeout
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use abi::pkt;
+
+    #[test]
+    fn a_delivery_is_read_from_the_header_or_not_at_all() {
+        let mut hdr = vec![0u8; pkt::OWNER_TID + 4];
+        hdr[pkt::PACKET_SEQ_NUM..][..8].copy_from_slice(&7u64.to_le_bytes());
+        hdr[pkt::TIMESTAMP_BEGIN..][..8].copy_from_slice(&100u64.to_le_bytes());
+        hdr[pkt::TIMESTAMP_END..][..8].copy_from_slice(&200u64.to_le_bytes());
+        hdr[pkt::EVENT_COUNT..][..4].copy_from_slice(&3u32.to_le_bytes());
+        let d = Delivery::of(2, &hdr).expect("a whole header");
+        assert_eq!(
+            (d.chan, d.seq, d.ts_begin, d.ts_end, d.events),
+            (2, 7, 100, 200, 3)
+        );
+        // Short of the event count: no delivery (it was 0s before, silently).
+        assert!(Delivery::of(2, &hdr[..pkt::EVENT_COUNT + 3]).is_none());
+        assert!(Delivery::of(2, &[]).is_none());
     }
 }

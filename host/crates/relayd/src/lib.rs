@@ -1,4 +1,4 @@
-//! ivtrace-relay: streaming recordings to LTTng's relay daemon.
+//! ivtrace-relayd: streaming recordings to LTTng's relay daemon.
 //!
 //! `lttng-relayd` (Debian's lttng-tools) collects trace streams from many
 //! hosts, stores them per host and session and serves them live to

@@ -14,11 +14,12 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Result};
 
-use ivtrace_ctf::host::{HostTrace, HostTraceDesc};
+use ivtrace_ctf::host_trace::{HostTrace, HostTraceDesc};
+use ivtrace_ctf::sidecar::HostLost;
 use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, EnvValue};
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::{abi, EventClass, EventClasses};
-use ivtrace_tracefs::host::{HostEventStats, HostEvents, Running};
+use ivtrace_tracefs::host_events::{HostEventStats, HostEvents, Running};
 use ivtrace_vmview::derive::{derive, Derived, GuestTraces, Request};
 
 use crate::session::this_host;
@@ -170,5 +171,22 @@ impl HostSide {
                 Ok(Vec::new())
             }
         }
+    }
+}
+
+/// The sidecar's account of what the host trace lost.
+pub fn host_lost(stats: &HostEventStats) -> HostLost {
+    HostLost {
+        missed: stats.missed,
+        missed_uncounted_pages: stats.missed_uncounted_pages,
+    }
+}
+
+/// How the VM view knows the vCPU threads.
+pub fn vcpu_source(qmp: bool, named: bool) -> &'static str {
+    match (qmp, named) {
+        (true, _) => "qmp query-cpus-fast",
+        (false, true) => "thread names (CPU n/...)",
+        (false, false) => "kvm_entry vcpu_id only (no CPU n/... thread names)",
     }
 }

@@ -12,10 +12,10 @@ use anyhow::{Context, Result};
 use nix::sys::eventfd::EventFd;
 use serde_json::{json, Value};
 
-use ivtrace_ctf::host::STREAM_IVTRACE;
-use ivtrace_ctf::sidecar::{Sidecar, SIDECAR_NAME};
+use ivtrace_ctf::host_trace::STREAM_IVTRACE;
+use ivtrace_ctf::sidecar::{ChannelSummary, Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::{EnvValue, OutDir};
-use ivtrace_engine::host::{GuestOutput, HostSide};
+use ivtrace_engine::host_side::{GuestOutput, HostSide};
 use ivtrace_engine::migration::{self, Resumed};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
@@ -23,11 +23,10 @@ use ivtrace_region::{abi, Reader, Region};
 use ivtrace_time::pingpong::{Entry, Kick};
 use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
-use crate::serve::guest::{describe, Guest, GuestWaiter};
-use crate::serve::hostlog::{kick, serve_classes, Delivering, ServeHooks};
-use crate::serve::migration::Resume;
-use crate::serve::proto::{GUEST_ID, HOST_ID};
-use crate::summary;
+use crate::guest::{describe, Guest, GuestWaiter};
+use crate::hostlog::{kick, serve_classes, Delivering, ServeHooks};
+use crate::migration::Resume;
+use crate::proto::{GUEST_ID, HOST_ID};
 
 /// Claims `root/name`, or `name-2`, `name-3`... (atomic `mkdirat`
 /// relative to the root's descriptor, then opened without following a
@@ -63,8 +62,8 @@ struct Observed {
     received: u64,
     notify: NotifyStats,
     host_counts: Vec<u64>,
-    host_event_stats: Option<ivtrace_tracefs::host::HostEventStats>,
-    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    host_event_stats: Option<ivtrace_tracefs::host_events::HostEventStats>,
+    tap: Option<Arc<ivtrace_engine::relayd::RelayTap>>,
     relay: Option<Value>,
     vm_view: Option<ivtrace_vmview::derive::Derived>,
     /// The boot analysis of the finished kernel trace (docs/boot.md).
@@ -72,7 +71,7 @@ struct Observed {
 }
 
 /// A recording in progress: the engine's state and everything serve keeps
-/// beside it, stepped by a drain worker ([`crate::serve::pool`]).
+/// beside it, stepped by a drain worker ([`crate::pool`]).
 pub struct Live {
     core: Core<Delivering>,
     clock: GuestClock,
@@ -89,7 +88,7 @@ pub struct Live {
     received: u64,
     /// `ivtrace ctl handoff` came: the next step ends this part.
     handoff: bool,
-    tap: Option<Arc<ivtrace_engine::relay::RelayTap>>,
+    tap: Option<Arc<ivtrace_engine::relayd::RelayTap>>,
 }
 
 /// Starts recording one formatted region; `resume`: the guest arrived by
@@ -140,7 +139,7 @@ pub fn start(
     );
     let tap = g.cfg.relay.as_ref().map(|hub| {
         let freq = region.header().clock.freq_hz;
-        let tap = crate::relayd::attach(hub, &g.name, freq, &mut writer);
+        let tap = ivtrace_engine::relayd::attach(hub, &g.name, freq, &mut writer);
         host.trace()
             .lock()
             .expect("not poisoned")
@@ -343,7 +342,7 @@ fn clock_kick(fd: Arc<EventFd>) -> Kick {
 fn clock_entry(kick_fd: Option<&Arc<EventFd>>, region: &Region) -> Option<Entry> {
     match kick_fd {
         Some(fd) => Some(Entry::Kick(clock_kick(Arc::clone(fd)))),
-        None => crate::record::poll_entry(region, false),
+        None => ivtrace_time::pingpong::Entry::poll_for(region, false),
     }
 }
 
@@ -352,7 +351,7 @@ fn clock_entry(kick_fd: Option<&Arc<EventFd>>, region: &Region) -> Option<Entry>
 fn host_side(g: &Guest, out: &OutDir) -> Result<(HostSide, usize)> {
     let mut classes = serve_classes();
     let events = g.cfg.host_events.then(|| {
-        ivtrace_tracefs::host::HostEvents::prepare(g.peer.pid, &mut classes)
+        ivtrace_tracefs::host_events::HostEvents::prepare(g.peer.pid, &mut classes)
             .map_err(|e| g.log(&format!("host events not recorded: {e:#}")))
             .ok()
     });
@@ -382,7 +381,7 @@ fn qemu_pid_env(g: &Guest) -> (String, EnvValue) {
 fn stop_host_events(
     g: &Guest,
     host: &mut HostSide,
-) -> Option<ivtrace_tracefs::host::HostEventStats> {
+) -> Option<ivtrace_tracefs::host_events::HostEventStats> {
     match host.stop_events()? {
         Ok(stats) => Some(stats),
         Err(e) => {
@@ -438,7 +437,7 @@ fn finish_traces(
         output_error.get_or_insert(why);
     }
     observed.boot = match &rec.output_error {
-        None => crate::boot::derive_at_end(rec.output.writer.root(), &g.cfg.boot, |m| g.log(m)),
+        None => ivtrace_boot::derive::at_end(rec.output.writer.root(), &g.cfg.boot, |m| g.log(m)),
         Some(_) => None,
     };
     observed.host_event_stats = stop_host_events(g, &mut host);
@@ -460,7 +459,7 @@ pub fn conclude(g: &Guest, ending: Ending) -> Result<StopReason> {
     observed.relay = observed
         .tap
         .take()
-        .map(|t| crate::relayd::close(&t, |m| g.log(m)));
+        .map(|t| ivtrace_engine::relayd::close(&t, |m| g.log(m)));
     let mut sidecar = session::build_sidecar(
         &rec.reader,
         &rec.output.writer,
@@ -475,7 +474,7 @@ pub fn conclude(g: &Guest, ending: Ending) -> Result<StopReason> {
     sidecar.host_lost = observed
         .host_event_stats
         .as_ref()
-        .map(crate::record::host_lost);
+        .map(ivtrace_engine::host_side::host_lost);
     sidecar.self_check = observed
         .vm_view
         .as_ref()
@@ -560,7 +559,7 @@ fn trace_env(
 
 /// Completed packets: what a doorbell is rung for at most once.
 fn complete_packets(sidecar: &Sidecar) -> u64 {
-    let totals = summary::totals(&sidecar.channels);
+    let totals = ChannelSummary::totals(&sidecar.channels);
     totals.packets.saturating_sub(totals.partial_packets)
 }
 
@@ -616,11 +615,11 @@ fn vm_view(
     g: &Guest,
     host: &mut HostSide,
     rec: &Recorded<Delivering>,
-    stats: Option<&ivtrace_tracefs::host::HostEventStats>,
+    stats: Option<&ivtrace_tracefs::host_events::HostEventStats>,
 ) -> Option<ivtrace_vmview::derive::Derived> {
     let guest = GuestOutput::of(&rec.output.writer, rec.reader.classes(), &rec.clock);
     let named = stats.is_some_and(|s| s.vcpu_names);
-    let source = crate::record::vcpu_source(false, named);
+    let source = ivtrace_engine::host_side::vcpu_source(false, named);
     match host.vm_view(&guest, HashMap::new(), source)? {
         Ok(d) => {
             for line in ivtrace_vmview::derive::describe(&d) {
@@ -664,7 +663,7 @@ fn stop_reason(rec: &Recorded<Delivering>) -> String {
 }
 
 fn log_finished(g: &Guest, sidecar: &Sidecar, rec: &Recorded<Delivering>, observed: &Observed) {
-    let totals = summary::totals(&sidecar.channels);
+    let totals = ChannelSummary::totals(&sidecar.channels);
     g.log(&format!(
         "trace {} finalized ({}): {} events, {} lost, {} doorbells for {} completed packets, \
          clock {} (error <= {} ns)",

@@ -25,8 +25,8 @@ use nix::sys::eventfd::EventFd;
 use serde_json::{json, Value};
 
 use crate::control::{self, parse_command};
-use crate::serve::guest::Request;
-use crate::serve::Registry;
+use crate::guest::Request;
+use crate::Registry;
 
 /// Longest wait for the whole request line (one deadline: see [`handle`]).
 const REQUEST_DEADLINE: Duration = Duration::from_secs(5);

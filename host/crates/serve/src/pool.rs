@@ -30,7 +30,7 @@ use anyhow::{Context, Result};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::serve::guest::{GuestTask, Turn};
+use crate::guest::{GuestTask, Turn};
 
 /// The poller's own wake-up (a guest parked with an earlier deadline, or
 /// the pool stopping).

@@ -1,5 +1,6 @@
-//! `ivtrace serve`: the ivshmem server (Debian ships none) and the
-//! recorder of every guest that connects.
+//! ivtrace-serve: `ivtrace serve`, the ivshmem server (Debian ships none)
+//! and the recorder of every guest that connects; the CLI (ivtrace) gives
+//! it its [`Settings`].
 //!
 //! The main thread listens on the server socket (QEMU's
 //! `-chardev socket,path=PATH -device ivshmem-doorbell,chardev=..,vectors=N`)
@@ -11,7 +12,7 @@
 //! drain pool ([`pool`]: a bounded set of threads for every guest) runs to
 //! record it ([`recording`], with what serve observed logged in the host
 //! trace: [`hostlog`]; with `--relayd` also streamed to a relay:
-//! [`crate::relayd`]) into `OUTROOT/<name>`: the name
+//! [`ivtrace_engine::relayd`]) into `OUTROOT/<name>`: the name
 //! comes from the peer's QEMU `-name` (pid from SO_PEERCRED, then
 //! /proc/PID/cmdline), else `guest<N>`. Guests never share state; one
 //! that misbehaves or dies only ends its own recording. SIGINT/SIGTERM
@@ -27,7 +28,9 @@
 pub mod access;
 pub mod admission;
 pub mod connect;
+pub mod control;
 pub mod ctlsock;
+pub mod ftrace;
 pub mod guest;
 pub mod hostlog;
 pub mod migration;
@@ -55,144 +58,48 @@ use ivtrace_ctf::Sidecar;
 
 use ivtrace_engine::UserError;
 
-/// `ivtrace serve --help`, after the options.
-pub const SERVE_HELP: &str = "\
-Speaks the ivshmem server protocol (Debian ships no ivshmem-server) and records
-every QEMU that connects. Each connection gets its own region file in --shm-dir
-(sized to a power of two), its own eventfds (guest id 0, host id 1) and its own
-trace directory OUTROOT/<name>, named after QEMU's -name (else guest<N>; a
-taken name gets -2, -3...). The guest loads ivtrace.ko, which formats the
-region; serve then drains it, sleeping on the guest's doorbell when idle (zero
-doorbells per event: the guest rings only when it completes a packet while the
-host sleeps), keeps the guest clock mapped to host time (KVM debugfs, else a
-ping-pong through the region) and writes DIR/host/ (what serve saw: doorbells
-received, packets delivered, clock sync points; --host-events adds host
-kernel events). A guest that exits, is killed or misbehaves only ends its own
-trace, which is finalized. Ctrl-C/SIGTERM finalize every trace and exit.
-Every guest is drained by one bounded pool of threads (--drain-threads): a guest
-that floods only overflows its own rings. With --relayd every guest's traces also
-stream to an LTTng relay daemon, live (docs/relay.md).
-Sockets are created mode 0600 (0660 for the group given with --socket-group or
---ctl-group); a live socket path is refused, a stale one replaced.
-
-Examples:
-  ivtrace serve --socket /run/ivtrace.sock -o /var/tmp/traces &
-  qemu-system-x86_64 -name web1,debug-threads=on ... \\
-      -chardev socket,id=ivt,path=/run/ivtrace.sock \\
-      -device ivshmem-doorbell,chardev=ivt,vectors=2
-  # in the guest: insmod ivtrace.ko
-  ivtrace ctl --socket /run/ivtrace.sock list
-  ivtrace ctl --socket /run/ivtrace.sock --guest web1 enable syscall
-  babeltrace2 /var/tmp/traces/web1          # guest and host on one timeline
-  ivtrace serve --socket /run/ivtrace.sock -o /var/tmp/traces --relayd net://relay.example
-  babeltrace2 --input-format=lttng-live net://relay.example/host/$(hostname)/web1
-
-Output per guest:
-  OUTROOT/<name>/kernel, user    CTF traces of the guest (clock mapped to host time)
-  OUTROOT/<name>/host            CTF trace of host events, same time base
-  OUTROOT/<name>/ivtrace.json    summary: notification (doorbells vs packets),
-                                 clock_sync (method, error bound), delivery latency
-  OUTROOT/<name>/trace-cmd/      with --trace-cmd: host.dat and guest-<name>.dat for
-                                 trace-cmd report -i ... -i ... and KernelShark";
-
-/// What `ivtrace serve` takes (cli.rs embeds it).
-// Doc comments here are the CLI's --help text (clap): `<name>` and `[GLOB]` are its syntax,
-// not HTML or intra-doc links.
-#[allow(rustdoc::invalid_html_tags, rustdoc::broken_intra_doc_links)]
-#[derive(Debug, clap::Args)]
-pub struct ServeArgs {
-    /// The server socket QEMU connects to (`-chardev socket,path=PATH`).
-    #[arg(long, value_name = "PATH")]
+/// What `ivtrace serve` was asked to do (the CLI's `ServeArgs`, its
+/// options resolved).
+pub struct Settings {
+    /// The server socket QEMU connects to.
     pub socket: PathBuf,
-    /// Root of the per-guest trace directories: OUTROOT/<guest name>.
-    #[arg(short = 'o', long = "output", value_name = "OUTROOT")]
+    /// Root of the per-guest trace directories: `OUTROOT/<guest name>`.
     pub output: PathBuf,
-    /// Region size per guest (a power of two; other sizes are rounded up), e.g. 16M, 1G.
-    #[arg(long, value_name = "BYTES", default_value = "64M", value_parser = parse_size)]
+    /// Who may read the traces, and whether a shared output root is accepted.
+    pub policy: ivtrace_ctf::OutputPolicy,
+    /// Region size per guest as asked (rounded up to a power of two).
     pub size: u64,
-    /// Interrupt vectors per direction; match QEMU's `ivshmem-doorbell,vectors=N`.
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+    /// Interrupt vectors per direction.
     pub vectors: u32,
-    /// Control socket for `ivtrace ctl` [default: PATH.ctl].
-    #[arg(long, value_name = "PATH")]
+    /// Control socket [default: `default_ctl_path(socket)`].
     pub ctl_socket: Option<PathBuf>,
-    /// Let this group connect to the server socket (mode 0660): the group QEMU
-    /// runs as, e.g. libvirt-qemu. Name or gid; empty: owner only (0600).
-    #[arg(long, value_name = "GROUP")]
+    /// Group given the server socket (mode 0660), name or gid.
     pub socket_group: Option<String>,
-    /// Let this group use the control socket (`ivtrace ctl`, mode 0660), e.g.
-    /// ivtrace. Name or gid; empty: owner only (0600).
-    #[arg(long, value_name = "GROUP")]
+    /// Group given the control socket (mode 0660), name or gid.
     pub ctl_group: Option<String>,
-    /// Put each guest's region in a file in DIR (tmpfs) instead of a sealed
-    /// memfd: `ivtrace snapshot` can then salvage it by path if serve dies, but
-    /// a client may shrink the file (serve survives it, the guest's trace ends).
-    #[arg(long, value_name = "DIR")]
+    /// Region files go here (None: sealed memfds).
     pub shm_dir: Option<PathBuf>,
-    /// Keep each guest's region file (--shm-dir) after its trace is finalized.
-    #[arg(long, requires = "shm_dir")]
     pub keep_shm: bool,
-    /// Seconds between clock sync bursts (ping-pong through the region).
-    #[arg(long, value_name = "S", default_value_t = 5.0)]
+    /// Seconds between clock sync bursts.
     pub sync_interval: f64,
-    /// Also record host events into OUTROOT/<name>/host: sched_switch of the
-    /// guest's vCPU threads, kvm_exit/kvm_entry/kvm_hypercall (needs tracefs, root).
-    #[arg(long)]
     pub host_events: bool,
-    /// When a guest's recording ends, also write its trace-cmd files into
-    /// OUTROOT/<name>/trace-cmd/ (host.dat, guest-<name>.dat: what
-    /// `ivtrace export --format trace-cmd` writes; docs/trace-cmd.md).
-    #[arg(long)]
     pub trace_cmd: bool,
-    /// Stop after this many seconds (fractions allowed).
-    #[arg(long, value_name = "S")]
+    /// Stop after this many seconds.
     pub duration: Option<f64>,
-    /// Print each guest's summary as one JSON object per line on stdout.
-    #[arg(long)]
+    /// Each guest's summary as a JSON line on stdout, instead of `print_summary`.
     pub json: bool,
-    /// Per guest recording: stop writing once its stream files reach SIZE
-    /// (e.g. 1G); later packets are dropped and counted as lost (`over_limit`).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    /// Per recording: stream files stop growing at this many bytes.
     pub max_size: Option<u64>,
-    /// Longest wait for the guests to finalize their traces after SIGINT/SIGTERM;
-    /// a guest still busy then is left for `ivtrace recover`.
-    #[arg(long, value_name = "S", default_value_t = 30.0)]
+    /// Longest wait for the guests to finalize after SIGINT/SIGTERM, seconds.
     pub shutdown_timeout: f64,
-    #[command(flatten)]
-    pub access: crate::cli::OutputAccessArgs,
-    /// Threads that drain the guests (every guest is recorded by this pool, not
-    /// a thread of its own) [default: the CPUs available].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    /// Drain threads [default: the CPUs available].
     pub drain_threads: Option<u32>,
-    #[command(flatten)]
-    pub relay: crate::relayd::RelayArgs,
-    #[command(flatten)]
-    pub boot: crate::cli::BootDeriveArgs,
-}
-
-/// `64M`, `1G`, `65536`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, shift) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        None => (s, 0),
-        Some((i, _)) => {
-            let unit = s[i..]
-                .trim_end_matches(['B', 'b', 'i'])
-                .to_ascii_uppercase();
-            let shift = match unit.as_str() {
-                "" => 0,
-                "K" => 10,
-                "M" => 20,
-                "G" => 30,
-                _ => return Err(format!("unknown size unit in `{s}` (use K, M or G)")),
-            };
-            (&s[..i], shift)
-        }
-    };
-    let n: u64 = num.parse().map_err(|_| format!("bad size `{s}`"))?;
-    n.checked_shl(shift)
-        .filter(|v| v >> shift == n)
-        .ok_or_else(|| format!("size `{s}` is too large"))
+    /// The relay sender (`--relayd`), started.
+    pub relay: Option<ivtrace_relayd::Hub>,
+    /// The boot analysis each recording derives when it ends.
+    pub boot: ivtrace_boot::derive::Options,
+    /// Prints a finished guest's summary as text (the CLI's table).
+    pub print_summary: fn(&Sidecar, &Path),
 }
 
 /// Settings every guest thread shares.
@@ -215,9 +122,10 @@ pub struct ServeConfig {
     /// What one recording's output may use.
     pub limits: ivtrace_ctf::streams::Limits,
     /// The relay sender (`--relayd`): every guest's recording streams to it.
-    pub relay: Option<ivtrace_relay::Hub>,
+    pub relay: Option<ivtrace_relayd::Hub>,
     /// The boot analysis each recording derives when it ends.
     pub boot: ivtrace_boot::derive::Options,
+    print_summary: fn(&Sidecar, &Path),
     print: Mutex<()>,
 }
 
@@ -236,7 +144,7 @@ impl ServeConfig {
                 let _ = o.flush();
             }
         } else {
-            let _ = crate::summary::print(sidecar, out, false);
+            (self.print_summary)(sidecar, out);
         }
     }
 }
@@ -343,7 +251,7 @@ pub fn default_ctl_path(socket: &Path) -> PathBuf {
 }
 
 /// The region size for `--size`: a power of two (QEMU requires one).
-fn region_size(args: &ServeArgs) -> Result<u64> {
+fn region_size(args: &Settings) -> Result<u64> {
     if args.size < ivtrace_region::abi::IVT_REGION_MIN {
         bail!(
             "--size {} is below the smallest region ({} bytes)",
@@ -369,7 +277,7 @@ struct Sockets {
 }
 
 impl Sockets {
-    fn bind(args: &ServeArgs) -> Result<Sockets> {
+    fn bind(args: &Settings) -> Result<Sockets> {
         let ctl_path = args
             .ctl_socket
             .clone()
@@ -405,8 +313,8 @@ impl Sockets {
 /// Stream files a served recording keeps open at once.
 const SERVE_OPEN_FILES: usize = 32;
 
-fn serve_config(args: &ServeArgs, size: u64, outroot: ivtrace_ctf::OutDir) -> Result<ServeConfig> {
-    Ok(ServeConfig {
+fn serve_config(args: &mut Settings, size: u64, outroot: ivtrace_ctf::OutDir) -> ServeConfig {
+    ServeConfig {
         outroot,
         shm_dir: args.shm_dir.clone(),
         size,
@@ -423,10 +331,11 @@ fn serve_config(args: &ServeArgs, size: u64, outroot: ivtrace_ctf::OutDir) -> Re
             max_bytes: args.max_size,
             ..Default::default()
         },
-        relay: args.relay.start()?,
-        boot: args.boot.options(),
+        relay: args.relay.take(),
+        boot: args.boot.clone(),
+        print_summary: args.print_summary,
         print: Mutex::new(()),
-    })
+    }
 }
 
 /// SIGINT/SIGTERM write to a socket pair the accept loop polls.
@@ -440,7 +349,7 @@ fn signal_pipe() -> Result<UnixStream> {
     Ok(sig_read)
 }
 
-fn announce(args: &ServeArgs, ctl_path: &Path, size: u64, budget: &admission::Budget) {
+fn announce(args: &Settings, ctl_path: &Path, size: u64, budget: &admission::Budget) {
     let regions = match &args.shm_dir {
         Some(d) => format!("files in {}", d.display()),
         None => "sealed memfds".into(),
@@ -462,10 +371,10 @@ fn announce(args: &ServeArgs, ctl_path: &Path, size: u64, budget: &admission::Bu
 }
 
 /// Runs `ivtrace serve`. Returns the number of guests served.
-pub fn run(args: &ServeArgs) -> Result<u64> {
+pub fn run(mut args: Settings) -> Result<u64> {
+    let args = &mut args;
     let size = region_size(args)?;
-    let policy = args.access.policy()?;
-    let outroot = ivtrace_engine::session::open_root(&args.output, &policy)?;
+    let outroot = ivtrace_engine::session::open_root(&args.output, &args.policy)?;
     let budget = admission::Budget::new(args.vectors, SERVE_OPEN_FILES);
     let sockets = Sockets::bind(args)?;
     ivtrace_time::timebase::base(); // measure the host time base now
@@ -475,7 +384,7 @@ pub fn run(args: &ServeArgs) -> Result<u64> {
     );
     let mut server = Server {
         pool: Arc::new(pool::Pool::start(workers)?),
-        cfg: Arc::new(serve_config(args, size, outroot)?),
+        cfg: Arc::new(serve_config(args, size, outroot)),
         stop: Arc::new(AtomicBool::new(false)),
         registry: Arc::new(Registry::default()),
         threads: Vec::new(),
@@ -686,16 +595,6 @@ impl Server {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
-        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
-        assert_eq!(parse_size("65536").unwrap(), 65536);
-        assert_eq!(parse_size("16MiB").unwrap(), 16 << 20);
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("99999999999G").is_err());
-    }
 
     fn entry(id: u64, conn: UnixStream) -> GuestEntry {
         GuestEntry {

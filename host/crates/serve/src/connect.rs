@@ -1,6 +1,6 @@
 //! One accepted connection, in its own thread: who the peer is, its
 //! region, the protocol handshake, its registry entry; then the guest's
-//! recording ([`crate::serve::guest`]) is handed to the drain pool, which
+//! recording ([`crate::guest`]) is handed to the drain pool, which
 //! gives the entry back when it ends. Nothing here runs on the accept loop: a client that stalls the
 //! handshake, or whose /proc entries are slow to read, stalls only itself.
 
@@ -12,9 +12,9 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use crate::serve::admission::Seat;
-use crate::serve::pool::Pool;
-use crate::serve::{guest, proto, GuestEntry, Registry, ServeConfig};
+use crate::admission::Seat;
+use crate::pool::Pool;
+use crate::{guest, proto, GuestEntry, Registry, ServeConfig};
 
 /// What a connection's thread shares with the server.
 pub struct Context {

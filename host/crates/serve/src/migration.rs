@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 use ivtrace_engine::migration::{read_handoff, Handoff};
 
-use crate::serve::guest::{Guest, Request};
+use crate::guest::{Guest, Request};
 
 /// Where a destination's recording starts: the handoff file and its
 /// contents.

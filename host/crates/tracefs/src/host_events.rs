@@ -40,7 +40,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use ivtrace_region::classes::EventClass;
 
-use ivtrace_ctf::host::{HostTrace, STREAM_KERNEL};
+use ivtrace_ctf::host_trace::{HostTrace, STREAM_KERNEL};
 use ivtrace_ctf::sidecar::TracefsFormats;
 use ivtrace_time::timebase::mono_to_host;
 

@@ -1,5 +1,5 @@
 //! One connected QEMU: its thread waits for the guest module to format the
-//! region, records it ([`crate::serve::recording`], on ivtrace-engine's
+//! region, records it ([`crate::recording`], on ivtrace-engine's
 //! loop, sleeping on the doorbell when idle), and starts over when the
 //! module re-formats the region (unload, load: a new trace directory),
 //! until something ends it: Ctrl-C, QEMU exiting or killed, the peer
@@ -25,10 +25,10 @@ use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
 use ivtrace_engine::{Backoff, RegionWait, Step, StopReason, Wait, Woken};
 use ivtrace_region::{Ack, Command, FtraceAck, RegionError};
 
-use crate::serve::admission::Seat;
-use crate::serve::migration::{self, Resume};
-use crate::serve::proto::{PeerInfo, Shm};
-use crate::serve::{recording, ServeConfig};
+use crate::admission::Seat;
+use crate::migration::{self, Resume};
+use crate::proto::{PeerInfo, Shm};
+use crate::{recording, ServeConfig};
 
 /// Epoll tokens.
 const TOK_CONN: u64 = 1;

@@ -1,6 +1,6 @@
 //! A recording's relay output: a [`PacketTap`] that hands every packet and
 //! metadata text the CTF writers write to a relay session
-//! (ivtrace-relay), so the relay gets the same packets as the files.
+//! (ivtrace-relayd), so the relay gets the same packets as the files.
 //!
 //! The relay's metadata stream is append-only: the first text of a trace
 //! goes whole; later texts go as the part that extends what was sent, or,
@@ -16,14 +16,16 @@
 //! no event older than that is still on its way.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use ivtrace_ctf::kernel::wire::le_u64;
-use ivtrace_ctf::{tsdl, PacketTap};
+use ivtrace_ctf::{tsdl, CtfWriter, PacketTap};
 use ivtrace_region::abi;
 use ivtrace_region::classes::StreamClasses;
-use ivtrace_relay::{Session, SessionStats, TraceId};
+use ivtrace_relayd::{Hub, Session, SessionStats, TraceId};
+
+use crate::session;
 
 /// How far behind the newest packet of a trace its idle streams' beacons
 /// stay (see the module's documentation).
@@ -83,7 +85,7 @@ impl RelayTap {
         let mut traces = self.traces.lock().unwrap_or_else(|p| p.into_inner());
         let t = traces.entry(trace).or_insert_with(|| {
             let (hdr, freq) = if trace == "host" {
-                (ivtrace_ctf::host::PACKET_HDR, 1_000_000_000)
+                (ivtrace_ctf::host_trace::PACKET_HDR, 1_000_000_000)
             } else {
                 (abi::PACKET_HDR_SIZE, self.guest_freq_hz)
             };
@@ -141,6 +143,45 @@ impl PacketTap for RelayTap {
             }
         });
     }
+}
+
+/// `NAME-YYYYmmdd-HHMMSS`, as lttng names a session's directory.
+fn dated(name: &str) -> String {
+    let iso = ivtrace_ctf::tsdl::creation_datetime(SystemTime::now());
+    let digits: String = iso.chars().filter(char::is_ascii_digit).collect();
+    format!("{name}-{}-{}", &digits[..8], &digits[8..14])
+}
+
+/// A relay session for the recording of `name` (sanitized), fed by
+/// `writer`; the caller also hands it to the host trace.
+pub fn attach(hub: &Hub, name: &str, guest_freq_hz: u64, writer: &mut CtfWriter) -> Arc<RelayTap> {
+    let name = match session::sanitize_host_name(name) {
+        n if n.is_empty() => "guest".to_string(),
+        n => n,
+    };
+    let path = format!("{}/{}", hub.options().hostname, dated(&name));
+    let tap = Arc::new(RelayTap::new(hub.session(&name, &path), guest_freq_hz));
+    writer.set_tap(tap.clone());
+    tap
+}
+
+/// Closes the relay session and says what reached the relay.
+pub fn close(tap: &RelayTap, log: impl Fn(&str)) -> serde_json::Value {
+    let stats = tap.close();
+    let lost: u64 = stats.streams.iter().map(|s| s.events_lost()).sum();
+    let sent: u64 = stats.streams.iter().map(|s| s.packets_sent).sum();
+    log(&format!(
+        "relay {} session {}/{}: {sent} packets sent, {lost} events lost on the way{}",
+        stats.url,
+        stats.hostname,
+        stats.session,
+        if stats.completed {
+            ""
+        } else {
+            " (the relay did not take everything in time)"
+        }
+    ));
+    serde_json::to_value(&stats).unwrap_or(serde_json::Value::Null)
 }
 
 #[cfg(test)]
