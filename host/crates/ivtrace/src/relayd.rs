@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use ivtrace_ctf::CtfWriter;
 use ivtrace_engine::relay::RelayTap;
 use ivtrace_engine::session;
+use ivtrace_region::sanitize;
 use ivtrace_relay::{Hub, RelayOptions, RelayUrl};
 
 /// The relay options both front ends take.
@@ -49,10 +50,7 @@ impl RelayArgs {
             .relay_hostname
             .clone()
             .unwrap_or_else(session::this_host);
-        let hostname = match session::sanitize_host_name(&host) {
-            h if h.is_empty() => "localhost".to_string(),
-            h => h,
-        };
+        let hostname = sanitize::host_name_or(&host, "localhost");
         let opts = RelayOptions {
             url,
             hostname,
@@ -74,10 +72,7 @@ fn dated(name: &str) -> String {
 /// A relay session for the recording of `name` (sanitized), fed by
 /// `writer`; the caller also hands it to the host trace.
 pub fn attach(hub: &Hub, name: &str, guest_freq_hz: u64, writer: &mut CtfWriter) -> Arc<RelayTap> {
-    let name = match session::sanitize_host_name(name) {
-        n if n.is_empty() => "guest".to_string(),
-        n => n,
-    };
+    let name = sanitize::host_name_or(name, "guest");
     let path = format!("{}/{}", hub.options().hostname, dated(&name));
     let tap = Arc::new(RelayTap::new(hub.session(&name, &path), guest_freq_hz));
     writer.set_tap(tap.clone());
