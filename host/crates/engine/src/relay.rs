@@ -19,9 +19,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ivtrace_ctf::kernel::wire::le_u64;
 use ivtrace_ctf::{tsdl, PacketTap};
 use ivtrace_region::abi;
+use ivtrace_region::bytes::le_u64;
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_relay::{Session, SessionStats, TraceId};
 

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ivtrace_region::abi::{self, IVT_CTF_MAGIC};
+use ivtrace_region::bytes::{i32_at, le_u32, le_u64, u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, FieldType};
 use ivtrace_region::packet::PacketHeader;
 
@@ -182,14 +183,6 @@ fn bad(path: &Path, what: String) -> io::Error {
     )
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-
 /// The items of one stream file, in file order.
 pub struct StreamReader {
     path: PathBuf,
@@ -250,7 +243,7 @@ impl StreamReader {
             r => r?,
         }
         let info = self.parse_header()?;
-        let (content, size) = (u64_at(&self.packet, 32), u64_at(&self.packet, 40));
+        let (content, size) = (le_u64(&self.packet, 32), le_u64(&self.packet, 40));
         if size % 8 != 0 || content > size || size > PACKET_MAX * 8 || content < hdr as u64 * 8 {
             let at = self.offset;
             return Err(bad(
@@ -280,7 +273,7 @@ impl StreamReader {
 
     fn parse_header(&self) -> io::Result<PacketInfo> {
         let p = &self.packet;
-        if u32_at(p, 0) != IVT_CTF_MAGIC {
+        if le_u32(p, 0) != IVT_CTF_MAGIC {
             let at = self.offset;
             return Err(bad(&self.path, format!("no CTF magic at {at}")));
         }
@@ -298,13 +291,13 @@ impl StreamReader {
                 }
             }
             Packets::Host => PacketInfo {
-                stream_class: u32_at(p, 4),
-                cpu: u32_at(p, 64),
+                stream_class: le_u32(p, 4),
+                cpu: le_u32(p, 64),
                 owner_pid: 0,
                 owner_tid: 0,
-                timestamp_begin: u64_at(p, 16),
-                timestamp_end: u64_at(p, 24),
-                events_discarded: u64_at(p, 56),
+                timestamp_begin: le_u64(p, 16),
+                timestamp_end: le_u64(p, 24),
+                events_discarded: le_u64(p, 56),
             },
         })
     }
@@ -343,16 +336,16 @@ impl StreamReader {
                 let h = event_header(content, at, self.last_ts)?;
                 (h.id, h.ts, h.len)
             }
-            Packets::Host => {
-                content.get(at..at.checked_add(12)?)?;
-                (u32_at(content, at), u64_at(content, at + 4), 12)
-            }
+            Packets::Host => (
+                u32_at(content, at)?,
+                u64_at(content, at.checked_add(4)?)?,
+                12,
+            ),
         };
         if !self.decl.tid_context {
             return Some((id, ts, None, len));
         }
-        let tid = content.get(at + len..at + len + 4)?;
-        let tid = i32::from_le_bytes(tid.try_into().ok()?);
+        let tid = i32_at(content, at.checked_add(len)?)?;
         Some((id, ts, Some(tid), len + 4))
     }
 
