@@ -24,6 +24,19 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/guest")
 }
 
+/// The ftrace type id of the guest fixture's block_rq_issue format.
+fn block_rq_issue_id() -> u16 {
+    let issue = fs::read_to_string(fixtures().join("block.block_rq_issue.format")).unwrap();
+    let id = issue
+        .split("\nID: ")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap();
+    id.parse().unwrap()
+}
+
 fn text(file: FtraceFile, system: &str, name: &str) -> FtraceText {
     FtraceText {
         file,
@@ -334,16 +347,7 @@ fn real_guest_pages_decode_to_lttng_block_events() {
 fn losses_come_from_ftraces_counters_and_pages() {
     let hp = HeaderPage::default();
     let mut formats = guest_formats();
-    let issue = fs::read_to_string(fixtures().join("block.block_rq_issue.format")).unwrap();
-    let id: u16 = issue
-        .split("\nID: ")
-        .nth(1)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let id = block_rq_issue_id();
     let mut rec = vec![0u8; 64];
     rec[0..2].copy_from_slice(&id.to_le_bytes());
     rec[32..34].copy_from_slice(b"RS");
@@ -488,16 +492,7 @@ fn a_format_with_overflowing_offsets_is_refused_not_a_crash() {
     };
     formats.push(hostile(901, "18446744073709551615", "8"));
     formats.push(hostile(902, "8", "18446744073709551615"));
-    let issue = fs::read_to_string(fixtures().join("block.block_rq_issue.format")).unwrap();
-    let good: u16 = issue
-        .split("\nID: ")
-        .nth(1)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let good = block_rq_issue_id();
     let mut page = PageBuilder::new(HeaderPage::default(), 4096, 1_000);
     for (i, ty) in [901u16, good, 902, good].iter().enumerate() {
         let mut rec = vec![0u8; 64];
@@ -523,16 +518,7 @@ fn a_format_with_overflowing_offsets_is_refused_not_a_crash() {
 /// pages around them written as they are.
 #[test]
 fn pages_out_of_time_are_skipped_and_counted() {
-    let issue = fs::read_to_string(fixtures().join("block.block_rq_issue.format")).unwrap();
-    let id: u16 = issue
-        .split("\nID: ")
-        .nth(1)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let id = block_rq_issue_id();
     let mut rec = vec![0u8; 64];
     rec[0..2].copy_from_slice(&id.to_le_bytes());
     let page = |t0: u64| {
