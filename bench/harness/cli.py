@@ -8,6 +8,8 @@ Presets:
               over the network, SSH, 9p and virtio-serial, five workloads, in one guest
               (alias: eval)
   doorbell    guest -> host doorbells: rate, round trip, doorbells per MB of trace
+  clocksync   the clock exchange's guest and host CPU, `ivtrace record` with against
+              without it, side by side
   ftrace      the ftrace relay against ftrace to a guest file and over virtio-serial (the
               virtio-trace path): events/s carried and cost per event, block I/O and
               function tracing, in one guest
@@ -40,6 +42,7 @@ from . import (
     BenchError,
     Prerequisite,
     boot,
+    clocksync,
     doorbell,
     evaluation,
     ftrace,
@@ -51,7 +54,8 @@ from . import (
     soak,
 )
 
-PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, soak, relay, ftrace, boot)}
+PRESETS = {m.NAME: m for m in (native, guest, evaluation, doorbell, clocksync, soak, relay,
+                                  ftrace, boot)}
 ALIASES = {"eval": "evaluation"}
 
 

@@ -81,6 +81,12 @@ def doorbell_headline(data: dict) -> dict:
             "rtt_p50_us_host_busy_reads": p50("host busy-reads")}
 
 
+def clocksync_headline(data: dict) -> dict:
+    s = data.get("summary", {})
+    return {k: r(s.get(k, {}).get("added"), 3)
+            for k in ("guest_pct_of_vcpu", "host_spin_pct_of_core", "recorder_cpu_pct_of_core")}
+
+
 def ftrace_headline(data: dict) -> dict:
     fn = data.get("summary", {}).get("function", {})
     return {"function_carried_k_per_s": {c: r(x["carried_per_s"] / 1e3, 1)
@@ -115,6 +121,7 @@ def soak_headline(data: dict) -> dict:
 
 HEADLINES = {"native": native_headline, "guest": guest_headline,
              "evaluation": evaluation_headline, "doorbell": doorbell_headline,
+             "clocksync": clocksync_headline,
              "relay": relay_headline, "soak": soak_headline, "ftrace": ftrace_headline,
              "boot": boot_headline}
 

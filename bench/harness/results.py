@@ -38,7 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 SCHEMA = "ivtrace-bench/2"
-PRESETS = ("native", "guest", "evaluation", "doorbell", "soak", "relay", "ftrace", "boot")
+PRESETS = ("native", "guest", "evaluation", "doorbell", "clocksync", "soak", "relay", "ftrace",
+           "boot")
 # Presets that run on the host alone (their record has no guest).
 HOST_PRESETS = ("native", "soak", "relay")
 
@@ -54,6 +55,8 @@ TEMP_DIRS = [
     (re.compile(r"/dev/shm/ivt-ftbench-\d+"), "$SHM"),
     (re.compile(r"/var/tmp/ivt-bootbench-[A-Za-z0-9_]+"), "$WORK"),
     (re.compile(r"/dev/shm/ivt-bootbench-\d+"), "$SHM"),
+    (re.compile(r"/tmp/ivt-clocksync-[A-Za-z0-9_]+"), "$TMP"),
+    (re.compile(r"/dev/shm/ivt-clocksync-\d+"), "$SHM"),
 ]
 
 

@@ -20,7 +20,7 @@ from harness import history, results
 from harness.results import RESULTS, ROOT, portable
 from harness.stats import summarize
 
-from . import boot, doorbell, evaluation, ftrace, guest, native, plots, relay, soak
+from . import boot, clocksync, doorbell, evaluation, ftrace, guest, native, plots, relay, soak
 
 PAGE = ROOT / "docs" / "performance.md"
 
@@ -134,6 +134,10 @@ def headline(e: dict) -> str:
         return (f"{h['minutes']} min: RSS MiB first/last/max {h['rss_mib_first_last_max']}, "
                 f"descriptors {h['fds_first_last_max']}; {h['recordings']} recordings, "
                 f"{h['disk_full_stops']} stopped by the full disk, {h['mismatches']} mismatches")
+    if e["preset"] == "clocksync":
+        return (f"added by the periodic clock exchange: guest {h['guest_pct_of_vcpu']} % of a "
+                f"vCPU, host spinning {h['host_spin_pct_of_core']} % of a core (recorder CPU "
+                f"{h['recorder_cpu_pct_of_core']} %)")
     return (f"ring {h['ring_k_per_s']} k/s; round trip p50 {h['rtt_p50_us_host_blocks']} us "
             f"(host blocks), {h['rtt_p50_us_host_busy_reads']} us (host busy-reads)")
 
@@ -174,6 +178,8 @@ def render(write_plots: bool) -> str:
         guest.section(recs["guest"], rel["guest"], out)
     if "doorbell" in recs:
         doorbell.section(out, recs["doorbell"], rel["doorbell"])
+    if "clocksync" in recs:
+        clocksync.section(out, recs["clocksync"], rel["clocksync"])
     if "relay" in recs:
         relay.section(out, recs["relay"], rel["relay"])
     if "soak" in recs:

@@ -8,7 +8,7 @@
   the demo workload (vm/guest/workload/demo.sh) recorded by `ivtrace record`, as `make demo`
   does, or by `ivtrace serve` (guest and host traces of one recording).
 - `babeltrace1_times` / `babeltrace2_times`: the first and last event times the other two CTF
-  readers compute from the same clock block.
+  readers compute from the same clock block; `babeltrace2_event_times`: every event's of a name.
 """
 import json
 import re
@@ -141,6 +141,15 @@ def babeltrace2_times(trace_dir):
             first = ns if first is None else first
             last = ns
     return first, last
+
+
+def babeltrace2_event_times(trace_dir, name):
+    """Every `name` event's time in ns since the epoch, in order, as babeltrace2 computes it
+    (exact integer arithmetic from the clock block)."""
+    import bt2
+    return [msg.default_clock_snapshot.ns_from_origin
+            for msg in bt2.TraceCollectionMessageIterator(str(trace_dir))
+            if type(msg) is bt2._EventMessageConst and msg.event.name == name]
 
 
 def babeltrace1_times(trace_dir):

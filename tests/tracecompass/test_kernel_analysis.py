@@ -126,3 +126,26 @@ def test_babeltrace_1_2_and_trace_compass_agree_on_the_dates(rec, tracecompass, 
     assert abs(bt1_last - bt2_last) <= READERS_AGREE_NS
     assert abs(tr["start_ns"] - bt2_first) <= READERS_AGREE_NS
     assert abs(tr["end_ns"] - bt2_last) <= READERS_AGREE_NS
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 26 item 3, not done: our CTF clocks count the guest's ticks (freq != 1 GHz) and "
+    "Trace Compass 6.2 converts the absolute cycle count (~4e18, the date in the offset) "
+    "through a double, so every timestamp is a multiple of 256 ns; exact nanoseconds need "
+    "1 GHz clocks with nanosecond values, as LTTng writes"))
+def test_trace_compass_shows_every_timestamp_to_the_nanosecond(rec, tracecompass):
+    """Nanosecond resolution, not only the date: Trace Compass's time of every sched_switch
+    equals babeltrace2's (exact integer arithmetic from the clock block) to the ns, and its
+    times are not all multiples of 256 ns (the step of a double near 1.8e18 ns)."""
+    d = rec["out"] / "kernel"
+    tc_ns = sorted(e["ns"] for e in tracecompass.events(d, "sched_switch")["matched"]
+                   if e["name"] == "sched_switch")
+    bt2_ns = sorted(t.babeltrace2_event_times(d, "sched_switch"))
+    step256 = sum(1 for ns in tc_ns if ns % 256 == 0)
+    differ = [(a, b) for a, b in zip(tc_ns, bt2_ns) if a != b]
+    print(f"\nsched_switch: Trace Compass {len(tc_ns):,}, babeltrace2 {len(bt2_ns):,}; "
+          f"multiples of 256 ns in Trace Compass {step256:,}; times that differ {len(differ):,}"
+          + (f", first {differ[0][0] - differ[0][1]:+d} ns" if differ else ""))
+    assert len(tc_ns) == len(bt2_ns) > 100
+    assert step256 < len(tc_ns) / 16, "Trace Compass rounds to 256 ns"
+    assert not differ, f"{len(differ)} of {len(tc_ns)} times differ from babeltrace2's"
