@@ -156,6 +156,25 @@ pub struct Interval {
 }
 
 impl Interval {
+    /// A stretch of vCPU thread `host_tid` on host CPU 0 with nothing else
+    /// known (no exit, no taker, nothing ran): the tests' building block.
+    #[cfg(test)]
+    pub fn bare(vcpu: u32, state: State, (start, end): (u64, u64), host_tid: i32) -> Interval {
+        Interval {
+            vcpu,
+            state,
+            start,
+            end,
+            host_tid,
+            host_cpu: 0,
+            exit: None,
+            taken_by: None,
+            ran: Vec::new(),
+            ran_other_ns: 0,
+            truncated: false,
+        }
+    }
+
     pub fn duration(&self) -> u64 {
         self.end.saturating_sub(self.start)
     }

@@ -317,19 +317,7 @@ mod tests {
     use super::*;
 
     fn iv(vcpu: u32, state: State, start: u64, end: u64) -> Interval {
-        Interval {
-            vcpu,
-            state,
-            start,
-            end,
-            host_tid: 100,
-            host_cpu: 0,
-            exit: None,
-            taken_by: None,
-            ran: Vec::new(),
-            ran_other_ns: 0,
-            truncated: false,
-        }
+        Interval::bare(vcpu, state, (start, end), 100)
     }
 
     #[test]

@@ -297,19 +297,7 @@ mod tests {
     use crate::model::{comm, Hypercall, Interval, State};
 
     fn preempted(vcpu: u32, ns: u64) -> Interval {
-        Interval {
-            vcpu,
-            state: State::Preempted,
-            start: 0,
-            end: ns,
-            host_tid: 7,
-            host_cpu: 1,
-            exit: None,
-            taken_by: None,
-            ran: Vec::new(),
-            ran_other_ns: 0,
-            truncated: false,
-        }
+        Interval::bare(vcpu, State::Preempted, (0, ns), 7)
     }
 
     /// A guest that names millions of threads, or makes hypercalls with
