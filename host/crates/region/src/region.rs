@@ -24,7 +24,8 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use memmap2::{MmapOptions, MmapRaw};
 use thiserror::Error;
 
-use crate::abi::{self, le_u16, le_u32, le_u64};
+use crate::abi;
+use crate::bytes::{le_u16, le_u32, le_u64};
 use crate::bytes::usize_from;
 use crate::sigbus;
 

@@ -5,7 +5,8 @@
 //! declared, and what they learn on the way, which is what [`WriteEvent`]
 //! asks of them.
 
-use ivtrace_region::abi::{self, put_u64};
+use ivtrace_region::abi;
+use ivtrace_region::bytes::put_u64;
 use ivtrace_region::packet::PacketHeader;
 
 use super::lttng::{self, SyscallWire};
