@@ -9,6 +9,7 @@
 #![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 
 use anyhow::{bail, Context, Result};
+use ivtrace_region::bytes::uint_at;
 
 /// No tracefs record is longer than a ring-buffer sub-buffer: one page by
 /// default, a few with `buffer_subbuf_size_kb`, never near this. A field
@@ -73,10 +74,7 @@ impl FieldFmt {
         if self.array.is_some() || self.data_loc || !(1..=8).contains(&self.size) {
             return None;
         }
-        let bytes = rec.get(self.offset..self.offset.checked_add(self.size)?)?;
-        let mut b = [0u8; 8];
-        b[..self.size].copy_from_slice(bytes);
-        Some(u64::from_le_bytes(b))
+        uint_at(rec, self.offset, self.size)
     }
 }
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ivtrace_region::abi::{self, IVT_CTF_MAGIC};
-use ivtrace_region::bytes::{i32_at, le_u32, le_u64, u32_at, u64_at};
+use ivtrace_region::bytes::{i32_at, int_at, le_u32, le_u64, u32_at, u64_at, uint_at};
 use ivtrace_region::classes::{EventClass, FieldType};
 use ivtrace_region::packet::PacketHeader;
 
@@ -111,17 +111,12 @@ impl Record {
     /// An integer field, sign- or zero-extended as its type says.
     pub fn int(&self, i: usize) -> Option<i64> {
         let (bytes, signed) = self.class.fields.get(i)?.ty.integer()?;
-        let b = self.field(i)?;
-        let mut v = [0u8; 8];
-        v.get_mut(..bytes as usize)?
-            .copy_from_slice(b.get(..bytes as usize)?);
-        let shift = 64 - 8 * bytes;
-        let u = u64::from_le_bytes(v);
-        Some(if signed && shift > 0 {
-            ((u << shift) as i64) >> shift
+        let (b, len) = (self.field(i)?, bytes as usize);
+        if signed {
+            int_at(b, 0, len)
         } else {
-            u as i64
-        })
+            uint_at(b, 0, len).map(|u| u as i64)
+        }
     }
 
     /// A text field's bytes (`chars[N]` and `string` up to the first NUL,
