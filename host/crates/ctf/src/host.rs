@@ -428,9 +428,7 @@ fn stream_discarded(path: &Path) -> std::io::Result<u64> {
         f.read_exact(&mut hdr)?;
         // The header array is PACKET_HDR (64) bytes: every field is inside.
         let size = le_u64(&hdr, 40) / 8;
-        if le_u32(&hdr, 0) != IVT_CTF_MAGIC
-            || size < PACKET_HDR as u64
-        {
+        if le_u32(&hdr, 0) != IVT_CTF_MAGIC || size < PACKET_HDR as u64 {
             break;
         }
         last = le_u64(&hdr, 56);

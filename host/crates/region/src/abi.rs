@@ -539,7 +539,6 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("offsetof.ivt_meta_field.count", meta::FIELD_COUNT as u64),
 ];
 
-
 #[cfg(test)]
 #[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {

@@ -25,8 +25,8 @@ use memmap2::{MmapOptions, MmapRaw};
 use thiserror::Error;
 
 use crate::abi;
-use crate::bytes::{le_u16, le_u32, le_u64};
 use crate::bytes::usize_from;
+use crate::bytes::{le_u16, le_u32, le_u64};
 use crate::sigbus;
 
 /// Why a region cannot be read (yet, or at all).

@@ -21,9 +21,9 @@ use std::sync::Arc;
 use serde::Serialize;
 use thiserror::Error;
 
+use ivtrace_ctf::outdir::OutDirError;
 use ivtrace_ctf::read::{Item, Merge, Record, Recording, Trace, TraceKind};
 use ivtrace_ctf::sidecar::SIDECAR_NAME;
-use ivtrace_ctf::outdir::OutDirError;
 use ivtrace_ctf::{OutDir, OutputPolicy};
 
 use crate::dat::opt;
@@ -452,8 +452,7 @@ fn write_guest(
         .map_or(String::new(), |s| s.trace_uuid.clone());
     let id = trace_id(&format!("{name} {uuid} {}", r.root.display()));
     let cpus = g.side.cpu_ids().iter().map(|c| c + 1).max().unwrap_or(1);
-    let shift =
-        i64::try_from(g.side.origin_ns - host_origin).map_err(ExportError::ClockShift)?;
+    let shift = i64::try_from(g.side.origin_ns - host_origin).map_err(ExportError::ClockShift)?;
     let (method, bound) = r.sidecar.as_ref().map_or(("unknown".to_string(), 0), |s| {
         (s.clock.method.clone(), s.clock.error_ns)
     });
@@ -471,13 +470,13 @@ fn write_guest(
     ];
     let guest = guest_option(&name, id, cpus, &g.vcpus);
     let vcpus = g.vcpus.iter().map(|(v, t)| (*v, *t)).collect();
-    let mut file = g
-        .side
-        .write(file, "tsc2nsec", options)
-        .map_err(|source| ExportError::Write {
-            path: out.join(file),
-            source,
-        })?;
+    let mut file =
+        g.side
+            .write(file, "tsc2nsec", options)
+            .map_err(|source| ExportError::Write {
+                path: out.join(file),
+                source,
+            })?;
     file.trace_id = id;
     let g = GuestFile {
         name,

@@ -111,9 +111,7 @@ fn got<'a>(r: &'a Record, s: Source, name_of: &dyn Fn(i32) -> Option<[u8; 16]>) 
                 .collect();
             Got::Text(Cow::Owned(v.join(",").into_bytes()))
         }
-        Source::Elem(i, k) => {
-            Got::Int(u32_at(r.field(i)?, 4 * k as usize)?.into())
-        }
+        Source::Elem(i, k) => Got::Int(u32_at(r.field(i)?, 4 * k as usize)?.into()),
         Source::NameOf(i) => {
             let name = name_of(r.int(i)? as i32)?;
             let n = name.iter().position(|&c| c == 0).unwrap_or(16);

@@ -345,7 +345,10 @@ mod tests {
         let why = |text: &str| parse_event("x", text).unwrap_err().to_string();
         assert_eq!(why("ID: 3\n"), "format file without `name:`");
         assert_eq!(why("name: x\n"), "format of x without `ID:`");
-        assert_eq!(why("name: x\nID: 3\n"), "format of x has no common_type field");
+        assert_eq!(
+            why("name: x\nID: 3\n"),
+            "format of x has no common_type field"
+        );
         let past = "name: x\nID: 5\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:u8 v[4];\toffset:8;\tsize:1048577;\tsigned:0;\n";
         assert_eq!(
             why(past),
@@ -353,6 +356,9 @@ mod tests {
              (1048576 bytes)"
         );
         let hp = parse_header_page("nothing").unwrap_err().to_string();
-        assert!(hp.starts_with("unexpected header_page layout: HeaderPage {"), "{hp}");
+        assert!(
+            hp.starts_with("unexpected header_page layout: HeaderPage {"),
+            "{hp}"
+        );
     }
 }

@@ -41,8 +41,8 @@ use thiserror::Error;
 use ivtrace_region::classes::EventClass;
 
 use ivtrace_ctf::host::{HostTrace, STREAM_KERNEL};
-use ivtrace_ctf::CtfError;
 use ivtrace_ctf::sidecar::TracefsFormats;
+use ivtrace_ctf::CtfError;
 use ivtrace_time::timebase::mono_to_host;
 
 use crate::decode::Decoder;
@@ -108,12 +108,14 @@ pub enum HostEventsError {
     NoPid,
     #[error("mounted tracefs at {} but it has no events/header_page", .0.display())]
     MountedEmpty(PathBuf),
+    /// `why` is in the text (the advice follows it), so it is no `source`:
+    /// a chain printed with `{:#}` would say it twice.
     #[error(
-        "tracefs is not mounted and mounting it at {at} failed ({source}): run \
+        "tracefs is not mounted and mounting it at {at} failed ({why}): run \
          `mount -t tracefs nodev {at}` as root (host events need root anyway)",
         at = .at.display()
     )]
-    Mount { at: PathBuf, source: nix::Error },
+    Mount { at: PathBuf, why: nix::Error },
     #[error("cannot read events/header_page")]
     HeaderPage(#[source] io::Error),
     #[error(transparent)]
@@ -164,9 +166,9 @@ pub fn tracefs_root_or_mount() -> Result<PathBuf> {
     match mounted {
         Ok(()) if at.join("events/header_page").exists() => Ok(at.to_path_buf()),
         Ok(()) => Err(HostEventsError::MountedEmpty(at.to_path_buf())),
-        Err(source) => Err(HostEventsError::Mount {
+        Err(why) => Err(HostEventsError::Mount {
             at: at.to_path_buf(),
-            source,
+            why,
         }),
     }
 }
@@ -340,8 +342,8 @@ impl HostEvents {
     pub fn prepare(pid: Option<i32>, classes: &mut Vec<EventClass>) -> Result<HostEvents> {
         let pid = pid.ok_or(HostEventsError::NoPid)?;
         let root = tracefs_root_or_mount()?;
-        let header_page = read_tracefs(&root.join("events/header_page"))
-            .map_err(HostEventsError::HeaderPage)?;
+        let header_page =
+            read_tracefs(&root.join("events/header_page")).map_err(HostEventsError::HeaderPage)?;
         let hp = format::parse_header_page(&header_page)?;
         let mut formats = TracefsFormats {
             header_page,

@@ -8,8 +8,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use ivtrace_region::bytes;
 use ivtrace_ctf::host::{HostTrace, HostTraceDesc, STREAM_KERNEL};
+use ivtrace_region::bytes;
 use ivtrace_testutil::{babeltrace2_lines, have_tool, RegionBuilder};
 use ivtrace_tracefs::decode::Decoder;
 use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};

@@ -353,7 +353,8 @@ fn host_side(g: &Guest, out: &OutDir) -> Result<(HostSide, usize)> {
     let mut classes = serve_classes();
     let events = g.cfg.host_events.then(|| {
         ivtrace_tracefs::host::HostEvents::prepare(g.peer.pid, &mut classes)
-            .map_err(|e| g.log(&format!("host events not recorded: {:#}", anyhow::Error::from(e))))
+            .map_err(anyhow::Error::from)
+            .map_err(|e| g.log(&format!("host events not recorded: {e:#}")))
             .ok()
     });
     let env = vec![
