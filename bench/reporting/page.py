@@ -76,8 +76,31 @@ def native_sections(out: list, rec: dict, src: Path, write: bool) -> None:
             out.append(f"![per-event cost, log scale](../{png})\n")
     native.section_noreader(data, out)
     native.section_drain(data, out)
+    drain_ab(out)
     native.section_live(data, out)
     native.section_discussion(data, out)
+
+
+def drain_ab(out: list) -> None:
+    """Two builds' drain side by side (bench/results/native/ab/, harness/drain_ab.py)."""
+    files = sorted((RESULTS / "native" / "ab").glob("*.json"))
+    if not files:
+        return
+    out.append("### Drain of two builds, side by side\n")
+    out.append("Changes that must not move the drain, measured against the build before them in one "
+               "run (`bench/harness/drain_ab.py`: the same prefills, the two recorders in alternated "
+               "order). Per profile, the ratio of the median events per CPU-second of the recorder "
+               "(load moves it by about 10 %), then the ratio of the instructions one drain executed "
+               "(callgrind; load does not move it):\n")
+    for f in files:
+        rec = results.load(f)
+        ab = rec["data"]["ab"]
+        cells = [f"{p['name']} {p['ratio_b_over_a']:.2f}, instructions {p['instructions_b_over_a']:.4f}"
+                 for p in ab["profiles"]]
+        out.append(f"- `{results.rel(f)}` ({ab['what'] or ab['b']}; {ab['b']}/{ab['a']}, "
+                   f"{ab['rounds']} runs each, load average {ab['loadavg_before'][0]:.1f} "
+                   f"before, {ab['loadavg_after'][0]:.1f} after): " + "; ".join(cells))
+    out.append("")
 
 
 def focused(out: list) -> None:

@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ivtrace_region::abi::IVT_CTF_MAGIC;
+use ivtrace_region::bytes::{le_u32, le_u64};
 use ivtrace_region::classes::EventClass;
 
 use crate::outdir::OutDir;
@@ -425,14 +426,12 @@ fn stream_discarded(path: &Path) -> std::io::Result<u64> {
     while off + PACKET_HDR as u64 <= len {
         f.seek(SeekFrom::Start(off))?;
         f.read_exact(&mut hdr)?;
-        let field = |at: usize| u64::from_le_bytes(hdr[at..at + 8].try_into().expect("8 bytes"));
-        let size = field(40) / 8;
-        if u32::from_le_bytes(hdr[..4].try_into().expect("4 bytes")) != IVT_CTF_MAGIC
-            || size < PACKET_HDR as u64
-        {
+        // The header array is PACKET_HDR (64) bytes: every field is inside.
+        let size = le_u64(&hdr, 40) / 8;
+        if le_u32(&hdr, 0) != IVT_CTF_MAGIC || size < PACKET_HDR as u64 {
             break;
         }
-        last = field(56);
+        last = le_u64(&hdr, 56);
         off = off.saturating_add(size);
     }
     Ok(last)
@@ -496,10 +495,10 @@ mod tests {
         let f = fs::read(dir.join("host_cpu1")).unwrap();
         let ev = 12 + 4 + 16 + 4 + 3;
         assert_eq!(f.len(), 2 * (PACKET_HDR + ev));
-        assert_eq!(u64::from_le_bytes(f[16..24].try_into().unwrap()), 7);
-        assert_eq!(u64::from_le_bytes(f[56..64].try_into().unwrap()), 0);
+        assert_eq!(le_u64(&f, 16), 7);
+        assert_eq!(le_u64(&f, 56), 0);
         let second = PACKET_HDR + ev;
-        let at = |o: usize| u64::from_le_bytes(f[second + o..second + o + 8].try_into().unwrap());
+        let at = |o: usize| le_u64(&f, second + o);
         assert_eq!((at(16), at(48), at(56)), (7, 1, 3));
         assert!(!dir.join("host_cpu2").exists());
         let m = fs::read_to_string(dir.join("metadata")).unwrap();
@@ -509,7 +508,7 @@ mod tests {
 
     /// (seq, ts_begin, ts_end, content bits, discarded) of every packet.
     fn headers(f: &[u8]) -> Vec<(u64, u64, u64, u64, u64)> {
-        let at = |o: usize| u64::from_le_bytes(f[o..o + 8].try_into().unwrap());
+        let at = |o: usize| le_u64(f, o);
         let mut out = Vec::new();
         let mut off = 0;
         while off < f.len() {

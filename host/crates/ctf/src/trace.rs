@@ -817,7 +817,7 @@ impl PacketSink for CtfWriter {
             .as_ref()
             .filter(|_| stream != abi::IVT_STREAM_FTRACE)
         {
-            let events = kernel::wire::le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
+            let events = ivtrace_region::bytes::le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
             tap.packet(stream_dir(stream), &name, bytes, events);
         }
         Ok(())

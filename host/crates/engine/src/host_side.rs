@@ -121,7 +121,7 @@ impl HostSide {
     /// Stops the host events (reading what is left); their statistics,
     /// None if none were started.
     pub fn stop_events(&mut self) -> Option<Result<HostEventStats>> {
-        self.events.take().map(Running::stop)
+        self.events.take().map(|r| Ok(r.stop()?))
     }
 
     /// The VM view of the recording, if host events were recorded: call it
@@ -155,7 +155,7 @@ impl HostSide {
             vcpu_source: source.to_string(),
         };
         let mut trace = self.trace.lock().expect("not poisoned");
-        Some(derive(&traces, &mut trace, &req))
+        Some(derive(&traces, &mut trace, &req).map_err(anyhow::Error::from))
     }
 
     /// Stops the host events if still running, writes every open packet

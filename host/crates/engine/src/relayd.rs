@@ -19,13 +19,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use ivtrace_ctf::kernel::wire::le_u64;
 use ivtrace_ctf::{tsdl, CtfWriter, PacketTap};
 use ivtrace_region::abi;
+use ivtrace_region::bytes::le_u64;
 use ivtrace_region::classes::StreamClasses;
+use ivtrace_region::sanitize;
 use ivtrace_relayd::{Hub, Session, SessionStats, TraceId};
-
-use crate::session;
 
 /// How far behind the newest packet of a trace its idle streams' beacons
 /// stay (see the module's documentation).
@@ -155,10 +154,7 @@ fn dated(name: &str) -> String {
 /// A relay session for the recording of `name` (sanitized), fed by
 /// `writer`; the caller also hands it to the host trace.
 pub fn attach(hub: &Hub, name: &str, guest_freq_hz: u64, writer: &mut CtfWriter) -> Arc<RelayTap> {
-    let name = match session::sanitize_host_name(name) {
-        n if n.is_empty() => "guest".to_string(),
-        n => n,
-    };
+    let name = sanitize::host_name_or(name, "guest");
     let path = format!("{}/{}", hub.options().hostname, dated(&name));
     let tap = Arc::new(RelayTap::new(hub.session(&name, &path), guest_freq_hz));
     writer.set_tap(tap.clone());

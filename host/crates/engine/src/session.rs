@@ -20,7 +20,7 @@ use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::trace::{stream_dir, Progress};
 use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue, TraceEnv};
 use ivtrace_region::meta::MetaStats;
-use ivtrace_region::{abi, Access, Reader, Region};
+use ivtrace_region::{abi, sanitize, Access, Reader, Region};
 
 /// Entries of an output directory that ivtrace owns (and --force removes).
 const OWNED_ENTRIES: &[&str] = &[
@@ -106,20 +106,9 @@ pub fn this_host() -> String {
         .map_or_else(|_| "localhost".into(), |s| s.trim().to_string())
 }
 
-/// A host or guest name for the trace's `env.hostname`: `[A-Za-z0-9._-]`
-/// (others become `_`), at most 64 characters.
-pub fn sanitize_host_name(name: &str) -> String {
-    name.chars()
-        .take(64)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
+/// The host-name sanitizer is ivtrace-region's (one definition); this name
+/// stays for the callers that still import it from here.
+pub use ivtrace_region::sanitize::host_name as sanitize_host_name;
 
 /// The name the traces of `region` carry as `hostname`: `name` (the user's
 /// `--name`) if given, else this host's name for a loopback region, else
@@ -133,10 +122,7 @@ pub fn host_name(region: &Region, shm: &Path, name: Option<&str>) -> String {
             .file_stem()
             .map_or_else(|| "guest".into(), |s| s.to_string_lossy().into_owned()),
     };
-    match sanitize_host_name(&chosen) {
-        s if s.is_empty() => "guest".into(),
-        s => s,
-    }
+    sanitize::host_name_or(&chosen, "guest")
 }
 
 /// `hostname` when nothing names the region: this host (loopback) or

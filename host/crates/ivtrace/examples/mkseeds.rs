@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use ivtrace_region::abi;
+use ivtrace_region::bytes::le_u64;
 use ivtrace_testutil::{
     kernel_fuzz_input, kernel_fuzz_region, packet_template, RegionBuilder, TestRegion,
 };
@@ -64,7 +65,7 @@ fn packets() -> Vec<Vec<u8>> {
     r.close(0);
     let at = r.subbuf_offset(0, 0);
     let full = r.bytes[at..at + 4096].to_vec();
-    let content = abi::le_u64(&full, abi::pkt::CONTENT_SIZE) as usize / 8;
+    let content = le_u64(&full, abi::pkt::CONTENT_SIZE) as usize / 8;
     vec![
         full[..content].to_vec(),
         full[..content / 2].to_vec(),

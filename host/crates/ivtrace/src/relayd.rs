@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use ivtrace_engine::session;
+use ivtrace_region::sanitize;
 use ivtrace_relayd::{Hub, RelayOptions, RelayUrl};
 
 /// The relay options both front ends take.
@@ -46,10 +47,7 @@ impl RelayArgs {
             .relay_hostname
             .clone()
             .unwrap_or_else(session::this_host);
-        let hostname = match session::sanitize_host_name(&host) {
-            h if h.is_empty() => "localhost".to_string(),
-            h => h,
-        };
+        let hostname = sanitize::host_name_or(&host, "localhost");
         let opts = RelayOptions {
             url,
             hostname,

@@ -342,7 +342,7 @@ fn events_no_channel_could_take_are_discarded_events_of_their_own_stream() {
             }
         };
         let mut bytes = std::fs::read(&shm).unwrap();
-        abi::put_u64(&mut bytes, abi::hdr::LOST_NO_CHANNEL, 77);
+        ivtrace_region::bytes::put_u64(&mut bytes, abi::hdr::LOST_NO_CHANNEL, 77);
         std::fs::write(&shm, &bytes).unwrap();
         let out = tmp.path().join("trace");
         let o = run(&mut ivtrace_shm(&["record"], &shm, &out));

@@ -539,11 +539,6 @@ pub const VECTORS: &[(&str, u64)] = &[
     ("offsetof.ivt_meta_field.count", meta::FIELD_COUNT as u64),
 ];
 
-/// The panicking little-endian helpers, for code that has checked its
-/// lengths (their one definition is [`crate::bytes`], which also has the
-/// checked readers for guest input).
-pub use crate::bytes::{le_u16, le_u32, le_u64, put_u32, put_u64};
-
 #[cfg(test)]
 #[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {

@@ -4,7 +4,8 @@
 //! Two families, named apart so that a reader of a call site sees which
 //! one it is:
 //!
-//! - `u16_at`, `u32_at`, `u64_at`, `i32_at`, `slice_at`: **checked**. They
+//! - `u16_at`, `u32_at`, `u64_at`, `i32_at`, `slice_at`, and `uint_at`,
+//!   `int_at` for an integer of 1 to 8 bytes: **checked**. They
 //!   return `None` when the slice is too short or the position overflows.
 //!   Use them on anything a guest, a file or a client wrote: format files,
 //!   ftrace pages, forwarded streams, trace files read back.
@@ -55,6 +56,27 @@ pub fn i32_at(b: &[u8], at: usize) -> Option<i32> {
 #[inline]
 pub fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     array_at(b, at).map(u64::from_le_bytes)
+}
+
+/// The little-endian unsigned integer of `len` bytes (0 to 8) at `at`,
+/// zero-extended to 64 bits; None when `b` is too short or `len` is past 8.
+/// For fields whose width a format file or a class declares.
+#[inline]
+pub fn uint_at(b: &[u8], at: usize, len: usize) -> Option<u64> {
+    let mut v = [0u8; 8];
+    v.get_mut(..len)?.copy_from_slice(slice_at(b, at, len)?);
+    Some(u64::from_le_bytes(v))
+}
+
+/// The little-endian two's-complement integer of `len` bytes (0 to 8) at
+/// `at`, sign-extended from its top bit; None as [`uint_at`].
+#[inline]
+pub fn int_at(b: &[u8], at: usize, len: usize) -> Option<i64> {
+    let src = slice_at(b, at, len)?;
+    let negative = src.last().is_some_and(|&top| top & 0x80 != 0);
+    let mut v = [if negative { 0xff } else { 0 }; 8];
+    v.get_mut(..len)?.copy_from_slice(src);
+    Some(i64::from_le_bytes(v))
 }
 
 /// The u16 at `off` of a slice the caller has bounds-checked; panics on a
@@ -120,6 +142,23 @@ mod tests {
         }
         assert_eq!(slice_at(&b, 2, usize::MAX), None);
         assert_eq!(slice_at(&b, 8, 0), Some(&[][..]));
+    }
+
+    #[test]
+    fn sized_readers_extend_as_their_sign_says() {
+        let b = [0x01, 0x80, 0xff, 0x7f, 0, 0, 0, 0, 0x80];
+        assert_eq!(uint_at(&b, 0, 2), Some(0x8001));
+        assert_eq!(int_at(&b, 0, 2), Some(-0x7fff));
+        assert_eq!(int_at(&b, 2, 1), Some(-1));
+        assert_eq!(uint_at(&b, 2, 1), Some(0xff));
+        assert_eq!(int_at(&b, 2, 2), Some(0x7fff));
+        assert_eq!(int_at(&b, 1, 8), Some(i64::MIN + 0x7f_ff80));
+        assert_eq!(uint_at(&b, 1, 8), Some(0x8000_0000_007f_ff80));
+        assert_eq!(uint_at(&b, 0, 0), Some(0));
+        assert_eq!(int_at(&b, 9, 0), Some(0));
+        assert_eq!(uint_at(&b, 0, 9), None);
+        assert_eq!(int_at(&b, 2, 8), None);
+        assert_eq!(uint_at(&b, usize::MAX, 1), None);
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! name is cut at its NUL and must be a tracefs directory name; the text
 //! is kept as bytes for the parser, which bounds everything it reads.
 
-use crate::abi::{self, le_u16, le_u32};
+use crate::abi;
+use crate::bytes::{le_u16, le_u32};
 
 /// Files kept at most (a guest has ~2000 events; one format each).
 pub const FORMATS_MAX: usize = 8192;

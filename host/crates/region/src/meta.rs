@@ -9,8 +9,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::abi::{self, le_u16, le_u32};
-use crate::bytes::usize_from;
+use crate::abi;
+use crate::bytes::{le_u16, le_u32, usize_from};
 use crate::classes::{EventClass, EventClasses, Field, FieldType};
 use crate::region::Region;
 use crate::sanitize;
@@ -360,7 +360,8 @@ mod tests {
         r.register(1, 0, "a", &[]);
         r.register(1, 1, "b", &[]);
         r.register(1, 2, "c", &[]);
-        let meta_off = abi::le_u64(&r.bytes, abi::hdr::LAYOUT + abi::layout::META_OFF) as usize;
+        let meta_off =
+            crate::bytes::le_u64(&r.bytes, abi::hdr::LAYOUT + abi::layout::META_OFF) as usize;
         r.bytes[meta_off + 88 + 4..meta_off + 88 + 8].fill(0); // un-commit "b"
         let (classes, parser) = scan(&r.bytes, ScanMode::Live);
         assert_eq!(classes.stream(1).len(), 1);
@@ -401,7 +402,8 @@ mod tests {
     fn a_record_with_an_impossible_length_stops_parsing() {
         let mut r = RegionBuilder::new(1, 2, 4096).build_region();
         r.register(1, 0, "a", &[]);
-        let meta_off = abi::le_u64(&r.bytes, abi::hdr::LAYOUT + abi::layout::META_OFF) as usize;
+        let meta_off =
+            crate::bytes::le_u64(&r.bytes, abi::hdr::LAYOUT + abi::layout::META_OFF) as usize;
         r.bytes[meta_off..meta_off + 4].copy_from_slice(&13u32.to_le_bytes());
         let (classes, parser) = scan(&r.bytes, ScanMode::Final);
         assert!(classes.stream(1).is_empty());

@@ -12,7 +12,8 @@
 //! guest data: counts are bounded by the record's length and the area, and
 //! names are raw bytes for the caller to sanitize.
 
-use crate::abi::{self, le_u32, le_u64};
+use crate::abi;
+use crate::bytes::{le_u16, le_u32, le_u64};
 use crate::region::Region;
 
 /// `IVT_META_NAMES`: the record kind of the name table.
@@ -90,7 +91,7 @@ fn find_record(region: &Region) -> Option<(u64, u32)> {
         }
         let mut kind = [0u8; 2];
         region.copy_out(field(abi::meta::KIND), &mut kind);
-        if u16::from_le_bytes(kind) == IVT_META_NAMES {
+        if le_u16(&kind, 0) == IVT_META_NAMES {
             return Some((base, len));
         }
         at = end;

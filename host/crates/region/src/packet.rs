@@ -9,8 +9,8 @@
 
 use thiserror::Error;
 
-use crate::abi::{self, le_u32, le_u64, put_u32, put_u64};
-use crate::bytes::slice_at;
+use crate::abi;
+use crate::bytes::{le_u32, le_u64, put_u32, put_u64, slice_at, uint_at};
 use crate::classes::{Op, Payload, StreamClasses};
 use crate::sanitize::fix_utf8_in_place;
 
@@ -459,9 +459,7 @@ fn run_program(
             }
             Op::Seq { len_bytes, elem } => {
                 let body = p.checked_add(len_bytes as usize).filter(|&e| e <= len)?;
-                let mut count = [0u8; 8];
-                count[..len_bytes as usize].copy_from_slice(&content[p..body]);
-                let n = usize::try_from(u64::from_le_bytes(count)).ok()?;
+                let n = usize::try_from(uint_at(content, p, len_bytes as usize)?).ok()?;
                 let size = n.checked_mul(elem as usize)?;
                 body.checked_add(size).filter(|&e| e <= len)?
             }

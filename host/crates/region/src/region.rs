@@ -24,8 +24,9 @@ use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use memmap2::{MmapOptions, MmapRaw};
 use thiserror::Error;
 
-use crate::abi::{self, le_u16, le_u32, le_u64};
+use crate::abi;
 use crate::bytes::usize_from;
+use crate::bytes::{le_u16, le_u32, le_u64};
 use crate::sigbus;
 
 /// Why a region cannot be read (yet, or at all).

@@ -53,6 +53,35 @@ pub fn field_name(raw: &[u8], index: usize) -> (String, bool) {
     restrict(raw, field_name_char, || format!("f{index}"))
 }
 
+/// The longest host name kept, in characters.
+pub const HOST_NAME_MAX: usize = 64;
+
+/// A host or guest name that may name a directory, a relay session or a
+/// trace's `hostname`: at most [`HOST_NAME_MAX`] characters of
+/// `[A-Za-z0-9._-]`, every other character replaced by `_`. May be empty
+/// (the caller picks its fallback); a leading `.` or `-` is kept, so a
+/// caller that builds a path from it refuses or trims those itself.
+pub fn host_name(name: &str) -> String {
+    name.chars()
+        .take(HOST_NAME_MAX)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// [`host_name`], or `fallback` when nothing of `name` is left.
+pub fn host_name_or(name: &str, fallback: &str) -> String {
+    match host_name(name) {
+        n if n.is_empty() => fallback.to_string(),
+        n => n,
+    }
+}
+
 /// Makes `name` unique in `taken` by appending `_2`, `_3`, ... and
 /// records it. Returns the unique name and whether it changed.
 pub fn dedupe(name: String, taken: &mut HashSet<String>) -> (String, bool) {
@@ -141,6 +170,17 @@ pub fn fix_utf8_in_place(mut text: &mut [u8]) -> u32 {
 #[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_names_keep_a_small_alphabet_and_length() {
+        assert_eq!(host_name("vm-1.lab_a"), "vm-1.lab_a");
+        assert_eq!(host_name("a/b c\u{1b}[2J"), "a_b_c__2J");
+        assert_eq!(host_name("é"), "_");
+        assert_eq!(host_name(""), "");
+        assert_eq!(host_name_or("", "guest"), "guest");
+        assert_eq!(host_name_or("vm0", "guest"), "vm0");
+        assert_eq!(host_name(&"x".repeat(100)).len(), HOST_NAME_MAX);
+    }
 
     #[test]
     fn hostile_event_names_are_restricted() {

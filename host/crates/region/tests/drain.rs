@@ -2,6 +2,7 @@
 //! emitted, what is counted as lost and why, what is rewritten.
 
 use ivtrace_region::abi;
+use ivtrace_region::bytes::le_u64;
 use ivtrace_region::packet::{PacketHeader, TickRange};
 use ivtrace_region::reader::PacketSink;
 use ivtrace_region::{Access, EventClasses, Reader, Region};
@@ -124,7 +125,7 @@ fn padding_is_zeroed() {
     emit(&mut r, 0, 3, 100);
     r.close(0);
     let p = r.subbuf_offset(0, 0);
-    let content = abi::le_u64(&r.bytes, p + abi::pkt::CONTENT_SIZE) as usize / 8;
+    let content = le_u64(&r.bytes, p + abi::pkt::CONTENT_SIZE) as usize / 8;
     r.bytes[p + content..p + content + 8].fill(0xee);
     let sink = drain_all(&mut reader(&r));
     let (_, bytes) = &sink.0[0];
@@ -279,7 +280,7 @@ fn torn_copies_are_detected_by_open_seq() {
     emit(&mut r, 0, PER_PACKET * 3, 100);
     r.close(0);
     // The writer announced packet 4, which lives where packet 0 is.
-    let ch = abi::le_u64(&r.bytes, abi::hdr::LAYOUT) as usize;
+    let ch = le_u64(&r.bytes, abi::hdr::LAYOUT) as usize;
     r.bytes[ch + 8..ch + 16].copy_from_slice(&4u64.to_le_bytes());
     let mut rd = reader(&r);
     drain_all(&mut rd);
@@ -313,7 +314,7 @@ fn snapshot_takes_the_newest_packets_and_the_open_prefix() {
 fn a_wild_commit_pos_costs_at_most_one_ring_of_work() {
     let mut r = region(abi::IVT_MODE_DISCARD, 4);
     emit(&mut r, 0, 10, 100);
-    let ch = abi::le_u64(&r.bytes, abi::hdr::LAYOUT) as usize;
+    let ch = le_u64(&r.bytes, abi::hdr::LAYOUT) as usize;
     r.bytes[ch..ch + 8].copy_from_slice(&(u64::MAX - 5).to_le_bytes());
     let mut rd = reader(&r);
     let sink = drain_all(&mut rd);

@@ -26,7 +26,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ivtrace_region::abi::{le_u32, le_u64, pkt, put_u64};
+use ivtrace_region::abi::pkt;
+use ivtrace_region::bytes::{le_u32, le_u64, put_u64};
 use serde::Serialize;
 
 use crate::client::{Connection, RelayError};
@@ -919,7 +920,7 @@ impl Link {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ivtrace_region::abi::put_u32;
+    use ivtrace_region::bytes::put_u32;
     use std::collections::HashMap;
 
     /// A packet of `len` bytes whose header says `events_discarded` = 0.

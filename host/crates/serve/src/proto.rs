@@ -172,7 +172,7 @@ pub fn qemu_name(cmdline: &[u8]) -> Option<String> {
 /// sanitizer's `[A-Za-z0-9._-]` (others become `_`, at most 64), not
 /// starting with `.` or `-`; None when nothing but `_` is left.
 pub fn sanitize_name(s: &str) -> Option<String> {
-    let cleaned = ivtrace_engine::session::sanitize_host_name(s);
+    let cleaned = ivtrace_region::sanitize::host_name(s);
     let trimmed = cleaned.trim_start_matches(['.', '-']);
     if trimmed.is_empty() || trimmed.chars().all(|c| c == '_') {
         None

@@ -352,6 +352,7 @@ fn host_side(g: &Guest, out: &OutDir) -> Result<(HostSide, usize)> {
     let mut classes = serve_classes();
     let events = g.cfg.host_events.then(|| {
         ivtrace_tracefs::host_events::HostEvents::prepare(g.peer.pid, &mut classes)
+            .map_err(anyhow::Error::from)
             .map_err(|e| g.log(&format!("host events not recorded: {e:#}")))
             .ok()
     });
@@ -512,6 +513,7 @@ fn trace_cmd_files(g: &Guest, observed: &Observed, doc: &mut Value) -> Result<()
         .map_err(anyhow::Error::from)
         .and_then(|out| {
             ivtrace_tracecmd::export_into(std::slice::from_ref(&observed.out), &out, false)
+                .map_err(anyhow::Error::from)
         });
     let section = match written {
         Ok(e) => {

@@ -4,7 +4,8 @@
 //!
 //! Not part of the reader: nothing in the drain path uses it.
 
-use ivtrace_region::abi::{self, put_u32, put_u64};
+use ivtrace_region::abi;
+use ivtrace_region::bytes::{le_u32, le_u64, put_u32, put_u64};
 
 /// A field as registered by a writer: name, `IVT_FT_*`, count.
 pub type FieldSpec<'a> = (&'a str, u8, u16);
@@ -176,7 +177,7 @@ impl TestRegion {
 
     fn chan_u64(&self, c: u32, off: u64) -> u64 {
         let at = self.chan(c) + off as usize;
-        abi::le_u64(&self.bytes, at)
+        le_u64(&self.bytes, at)
     }
 
     pub fn set_chan_u64(&mut self, c: u32, off: u64, v: u64) {
@@ -319,7 +320,7 @@ impl TestRegion {
 
     fn open(&mut self, c: u32, ts: u64) -> bool {
         let seq = self.writers[c as usize].seq;
-        let mode = abi::le_u32(&self.bytes, self.chan(c) + abi::chan::MODE as usize);
+        let mode = le_u32(&self.bytes, self.chan(c) + abi::chan::MODE as usize);
         let consumed = self.chan_u64(c, abi::chan::CONSUMED);
         if mode == abi::IVT_MODE_DISCARD && seq - consumed >= self.spec.nr_subbufs as u64 {
             return false;

@@ -204,7 +204,7 @@ fn write_host(dir: &Path, f: &Formats, s: &mut Session) {
             .unwrap();
         let mut lost = v != 0;
         for page in pages(&hp, &recs) {
-            if !lost && u64::from_le_bytes(page[..8].try_into().unwrap()) >= BASE + LOSS_AT {
+            if !lost && ivtrace_region::bytes::le_u64(&page, 0) >= BASE + LOSS_AT {
                 // As the recorder does for a page that says events were missed.
                 t.flush().unwrap();
                 t.discarded(stream, 5).unwrap();

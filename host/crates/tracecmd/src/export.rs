@@ -18,9 +18,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use thiserror::Error;
 
+use ivtrace_ctf::outdir::OutDirError;
 use ivtrace_ctf::read::{Item, Merge, Record, Recording, Trace, TraceKind};
 use ivtrace_ctf::sidecar::SIDECAR_NAME;
 use ivtrace_ctf::{OutDir, OutputPolicy};
@@ -78,6 +79,34 @@ fn is_recording(dir: &Path) -> bool {
             .any(|d| dir.join(d).join("metadata").is_file())
 }
 
+/// Why an export failed: which input or output file, why, and (where the
+/// user can change something) a `hint:` line saying what to do.
+#[derive(Debug, Error)]
+pub enum ExportError {
+    #[error("cannot read {}", .path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error(
+        "{} holds no ivtrace recording (no ivtrace.json, no kernel/, user/ or host/ trace)\n\
+         hint: give a recording directory (`ivtrace record -o DIR`) or serve's output root",
+        .0.display()
+    )]
+    NoRecording(PathBuf),
+    #[error("{}\nhint: {}", .0, .0.hint())]
+    OutDir(OutDirError),
+    #[error("{} exists\nhint: add --force to replace it, or choose another -o", .0.display())]
+    Exists(PathBuf),
+    #[error("cannot write into {}", .path.display())]
+    WriteInto { path: PathBuf, source: io::Error },
+    #[error("cannot write {}", .path.display())]
+    Write { path: PathBuf, source: io::Error },
+    #[error("the guest's clock is more than 292 years off the host's")]
+    ClockShift(#[source] std::num::TryFromIntError),
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+type Result<T, E = ExportError> = std::result::Result<T, E>;
+
 /// The recordings of `inputs`: each one a recording directory, or a
 /// directory of them (`ivtrace serve`'s output root).
 pub fn recordings(inputs: &[PathBuf]) -> Result<Vec<Recording>> {
@@ -86,8 +115,10 @@ pub fn recordings(inputs: &[PathBuf]) -> Result<Vec<Recording>> {
         let dirs = if is_recording(input) {
             vec![input.clone()]
         } else {
-            let rd = std::fs::read_dir(input)
-                .with_context(|| format!("cannot read {}", input.display()))?;
+            let rd = std::fs::read_dir(input).map_err(|source| ExportError::Read {
+                path: input.clone(),
+                source,
+            })?;
             let mut v: Vec<PathBuf> = rd
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.is_dir() && is_recording(p))
@@ -96,14 +127,13 @@ pub fn recordings(inputs: &[PathBuf]) -> Result<Vec<Recording>> {
             v
         };
         if dirs.is_empty() {
-            bail!(
-                "{} holds no ivtrace recording (no ivtrace.json, no kernel/, user/ or host/ trace)\n\
-                 hint: give a recording directory (`ivtrace record -o DIR`) or serve's output root",
-                input.display()
-            );
+            return Err(ExportError::NoRecording(input.clone()));
         }
         for d in dirs {
-            out.push(Recording::open(&d).with_context(|| format!("cannot read {}", d.display()))?);
+            match Recording::open(&d) {
+                Ok(r) => out.push(r),
+                Err(source) => return Err(ExportError::Read { path: d, source }),
+            }
         }
     }
     Ok(out)
@@ -324,10 +354,7 @@ fn check_out(out: &OutDir, force: bool, names: &[String]) -> Result<()> {
     }
     for n in names {
         if out.kind(n)?.is_some() {
-            bail!(
-                "{} exists\nhint: add --force to replace it, or choose another -o",
-                out.join(n).display()
-            );
+            return Err(ExportError::Exists(out.join(n)));
         }
     }
     Ok(())
@@ -355,10 +382,7 @@ fn guest_file(r: &Recording) -> String {
 /// Exports `inputs` (recording directories, or directories of them) into
 /// `o.out`: `host.dat` and `guest-NAME.dat` per recording.
 pub fn export(inputs: &[PathBuf], o: &Options) -> Result<Exported> {
-    let out = OutDir::root(&o.out, &o.policy).map_err(|e| {
-        let hint = e.hint();
-        anyhow::anyhow!("{e}\nhint: {hint}")
-    })?;
+    let out = OutDir::root(&o.out, &o.policy).map_err(ExportError::OutDir)?;
     export_into(inputs, &out, o.force)
 }
 
@@ -404,7 +428,10 @@ pub fn export_into(inputs: &[PathBuf], out: &OutDir, force: bool) -> Result<Expo
     };
     for m in merge.by_ref() {
         pass.item(m.source, m.ns, m.item)
-            .with_context(|| format!("cannot write into {}", out.path().display()))?;
+            .map_err(|source| ExportError::WriteInto {
+                path: out.path().to_path_buf(),
+                source,
+            })?;
     }
     let read_errors = merge.errors.clone();
     finish(pass, &names, out, read_errors)
@@ -425,8 +452,7 @@ fn write_guest(
         .map_or(String::new(), |s| s.trace_uuid.clone());
     let id = trace_id(&format!("{name} {uuid} {}", r.root.display()));
     let cpus = g.side.cpu_ids().iter().map(|c| c + 1).max().unwrap_or(1);
-    let shift = i64::try_from(g.side.origin_ns - host_origin)
-        .context("the guest's clock is more than 292 years off the host's")?;
+    let shift = i64::try_from(g.side.origin_ns - host_origin).map_err(ExportError::ClockShift)?;
     let (method, bound) = r.sidecar.as_ref().map_or(("unknown".to_string(), 0), |s| {
         (s.clock.method.clone(), s.clock.error_ns)
     });
@@ -444,10 +470,13 @@ fn write_guest(
     ];
     let guest = guest_option(&name, id, cpus, &g.vcpus);
     let vcpus = g.vcpus.iter().map(|(v, t)| (*v, *t)).collect();
-    let mut file = g
-        .side
-        .write(file, "tsc2nsec", options)
-        .with_context(|| format!("cannot write {}", out.join(file).display()))?;
+    let mut file =
+        g.side
+            .write(file, "tsc2nsec", options)
+            .map_err(|source| ExportError::Write {
+                path: out.join(file),
+                source,
+            })?;
     file.trace_id = id;
     let g = GuestFile {
         name,
@@ -511,7 +540,10 @@ fn finish(
     }
     let mut host_summary = host
         .write(HOST_FILE, "mono", host_options)
-        .with_context(|| format!("cannot write {}", out.join(HOST_FILE).display()))?;
+        .map_err(|source| ExportError::Write {
+            path: out.join(HOST_FILE),
+            source,
+        })?;
     host_summary.trace_id = host_id;
     Ok(Exported {
         host: host_summary,

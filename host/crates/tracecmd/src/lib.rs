@@ -26,4 +26,4 @@ pub mod pages;
 pub mod side;
 pub mod target;
 
-pub use export::{export, export_into, Exported, GuestFile, Options, HOST_FILE};
+pub use export::{export, export_into, ExportError, Exported, GuestFile, Options, HOST_FILE};

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use ivtrace_ctf::read::Record;
 use ivtrace_ctf::sidecar::TracefsFormats;
+use ivtrace_region::bytes::{i32_at, u32_at};
 use ivtrace_region::classes::{EventClass, FieldType};
 use ivtrace_tracefs::decode::{
     class_for, class_with, lttng_name, Adjust, EventDecoder, FieldPlan, Value,
@@ -106,14 +107,11 @@ fn got<'a>(r: &'a Record, s: Source, name_of: &dyn Fn(i32) -> Option<[u8; 16]>) 
             let b = r.field(i)?.get(1..)?;
             let v: Vec<String> = b
                 .chunks_exact(4)
-                .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")).to_string())
+                .filter_map(|c| Some(i32_at(c, 0)?.to_string()))
                 .collect();
             Got::Text(Cow::Owned(v.join(",").into_bytes()))
         }
-        Source::Elem(i, k) => {
-            let b = r.field(i)?.get(4 * k as usize..4 * k as usize + 4)?;
-            Got::Int(u32::from_le_bytes(b.try_into().ok()?) as i64)
-        }
+        Source::Elem(i, k) => Got::Int(u32_at(r.field(i)?, 4 * k as usize)?.into()),
         Source::NameOf(i) => {
             let name = name_of(r.int(i)? as i32)?;
             let n = name.iter().position(|&c| c == 0).unwrap_or(16);
@@ -531,6 +529,7 @@ const FIRST_NEW_ID: u16 = 5000;
 mod tests {
     use super::*;
     use ivtrace_ctf::read::PacketInfo;
+    use ivtrace_region::bytes::uint_at;
     use ivtrace_region::classes::Field;
     use ivtrace_tracefs::format::parse_event;
 
@@ -605,11 +604,7 @@ mod tests {
         let rec = t.encode(&r, 42, &|_| None);
         let f = parse_event("sched", builtin().get("sched/sched_switch").unwrap()).unwrap();
         let at = |n: &str| f.field(n).unwrap().offset;
-        let int = |o: usize, n: usize| {
-            let mut v = [0u8; 8];
-            v[..n].copy_from_slice(&rec[o..o + n]);
-            i64::from_le_bytes(v)
-        };
+        let int = |o: usize, n: usize| uint_at(&rec, o, n).unwrap() as i64;
         assert_eq!(int(0, 2), t.id as i64);
         assert_eq!(int(4, 4), 42, "common_pid");
         assert_eq!(int(at("prev_pid"), 4), 42);

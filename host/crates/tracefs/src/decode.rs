@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use ivtrace_region::bytes::{i32_at, slice_at, u16_at, u32_at};
+use ivtrace_region::bytes::{i32_at, slice_at, u16_at, u32_at, uint_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 
 use ivtrace_ctf::host_trace::STREAM_KERNEL;
@@ -407,16 +407,16 @@ fn field_kind(f: &FieldFmt) -> Option<(FieldType, Op)> {
 /// Appends the integer `b` (1, 2, 4 or 8 bytes) as `adjust` says.
 fn put_int(out: &mut Vec<u8>, b: &[u8], adjust: Adjust) {
     let size = b.len().min(8);
-    let mut v = [0u8; 8];
-    v[..size].copy_from_slice(&b[..size]);
     match adjust {
         Adjust::Prio => {
-            // A priority is a C int: its low 4 bytes, sign-extended back.
-            let prio = i32::from_le_bytes([v[0], v[1], v[2], v[3]]).wrapping_sub(100);
+            // A priority is a C int: its low 4 bytes (zero-padded in a
+            // narrower field), sign-extended back.
+            let low = uint_at(b, 0, size.min(4)).and_then(|v| u32::try_from(v).ok());
+            let prio = (low.unwrap_or(0) as i32).wrapping_sub(100);
             out.extend_from_slice(&i64::from(prio).to_le_bytes()[..size]);
         }
         Adjust::State => {
-            let x = u64::from_le_bytes(v) & 0xff;
+            let x = uint_at(b, 0, size).unwrap_or(0) & 0xff;
             out.extend_from_slice(&x.to_le_bytes()[..size]);
         }
         Adjust::None | Adjust::Rwbs => out.extend_from_slice(b),
@@ -524,6 +524,7 @@ impl Decoder {
 mod tests {
     use super::*;
     use crate::format::parse_event;
+    use ivtrace_region::bytes::int_at;
     use ivtrace_testutil::LTTNG_SCHED_SWITCH_FIELDS;
 
     const SCHED_SWITCH: &str = include_str!("../tests/fixtures/tracefs/sched_switch.format");
@@ -547,9 +548,9 @@ mod tests {
         rec[28..32].copy_from_slice(&120i32.to_le_bytes());
         rec[32..36].copy_from_slice(&1i32.to_le_bytes());
         let p = d.decode(&rec).unwrap().payload;
-        assert_eq!(i32::from_le_bytes(p[16..20].try_into().unwrap()), 4242);
-        assert_eq!(i32::from_le_bytes(p[20..24].try_into().unwrap()), 20);
-        assert_eq!(i32::from_le_bytes(p[24..28].try_into().unwrap()), 1);
+        assert_eq!(i32_at(&p, 16), Some(4242));
+        assert_eq!(i32_at(&p, 20), Some(20));
+        assert_eq!(i32_at(&p, 24), Some(1));
     }
 
     /// Formats built by hand (not through the parser's bounds) still
@@ -652,12 +653,9 @@ mod tests {
                     Value::Text(b.split(|&c| c == 0).next().unwrap())
                 }
                 ty => {
-                    let (n, _) = ty.integer().unwrap();
-                    let mut v = [0u8; 8];
-                    v[..n as usize].copy_from_slice(&e.payload[at..at + n as usize]);
-                    at += n as usize;
-                    let shift = 64 - 8 * n;
-                    Value::Int((i64::from_le_bytes(v) << shift) >> shift)
+                    let n = ty.integer().unwrap().0 as usize;
+                    at += n;
+                    Value::Int(int_at(&e.payload, at - n, n).unwrap())
                 }
             };
             values.push(Some(v));
@@ -685,10 +683,10 @@ mod tests {
         assert_eq!((e.class_id, e.tid), (100, 77));
         let p = &e.payload;
         assert_eq!(&p[0..4], b"qemu");
-        assert_eq!(i32::from_le_bytes(p[16..20].try_into().unwrap()), 77);
-        assert_eq!(i32::from_le_bytes(p[20..24].try_into().unwrap()), 20);
-        assert_eq!(i64::from_le_bytes(p[24..32].try_into().unwrap()), 0);
-        assert_eq!(i32::from_le_bytes(p[52..56].try_into().unwrap()), 39);
+        assert_eq!(i32_at(p, 16), Some(77));
+        assert_eq!(i32_at(p, 20), Some(20));
+        assert_eq!(int_at(p, 24, 8), Some(0));
+        assert_eq!(i32_at(p, 52), Some(39));
         assert!(d.decode(&rec[..40]).is_none());
         rec[0] ^= 0xff;
         assert!(d.decode(&rec).is_none());

@@ -8,13 +8,42 @@
 // is checked or saturating, every narrowing cast explicit (docs/hardening.md).
 #![deny(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
 
-use anyhow::{bail, Context, Result};
+use ivtrace_region::bytes::uint_at;
+use thiserror::Error;
 
 /// No tracefs record is longer than a ring-buffer sub-buffer: one page by
 /// default, a few with `buffer_subbuf_size_kb`, never near this. A field
 /// said to end past it (a guest's format text says anything) is refused
 /// with its format, so every `offset + size` the decoder computes fits.
 pub const RECORD_MAX: usize = 1 << 20;
+
+/// Why a format file (or `header_page`) was refused. Its text comes from
+/// the kernel's tracefs, or from a guest's relayed copy: the message names
+/// the event and what is missing or out of range, so a reader can find the
+/// file; nothing past a refused file is decoded.
+#[derive(Debug, Error)]
+pub enum FormatError {
+    #[error("format file without `name:`")]
+    NoName,
+    #[error("format of {event} without `ID:`")]
+    NoId { event: String },
+    #[error("format of {event} has no common_type field")]
+    NoCommonType { event: String },
+    #[error(
+        "format of {event}: field {field} (offset {offset}, size {size}{elements}) ends past any \
+         record ({RECORD_MAX} bytes)",
+        elements = .array.map_or(String::new(), |n| format!(", {n} elements"))
+    )]
+    PastRecord {
+        event: String,
+        field: String,
+        offset: usize,
+        size: usize,
+        array: Option<usize>,
+    },
+    #[error("unexpected header_page layout: {0:?}")]
+    HeaderPage(HeaderPage),
+}
 
 /// One field of an event record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,19 +69,17 @@ impl FieldFmt {
     }
 
     /// Refuses a field that ends past any record.
-    fn check_bounds(&self, event: &str) -> Result<()> {
-        if self.end().is_none() {
-            bail!(
-                "format of {event}: field {} (offset {}, size {}{}) ends past any record \
-                 ({RECORD_MAX} bytes)",
-                self.name,
-                self.offset,
-                self.size,
-                self.array
-                    .map_or(String::new(), |n| format!(", {n} elements"))
-            );
+    fn check_bounds(&self, event: &str) -> Result<(), FormatError> {
+        match self.end() {
+            Some(_) => Ok(()),
+            None => Err(FormatError::PastRecord {
+                event: event.to_string(),
+                field: self.name.clone(),
+                offset: self.offset,
+                size: self.size,
+                array: self.array,
+            }),
         }
-        Ok(())
     }
 
     /// The element type is `char` (text).
@@ -73,10 +100,7 @@ impl FieldFmt {
         if self.array.is_some() || self.data_loc || !(1..=8).contains(&self.size) {
             return None;
         }
-        let bytes = rec.get(self.offset..self.offset.checked_add(self.size)?)?;
-        let mut b = [0u8; 8];
-        b[..self.size].copy_from_slice(bytes);
-        Some(u64::from_le_bytes(b))
+        uint_at(rec, self.offset, self.size)
     }
 }
 
@@ -140,7 +164,7 @@ fn parse_field(line: &str) -> Option<FieldFmt> {
 }
 
 /// Parses `events/<system>/<name>/format`.
-pub fn parse_event(system: &str, text: &str) -> Result<EventFmt> {
+pub fn parse_event(system: &str, text: &str) -> Result<EventFmt, FormatError> {
     let mut name = None;
     let mut id = None;
     let mut common = Vec::new();
@@ -163,13 +187,15 @@ pub fn parse_event(system: &str, text: &str) -> Result<EventFmt> {
             break;
         }
     }
-    let name = name.context("format file without `name:`")?;
-    let id = id.with_context(|| format!("format of {name} without `ID:`"))?;
+    let name = name.ok_or(FormatError::NoName)?;
+    let Some(id) = id else {
+        return Err(FormatError::NoId { event: name });
+    };
     for f in common.iter().chain(&fields) {
         f.check_bounds(&name)?;
     }
     if common.iter().all(|f| f.name != "common_type") {
-        bail!("format of {name} has no common_type field");
+        return Err(FormatError::NoCommonType { event: name });
     }
     Ok(EventFmt {
         system: system.to_string(),
@@ -202,7 +228,7 @@ impl Default for HeaderPage {
 }
 
 /// Parses `events/header_page`.
-pub fn parse_header_page(text: &str) -> Result<HeaderPage> {
+pub fn parse_header_page(text: &str) -> Result<HeaderPage, FormatError> {
     let mut hp = HeaderPage::default();
     let mut seen = (false, false, false);
     for line in text.lines() {
@@ -226,7 +252,7 @@ pub fn parse_header_page(text: &str) -> Result<HeaderPage> {
         }
     }
     if seen != (true, true, true) || !matches!(hp.commit_size, 4 | 8) {
-        bail!("unexpected header_page layout: {hp:?}");
+        return Err(FormatError::HeaderPage(hp));
     }
     Ok(hp)
 }
@@ -311,5 +337,28 @@ mod tests {
         assert!(parse_event("x", "name: x\n").is_err());
         assert!(parse_event("x", "ID: 3\n").is_err());
         assert!(parse_header_page("nothing").is_err());
+    }
+
+    /// The refusals' texts are what the CLI printed before they were typed.
+    #[test]
+    fn refusals_say_which_event_and_what_is_missing() {
+        let why = |text: &str| parse_event("x", text).unwrap_err().to_string();
+        assert_eq!(why("ID: 3\n"), "format file without `name:`");
+        assert_eq!(why("name: x\n"), "format of x without `ID:`");
+        assert_eq!(
+            why("name: x\nID: 3\n"),
+            "format of x has no common_type field"
+        );
+        let past = "name: x\nID: 5\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\tfield:u8 v[4];\toffset:8;\tsize:1048577;\tsigned:0;\n";
+        assert_eq!(
+            why(past),
+            "format of x: field v (offset 8, size 1048577, 4 elements) ends past any record \
+             (1048576 bytes)"
+        );
+        let hp = parse_header_page("nothing").unwrap_err().to_string();
+        assert!(
+            hp.starts_with("unexpected header_page layout: HeaderPage {"),
+            "{hp}"
+        );
     }
 }

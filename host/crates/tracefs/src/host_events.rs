@@ -35,17 +35,18 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use thiserror::Error;
 
 use ivtrace_region::classes::EventClass;
 
 use ivtrace_ctf::host_trace::{HostTrace, STREAM_KERNEL};
 use ivtrace_ctf::sidecar::TracefsFormats;
+use ivtrace_ctf::CtfError;
 use ivtrace_time::timebase::mono_to_host;
 
 use crate::decode::Decoder;
-use crate::format::{self, EventFmt, HeaderPage};
+use crate::format::{self, EventFmt, FormatError, HeaderPage};
 use crate::page;
 use crate::statedump::{self, pid_ns_inum, process_state_payload, threads_of};
 
@@ -98,6 +99,54 @@ pub fn tracefs_root() -> Option<PathBuf> {
         .find(|p| p.join("events/header_page").exists())
 }
 
+/// Why recording the host's events failed: the message says which file
+/// or step, and what to do where the host can be fixed (mount tracefs,
+/// run as root).
+#[derive(Debug, Error)]
+pub enum HostEventsError {
+    #[error("no QEMU pid to select the vCPU threads of")]
+    NoPid,
+    #[error("mounted tracefs at {} but it has no events/header_page", .0.display())]
+    MountedEmpty(PathBuf),
+    /// `why` is in the text (the advice follows it), so it is no `source`:
+    /// a chain printed with `{:#}` would say it twice.
+    #[error(
+        "tracefs is not mounted and mounting it at {at} failed ({why}): run \
+         `mount -t tracefs nodev {at}` as root (host events need root anyway)",
+        at = .at.display()
+    )]
+    Mount { at: PathBuf, why: nix::Error },
+    #[error("cannot read events/header_page")]
+    HeaderPage(#[source] io::Error),
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("none of the host events exist in this kernel's tracefs")]
+    NoEvents,
+    #[error("cannot create {}", .path.display())]
+    Create { path: PathBuf, source: io::Error },
+    #[error("cannot write `{val}` to {}", .path.display())]
+    Write {
+        val: String,
+        path: PathBuf,
+        source: io::Error,
+    },
+    #[error("cannot list the CPUs of {}", .path.display())]
+    ListCpus { path: PathBuf, source: io::Error },
+    #[error("cannot open {}", .path.display())]
+    Open { path: PathBuf, source: io::Error },
+    #[error("cannot start the host events thread")]
+    Spawn(#[source] io::Error),
+    #[error("reading trace_pipe_raw")]
+    Read(#[source] io::Error),
+    #[error(transparent)]
+    Trace(#[from] CtfError),
+    #[error("the host events thread panicked")]
+    Panicked,
+}
+
+/// What this module's fallible steps return.
+type Result<T, E = HostEventsError> = std::result::Result<T, E>;
+
 /// Where tracefs is mounted, mounting it at /sys/kernel/tracing first if
 /// it is not (as trace-cmd does: a machine without systemd, or a
 /// container, may boot without it). Mounting needs root; without it the
@@ -116,16 +165,11 @@ pub fn tracefs_root_or_mount() -> Result<PathBuf> {
     );
     match mounted {
         Ok(()) if at.join("events/header_page").exists() => Ok(at.to_path_buf()),
-        Ok(()) => bail!(
-            "mounted tracefs at {} but it has no events/header_page",
-            at.display()
-        ),
-        Err(e) => bail!(
-            "tracefs is not mounted and mounting it at {} failed ({e}): run \
-             `mount -t tracefs nodev {}` as root (host events need root anyway)",
-            at.display(),
-            at.display()
-        ),
+        Ok(()) => Err(HostEventsError::MountedEmpty(at.to_path_buf())),
+        Err(why) => Err(HostEventsError::Mount {
+            at: at.to_path_buf(),
+            why,
+        }),
     }
 }
 
@@ -189,13 +233,19 @@ impl Instance {
         let dir = root
             .join("instances")
             .join(format!("ivtrace-{}-{n}", std::process::id()));
-        fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        if let Err(source) = fs::create_dir(&dir) {
+            return Err(HostEventsError::Create { path: dir, source });
+        }
         Ok(Instance { dir })
     }
 
     fn write(&self, rel: &str, val: &str) -> Result<()> {
         let p = self.dir.join(rel);
-        fs::write(&p, val).with_context(|| format!("cannot write `{val}` to {}", p.display()))
+        fs::write(&p, val).map_err(|source| HostEventsError::Write {
+            val: val.to_string(),
+            path: p,
+            source,
+        })
     }
 
     fn subbuf_size(&self) -> usize {
@@ -290,10 +340,10 @@ impl HostEvents {
     /// Parses the formats of [`EVENTS`] this kernel has and appends their
     /// classes to `classes`.
     pub fn prepare(pid: Option<i32>, classes: &mut Vec<EventClass>) -> Result<HostEvents> {
-        let pid = pid.context("no QEMU pid to select the vCPU threads of")?;
+        let pid = pid.ok_or(HostEventsError::NoPid)?;
         let root = tracefs_root_or_mount()?;
-        let header_page = read_tracefs(&root.join("events/header_page"))
-            .context("cannot read events/header_page")?;
+        let header_page =
+            read_tracefs(&root.join("events/header_page")).map_err(HostEventsError::HeaderPage)?;
         let hp = format::parse_header_page(&header_page)?;
         let mut formats = TracefsFormats {
             header_page,
@@ -307,7 +357,7 @@ impl HostEvents {
             }
         }
         if fmts.is_empty() {
-            bail!("none of the host events exist in this kernel's tracefs");
+            return Err(HostEventsError::NoEvents);
         }
         let with_ids: Vec<(EventFmt, u32)> = fmts
             .iter()
@@ -382,7 +432,7 @@ impl HostEvents {
         let thread = std::thread::Builder::new()
             .name("ivt-hostev".into())
             .spawn(move || self.read_loop(inst, readers, trace, stop2, state))
-            .context("cannot start the host events thread")?;
+            .map_err(HostEventsError::Spawn)?;
         Ok(Running { stop, thread })
     }
 
@@ -417,7 +467,7 @@ impl HostEvents {
                         Ok(n) => n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(e).context("reading trace_pipe_raw"),
+                        Err(e) => return Err(HostEventsError::Read(e)),
                     };
                     page[n..].fill(0);
                     self.page(&page, *stream, &trace, &mut state.stats)?;
@@ -512,7 +562,12 @@ struct LoopState {
 /// its stream `host_cpuN` in `t`.
 fn open_readers(inst: &Instance, t: &mut HostTrace) -> Result<Vec<(u32, fs::File, usize)>> {
     let mut cpus = Vec::new();
-    for e in fs::read_dir(inst.dir.join("per_cpu"))?.flatten() {
+    let per_cpu = inst.dir.join("per_cpu");
+    let list = fs::read_dir(&per_cpu).map_err(|source| HostEventsError::ListCpus {
+        path: per_cpu.clone(),
+        source,
+    })?;
+    for e in list.flatten() {
         if let Some(n) = e
             .file_name()
             .to_string_lossy()
@@ -530,7 +585,10 @@ fn open_readers(inst: &Instance, t: &mut HostTrace) -> Result<Vec<(u32, fs::File
             .read(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
+            .map_err(|source| HostEventsError::Open {
+                path: path.clone(),
+                source,
+            })?;
         let stream = t.add_stream(STREAM_KERNEL, cpu, &format!("host_cpu{cpu}"))?;
         readers.push((cpu, file, stream));
     }
@@ -579,7 +637,7 @@ impl Running {
         self.stop.store(true, Ordering::Relaxed);
         match self.thread.join() {
             Ok(r) => r,
-            Err(_) => bail!("the host events thread panicked"),
+            Err(_) => Err(HostEventsError::Panicked),
         }
     }
 }

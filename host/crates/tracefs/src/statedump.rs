@@ -190,7 +190,7 @@ mod tests {
             })
             .sum();
         assert_eq!(p.len() as u32, size);
-        assert_eq!(i32::from_le_bytes(p[8..12].try_into().unwrap()), me);
+        assert_eq!(ivtrace_region::bytes::i32_at(&p, 8), Some(me));
         assert!(pid_ns_inum(me) > 0);
     }
 }

@@ -12,6 +12,7 @@ use ivtrace_ctf::ftrace::{FtraceCpu, FtraceInput, FtraceStaged};
 use ivtrace_ctf::outdir::{OutDir, OutputPolicy};
 use ivtrace_ctf::sidecar::TracefsFormats;
 use ivtrace_region::abi;
+use ivtrace_region::bytes::{le_u32, le_u64};
 use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
 use ivtrace_region::ftrace::{FtraceFile, FtraceFormats, FtraceText};
 use ivtrace_region::packet::{EventVisitor, PacketHeader, TickRange};
@@ -260,21 +261,16 @@ fn block_issues(r: &Run) -> Vec<(u32, u64, u32, u32)> {
         let end = off + (h.content_size / 8) as usize;
         let mut at = off + abi::PACKET_HDR_SIZE;
         while at < end {
-            let w = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
-            let (id, hl) = match w & 31 {
-                31 => (
-                    u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()),
-                    16,
-                ),
+            let (id, hl) = match le_u32(&bytes, at) & 31 {
+                31 => (le_u32(&bytes, at + 4), 16),
                 id => (id, 4),
             };
             let p = &bytes[at + hl..];
             let c = r.classes.get(id).unwrap();
             let len = payload_len(&c.fields.iter().map(|f| f.ty).collect::<Vec<_>>(), p);
             if id == class.id {
-                let u32_at = |o: usize| u32::from_le_bytes(p[o..o + 4].try_into().unwrap());
-                let sector = u64::from_le_bytes(p[8..16].try_into().unwrap());
-                out.push((u32_at(4), sector, u32_at(16), u32_at(24)));
+                let sector = le_u64(p, 8);
+                out.push((le_u32(p, 4), sector, le_u32(p, 16), le_u32(p, 24)));
             }
             at = (at + hl + len).next_multiple_of(4);
         }

@@ -9,6 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use ivtrace_ctf::host_trace::{HostTrace, HostTraceDesc, STREAM_KERNEL};
+use ivtrace_region::bytes;
 use ivtrace_testutil::{babeltrace2_lines, have_tool, RegionBuilder};
 use ivtrace_tracefs::decode::Decoder;
 use ivtrace_tracefs::format::{parse_event, parse_header_page, EventFmt, HeaderPage};
@@ -27,11 +28,11 @@ fn header_page() -> HeaderPage {
 }
 
 fn le_i32(b: &[u8], at: usize) -> i32 {
-    i32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+    bytes::i32_at(b, at).unwrap()
 }
 
 fn le_i64(b: &[u8], at: usize) -> i64 {
-    i64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+    bytes::int_at(b, at, 8).unwrap()
 }
 
 fn comm(b: &[u8]) -> String {
@@ -170,16 +171,10 @@ fn kvm_records_decode_with_the_running_kernels_layout() {
     assert_eq!(got[0].1.class_id, 101);
     assert_eq!(got[0].1.tid, 4242);
     let p = &got[0].1.payload;
-    assert_eq!(u32::from_le_bytes(p[0..4].try_into().unwrap()), 18);
-    assert_eq!(
-        u64::from_le_bytes(p[4..12].try_into().unwrap()),
-        0xffff_ffff_8100_1234
-    );
+    assert_eq!(bytes::le_u32(p, 0), 18);
+    assert_eq!(bytes::le_u64(p, 4), 0xffff_ffff_8100_1234);
     assert_eq!(got[1].1.class_id, 103);
-    assert_eq!(
-        u64::from_le_bytes(got[1].1.payload[0..8].try_into().unwrap()),
-        0x1f7a
-    );
+    assert_eq!(bytes::le_u64(&got[1].1.payload, 0), 0x1f7a);
     assert_eq!(got[2].0, 5_000_000_900);
     // The 6.1.y layout decodes too (vcpu_id, rip, immediate_exit).
     let (d61, c61) = Decoder::new(&[(entry61.clone(), 102)]);

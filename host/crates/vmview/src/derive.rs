@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
 use serde::Serialize;
 
 use ivtrace_ctf::host_trace::{HostTrace, STREAM_KERNEL};
@@ -21,6 +20,7 @@ use ivtrace_tracefs::statedump::{vmsync_payload, VMSYNC_GH_HOST, VMSYNC_HG_HOST}
 
 use crate::attribute::Attributor;
 use crate::classes::{self, class_of};
+use crate::error::{Result, VmViewError};
 use crate::input::{guest_switches, Errors, GuestSwitches, HostMerge};
 use crate::model::{GuestThread, Hypercall, Interval, Output, State, SyncDir, Vmsync};
 use crate::selfcheck::{Checker, SelfCheck};
@@ -181,7 +181,10 @@ impl VmWriter {
         self.trace.finish()?;
         let text = vm_metadata(&vm_desc(g, env), &classes::classes());
         dir.write_atomically("metadata", text.as_bytes())
-            .with_context(|| format!("cannot write {}", dir.join("metadata").display()))?;
+            .map_err(|source| VmViewError::Write {
+                path: dir.join("metadata"),
+                source,
+            })?;
         Ok(dir.path().to_path_buf())
     }
 }
@@ -285,13 +288,20 @@ pub fn derive(guest: &GuestTraces, host: &mut HostTrace, req: &Request) -> Resul
     host.flush()?;
     let host_dir = host.dir().to_path_buf();
     let classes = host.classes().to_vec();
-    let mut merge = HostMerge::open(&host_dir, &classes)
-        .with_context(|| format!("cannot read the host trace {}", host_dir.display()))?;
+    let mut merge =
+        HostMerge::open(&host_dir, &classes).map_err(|source| VmViewError::HostTrace {
+            path: host_dir.clone(),
+            source,
+        })?;
     let errors = Errors::default();
     let kernel_dir = guest.root.path().join("kernel");
     let switches = if kernel_dir.is_dir() {
-        guest_switches(&kernel_dir, guest.kernel_classes, guest.clock, &errors)
-            .with_context(|| format!("cannot read the guest trace {}", kernel_dir.display()))?
+        guest_switches(&kernel_dir, guest.kernel_classes, guest.clock, &errors).map_err(
+            |source| VmViewError::GuestTrace {
+                path: kernel_dir.clone(),
+                source,
+            },
+        )?
     } else {
         Vec::new()
     };

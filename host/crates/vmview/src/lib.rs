@@ -26,6 +26,7 @@
 pub mod attribute;
 pub mod classes;
 pub mod derive;
+pub mod error;
 pub mod input;
 pub mod model;
 pub mod report;

@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
 use serde::Serialize;
 
 use ivtrace_ctf::read::Trace;
 
 use crate::classes::{read_host_ran, read_hypercall, read_interval};
+use crate::error::{Result, VmViewError};
 use crate::stats::{Aggregator, Summary};
 
 /// What `DIR/vm/` holds.
@@ -29,10 +29,14 @@ pub fn summarize(dir: &Path) -> Result<VmReport> {
         dir: dir.display().to_string(),
         ..VmReport::default()
     };
-    let trace = Trace::open(dir).with_context(|| format!("cannot read {}", dir.display()))?;
-    let streams = trace
-        .streams()
-        .with_context(|| format!("cannot list {}", dir.display()))?;
+    let trace = Trace::open(dir).map_err(|source| VmViewError::Read {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let streams = trace.streams().map_err(|source| VmViewError::List {
+        path: dir.to_path_buf(),
+        source,
+    })?;
     for mut s in streams {
         loop {
             let rec = match s.next_record() {

@@ -14,6 +14,7 @@
 //! `syscalls::SYSCALLS` for its number, and [`write_syscall`] writes LTTng's
 //! fields from it.
 
+use ivtrace_region::bytes::{int_at, le_u16, le_u64, uint_at};
 use ivtrace_region::classes::{Field, FieldType};
 
 use super::syscalls::{Src, Syscall, F};
@@ -95,15 +96,13 @@ pub fn put_int(out: &mut Vec<u8>, ty: FieldType, v: u64) {
 #[inline]
 pub fn read_int(ty: FieldType, b: &[u8]) -> u64 {
     let (bytes, signed) = ty.integer().expect("integer type");
-    let mut raw = [0u8; 8];
-    raw[..bytes as usize].copy_from_slice(&b[..bytes as usize]);
-    let v = u64::from_le_bytes(raw);
-    let shift = 64 - 8 * bytes;
-    if signed && shift > 0 {
-        (((v << shift) as i64) >> shift) as u64
+    let len = bytes as usize;
+    let v = if signed {
+        int_at(b, 0, len).map(|v| v as u64)
     } else {
-        v
-    }
+        uint_at(b, 0, len)
+    };
+    v.expect("the caller sliced the field to its type's width")
 }
 
 /// An LTTng field type from the table's spelling (`s32x`, `string`, `u32[2]`).
@@ -154,9 +153,9 @@ impl<'a> SyscallWire<'a> {
     pub fn parse(exit: bool, payload: &'a [u8], offs: &[u32]) -> SyscallWire<'a> {
         let field = |i: usize| &payload[offs[i] as usize..offs[i + 1] as usize];
         let bytes = |i: usize| &field(i)[4..];
-        let nr = u16::from_le_bytes([payload[0], payload[1]]) as u64;
+        let nr = le_u16(payload, 0) as u64;
         if exit {
-            let ret = u64::from_le_bytes(field(1).try_into().expect("s64"));
+            let ret = le_u64(field(1), 0);
             SyscallWire {
                 nr,
                 ret,
@@ -194,8 +193,7 @@ impl<'a> SyscallWire<'a> {
         } else {
             i as usize
         };
-        let b = &self.args[8 * pos..8 * pos + 8];
-        u64::from_le_bytes(b.try_into().expect("8 bytes"))
+        le_u64(self.args, 8 * pos)
     }
 
     fn string(&self, k: u8) -> &'a [u8] {

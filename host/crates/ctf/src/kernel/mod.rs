@@ -73,11 +73,12 @@ use lttng::SyscallWire;
 
 use crate::outdir::OutDir;
 use crate::trace::{create_err, write_err, CtfError};
+use ivtrace_region::bytes::le_u32;
 use ivtrace_region::names::NameTable;
 use names::{sanitize_comm, Comm, Name, TableNames, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Output, Plans};
 use rewrite::WriteEvent;
-use wire::{align_event, event_header, le_u32, packet_content, Offsets, PacketFile};
+use wire::{align_event, event_header, packet_content, Offsets, PacketFile};
 
 /// Hidden directory (inside the output) holding the staged wire packets.
 pub const STAGING_DIR: &str = ".kernel-wire";

@@ -30,8 +30,8 @@ use super::lttng;
 use super::names::{sanitize_comm, Comm, IrqNames, TableNames, COMM_LEN};
 use super::plan::{self, ClassPlan, Naming, Out, Plans};
 use super::rewrite::{self, Event, WriteEvent};
-use super::wire::le_u32;
 use super::{syscalls, KernelExpansion};
+use ivtrace_region::bytes::le_u32;
 
 /// Most thread names kept (the table of a guest with more threads than this
 /// still names the rest).

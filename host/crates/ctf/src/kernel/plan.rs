@@ -27,7 +27,8 @@ use ivtrace_region::sanitize;
 use super::lttng;
 use super::names::{IrqNames, ThreadNamesBuilder, COMM_LEN};
 use super::syscalls;
-use super::wire::{le_u32, Layout};
+use super::wire::Layout;
+use ivtrace_region::bytes::le_u32;
 
 /// Wire syscall ids are u16: one counter per possible id.
 pub const SYSCALL_IDS: usize = 1 << 16;

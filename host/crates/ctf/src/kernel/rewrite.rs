@@ -5,14 +5,16 @@
 //! declared, and what they learn on the way, which is what [`WriteEvent`]
 //! asks of them.
 
-use ivtrace_region::abi::{self, put_u64};
+use ivtrace_region::abi;
+use ivtrace_region::bytes::put_u64;
 use ivtrace_region::packet::PacketHeader;
 
 use super::lttng::{self, SyscallWire};
 use super::names::{swapper, Comm};
 use super::plan::{self, ClassPlan, Lookup, Op, Out, Plans};
-use super::wire::{align_event, event_header, le_u32, le_u64, packet_content, Offsets};
+use super::wire::{align_event, event_header, packet_content, Offsets};
 use super::{syscalls, KernelExpansion};
+use ivtrace_region::bytes::{le_u32, le_u64};
 
 /// One wire event of the packet being rewritten.
 pub struct Event<'p> {

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use ivtrace_region::abi;
+use ivtrace_region::bytes::{int_at, le_u32, le_u64, put_u64, uint_at};
 use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
 use ivtrace_region::region::{Access, Region};
 use ivtrace_region::{PacketSink, Reader};
@@ -245,14 +246,11 @@ fn decode_file(path: &Path, chan: u32, classes: &StreamClasses, out: &mut Vec<Ev
                     }
                     t => {
                         let (bytes, signed) = t.integer().unwrap();
-                        let mut raw = [0u8; 8];
-                        raw[..bytes as usize].copy_from_slice(b);
-                        let u = u64::from_le_bytes(raw);
-                        let shift = 64 - bytes * 8;
+                        assert_eq!(b.len(), bytes as usize, "{} is {t:?}", fd.name);
                         Val::Int(if signed {
-                            (((u << shift) as i64) >> shift) as i128
+                            int_at(b, 0, b.len()).unwrap() as i128
                         } else {
-                            u as i128
+                            uint_at(b, 0, b.len()).unwrap() as i128
                         })
                     }
                 };
@@ -997,7 +995,7 @@ fn a_staged_packet_that_does_not_walk_becomes_a_counted_loss() {
     reader.finish(&mut cap).unwrap();
     assert_eq!(cap.0.len(), 3);
     let cut = (abi::PACKET_HDR_SIZE as u64 + 2) * 8;
-    ivtrace_region::abi::put_u64(&mut cap.0[1].1, abi::pkt::CONTENT_SIZE, cut);
+    put_u64(&mut cap.0[1].1, abi::pkt::CONTENT_SIZE, cut);
     let dir = tempfile::tempdir().unwrap();
     let bytes: Vec<u8> = cap.0.iter().flat_map(|(_, p)| p.clone()).collect();
     let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
@@ -1037,7 +1035,7 @@ fn renamed_headers_stay_compact_when_the_id_fits() {
     let compact = ((((ts & abi::IVT_EV_TS_MASK) as u32) << abi::IVT_EV_ID_BITS) | 12).to_le_bytes();
     let mut out = Vec::new();
     super::rewrite::put_header(&mut out, &compact, ts, 29);
-    let word = u32::from_le_bytes(out[..4].try_into().unwrap());
+    let word = le_u32(&out, 0);
     assert_eq!(
         (out.len(), word & 0x1f, word >> 5),
         (4, 29, (ts & abi::IVT_EV_TS_MASK) as u32)
@@ -1045,8 +1043,8 @@ fn renamed_headers_stay_compact_when_the_id_fits() {
     out.clear();
     super::rewrite::put_header(&mut out, &compact, ts, 31);
     assert_eq!(out.len(), abi::IVT_EV_EXT_SIZE);
-    assert_eq!(u32::from_le_bytes(out[4..8].try_into().unwrap()), 31);
-    assert_eq!(u64::from_le_bytes(out[8..16].try_into().unwrap()), ts);
+    assert_eq!(le_u32(&out, 4), 31);
+    assert_eq!(le_u64(&out, 8), ts);
 }
 
 /// What a streaming writer handed to its tap: metadata as appended by a

@@ -10,20 +10,9 @@ use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 use ivtrace_region::abi;
+use ivtrace_region::bytes::{le_u32, le_u64, u16_at, u32_at, u64_at, usize_from};
 use ivtrace_region::classes::FieldType;
 use ivtrace_region::packet::PacketHeader;
-
-/// Little-endian u32 at `off` (inlined here: the hot loops call it per event).
-#[inline(always)]
-pub fn le_u32(b: &[u8], off: usize) -> u32 {
-    u32::from_le_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-/// Little-endian u64 at `off`.
-#[inline(always)]
-pub fn le_u64(b: &[u8], off: usize) -> u64 {
-    u64::from_le_bytes(b[off..off + 8].try_into().expect("8 bytes"))
-}
 
 /// Field start offsets of one payload (relative to the payload), plus its
 /// end: at most `IVT_FIELDS_MAX + 1` values.
@@ -205,16 +194,16 @@ impl Layout {
                     at + nul + 1
                 }
                 FieldType::Bytes => {
-                    let body = at.checked_add(4).filter(|&e| e <= payload.len())?;
-                    body.checked_add(le_u32(payload, at) as usize)?
+                    let len = u32_at(payload, at)?;
+                    at.checked_add(4)?.checked_add(len as usize)?
                 }
                 FieldType::S32SeqU8 => {
                     let n = *payload.get(at)? as usize;
                     at + 1 + 4 * n
                 }
                 FieldType::TextSeqU64 => {
-                    let body = at.checked_add(8).filter(|&e| e <= payload.len())?;
-                    body.checked_add(usize::try_from(le_u64(payload, at)).ok()?)?
+                    let len = u64_at(payload, at)?;
+                    at.checked_add(8)?.checked_add(usize_from(len))?
                 }
                 t => at + fixed_size(t).expect("fixed") as usize,
             };
@@ -233,14 +222,14 @@ fn memchr(b: &[u8]) -> Option<usize> {
 }
 
 /// An unsigned integer field's value (u8..u64, little-endian); None for
-/// other types.
+/// other types or a field shorter than its type.
 #[inline]
 pub fn read_uint(ty: FieldType, b: &[u8]) -> Option<u64> {
     Some(match ty {
-        FieldType::U8 => b[0] as u64,
-        FieldType::U16 => u16::from_le_bytes([b[0], b[1]]) as u64,
-        FieldType::U32 => le_u32(b, 0) as u64,
-        FieldType::U64 => le_u64(b, 0),
+        FieldType::U8 => *b.first()? as u64,
+        FieldType::U16 => u16_at(b, 0)? as u64,
+        FieldType::U32 => u32_at(b, 0)? as u64,
+        FieldType::U64 => u64_at(b, 0)?,
         _ => return None,
     })
 }

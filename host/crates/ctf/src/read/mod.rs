@@ -126,9 +126,7 @@ pub fn stream_class_of(path: &Path) -> io::Result<Option<u32>> {
     let mut head = [0u8; 8];
     let mut f = open_regular(path)?;
     match f.read_exact(&mut head) {
-        Ok(()) => Ok(Some(u32::from_le_bytes(
-            head[4..8].try_into().expect("4 bytes"),
-        ))),
+        Ok(()) => Ok(Some(ivtrace_region::bytes::le_u32(&head, 4))),
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(None),
         Err(e) => Err(e),
     }

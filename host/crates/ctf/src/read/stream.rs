@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ivtrace_region::abi::{self, IVT_CTF_MAGIC};
+use ivtrace_region::bytes::{i32_at, int_at, le_u32, le_u64, u32_at, u64_at, uint_at};
 use ivtrace_region::classes::{EventClass, FieldType};
 use ivtrace_region::packet::PacketHeader;
 
@@ -110,17 +111,12 @@ impl Record {
     /// An integer field, sign- or zero-extended as its type says.
     pub fn int(&self, i: usize) -> Option<i64> {
         let (bytes, signed) = self.class.fields.get(i)?.ty.integer()?;
-        let b = self.field(i)?;
-        let mut v = [0u8; 8];
-        v.get_mut(..bytes as usize)?
-            .copy_from_slice(b.get(..bytes as usize)?);
-        let shift = 64 - 8 * bytes;
-        let u = u64::from_le_bytes(v);
-        Some(if signed && shift > 0 {
-            ((u << shift) as i64) >> shift
+        let (b, len) = (self.field(i)?, bytes as usize);
+        if signed {
+            int_at(b, 0, len)
         } else {
-            u as i64
-        })
+            uint_at(b, 0, len).map(|u| u as i64)
+        }
     }
 
     /// A text field's bytes (`chars[N]` and `string` up to the first NUL,
@@ -180,14 +176,6 @@ fn bad(path: &Path, what: String) -> io::Error {
         io::ErrorKind::InvalidData,
         format!("{}: {what}", path.display()),
     )
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// The items of one stream file, in file order.
@@ -250,7 +238,7 @@ impl StreamReader {
             r => r?,
         }
         let info = self.parse_header()?;
-        let (content, size) = (u64_at(&self.packet, 32), u64_at(&self.packet, 40));
+        let (content, size) = (le_u64(&self.packet, 32), le_u64(&self.packet, 40));
         if size % 8 != 0 || content > size || size > PACKET_MAX * 8 || content < hdr as u64 * 8 {
             let at = self.offset;
             return Err(bad(
@@ -280,7 +268,7 @@ impl StreamReader {
 
     fn parse_header(&self) -> io::Result<PacketInfo> {
         let p = &self.packet;
-        if u32_at(p, 0) != IVT_CTF_MAGIC {
+        if le_u32(p, 0) != IVT_CTF_MAGIC {
             let at = self.offset;
             return Err(bad(&self.path, format!("no CTF magic at {at}")));
         }
@@ -298,13 +286,13 @@ impl StreamReader {
                 }
             }
             Packets::Host => PacketInfo {
-                stream_class: u32_at(p, 4),
-                cpu: u32_at(p, 64),
+                stream_class: le_u32(p, 4),
+                cpu: le_u32(p, 64),
                 owner_pid: 0,
                 owner_tid: 0,
-                timestamp_begin: u64_at(p, 16),
-                timestamp_end: u64_at(p, 24),
-                events_discarded: u64_at(p, 56),
+                timestamp_begin: le_u64(p, 16),
+                timestamp_end: le_u64(p, 24),
+                events_discarded: le_u64(p, 56),
             },
         })
     }
@@ -343,16 +331,16 @@ impl StreamReader {
                 let h = event_header(content, at, self.last_ts)?;
                 (h.id, h.ts, h.len)
             }
-            Packets::Host => {
-                content.get(at..at.checked_add(12)?)?;
-                (u32_at(content, at), u64_at(content, at + 4), 12)
-            }
+            Packets::Host => (
+                u32_at(content, at)?,
+                u64_at(content, at.checked_add(4)?)?,
+                12,
+            ),
         };
         if !self.decl.tid_context {
             return Some((id, ts, None, len));
         }
-        let tid = content.get(at + len..at + len + 4)?;
-        let tid = i32::from_le_bytes(tid.try_into().ok()?);
+        let tid = i32_at(content, at.checked_add(len)?)?;
         Some((id, ts, Some(tid), len + 4))
     }
 

@@ -1,6 +1,7 @@
 use std::sync::Arc;
 
 use ivtrace_region::abi::{self, IVT_CTF_MAGIC};
+use ivtrace_region::bytes::le_u32;
 use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
 use ivtrace_testutil::{RegionBuilder, TestRegion};
 use ivtrace_time::ClockMapping;
@@ -136,7 +137,7 @@ fn write_guest(root: &std::path::Path, clock: &ClockMapping) -> Vec<(u64, u64)> 
     let mut file = Vec::new();
     for seq in 0..8 {
         let at = r.subbuf_offset(0, seq);
-        if abi::le_u32(&r.bytes, at) == IVT_CTF_MAGIC {
+        if le_u32(&r.bytes, at) == IVT_CTF_MAGIC {
             file.extend_from_slice(&r.bytes[at..at + 4096]);
         }
     }
