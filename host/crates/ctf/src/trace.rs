@@ -81,7 +81,7 @@ struct Online {
 /// Space set aside at the start of a recording and given back when a
 /// write fails, so that the final metadata and sidecar still fit on a
 /// full disk.
-const RESERVE_NAME: &str = ".ivtrace.reserve";
+pub(crate) const RESERVE_NAME: &str = ".ivtrace.reserve";
 
 #[derive(Debug, Error)]
 pub enum CtfError {
@@ -690,11 +690,7 @@ impl CtfWriter {
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
         for s in 0..2u32 {
-            let name = if s == abi::IVT_STREAM_KERNEL {
-                STAGING_DIR
-            } else {
-                stream_dir(s)
-            };
+            let name = crate::dir::recording_dir(s);
             if self.root.kind(name).ok().flatten().is_some() {
                 let dir = match s == abi::IVT_STREAM_KERNEL {
                     true => self.staging_dir()?,
