@@ -78,16 +78,16 @@ struct TraceOut {
 }
 
 /// Where the kernel stream's packets go and which classes they declare:
-/// one state at a time.
+/// one state at a time (the states' data boxed: they differ in size).
 enum KernelMode {
     /// Staged in their wire form in the staging directory (its trace's
     /// directory while recording), expanded by [`CtfWriter::finish`].
     Staging,
     /// Expanded as they arrive, into `DIR/kernel/` (a streaming writer).
-    Online(Online),
+    Online(Box<Online>),
     /// Expanded at the end into `DIR/kernel/` (or, without a native kernel
     /// packet, a kernel trace that holds the ftrace streams alone).
-    Expanded(Expanded),
+    Expanded(Box<Expanded>),
 }
 
 /// The online kernel expansion of a streaming writer.
@@ -312,10 +312,10 @@ impl CtfWriter {
     /// before the first packet).
     pub fn set_tap(&mut self, tap: Arc<dyn PacketTap>) {
         self.tap = Some(tap);
-        self.kernel_mode = KernelMode::Online(Online {
+        self.kernel_mode = KernelMode::Online(Box::new(Online {
             kernel: OnlineKernel::default(),
             lost: BTreeMap::new(),
-        });
+        }));
     }
 
     /// Whether kernel packets are staged for the expansion at the end.
@@ -652,10 +652,10 @@ impl CtfWriter {
         if self.staging() {
             // No native kernel packet: the kernel trace holds the ftrace
             // streams alone (stream class 0 declared, without events).
-            self.kernel_mode = KernelMode::Expanded(Expanded {
+            self.kernel_mode = KernelMode::Expanded(Box::new(Expanded {
                 classes: StreamClasses::default(),
                 stats: KernelExpansion::default(),
-            });
+            }));
         }
         if self.kernel.is_none() {
             let generation = self.generation_of(abi::IVT_STREAM_KERNEL, classes);
@@ -705,7 +705,7 @@ impl CtfWriter {
             self.name_table.as_ref(),
         )?;
         self.kernel.as_mut().expect("staged above").dir = expanded.1;
-        self.kernel_mode = KernelMode::Expanded(expanded.0);
+        self.kernel_mode = KernelMode::Expanded(Box::new(expanded.0));
         self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)
     }
 
