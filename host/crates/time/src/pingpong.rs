@@ -141,9 +141,15 @@ enum Poll {
     /// Its next poll is expected at `expect`: post just before, spin
     /// through the window (`missed` windows so far in this burst).
     Window { expect: Instant, missed: u32 },
-    /// Request `seq` is posted since `since`; the writer answers it at its
-    /// next poll, which tells when it polls.
-    Hunting { seq: u64, since: Instant },
+    /// Looking for the writer's poll since `since`: request `seq` was
+    /// posted at host time `posted_ns` (posted anew at every look, so that
+    /// the writer's answer is bracketed by one look's interval); the writer
+    /// answers at its next poll, which tells when it polls.
+    Hunting {
+        seq: u64,
+        since: Instant,
+        posted_ns: u64,
+    },
 }
 
 /// A polled writer's entry this far from where the grid of its past
@@ -246,10 +252,15 @@ impl PollPhase {
     }
 }
 
-/// How long before and after an expected entry its window is open.
+/// How long before and after an expected entry its window is open: a
+/// mapping places it within its bound, which widens the window when the
+/// mapping is a loose one (points from hunts only).
 fn window_of(mapping: &Option<ClockMapping>) -> (Duration, Duration) {
     match mapping {
-        Some(_) => WINDOW,
+        Some(m) => {
+            let bound = Duration::from_nanos(m.error_ns);
+            (WINDOW.0.max(bound), WINDOW.1.max(bound))
+        }
         None => WINDOW_ROUGH,
     }
 }
@@ -520,14 +531,16 @@ impl PingPong {
     fn burst_done(&mut self, best: Option<SyncPoint>, spun: bool) -> Option<SyncPoint> {
         self.schedule(spun);
         match best {
-            Some(p) => {
-                self.stats.min_rtt_ns =
-                    Some(self.stats.min_rtt_ns.map_or(p.rtt_ns, |m| m.min(p.rtt_ns)));
-                self.points.push(p);
-            }
+            Some(p) => self.keep(p),
             None => self.stats.bursts_failed += 1,
         }
         best
+    }
+
+    /// Keeps a point for the fit.
+    fn keep(&mut self, p: SyncPoint) {
+        self.stats.min_rtt_ns = Some(self.stats.min_rtt_ns.map_or(p.rtt_ns, |m| m.min(p.rtt_ns)));
+        self.points.push(p);
     }
 
     /// One step of a burst with a polled writer.
@@ -535,15 +548,14 @@ impl PingPong {
         let state = self.poll.as_ref().expect("a polled writer").state;
         match state {
             Poll::Unknown => {
-                let (seq, _) = self.post(region.protocol(), None);
-                self.set_poll(Poll::Hunting {
-                    seq,
-                    since: Instant::now(),
-                });
-                self.next_due = Instant::now() + HUNT_EVERY;
+                self.hunt_post(region.protocol(), Instant::now());
                 None
             }
-            Poll::Hunting { seq, since } => self.hunt(region, seq, since),
+            Poll::Hunting {
+                seq,
+                since,
+                posted_ns,
+            } => self.hunt(region, seq, since, posted_ns),
             Poll::Window { expect, missed } => self.window(region, expect, missed),
         }
     }
@@ -554,31 +566,74 @@ impl PingPong {
         }
     }
 
-    /// Looks whether the writer answered the posted request: its poll
-    /// time, roughly (within [`HUNT_EVERY`]), and the next window.
-    fn hunt(&mut self, region: &Region, seq: u64, since: Instant) -> Option<SyncPoint> {
-        if let Some((t2, _)) = region.protocol().sync_answer(seq) {
-            self.stats.answered += 1;
-            let now = Instant::now();
-            let rough = now.checked_sub(HUNT_EVERY / 2).unwrap_or(now);
-            let mapping = self.phase_mapping();
-            let at = mapping.as_ref().and_then(|m| instant_of(m.realtime_ns(t2)));
-            let phase = self.poll.as_mut().expect("a polled writer");
-            phase.seen(Sighting {
-                t2,
-                at: at.unwrap_or(rough),
-                exact: at.is_some(),
-            });
-            let expect = phase
-                .next_poll(now + lead(&mapping), mapping.as_ref())
-                .expect("just seen");
-            phase.state = Poll::Window { expect, missed: 0 };
-            self.next_due = expect - lead(&mapping);
-            return None;
+    /// Posts a request for a hunt that started at `since`, and looks again
+    /// in [`HUNT_EVERY`].
+    fn hunt_post(&mut self, host: Protocol, since: Instant) {
+        let (seq, posted_ns) = self.post(host, None);
+        self.set_poll(Poll::Hunting {
+            seq,
+            since,
+            posted_ns,
+        });
+        self.next_due = Instant::now() + HUNT_EVERY;
+    }
+
+    /// Looks whether the writer answered the request posted at `posted_ns`:
+    /// its poll time, and the next window. The answer came between the
+    /// post and now, about [`HUNT_EVERY`] apart: a point of the exchange
+    /// in its own right (Cristian's, its round trip that interval), so that
+    /// a writer whose entries stray from their windows is still measured,
+    /// loosely, rather than left to the header's guess.
+    fn hunt(
+        &mut self,
+        region: &Region,
+        seq: u64,
+        since: Instant,
+        posted_ns: u64,
+    ) -> Option<SyncPoint> {
+        let host = region.protocol();
+        let Some((t2, t3)) = host.sync_answer(seq) else {
+            return self.hunt_on(host, since);
+        };
+        let t4 = host_now_ns();
+        let now = Instant::now();
+        self.stats.answered += 1;
+        let point = self.sample(Raw {
+            t1: posted_ns,
+            t2,
+            t3,
+            t4,
+        });
+        if let Some(p) = point {
+            self.keep(p);
         }
+        // The answer's host time, as well as the bracket gives it.
+        let rough = point.map_or(HUNT_EVERY / 2, |p| {
+            Duration::from_nanos(t4.saturating_sub(p.host_ns))
+        });
+        let rough = now.checked_sub(rough).unwrap_or(now);
+        let mapping = self.phase_mapping();
+        let at = mapping.as_ref().and_then(|m| instant_of(m.realtime_ns(t2)));
+        let phase = self.poll.as_mut().expect("a polled writer");
+        phase.seen(Sighting {
+            t2,
+            at: at.unwrap_or(rough),
+            exact: at.is_some(),
+        });
+        let expect = phase
+            .next_poll(now + lead(&mapping), mapping.as_ref())
+            .expect("just seen");
+        phase.state = Poll::Window { expect, missed: 0 };
+        self.next_due = expect - lead(&mapping);
+        point
+    }
+
+    /// No answer yet: post anew and look again, for at most
+    /// [`HUNT_PERIODS`] poll periods; then the burst failed.
+    fn hunt_on(&mut self, host: Protocol, since: Instant) -> Option<SyncPoint> {
         let phase = self.poll.as_mut().expect("a polled writer");
         if since.elapsed() < phase.period * HUNT_PERIODS {
-            self.next_due = Instant::now() + HUNT_EVERY;
+            self.hunt_post(host, since);
             return None;
         }
         self.stats.timeouts += 1;
@@ -605,7 +660,7 @@ impl PingPong {
         let (seq, t1) = self.post(host, None);
         let open = expect.saturating_duration_since(Instant::now()) + after;
         let Some((t2, t3, t4)) = self.await_answer(host, seq, open, open) else {
-            self.window_missed(seq, missed + 1);
+            self.window_missed(host, missed + 1);
             return None;
         };
         let entered = Instant::now();
@@ -661,7 +716,7 @@ impl PingPong {
         }
     }
 
-    fn window_missed(&mut self, seq: u64, missed: u32) {
+    fn window_missed(&mut self, host: Protocol, missed: u32) {
         self.stats.windows_missed += 1;
         let now = Instant::now();
         let mapping = self.phase_mapping();
@@ -672,10 +727,7 @@ impl PingPong {
                 self.set_poll(Poll::Window { expect, missed });
                 self.next_due = expect - lead(&mapping);
             }
-            _ => {
-                phase.state = Poll::Hunting { seq, since: now };
-                self.next_due = now + HUNT_EVERY;
-            }
+            _ => self.hunt_post(host, now),
         }
     }
 
