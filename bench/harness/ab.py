@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
              for i in range(args.pairs)]
     cpu = [p["after"][1] / p["before"][1] for p in pairs]
     wall = [p["after"][0] / p["before"][0] for p in pairs]
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     rec = {
         "change": args.change,
         "what": f"`ivtrace record` draining {events:,} {prof['name']} events "
