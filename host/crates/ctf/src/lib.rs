@@ -15,6 +15,7 @@
 //! back from the files (metadata, streams, sidecar), for the analyses and
 //! exports that work from what the sinks wrote.
 
+pub mod dir;
 pub mod ftrace;
 pub mod host_trace;
 pub mod kernel;

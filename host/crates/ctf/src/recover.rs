@@ -29,11 +29,10 @@ use ivtrace_region::classes::EventClasses;
 use ivtrace_region::packet::PacketHeader;
 use ivtrace_region::reader::walk_own_packet;
 
+use crate::dir::read_sidecar;
 use crate::kernel::{self, Staged, STAGING_DIR, WIRE_METADATA};
-use crate::outdir::{read_limited, EntryKind, OutDir};
-use crate::sidecar::{
-    ChannelSummary, Sidecar, StreamLayout, SIDECAR_MAX_BYTES, SIDECAR_NAME, STATE_RECOVERED,
-};
+use crate::outdir::{EntryKind, OutDir};
+use crate::sidecar::{ChannelSummary, Sidecar, StreamLayout, STATE_RECOVERED};
 use crate::trace::{create_err, stream_dir, write_err, write_json, CtfError, NO_CHANNEL_FILE};
 use crate::tsdl::{self, TraceDesc};
 
@@ -148,27 +147,14 @@ pub struct Recovered {
     pub sidecar: Sidecar,
 }
 
-/// The sidecar of `root`, which must be a recording.
-pub fn read_sidecar(root: &OutDir) -> Result<Sidecar, CtfError> {
-    let file = root.join(SIDECAR_NAME);
-    let path = file.display().to_string();
-    let text = root
-        .open_read(SIDECAR_NAME)
-        .and_then(|f| read_limited(f, SIDECAR_MAX_BYTES, &file))
-        .map_err(create_err(&path))?;
-    serde_json::from_slice(&text).map_err(|e| CtfError::Write {
-        path,
-        source: io::Error::new(io::ErrorKind::InvalidData, e),
-    })
-}
-
 /// Recovers the recording in `root` (see the module documentation).
 /// `reason` says why (it goes into the sidecar's `stop_reason`).
 pub fn recover(root: &OutDir, reason: &str) -> Result<Recovered, CtfError> {
     let before = read_sidecar(root)?;
     let classes = before.event_classes();
     let mut done = Recovered::default();
-    for dir_name in ["user", STAGING_DIR] {
+    for stream in [abi::IVT_STREAM_USER, abi::IVT_STREAM_KERNEL] {
+        let dir_name = crate::dir::recording_dir(stream);
         cut_dir(root, dir_name, &mut done)?;
     }
     if root.kind(STAGING_DIR).ok().flatten() == Some(EntryKind::Dir) {

@@ -70,6 +70,26 @@ pub trait PacketTap: Send + Sync {
     fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], events: u64);
 }
 
+/// A guest trace's directory, once its stream class had a packet, and the
+/// generation of event classes its metadata was last written for.
+struct TraceOut {
+    dir: OutDir,
+    generation: u64,
+}
+
+/// Where the kernel stream's packets go and which classes they declare:
+/// one state at a time (the states' data boxed: they differ in size).
+enum KernelMode {
+    /// Staged in their wire form in the staging directory (its trace's
+    /// directory while recording), expanded by [`CtfWriter::finish`].
+    Staging,
+    /// Expanded as they arrive, into `DIR/kernel/` (a streaming writer).
+    Online(Box<Online>),
+    /// Expanded at the end into `DIR/kernel/` (or, without a native kernel
+    /// packet, a kernel trace that holds the ftrace streams alone).
+    Expanded(Box<Expanded>),
+}
+
 /// The online kernel expansion of a streaming writer.
 struct Online {
     kernel: OnlineKernel,
@@ -81,7 +101,7 @@ struct Online {
 /// Space set aside at the start of a recording and given back when a
 /// write fails, so that the final metadata and sidecar still fit on a
 /// full disk.
-const RESERVE_NAME: &str = ".ivtrace.reserve";
+pub(crate) const RESERVE_NAME: &str = ".ivtrace.reserve";
 
 #[derive(Debug, Error)]
 pub enum CtfError {
@@ -176,25 +196,21 @@ pub struct CtfWriter {
     clock_uuid: String,
     clock: ClockMapping,
     env: TraceEnv,
-    /// Where each stream class's files go while recording (kernel: the
-    /// staging directory), once created.
-    dirs: [Option<OutDir>; 2],
-    /// Generation of event classes each stream class's metadata was
-    /// written for (None: directory not created yet).
-    metadata_generation: [Option<u64>; 2],
+    /// The user trace, once it had a packet.
+    user: Option<TraceOut>,
+    /// The kernel trace, once it had a packet (while staging: the staging
+    /// directory), or once the ftrace expansion made it.
+    kernel: Option<TraceOut>,
+    kernel_mode: KernelMode,
     /// Stream class of each channel that has a file.
     stream_of: Vec<Option<u32>>,
     files: StreamFiles,
-    /// The kernel stream once expanded (then `DIR/kernel/` exists).
-    kernel: Option<Expanded>,
     progress: Option<Progress>,
     reserve: bool,
     /// The guest's thread name table, if the front end read one.
     name_table: Option<NameTable>,
     /// Channels of the region (index `nr_channels`: the no-channel stream).
     nr_channels: u32,
-    /// Set when streaming: kernel packets are expanded as they arrive.
-    online: Option<Online>,
     tap: Option<Arc<dyn PacketTap>>,
     /// The staging directory (kernel and ftrace wire packets), once made.
     wire_dir: Option<OutDir>,
@@ -235,17 +251,16 @@ impl CtfWriter {
             clock_uuid,
             clock,
             env,
-            dirs: [None, None],
-            metadata_generation: [None, None],
+            user: None,
+            kernel: None,
+            kernel_mode: KernelMode::Staging,
             // One more than the channels: the no-channel stream.
             stream_of: vec![None; nr_channels as usize + 1],
             files: StreamFiles::new(limits, nr_channels + 1),
-            kernel: None,
             progress: None,
             reserve,
             name_table: None,
             nr_channels,
-            online: None,
             tap: None,
             wire_dir: None,
             ftrace: None,
@@ -297,15 +312,35 @@ impl CtfWriter {
     /// before the first packet).
     pub fn set_tap(&mut self, tap: Arc<dyn PacketTap>) {
         self.tap = Some(tap);
-        self.online = Some(Online {
+        self.kernel_mode = KernelMode::Online(Box::new(Online {
             kernel: OnlineKernel::default(),
             lost: BTreeMap::new(),
-        });
+        }));
     }
 
     /// Whether kernel packets are staged for the expansion at the end.
     fn staging(&self) -> bool {
-        self.kernel.is_none() && self.online.is_none()
+        matches!(self.kernel_mode, KernelMode::Staging)
+    }
+
+    /// The trace of stream class `stream` (user or kernel), once made.
+    fn trace(&self, stream: u32) -> Option<&TraceOut> {
+        match stream {
+            abi::IVT_STREAM_KERNEL => self.kernel.as_ref(),
+            _ => self.user.as_ref(),
+        }
+    }
+
+    fn trace_mut(&mut self, stream: u32) -> &mut Option<TraceOut> {
+        match stream {
+            abi::IVT_STREAM_KERNEL => &mut self.kernel,
+            _ => &mut self.user,
+        }
+    }
+
+    /// The directory of stream class `stream`'s trace (made already).
+    fn trace_dir(&self, stream: u32) -> OutDir {
+        self.trace(stream).expect("created").dir.clone()
     }
 
     /// Writes the sidecar in its `recording` state whenever the metadata
@@ -330,28 +365,27 @@ impl CtfWriter {
         if stream != abi::IVT_STREAM_KERNEL {
             return classes.stream(stream);
         }
-        match (&self.kernel, &self.online) {
-            (Some(k), _) => &k.classes,
-            (None, Some(o)) => o.kernel.classes(),
-            (None, None) => classes.stream(stream),
+        match &self.kernel_mode {
+            KernelMode::Expanded(k) => &k.classes,
+            KernelMode::Online(o) => o.kernel.classes(),
+            KernelMode::Staging => classes.stream(stream),
         }
     }
 
     /// What the kernel expansion did: once it ran, or so far when online.
     pub fn kernel_expansion(&self) -> Option<&KernelExpansion> {
-        let slot = abi::IVT_STREAM_KERNEL as usize;
-        match (&self.kernel, &self.online) {
-            (Some(k), _) => Some(&k.stats),
-            (None, Some(o)) => self.metadata_generation[slot].map(|_| &o.kernel.stats),
-            (None, None) => None,
+        match &self.kernel_mode {
+            KernelMode::Expanded(k) => Some(&k.stats),
+            KernelMode::Online(o) => self.kernel.as_ref().map(|_| &o.kernel.stats),
+            KernelMode::Staging => None,
         }
     }
 
     /// The generation a stream class's metadata follows: the online kernel
     /// expansion's output classes grow on their own.
     fn generation_of(&self, stream: u32, classes: &EventClasses) -> u64 {
-        match &self.online {
-            Some(o) if stream == abi::IVT_STREAM_KERNEL => o.kernel.generation(),
+        match &self.kernel_mode {
+            KernelMode::Online(o) if stream == abi::IVT_STREAM_KERNEL => o.kernel.generation(),
             _ => classes.generation(),
         }
     }
@@ -364,7 +398,7 @@ impl CtfWriter {
     pub fn has_stream(&self, stream: u32) -> bool {
         match stream {
             abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
-            _ => self.metadata_generation[stream.min(1) as usize].is_some(),
+            _ => self.trace(stream).is_some(),
         }
     }
 
@@ -405,8 +439,8 @@ impl CtfWriter {
 
     /// Rewrites the metadata of every stream class that has a directory.
     pub fn write_metadata(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
-        for stream in 0..2u32 {
-            if self.metadata_generation[stream as usize].is_some() {
+        for stream in [abi::IVT_STREAM_KERNEL, abi::IVT_STREAM_USER] {
+            if self.trace(stream).is_some() {
                 self.write_stream_metadata(stream, classes)?;
             }
         }
@@ -441,13 +475,14 @@ impl CtfWriter {
         // CTF readers do not take the staging directory for a trace.
         let staged = kernel && self.staging();
         let name = if staged { WIRE_METADATA } else { "metadata" };
-        let dir = self.dirs[stream as usize].as_ref().expect("created");
+        let dir = self.trace_dir(stream);
         dir.write_atomically(name, file_text.as_bytes())
             .map_err(write_err(dir.join(name).display()))?;
         if let (Some(tap), false) = (&self.tap, staged) {
             tap.metadata(stream_dir(stream), &text, Some(output));
         }
-        self.metadata_generation[stream as usize] = Some(self.generation_of(stream, classes));
+        let generation = self.generation_of(stream, classes);
+        self.trace_mut(stream).as_mut().expect("created").generation = generation;
         Ok(())
     }
 
@@ -479,9 +514,9 @@ impl CtfWriter {
     /// Creates the stream class directory on first use and keeps its
     /// metadata (and the sidecar in progress) in step with the classes.
     fn ensure_metadata(&mut self, stream: u32, classes: &EventClasses) -> Result<(), CtfError> {
-        let slot = stream.min(1) as usize;
-        match self.metadata_generation[slot] {
-            Some(g) if g == self.generation_of(stream, classes) => return Ok(()),
+        let generation = self.generation_of(stream, classes);
+        match self.trace(stream) {
+            Some(t) if t.generation == generation => return Ok(()),
             Some(_) => {}
             None => {
                 let dir = match stream == abi::IVT_STREAM_KERNEL && self.staging() {
@@ -494,7 +529,7 @@ impl CtfWriter {
                             .map_err(create_err(self.root.join(name).display()))?
                     }
                 };
-                self.dirs[slot] = Some(dir);
+                *self.trace_mut(stream) = Some(TraceOut { dir, generation });
             }
         }
         self.write_stream_metadata(stream, classes)?;
@@ -544,7 +579,7 @@ impl CtfWriter {
     /// that no naming event in the trace names (a salvaged flight
     /// recorder). Call before [`CtfWriter::finish`].
     pub fn set_thread_name_table(&mut self, table: NameTable) {
-        if let Some(o) = &mut self.online {
+        if let KernelMode::Online(o) = &mut self.kernel_mode {
             o.kernel.set_table(&table);
         }
         self.name_table = Some(table);
@@ -569,10 +604,8 @@ impl CtfWriter {
     /// The kernel trace's directory once its packets are final (expanded
     /// at the end or as they came), made here if it had none.
     fn kernel_out_dir(&mut self) -> Result<OutDir, CtfError> {
-        let slot = abi::IVT_STREAM_KERNEL as usize;
-        let final_dir = self.kernel.is_some() || self.online.is_some();
-        if let (true, Some(d)) = (final_dir, &self.dirs[slot]) {
-            return Ok(d.clone());
+        if let (false, Some(t)) = (self.staging(), &self.kernel) {
+            return Ok(t.dir.clone());
         }
         let name = stream_dir(abi::IVT_STREAM_KERNEL);
         self.root
@@ -616,19 +649,20 @@ impl CtfWriter {
             .expand(&input)
             .map_err(write_err(out_dir.path().display()))?;
         self.ftrace_out = Some(out);
-        let slot = abi::IVT_STREAM_KERNEL as usize;
-        if self.kernel.is_none() && self.online.is_none() {
+        if self.staging() {
             // No native kernel packet: the kernel trace holds the ftrace
             // streams alone (stream class 0 declared, without events).
-            self.kernel = Some(Expanded {
+            self.kernel_mode = KernelMode::Expanded(Box::new(Expanded {
                 classes: StreamClasses::default(),
                 stats: KernelExpansion::default(),
-            });
+            }));
         }
-        if self.metadata_generation[slot].is_none() {
-            self.dirs[slot] = Some(out_dir);
-            self.metadata_generation[slot] =
-                Some(self.generation_of(abi::IVT_STREAM_KERNEL, classes));
+        if self.kernel.is_none() {
+            let generation = self.generation_of(abi::IVT_STREAM_KERNEL, classes);
+            self.kernel = Some(TraceOut {
+                dir: out_dir,
+                generation,
+            });
         }
         Ok(())
     }
@@ -650,10 +684,10 @@ impl CtfWriter {
 
     /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
     fn expand_kernel(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
-        let slot = abi::IVT_STREAM_KERNEL as usize;
-        if !self.staging() || self.metadata_generation[slot].is_none() {
+        let Some(staging) = self.kernel.as_ref().filter(|_| self.staging()) else {
             return Ok(());
-        }
+        };
+        let staging = staging.dir.clone();
         // The wire metadata stays next to the staged packets until the end.
         self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)?;
         let staged: Vec<Staged> = self
@@ -663,7 +697,6 @@ impl CtfWriter {
             .filter(|(_, s)| **s == Some(abi::IVT_STREAM_KERNEL))
             .map(|(c, _)| Staged::channel(c as u32))
             .collect();
-        let staging = self.dirs[slot].clone().expect("created with the metadata");
         let expanded = kernel::expand_dir(
             &self.root,
             &staging,
@@ -671,8 +704,8 @@ impl CtfWriter {
             &staged,
             self.name_table.as_ref(),
         )?;
-        self.dirs[slot] = Some(expanded.1);
-        self.kernel = Some(expanded.0);
+        self.kernel.as_mut().expect("staged above").dir = expanded.1;
+        self.kernel_mode = KernelMode::Expanded(Box::new(expanded.0));
         self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)
     }
 
@@ -689,12 +722,8 @@ impl CtfWriter {
         files: &[(u32, u32, u64)],
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        for s in 0..2u32 {
-            let name = if s == abi::IVT_STREAM_KERNEL {
-                STAGING_DIR
-            } else {
-                stream_dir(s)
-            };
+        for s in [abi::IVT_STREAM_KERNEL, abi::IVT_STREAM_USER] {
+            let name = crate::dir::recording_dir(s);
             if self.root.kind(name).ok().flatten().is_some() {
                 let dir = match s == abi::IVT_STREAM_KERNEL {
                     true => self.staging_dir()?,
@@ -703,16 +732,15 @@ impl CtfWriter {
                         .open_dir(name)
                         .map_err(create_err(self.root.join(name).display()))?,
                 };
-                self.dirs[s as usize] = Some(dir);
+                let generation = self.generation_of(s, classes);
+                *self.trace_mut(s) = Some(TraceOut { dir, generation });
                 self.write_stream_metadata(s, classes)?;
             }
         }
         for &(chan, stream, len) in files {
             let dir = match stream == abi::IVT_STREAM_FTRACE {
                 true => self.staging_dir()?,
-                false => self.dirs[stream.min(1) as usize]
-                    .clone()
-                    .expect("adopted directory"),
+                false => self.trace_dir(stream),
             };
             self.files.adopt(
                 chan,
@@ -771,7 +799,7 @@ impl PacketSink for CtfWriter {
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
         let done = match stream {
-            abi::IVT_STREAM_KERNEL => self.kernel.is_some(),
+            abi::IVT_STREAM_KERNEL => matches!(self.kernel_mode, KernelMode::Expanded(_)),
             abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
             _ => false,
         };
@@ -782,8 +810,8 @@ impl PacketSink for CtfWriter {
             });
         }
         let expanded;
-        let bytes = match &mut self.online {
-            Some(o) if stream == abi::IVT_STREAM_KERNEL => {
+        let bytes = match &mut self.kernel_mode {
+            KernelMode::Online(o) if stream == abi::IVT_STREAM_KERNEL => {
                 expanded = o.packet(chan, bytes, classes);
                 &expanded[..]
             }
@@ -794,7 +822,7 @@ impl PacketSink for CtfWriter {
             true => self.staging_dir()?,
             false => {
                 self.ensure_metadata(stream, classes)?;
-                self.dirs[stream.min(1) as usize].clone().expect("created")
+                self.trace_dir(stream)
             }
         };
         let name = channel_file_name(stream, chan, self.nr_channels);

@@ -11,10 +11,11 @@ use anyhow::{Context, Result};
 use serde_json::json;
 use thiserror::Error;
 
-use ivtrace_ctf::outdir::{OutDir, OutDirError, OutputPolicy};
+use ivtrace_ctf::dir::DirError;
+use ivtrace_ctf::outdir::{OutDir, OutputPolicy};
 use ivtrace_ctf::sidecar::{
     ChannelSummary, Clamped, EnvRecord, Lost, RecordedFormats, Sidecar, StreamLayout,
-    SIDECAR_FORMAT, SIDECAR_NAME, STATE_FINALIZED,
+    SIDECAR_FORMAT, STATE_FINALIZED,
 };
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::trace::{stream_dir, Progress};
@@ -22,18 +23,11 @@ use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue, TraceEnv};
 use ivtrace_region::meta::MetaStats;
 use ivtrace_region::{abi, sanitize, Access, Reader, Region};
 
-/// Entries of an output directory that ivtrace owns (and --force removes).
-const OWNED_ENTRIES: &[&str] = &[
-    "user",
-    "kernel",
-    "host",
-    SIDECAR_NAME,
-    ".ivtrace.json.tmp",
-    ".ivtrace.reserve",
-    ivtrace_ctf::kernel::STAGING_DIR,
+/// Entries of an output directory that the engine writes besides the
+/// traces (ivtrace-ctf's `dir` knows those); --force removes them too.
+const ENGINE_ENTRIES: &[&str] = &[
     crate::migration::HANDOFF_NAME,
     crate::nested::NESTED_DIR,
-    ivtrace_ctf::ftrace::KALLSYMS_FILE,
     // `ivtrace boot`'s chart (ivtrace-boot's CHART_SVG, CHART_PNG).
     "boot.svg",
     "boot.png",
@@ -47,56 +41,12 @@ pub struct UserError {
     pub hint: String,
 }
 
-/// Opens (creating it if missing) the output root `dir` under `policy`
-/// (never through a link; refused if others may write it, unless
-/// allowed): see ivtrace-ctf's `outdir`.
-pub fn open_root(dir: &Path, policy: &OutputPolicy) -> Result<OutDir> {
-    if dir.exists() && !dir.is_dir() {
-        return Err(UserError {
-            message: format!("{} exists and is not a directory", dir.display()),
-            hint: "pass a directory path to -o".into(),
-        }
-        .into());
-    }
-    OutDir::root(dir, policy).map_err(|e: OutDirError| {
-        let hint = e.hint().to_string();
-        UserError {
-            message: e.to_string(),
-            hint,
-        }
-        .into()
-    })
-}
+pub use ivtrace_ctf::dir::open_root;
 
-/// Opens the output directory `dir` (see [`open_root`]); refuses a
-/// non-empty one unless `force`, in which case only ivtrace's own entries
-/// are removed.
-pub fn prepare_output(dir: &Path, force: bool, policy: &OutputPolicy) -> Result<OutDir> {
-    let root = open_root(dir, policy)?;
-    let entries = root
-        .entries()
-        .with_context(|| format!("cannot list {}", dir.display()))?;
-    if entries.is_empty() {
-        return Ok(root);
-    }
-    if !force {
-        return Err(UserError {
-            message: format!(
-                "output directory {} is not empty ({} entries)",
-                dir.display(),
-                entries.len()
-            ),
-            hint:
-                "choose a new directory, or pass --force to replace an earlier ivtrace output there"
-                    .into(),
-        }
-        .into());
-    }
-    for name in OWNED_ENTRIES {
-        root.remove_tree(name)
-            .with_context(|| format!("cannot remove {}", root.join(name).display()))?;
-    }
-    Ok(root)
+/// Opens the output directory `dir` for a new recording (ivtrace-ctf's
+/// `dir::prepare`, with the engine's own entries).
+pub fn prepare_output(dir: &Path, force: bool, policy: &OutputPolicy) -> Result<OutDir, DirError> {
+    ivtrace_ctf::dir::prepare(dir, force, policy, ENGINE_ENTRIES)
 }
 
 /// This host's name (`/proc/sys/kernel/hostname`, else `localhost`), as
@@ -456,18 +406,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn non_empty_output_is_refused_without_force() {
+    fn force_removes_the_engines_entries_too() {
         let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join(crate::nested::NESTED_DIR)).unwrap();
         fs::write(dir.path().join("keep.txt"), b"x").unwrap();
-        fs::create_dir(dir.path().join("user")).unwrap();
         let policy = OutputPolicy::default();
-        let err = prepare_output(dir.path(), false, &policy).unwrap_err();
-        assert!(err.downcast_ref::<UserError>().is_some());
         prepare_output(dir.path(), true, &policy).unwrap();
-        assert!(
-            dir.path().join("keep.txt").exists(),
-            "--force leaves foreign files alone"
-        );
-        assert!(!dir.path().join("user").exists());
+        assert!(dir.path().join("keep.txt").exists());
+        assert!(!dir.path().join(crate::nested::NESTED_DIR).exists());
     }
 }

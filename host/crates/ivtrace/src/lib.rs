@@ -37,6 +37,12 @@ pub fn hint_for(err: &anyhow::Error) -> Option<String> {
     {
         return Some(u.hint.clone());
     }
+    if let Some(d) = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<ivtrace_ctf::dir::DirError>())
+    {
+        return Some(d.hint().to_string());
+    }
     let region = err.chain().find_map(|e| e.downcast_ref::<E>())?;
     Some(
         match region {

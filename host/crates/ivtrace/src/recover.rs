@@ -14,7 +14,7 @@ use crate::summary;
 /// losses it declares.
 pub fn run(args: &RecoverArgs) -> Result<u64> {
     let root = session::open_root(&args.dir, &args.access.policy()?)?;
-    let before = recover::read_sidecar(&root).map_err(|e| UserError {
+    let before = ivtrace_ctf::dir::read_sidecar(&root).map_err(|e| UserError {
         message: format!("{} is not an ivtrace recording: {e}", args.dir.display()),
         hint: "pass the directory that `ivtrace record -o` or `ivtrace serve` wrote".into(),
     })?;

@@ -19,97 +19,42 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
-use ivtrace_ctf::kernel::STAGING_DIR;
-use ivtrace_ctf::recover::{channel_of, count_file, cut_stream_file, read_sidecar};
-use ivtrace_ctf::sidecar::{STATE_INCOMPLETE, STATE_RECORDING};
-use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
+use ivtrace_ctf::recover::{count_file, cut_stream_file};
+use ivtrace_ctf::trace::{stream_dir, NO_CHANNEL_FILE};
 use ivtrace_ctf::{CtfWriter, OutDir, OutputPolicy};
-use ivtrace_engine::{session, UserError};
 use ivtrace_region::meta::ScanMode;
 use ivtrace_region::{abi, EventClasses, Reader};
 
 /// Opens DIR, which must hold a recording that was not finalized (its
 /// recorder died) or is incomplete (its output failed).
 pub fn open(dir: &Path, policy: &OutputPolicy) -> Result<OutDir> {
-    let root = session::open_root(dir, policy)?;
-    let sidecar = read_sidecar(&root).map_err(|e| UserError {
-        message: format!("--resume: {e}"),
-        hint: "--resume goes on with a recording in DIR; without one, drop --resume".into(),
-    })?;
-    if sidecar.state != STATE_RECORDING && sidecar.state != STATE_INCOMPLETE {
-        return Err(UserError {
-            message: format!(
-                "--resume: the recording in {} is {} ({}), not interrupted",
-                dir.display(),
-                sidecar.state,
-                sidecar.stop_reason
-            ),
-            hint: "record into a new directory (or --force to replace this one)".into(),
-        }
-        .into());
-    }
-    Ok(root)
+    Ok(ivtrace_ctf::dir::open_interrupted(dir, policy)?)
 }
 
 /// Adopts DIR's stream files for the region `reader` reads (the same
 /// region: same uuid), cut back to what the region no longer holds, and
 /// starts each channel after them.
 pub fn continue_recording(out: &OutDir, reader: &mut Reader, writer: &mut CtfWriter) -> Result<()> {
-    let before = read_sidecar(out)?;
     let uuid = reader.region().header().uuid_string();
-    if before.trace_uuid != uuid {
-        bail!(UserError {
-            message: format!(
-                "--resume: {} holds a recording of region {}, but the region is now {uuid} \
-                 (re-formatted, or another region)",
-                out.path().display(),
-                before.trace_uuid
-            ),
-            hint: "record the new region into a new directory".into(),
-        });
-    }
-    if out.kind(STAGING_DIR)?.is_some() {
-        // A kernel expansion the recorder did not finish: redone at the end.
-        out.remove_tree(stream_dir(abi::IVT_STREAM_KERNEL))?;
-    }
+    let before = ivtrace_ctf::dir::resume(out, &uuid)?;
     reader.scan_metadata(ScanMode::Live);
     let classes = before.event_classes();
     let mut adopted = Vec::new();
     let (mut packets, mut cut) = (0u64, 0u64);
-    for stream in [
-        abi::IVT_STREAM_USER,
-        abi::IVT_STREAM_KERNEL,
-        abi::IVT_STREAM_FTRACE,
-    ] {
-        let dir_name = match stream {
-            abi::IVT_STREAM_KERNEL | abi::IVT_STREAM_FTRACE => STAGING_DIR,
-            _ => stream_dir(stream),
+    let layout = reader.region().layout();
+    for f in ivtrace_ctf::dir::stream_files(out, reader.nr_channels(), |c| layout.stream_of(c))? {
+        // The relay's staged pages are counted with the region's wire
+        // classes (the sidecar declares the decoded ones only).
+        let classes = match f.stream == abi::IVT_STREAM_FTRACE {
+            true => reader.classes().clone(),
+            false => classes.clone(),
         };
-        let Ok(dir) = out.open_dir(dir_name) else {
-            continue;
-        };
-        for name in dir.entries()? {
-            let Some(c) = channel_of(&name).filter(|&c| c < reader.nr_channels()) else {
-                continue;
-            };
-            if name != stream_file_name(stream, c)
-                || reader.region().layout().stream_of(c) != stream
-            {
-                continue;
-            }
-            // The relay's staged pages are counted with the region's
-            // wire classes (the sidecar declares the decoded ones only).
-            let classes = match stream == abi::IVT_STREAM_FTRACE {
-                true => reader.classes().clone(),
-                false => classes.clone(),
-            };
-            let (len, kept, dropped) = adopt_file(&dir, &name, c, reader, &classes)?;
-            packets += kept;
-            cut += dropped;
-            adopted.push((c, stream, len));
-        }
+        let (len, kept, dropped) = adopt_file(&f.dir, &f.name, f.chan, reader, &classes)?;
+        packets += kept;
+        cut += dropped;
+        adopted.push((f.chan, f.stream, len));
     }
     if let Some(len) = adopt_no_channel(out, reader)? {
         adopted.push((reader.no_channel_stream(), abi::IVT_STREAM_USER, len));
