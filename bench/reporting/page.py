@@ -13,7 +13,6 @@ then this.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -124,25 +123,6 @@ def focused(out: list) -> None:
     out.append("")
 
 
-def before_after(out: list) -> None:
-    """Before/after checks (bench/results/ab/): a change's binary against main's, timed in
-    turn in one run (pairs A B A B ...), the ratio taken pair by pair."""
-    files = sorted((RESULTS / "ab").glob("*.json"))
-    if not files:
-        return
-    out.append("## Before/after checks\n")
-    out.append("A change that must not move a cost, timed against the binary before it in one "
-               "run, alternating; the ratio is this change's time over the earlier binary's, "
-               "median of the pairs (min .. max). bench/results/ab/README.md says how.\n")
-    for f in files:
-        rec = json.loads(f.read_text())
-        r = rec["ratio"]
-        out.append(f"- `{results.rel(f)}` ({rec['change']}): {rec['what']}: "
-                   f"{r['median']:.3f} ({r['min']:.3f} .. {r['max']:.3f}) over {rec['pairs']} "
-                   f"pairs; load {rec['load']}. Command: `{rec['command']}`")
-    out.append("")
-
-
 def headline(e: dict) -> str:
     h = e["headline"]
     if e["preset"] == "native":
@@ -234,7 +214,6 @@ def render(write_plots: bool) -> str:
         boot.section(out, recs["boot"], rel["boot"])
     else:
         boot.not_measured(out)
-    before_after(out)
     section_history(out)
     return portable("\n".join(out).rstrip() + "\n")
 

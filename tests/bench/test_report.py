@@ -19,9 +19,19 @@ MACHINE_PATH = re.compile(r"(/work/|/home/|/root/|/tmp/ivtvm-|/var/tmp/ivtrace-e
                           r"/var/tmp/ivtrace-guest-|/dev/shm/ivt-guestbench-)")
 
 
-def kept_results():
+def kept_files():
     return sorted(p for p in RESULTS.rglob("*.json") if p.name != "history.json"
                   and not p.stem.endswith("-quick"))
+
+
+def kept_results():
+    """Runs of a preset (bench/run); side-by-side comparisons of two builds are not."""
+    return [p for p in kept_files() if p.parent.name != "ab"]
+
+
+def kept_comparisons():
+    """Two builds' drain side by side (bench/harness/drain_ab.py, bench/results/native/ab/)."""
+    return [p for p in kept_files() if p.parent.name == "ab"]
 
 
 def test_page_is_what_the_results_give():
@@ -44,6 +54,17 @@ def test_every_kept_run_follows_the_schema():
         assert rec["data"], f
 
 
+def test_every_comparison_follows_the_schema():
+    for f in kept_comparisons():
+        rec = results.load(f)  # raises on another schema
+        assert f.parent == RESULTS / rec["preset"] / "ab", f
+        assert "-m harness.drain_ab " in rec["command"], f
+        ab = rec["data"]["ab"]
+        assert ab["a"] and ab["b"] and ab["rounds"] > 0, f
+        for p in ab["profiles"]:
+            assert p["ratio_b_over_a"] > 0 and p["instructions_b_over_a"] > 0, (f, p["name"])
+
+
 def test_history_indexes_every_kept_run():
     indexed = {e["file"]: e for e in history.load()}
     for f in kept_results():
@@ -53,7 +74,7 @@ def test_history_indexes_every_kept_run():
 
 
 def test_no_machine_paths_in_committed_results_or_docs():
-    files = kept_results() + [RESULTS / "history.json", REPO / "README.md",
+    files = kept_files() + [RESULTS / "history.json", REPO / "README.md",
                               *sorted((REPO / "docs").glob("*.md"))]
     for f in files:
         hits = sorted(set(MACHINE_PATH.findall(f.read_text())))
