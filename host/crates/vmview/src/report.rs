@@ -48,11 +48,12 @@ pub fn summarize(dir: &Path) -> Result<VmReport> {
                 }
             };
             r.events += 1;
-            // Durations are in the payloads: times need no mapping here.
-            if let Some((i, g)) = read_interval(&rec, rec.cpu(), 0) {
+            // Durations are in the payloads; times (in the stream's ticks, a
+            // monotonic image of serve's ns) only order a task's names.
+            if let Some((i, g)) = read_interval(&rec, rec.cpu(), rec.ts) {
                 agg.interval(&i, &g);
             } else if let Some((t, ns)) = read_host_ran(&rec) {
-                agg.host_ran(&t, ns);
+                agg.host_ran(&t, rec.ts, ns);
             } else if let Some((h, _)) = read_hypercall(&rec, 0) {
                 agg.hypercall(&h);
             }

@@ -103,6 +103,8 @@ pub struct Aggregator {
     vcpus: BTreeMap<u32, VcpuStats>,
     threads: HashMap<(i32, [u8; 16]), ThreadLoss>,
     tasks: HashMap<i32, HostTaskTime>,
+    /// When each task's name was last seen (its interval's start).
+    task_named_at: HashMap<i32, u64>,
     exits: BTreeMap<(u32, u32), ExitStats>,
     hypercalls: HypercallStats,
 }
@@ -164,23 +166,25 @@ impl Aggregator {
             x.total_ns += d;
         }
         if let Some(by) = i.taken_by {
-            self.task(&by).took_cpu += 1;
+            self.task(&by, i.start).took_cpu += 1;
         }
         for (task, ns) in &i.ran {
-            self.host_ran(task, *ns);
+            self.host_ran(task, i.start, *ns);
         }
         if i.ran_other_ns > 0 {
             let others = Task {
                 tid: crate::classes::OTHER_TASKS,
                 comm: crate::model::comm("(others)"),
             };
-            self.host_ran(&others, i.ran_other_ns);
+            self.host_ran(&others, i.start, i.ran_other_ns);
         }
     }
 
     /// A host task by thread id, under the latest name it was seen with
-    /// (a thread's name changes at exec and prctl).
-    fn task(&mut self, t: &Task) -> &mut HostTaskTime {
+    /// (a thread's name changes at exec and prctl). Latest in time, `at`,
+    /// not in call order: serve sees intervals in time order, `report`
+    /// reads the VM stream one vCPU at a time, and both must agree.
+    fn task(&mut self, t: &Task, at: u64) -> &mut HostTaskTime {
         let mut t = *t;
         if self.tasks.len() >= KEYS_MAX && !self.tasks.contains_key(&t.tid) {
             t = Task {
@@ -191,15 +195,20 @@ impl Aggregator {
         let e = self.tasks.entry(t.tid).or_default();
         e.tid = t.tid;
         let name = comm_str(&t.comm);
-        if !name.is_empty() {
+        let named_at = self.task_named_at.entry(t.tid).or_insert(0);
+        // Equal times: the greater name, so that the order of calls never matters.
+        let later = at > *named_at || (at == *named_at && name > e.comm);
+        if !name.is_empty() && (e.comm.is_empty() || later) {
             e.comm = name;
+            *named_at = at;
         }
         e
     }
 
-    /// A host task's time on a waited-for CPU (`vcpu_host_ran`).
-    pub fn host_ran(&mut self, t: &Task, ns: u64) {
-        self.task(t).ns += ns;
+    /// A host task's time on a waited-for CPU (`vcpu_host_ran`, written at
+    /// the start `at` of the interval it belongs to).
+    pub fn host_ran(&mut self, t: &Task, at: u64, ns: u64) {
+        self.task(t, at).ns += ns;
     }
 
     pub fn hypercall(&mut self, h: &Hypercall) {
@@ -294,10 +303,36 @@ pub fn exit_name(isa: u32, reason: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{comm, Hypercall, Interval, State};
+    use crate::model::{comm, Hypercall, Interval, State, Task};
 
     fn preempted(vcpu: u32, ns: u64) -> Interval {
         Interval::bare(vcpu, State::Preempted, (0, ns), 7)
+    }
+
+    /// A task renamed by prctl (python3, then "hog") keeps its latest name
+    /// in time whatever order its intervals arrive in: serve meets them in
+    /// time order, `report` one vCPU stream after another.
+    #[test]
+    fn a_task_is_named_by_its_latest_name_in_time() {
+        let python = Task {
+            tid: 9,
+            comm: comm("python3"),
+        };
+        let hog = Task {
+            tid: 9,
+            comm: comm("hog"),
+        };
+        for order in [[(100, python), (200, hog)], [(200, hog), (100, python)]] {
+            let mut a = Aggregator::default();
+            for (at, t) in order {
+                a.host_ran(&t, at, 5);
+            }
+            let s = a.summary();
+            assert_eq!(
+                (s.host_tasks[0].comm.as_str(), s.host_tasks[0].ns),
+                ("hog", 10)
+            );
+        }
     }
 
     /// A guest that names millions of threads, or makes hypercalls with
