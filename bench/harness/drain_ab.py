@@ -8,6 +8,8 @@ processes than wall time) is the figure; wall time is kept too, with the load av
 of each run. On a loaded machine that ratio moves by 10 % from run to run, so each
 build also drains one smaller prefill of each profile under valgrind's callgrind: the
 instructions it executed, which load does not change (a VM has no hardware counters).
+The traces the two builds write from that smaller prefill are compared too (same_trace.py:
+stream files byte for byte, metadata and sidecar apart from this run's clock and times).
 
     PYTHONPATH=bench:python python3 -m harness.drain_ab --a MAIN_BIN --b BRANCH_BIN
 
@@ -25,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import drain, results
+from harness import drain, results, same_trace
 
 KEPT = ("wall_s", "cpu_s", "events_per_s", "events_per_cpu_s", "trace_MB_per_cpu_s",
         "produced", "recorded", "lost", "trace_bytes")
@@ -49,6 +51,7 @@ def instructions(tools: dict, prof: dict, events: int) -> dict:
     try:
         pre = drain.loadgen_cmd(first, 0, region, events, prof["size"], prof, payload=prof["payload"])
         json.loads(drain.run_checked(pre, "prefill (ivtrace-loadgen)").stdout)
+        same = same_trace.record_both({label: t["ivtrace"] for label, t in tools.items()}, region)
         counts = {}
         with tempfile.TemporaryDirectory(prefix="drain-ab-") as tmp:
             for label, t in tools.items():
@@ -61,7 +64,7 @@ def instructions(tools: dict, prof: dict, events: int) -> dict:
                 if r.returncode != 0 or not m:
                     raise drain.DrainError(f"callgrind of {label}: exit {r.returncode}: {r.stderr[-500:]}")
                 counts[label] = int(m.group(1))
-        return {"events": events, "instructions": counts}
+        return {"events": events, "instructions": counts, "same_output": same}
     finally:
         drain.cleanup(region, copy, out)
 
@@ -113,8 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     path = a.output or results.default_path(rec).parent / "ab" / results.default_path(rec).name
     results.write(rec, path)
     for p in rec["data"]["ab"]["profiles"]:
+        same = p["callgrind"]["same_output"]
         print(f"{p['name']}: {lb}/{la} = {p['ratio_b_over_a']:.3f} (events per CPU-second, "
-              f"medians of {a.rounds}); instructions {p['instructions_b_over_a']:.5f}")
+              f"medians of {a.rounds}); instructions {p['instructions_b_over_a']:.5f}; "
+              f"traces: {same['identical']} of {same['files']} files byte-identical, "
+              f"{same['same_but_clock']} equal but for clock and times, "
+              f"{len(same['differ'])} differ")
     print(f"drain_ab: wrote {results.rel(path)}", file=sys.stderr)
     return 0
 
