@@ -8,7 +8,7 @@
 #![no_main]
 
 use ivtrace_ctf::{ClockMapping, OutDir};
-use ivtrace_engine::nested::Expander;
+use ivtrace_nested::Expander;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -21,6 +21,13 @@ use crate::recover::channel_of;
 use crate::sidecar::{Sidecar, SIDECAR_MAX_BYTES, SIDECAR_NAME, STATE_INCOMPLETE, STATE_RECORDING};
 use crate::trace::{create_err, stream_dir, stream_file_name, CtfError, RESERVE_NAME};
 
+/// The handoff file a migrated guest's part leaves in its directory
+/// (ivtrace-migration writes and reads it).
+pub const HANDOFF_NAME: &str = "handoff.json";
+/// Where a recording of an L1 guest writes the guests it forwarded
+/// (ivtrace-nested).
+pub const NESTED_DIR: &str = "nested";
+
 /// Entries of an output directory that the traces own (and --force
 /// removes); a front end adds the ones it writes itself.
 const OWNED_ENTRIES: &[&str] = &[

@@ -23,8 +23,7 @@
 
 pub mod engine;
 pub mod host_side;
-pub mod migration;
-pub mod nested;
+pub mod limits;
 pub mod notify;
 pub mod region_wait;
 pub mod relayd;

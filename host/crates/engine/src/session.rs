@@ -26,8 +26,8 @@ use ivtrace_region::{abi, sanitize, Access, Reader, Region};
 /// Entries of an output directory that the engine writes besides the
 /// traces (ivtrace-ctf's `dir` knows those); --force removes them too.
 const ENGINE_ENTRIES: &[&str] = &[
-    crate::migration::HANDOFF_NAME,
-    crate::nested::NESTED_DIR,
+    ivtrace_ctf::dir::HANDOFF_NAME,
+    ivtrace_ctf::dir::NESTED_DIR,
     // `ivtrace boot`'s chart (ivtrace-boot's CHART_SVG, CHART_PNG).
     "boot.svg",
     "boot.png",
@@ -178,7 +178,7 @@ pub fn ctf_writer_named(
 }
 
 /// A fresh writer for part `part` of `region`'s trace (a guest that
-/// migrated: [`crate::migration`]); part 0 is [`ctf_writer_named`].
+/// migrated: ivtrace-migration); part 0 is [`ctf_writer_named`].
 pub fn ctf_writer_part(
     region: &Region,
     out: &OutDir,
@@ -191,7 +191,7 @@ pub fn ctf_writer_part(
     let env = trace_env_named(region, out.path(), clock, host);
     let mut w = CtfWriter::new(
         out.clone(),
-        crate::migration::part_uuid(region.header().uuid, part),
+        ivtrace_region::reader::part_uuid(region.header().uuid, part),
         clock.clone(),
         env,
         region.layout().nr_channels,
@@ -408,11 +408,11 @@ mod tests {
     #[test]
     fn force_removes_the_engines_entries_too() {
         let dir = tempfile::tempdir().unwrap();
-        fs::create_dir(dir.path().join(crate::nested::NESTED_DIR)).unwrap();
+        fs::create_dir(dir.path().join(ivtrace_ctf::dir::NESTED_DIR)).unwrap();
         fs::write(dir.path().join("keep.txt"), b"x").unwrap();
         let policy = OutputPolicy::default();
         prepare_output(dir.path(), true, &policy).unwrap();
         assert!(dir.path().join("keep.txt").exists());
-        assert!(!dir.path().join(crate::nested::NESTED_DIR).exists());
+        assert!(!dir.path().join(ivtrace_ctf::dir::NESTED_DIR).exists());
     }
 }

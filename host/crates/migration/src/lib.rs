@@ -11,7 +11,7 @@
 //! a trace UUID of its own ([`part_uuid`]), so `babeltrace2 A B` reads
 //! both side by side on one timeline. docs/migration.md has the procedure.
 //!
-//! [`StopReason::Handoff`]: crate::StopReason::Handoff
+//! [`StopReason::Handoff`]: ivtrace_engine::StopReason::Handoff
 
 use std::io::Read;
 use std::path::Path;
@@ -20,25 +20,13 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-pub use ivtrace_region::reader::{Handoff, Resumed};
+pub use ivtrace_ctf::dir::HANDOFF_NAME;
+pub use ivtrace_region::reader::{part_uuid, Handoff, Resumed};
 
-/// The handoff file a part leaves in its directory.
-pub const HANDOFF_NAME: &str = "handoff.json";
 /// A handoff is a few hundred bytes per channel; refuse anything huge.
 const HANDOFF_MAX_BYTES: u64 = 16 << 20;
 /// How often a destination looks for the handoff file.
 const HANDOFF_POLL: Duration = Duration::from_millis(100);
-
-/// The trace UUID of part `part` of a region's trace: the region's, with
-/// the part number mixed into its last four bytes (part 0 keeps the
-/// region's), so the parts are distinct traces to CTF readers.
-pub fn part_uuid(uuid: [u8; 16], part: u32) -> [u8; 16] {
-    let mut out = uuid;
-    for (b, p) in out[12..].iter_mut().zip(part.to_le_bytes()) {
-        *b ^= p;
-    }
-    out
-}
 
 /// Writes `DIR/handoff.json` atomically (the destination polls for it).
 pub fn write_handoff(dir: &ivtrace_ctf::OutDir, handoff: &Handoff) -> Result<()> {
@@ -115,14 +103,6 @@ pub fn migration_section(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn part_zero_keeps_the_region_uuid_and_parts_differ() {
-        let u = [7u8; 16];
-        assert_eq!(part_uuid(u, 0), u);
-        assert_ne!(part_uuid(u, 1), u);
-        assert_ne!(part_uuid(u, 1), part_uuid(u, 2));
-    }
 
     #[test]
     fn handoff_round_trips_through_its_file() {

@@ -44,9 +44,9 @@ use ivtrace_region::{abi, sanitize, PacketSink};
 use ivtrace_time::ClockMapping;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::Output;
-use crate::session::sanitize_host_name;
+use ivtrace_engine::Output;
 use ivtrace_region::names::NameTable;
+use ivtrace_region::sanitize::host_name as sanitize_host_name;
 
 /// Largest chunk of a message in one event: fits the smallest packet
 /// (4 KiB) with its header and the event's own header and fields.
@@ -63,7 +63,7 @@ const PARTIAL_TOTAL_MAX: usize = MESSAGE_MAX as usize;
 pub const FORWARD_CLASS: &str = "ivtrace:forward";
 pub const SYNC_CLASS: &str = "ivtrace:forward_sync";
 /// Where L0 writes forwarded guests, under its output directory.
-pub const NESTED_DIR: &str = "nested";
+pub use ivtrace_ctf::dir::NESTED_DIR;
 /// Nested guests one L0 recording keeps apart (the guest chooses names).
 const NESTED_MAX: usize = 64;
 

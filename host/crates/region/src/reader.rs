@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 mod handoff;
 mod no_channel;
 
-pub use handoff::{ChannelHandoff, Handoff, HandoffError, Resumed};
+pub use handoff::{part_uuid, ChannelHandoff, Handoff, HandoffError, Resumed};
 
 use crate::abi;
 use crate::classes::EventClasses;

@@ -53,17 +53,7 @@ pub struct Budget {
     pub per_guest: u64,
 }
 
-/// Raises the soft RLIMIT_NOFILE to the hard limit; returns (before, now).
-pub fn raise_nofile_limit() -> (u64, u64) {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return (1024, 1024);
-    };
-    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        return (soft, hard);
-    }
-    (soft, soft)
-}
+use ivtrace_engine::limits::raise_nofile_limit;
 
 /// Descriptors this process has open (None if /proc says nothing).
 pub fn open_descriptors() -> Option<u64> {

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 
-use ivtrace_engine::migration::{read_handoff, Handoff};
+use ivtrace_migration::{read_handoff, Handoff};
 
 use crate::guest::{Guest, Request};
 

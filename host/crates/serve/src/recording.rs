@@ -16,7 +16,7 @@ use ivtrace_ctf::host_trace::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{ChannelSummary, Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_engine::host_side::{GuestOutput, HostSide};
-use ivtrace_engine::migration::{self, Resumed};
+use ivtrace_migration::{self as migration, Resumed};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
 use ivtrace_region::{abi, Reader, Region};

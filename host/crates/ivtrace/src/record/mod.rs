@@ -16,8 +16,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::OutDir;
 use ivtrace_engine::host_side::{host_lost, vcpu_source, GuestOutput, HostSide};
-use ivtrace_engine::migration::{self, Handoff, Resumed};
-use ivtrace_engine::nested::{Expander, Forwarder, Hello, Nesting};
+use ivtrace_migration::{self as migration, Handoff, Resumed};
+use ivtrace_nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
 use ivtrace_region::{Reader, Region, RegionError};
 use ivtrace_time::pingpong::Entry;
@@ -177,7 +177,7 @@ impl Hooks for RecordHooks<'_> {
 
 /// Runs `ivtrace record`. Returns the events seen (recorded + lost).
 pub fn run(args: &RecordArgs) -> Result<u64> {
-    ivtrace_serve::admission::raise_nofile_limit();
+    ivtrace_engine::limits::raise_nofile_limit();
     let policy = args.access.policy()?;
     let out = match args.resume {
         true => resume::open(&args.output, &policy)?,

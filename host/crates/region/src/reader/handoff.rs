@@ -23,6 +23,17 @@ use thiserror::Error;
 use super::{PacketSink, Pass, Reader, WriterLosses};
 use crate::meta::ScanMode;
 
+/// The trace UUID of part `part` of a region's trace: the region's, with
+/// the part number mixed into its last four bytes (part 0 keeps the
+/// region's), so the parts are distinct traces to CTF readers.
+pub fn part_uuid(uuid: [u8; 16], part: u32) -> [u8; 16] {
+    let mut out = uuid;
+    for (b, p) in out[12..].iter_mut().zip(part.to_le_bytes()) {
+        *b ^= p;
+    }
+    out
+}
+
 /// Where one channel's part ended.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChannelHandoff {
@@ -177,5 +188,18 @@ fn announced_writer_losses(own: WriterLosses, base: WriterLosses) -> WriterLosse
         full: own.full.saturating_add(base.full),
         too_big: own.too_big.saturating_add(base.too_big),
         nested: own.nested.saturating_add(base.nested),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_zero_keeps_the_region_uuid_and_parts_differ() {
+        let u = [7u8; 16];
+        assert_eq!(part_uuid(u, 0), u);
+        assert_ne!(part_uuid(u, 1), u);
+        assert_ne!(part_uuid(u, 1), part_uuid(u, 2));
     }
 }
