@@ -12,7 +12,9 @@
 //! readers (checked ones for guest input). [`names`] reads the thread name table a
 //! kernel writer keeps in the metadata area (crash salvage); [`ftrace`]
 //! keeps the guest's ftrace format files the relay publishes there;
-//! [`kallsyms`] parses the kernel symbols it sends (`ftrace_symbols`).
+//! [`kallsyms`] parses the kernel symbols it sends (`ftrace_symbols`);
+//! [`forward`] reads the stream an L1 guest forwards for its own guest
+//! (nested tracing).
 //!
 //! ```no_run
 //! use ivtrace_region::{packet::TickRange, region::{Access, Region}, reader::Reader};
@@ -31,6 +33,7 @@
 pub mod abi;
 pub mod bytes;
 pub mod classes;
+pub mod forward;
 pub mod ftrace;
 pub mod kallsyms;
 pub mod meta;
