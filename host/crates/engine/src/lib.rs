@@ -21,6 +21,7 @@
 //! (ivtrace-relayd), and [`session`] prepares the output directory and
 //! turns a finished recording into its traces' `env` and its sidecar.
 
+pub mod after_commit;
 pub mod engine;
 pub mod host_side;
 pub mod limits;

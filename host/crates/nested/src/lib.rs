@@ -35,13 +35,13 @@ use anyhow::{Context, Result};
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::tsdl::{EnvValue, TraceEnv};
 use ivtrace_ctf::{CtfWriter, OutDir};
+use ivtrace_engine::after_commit::{AfterCommit, Watcher};
 use ivtrace_engine::Output;
 use ivtrace_region::classes::EventClasses;
 use ivtrace_region::forward::{
     classes_from_wire, classes_to_wire, write_message, ClassWire, ForwardEvents, Found,
     PacketMessage, Reassembly, SyncBrackets,
 };
-use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::walk_own_packet;
 use ivtrace_region::sanitize::host_name as sanitize_host_name;
 use ivtrace_region::sanitize::Shown;
@@ -554,42 +554,40 @@ fn env(name: &str, via: &str, clock: Option<&ClockMapping>) -> TraceEnv {
 // ---------------------------------------------------------------- the wrapper
 
 /// An output with nested tracing around it: forwards what it writes (L1)
-/// and expands what it reads (L0). Both are optional. Packets are
-/// forwarded and expanded only once the inner output has committed them:
-/// a rolled-back packet (a failed write) is handed over again by the
-/// reader, and must not reach the nest twice.
-pub struct Nesting<O> {
-    pub inner: O,
+/// and expands what it reads (L0), each packet once the output committed
+/// it (the engine's [`AfterCommit`]).
+pub type Nesting<O> = AfterCommit<O, Nest>;
+
+/// `inner` with nested tracing around it; `forward` and `expand` are both
+/// optional.
+pub fn nesting<O: Output>(
+    inner: O,
     forward: Option<Forwarder>,
     expand: Option<Expander>,
-    /// (channel, stream, bytes) handed over since the last commit; at most
-    /// the reader's commit interval plus a packet.
-    pending: Vec<(u32, u32, Vec<u8>)>,
+) -> Nesting<O> {
+    let nest = Nest {
+        forward,
+        expand,
+        classes: EventClasses::default(),
+        classes_generation: None,
+    };
+    AfterCommit::new(inner, nest)
+}
+
+/// The forwarder and the expander, fed the committed packets.
+pub struct Nest {
+    forward: Option<Forwarder>,
+    expand: Option<Expander>,
     /// The latest event classes (classes are only ever added).
     classes: EventClasses,
     classes_generation: Option<u64>,
 }
 
-impl<O: Output> Nesting<O> {
-    pub fn new(inner: O, forward: Option<Forwarder>, expand: Option<Expander>) -> Nesting<O> {
-        Nesting {
-            inner,
-            forward,
-            expand,
-            pending: Vec::new(),
-            classes: EventClasses::default(),
-            classes_generation: None,
-        }
-    }
-
+impl Nest {
     /// Ends the forwarding and writes the expanded guests; call after the
     /// recording's own finish with the same final clock. Returns the
     /// sidecar's `nested` section (None: nothing forwarded either way).
-    pub fn finish_nesting(
-        &mut self,
-        clock: &ClockMapping,
-        via: &str,
-    ) -> Result<Option<serde_json::Value>> {
+    pub fn finish(&mut self, clock: &ClockMapping, via: &str) -> Result<Option<serde_json::Value>> {
         let forwarded = self.forward.as_mut().map(|f| f.finish(clock));
         let (guests, refused) = match self.expand.as_mut() {
             Some(x) => (x.finish(clock, via)?, x.refused()),
@@ -611,10 +609,34 @@ impl<O: Output> Nesting<O> {
             && self.expand.as_mut().is_some_and(|x| x.wants(classes));
         self.forward.is_some() || expands
     }
+}
+
+impl Watcher for Nest {
+    /// (channel, stream, bytes); at most the reader's commit interval of
+    /// them plus a packet wait for their commit.
+    type Note = (u32, u32, Vec<u8>);
+    /// Never returned (forwarding and expansion count their losses); the
+    /// CTF writer's, so that the writer's outputs take it.
+    type Error = ivtrace_ctf::CtfError;
+
+    fn note(
+        &mut self,
+        chan: u32,
+        stream: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+    ) -> Option<Self::Note> {
+        if self.classes_generation != Some(classes.generation()) {
+            self.classes = classes.clone();
+            self.classes_generation = Some(classes.generation());
+        }
+        self.wants(stream, classes)
+            .then(|| (chan, stream, bytes.to_vec()))
+    }
 
     /// The committed packets go on to the forwarder and the expander.
-    fn pass_on(&mut self) {
-        for (chan, stream, bytes) in self.pending.drain(..) {
+    fn committed(&mut self, notes: Vec<Self::Note>) -> Result<(), Self::Error> {
+        for (chan, stream, bytes) in notes {
             if let Some(f) = self.forward.as_mut() {
                 f.packet(chan, stream, &bytes, &self.classes);
             }
@@ -626,75 +648,14 @@ impl<O: Output> Nesting<O> {
                 x.packet(chan, &bytes, &self.classes);
             }
         }
-    }
-}
-
-impl<O: Output> PacketSink for Nesting<O> {
-    type Error = O::Error;
-
-    fn accepts(&mut self, chan: u32, len: usize) -> bool {
-        self.inner.accepts(chan, len)
-    }
-
-    fn commit(&mut self) -> Result<(), O::Error> {
-        self.inner.commit()?;
-        self.pass_on();
         Ok(())
-    }
-
-    fn packet(
-        &mut self,
-        chan: u32,
-        stream: u32,
-        bytes: &[u8],
-        classes: &EventClasses,
-    ) -> Result<(), O::Error> {
-        self.inner.packet(chan, stream, bytes, classes)?;
-        if self.classes_generation != Some(classes.generation()) {
-            self.classes = classes.clone();
-            self.classes_generation = Some(classes.generation());
-        }
-        if self.wants(stream, classes) {
-            self.pending.push((chan, stream, bytes.to_vec()));
-        }
-        Ok(())
-    }
-}
-
-impl<O: Output> Output for Nesting<O> {
-    fn rollback(&mut self) -> Result<()> {
-        self.pending.clear();
-        self.inner.rollback()
     }
 
     fn idle(&mut self) -> Result<()> {
         if let Some(out) = self.forward.as_mut().and_then(|f| f.out.as_mut()) {
             let _ = out.flush();
         }
-        self.inner.idle()
-    }
-
-    fn thread_names(&mut self, table: NameTable) {
-        self.inner.thread_names(table);
-    }
-
-    fn finish(
-        &mut self,
-        clock: &ClockMapping,
-        env: TraceEnv,
-        classes: &EventClasses,
-    ) -> Result<()> {
-        self.inner.finish(clock, env, classes)
-    }
-
-    fn finish_incomplete(
-        &mut self,
-        clock: &ClockMapping,
-        env: TraceEnv,
-        classes: &EventClasses,
-    ) -> Result<()> {
-        self.pending.clear();
-        self.inner.finish_incomplete(clock, env, classes)
+        Ok(())
     }
 }
 

@@ -1,8 +1,8 @@
 //! What serve observes, written to the `ivtrace` stream of the guest's
 //! host trace (`DIR/host/ivtrace_host`): doorbells received, packets
 //! delivered to the trace files, clock sync points, control commands.
-//! [`Delivering`] is serve's output (the CTF writer plus the delivery
-//! log); [`ServeHooks`] is what serve adds to the engine's loop (control
+//! [`Delivering`] is serve's output (the CTF writer with [`Deliveries`],
+//! the delivery log, watching what it commits); [`ServeHooks`] is what serve adds to the engine's loop (control
 //! and status requests, the doorbell and sync log).
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,12 +15,12 @@ use nix::sys::eventfd::EventFd;
 use serde_json::json;
 
 use ivtrace_ctf::host_trace::{HostTrace, Payload, STREAM_IVTRACE};
-use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, TraceEnv};
-use ivtrace_engine::{Hooks, Output, StopReason, Woken};
+use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter};
+use ivtrace_engine::after_commit::{AfterCommit, Watcher};
+use ivtrace_engine::{Hooks, StopReason, Woken};
 use ivtrace_region::bytes::{u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
-use ivtrace_region::names::NameTable;
-use ivtrace_region::{abi, Command, EventClasses, PacketSink, Reader};
+use ivtrace_region::{abi, Command, EventClasses, Reader};
 use ivtrace_time::pingpong::SyncPoint;
 use ivtrace_time::timebase::host_now_ns;
 
@@ -95,7 +95,7 @@ fn log_event(
 /// A packet handed to the trace, waiting for the flush that makes it
 /// visible in the file (its delivery time).
 #[derive(Debug, Clone, Copy)]
-struct Delivery {
+pub struct Delivery {
     chan: u32,
     seq: u64,
     ts_begin: u64,
@@ -122,12 +122,13 @@ impl Delivery {
 
 /// serve's output: the CTF writer, plus the log of when each packet
 /// became visible in its file.
-pub struct Delivering {
-    pub writer: CtfWriter,
+pub type Delivering = AfterCommit<CtfWriter, Deliveries>;
+
+/// The log of when each packet became visible in its trace file (in the
+/// host trace), and a sample of the deliveries for the latency statistics.
+pub struct Deliveries {
     host: Arc<Mutex<HostTrace>>,
     stream: usize,
-    /// Packets handed over since the last commit (one drain pass).
-    pending: Vec<Delivery>,
     /// A uniform sample of the deliveries, for the latency statistics.
     delivered: Vec<Delivery>,
     /// Deliveries so far (the sample's population).
@@ -138,18 +139,19 @@ pub struct Delivering {
     rng: u64,
 }
 
-impl Delivering {
-    pub fn new(writer: CtfWriter, host: Arc<Mutex<HostTrace>>, stream: usize) -> Delivering {
-        Delivering {
-            writer,
+impl Deliveries {
+    /// serve's output: `writer` with its deliveries logged in `host`'s
+    /// `stream`.
+    pub fn around(writer: CtfWriter, host: Arc<Mutex<HostTrace>>, stream: usize) -> Delivering {
+        let log = Deliveries {
             host,
             stream,
-            pending: Vec::new(),
             delivered: Vec::new(),
             deliveries: 0,
             headerless: 0,
             rng: host_now_ns() | 1,
-        }
+        };
+        AfterCommit::new(writer, log)
     }
 
     /// Keeps `d` in the sample with probability kept/seen.
@@ -169,18 +171,13 @@ impl Delivering {
         }
     }
 
-    /// Writes the stream files (commit); stamps the packets handed over
-    /// since the last commit with now and logs them in the host trace.
-    fn deliver(&mut self) -> Result<(), CtfError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        self.writer.commit()?;
+    /// Stamps the packets the writer committed with now and logs them in
+    /// the host trace.
+    fn deliver(&mut self, committed: Vec<Delivery>) -> Result<(), CtfError> {
         let now = host_now_ns();
-        let pending = std::mem::take(&mut self.pending);
         let host = Arc::clone(&self.host);
         let mut h = host.lock().expect("not poisoned");
-        for mut d in pending {
+        for mut d in committed {
             d.at_ns = now;
             let payload = Payload::default()
                 .u32(d.chan)
@@ -230,66 +227,25 @@ fn percentiles_ms(sorted: &[i128]) -> serde_json::Value {
            "max": ms(sorted.last().copied()), "min": ms(sorted.first().copied())})
 }
 
-impl PacketSink for Delivering {
+impl Watcher for Deliveries {
+    type Note = Delivery;
     type Error = CtfError;
 
-    fn accepts(&mut self, chan: u32, len: usize) -> bool {
-        self.writer.accepts(chan, len)
-    }
-
-    fn commit(&mut self) -> Result<(), CtfError> {
-        self.deliver()
-    }
-
-    fn packet(
-        &mut self,
-        chan: u32,
-        stream: u32,
-        bytes: &[u8],
-        classes: &EventClasses,
-    ) -> Result<(), CtfError> {
-        self.writer.packet(chan, stream, bytes, classes)?;
-        match Delivery::of(chan, bytes) {
-            Some(d) => self.pending.push(d),
-            None => self.headerless = self.headerless.saturating_add(1),
+    fn note(&mut self, chan: u32, _: u32, bytes: &[u8], _: &EventClasses) -> Option<Delivery> {
+        let d = Delivery::of(chan, bytes);
+        if d.is_none() {
+            self.headerless = self.headerless.saturating_add(1);
         }
-        Ok(())
+        d
     }
-}
 
-impl Output for Delivering {
-    fn rollback(&mut self) -> Result<()> {
-        self.pending.clear();
-        Ok(self.writer.rollback()?)
+    fn committed(&mut self, notes: Vec<Delivery>) -> Result<(), CtfError> {
+        self.deliver(notes)
     }
 
     /// Idle: the host trace's open packets reach their files too.
     fn idle(&mut self) -> Result<()> {
         Ok(self.host.lock().expect("not poisoned").flush()?)
-    }
-
-    fn thread_names(&mut self, table: NameTable) {
-        self.writer.set_thread_name_table(table);
-    }
-
-    fn finish(
-        &mut self,
-        clock: &ClockMapping,
-        env: TraceEnv,
-        classes: &EventClasses,
-    ) -> Result<()> {
-        self.deliver()?;
-        Output::finish(&mut self.writer, clock, env, classes)
-    }
-
-    fn finish_incomplete(
-        &mut self,
-        clock: &ClockMapping,
-        env: TraceEnv,
-        classes: &EventClasses,
-    ) -> Result<()> {
-        self.pending.clear();
-        Output::finish_incomplete(&mut self.writer, clock, env, classes)
     }
 }
 

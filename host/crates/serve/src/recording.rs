@@ -16,15 +16,15 @@ use ivtrace_ctf::host_trace::STREAM_IVTRACE;
 use ivtrace_ctf::sidecar::{ChannelSummary, Sidecar, SIDECAR_NAME};
 use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_engine::host_side::{GuestOutput, HostSide};
-use ivtrace_migration::{self as migration, Resumed};
 use ivtrace_engine::notify::NotifyStats;
 use ivtrace_engine::{session, Core, Output, Parts, Recorded, Step, StopReason};
+use ivtrace_migration::{self as migration, Resumed};
 use ivtrace_region::{abi, Reader, Region};
 use ivtrace_time::pingpong::{Entry, Kick};
 use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
 use crate::guest::{describe, Guest, GuestWaiter};
-use crate::hostlog::{kick, serve_classes, Delivering, ServeHooks};
+use crate::hostlog::{kick, serve_classes, Deliveries, Delivering, ServeHooks};
 use crate::migration::Resume;
 use crate::proto::{GUEST_ID, HOST_ID};
 
@@ -146,7 +146,7 @@ pub fn start(
             .set_tap(tap.clone());
         tap
     });
-    let output = Delivering::new(writer, Arc::clone(host.trace()), stream);
+    let output = Deliveries::around(writer, Arc::clone(host.trace()), stream);
     Ok(Live {
         core: Core::new(reader, output),
         clock,
@@ -438,7 +438,7 @@ fn finish_traces(
         output_error.get_or_insert(why);
     }
     observed.boot = match &rec.output_error {
-        None => ivtrace_boot::derive::at_end(rec.output.writer.root(), &g.cfg.boot, |m| g.log(m)),
+        None => ivtrace_boot::derive::at_end(rec.output.inner.root(), &g.cfg.boot, |m| g.log(m)),
         Some(_) => None,
     };
     observed.host_event_stats = stop_host_events(g, &mut host);
@@ -463,7 +463,7 @@ pub fn conclude(g: &Guest, ending: Ending) -> Result<StopReason> {
         .map(|t| ivtrace_engine::relayd::close(&t, |m| g.log(m)));
     let mut sidecar = session::build_sidecar(
         &rec.reader,
-        &rec.output.writer,
+        &rec.output.inner,
         &g.shm.path,
         "serve",
         &rec.clock,
@@ -585,7 +585,7 @@ fn sidecar_with_serve_sections(
             s.follow_tsc_writes(&d.tsc_writes);
         }
         obj.insert("clock_sync".into(), serde_json::to_value(sync)?);
-        obj.insert("delivery".into(), rec.output.latency(&rec.clock));
+        obj.insert("delivery".into(), rec.output.watcher.latency(&rec.clock));
     }
     let mut text = serde_json::to_vec_pretty(&doc)?;
     text.push(b'\n');
@@ -619,7 +619,7 @@ fn vm_view(
     rec: &Recorded<Delivering>,
     stats: Option<&ivtrace_tracefs::host_events::HostEventStats>,
 ) -> Option<ivtrace_vmview::derive::Derived> {
-    let guest = GuestOutput::of(&rec.output.writer, rec.reader.classes(), &rec.clock);
+    let guest = GuestOutput::of(&rec.output.inner, rec.reader.classes(), &rec.clock);
     let named = stats.is_some_and(|s| s.vcpu_names);
     let source = ivtrace_engine::host_side::vcpu_source(false, named);
     match host.vm_view(&guest, HashMap::new(), source)? {

@@ -16,9 +16,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::OutDir;
 use ivtrace_engine::host_side::{host_lost, vcpu_source, GuestOutput, HostSide};
-use ivtrace_migration::{self as migration, Handoff, Resumed};
-use ivtrace_nested::{Expander, Forwarder, Hello, Nesting};
 use ivtrace_engine::{session, Backoff, Engine, Hooks, Output, Recorded, RegionWait, StopReason};
+use ivtrace_migration::{self as migration, Handoff, Resumed};
+use ivtrace_nested::{nesting, Expander, Forwarder, Hello, Nesting};
 use ivtrace_region::{Reader, Region, RegionError};
 use ivtrace_time::pingpong::Entry;
 use ivtrace_time::{ClockSync, GuestClock};
@@ -319,7 +319,7 @@ fn record_region(
         tap
     });
     let forward = forwarder(args, region, host)?;
-    let mut writer = Nesting::new(writer, forward, Some(Expander::new(out)));
+    let mut writer = nesting(writer, forward, Some(Expander::new(out)));
     let h = region.header();
     let owner = h.is_loopback().then_some(h.owner_pid);
     if args.resume {
@@ -409,7 +409,7 @@ fn finish_trace(
     if let Err(e) = finished {
         output_error.get_or_insert(format!("finishing the trace failed: {e:#}"));
     }
-    let nested = match nesting.finish_nesting(&clock, host) {
+    let nested = match nesting.watcher.finish(&clock, host) {
         Ok(nested) => nested,
         Err(e) => {
             output_error.get_or_insert(format!("finishing the nested guests failed: {e:#}"));
