@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use ivtrace_ctf::outdir::OutDir;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{bail, Result};
+use crate::error::EngineError;
+
+type Result<T, E = EngineError> = std::result::Result<T, E>;
 
 use ivtrace_ctf::host_trace::{HostTrace, HostTraceDesc};
 use ivtrace_ctf::sidecar::HostLost;
@@ -111,7 +113,7 @@ impl HostSide {
     /// Starts reading the prepared host events into the trace.
     pub fn start_events(&mut self, prepared: HostEvents) -> Result<()> {
         if self.events.is_some() {
-            bail!("host events are already being recorded");
+            return Err(EngineError::HostEventsRunning);
         }
         self.qemu_pid = Some(prepared.pid());
         self.events = Some(prepared.start(Arc::clone(&self.trace))?);
@@ -138,9 +140,7 @@ impl HostSide {
     ) -> Option<Result<Derived>> {
         let pid = self.qemu_pid?;
         if self.events.is_some() {
-            return Some(Err(anyhow::anyhow!(
-                "the VM view needs the host events stopped first"
-            )));
+            return Some(Err(EngineError::HostEventsNotStopped));
         }
         let traces = GuestTraces {
             root: &guest.root,
@@ -155,7 +155,7 @@ impl HostSide {
             vcpu_source: source.to_string(),
         };
         let mut trace = self.trace.lock().expect("not poisoned");
-        Some(derive(&traces, &mut trace, &req).map_err(anyhow::Error::from))
+        Some(derive(&traces, &mut trace, &req).map_err(EngineError::from))
     }
 
     /// Stops the host events if still running, writes every open packet

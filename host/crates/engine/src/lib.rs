@@ -23,6 +23,7 @@
 
 pub mod after_commit;
 pub mod engine;
+pub mod error;
 pub mod host_side;
 pub mod limits;
 pub mod notify;
@@ -32,6 +33,7 @@ pub mod session;
 pub mod wait;
 
 pub use engine::{Core, Engine, HandshakeStats, Hooks, Output, Parts, Recorded, Step, StopReason};
+pub use error::EngineError;
 pub use region_wait::{wait_for_region, RegionWait};
 pub use session::UserError;
 pub use wait::{Backoff, Wait, Woken};

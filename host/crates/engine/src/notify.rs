@@ -14,7 +14,14 @@
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::error::EngineError;
+
+type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// The epoll call `op` failed.
+fn epoll_err(op: &'static str) -> impl FnOnce(Errno) -> EngineError {
+    move |source| EngineError::Epoll { op, source }
+}
 use nix::errno::Errno;
 use nix::poll::PollTimeout;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
@@ -68,14 +75,15 @@ impl Notifier {
     /// `doorbells`: non-blocking eventfds QEMU signals when the guest
     /// rings vector k of the host's peer id.
     pub fn new(doorbells: Vec<EventFd>) -> Result<Notifier> {
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).context("epoll_create1")?;
+        let epoll =
+            Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(epoll_err("epoll_create1"))?;
         for (k, fd) in doorbells.iter().enumerate() {
             epoll
                 .add(
                     fd,
                     EpollEvent::new(EpollFlags::EPOLLIN, DOORBELL + k as u64),
                 )
-                .context("epoll_ctl(doorbell)")?;
+                .map_err(epoll_err("epoll_ctl(doorbell)"))?;
         }
         Ok(Notifier {
             epoll,
@@ -90,7 +98,7 @@ impl Notifier {
         let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLHUP;
         self.epoll
             .add(fd, EpollEvent::new(flags, token))
-            .context("epoll_ctl(watch)")
+            .map_err(epoll_err("epoll_ctl(watch)"))
     }
 
     /// Stops watching `fd` (e.g. a socket that hung up for good).
@@ -113,7 +121,7 @@ impl Notifier {
             match self.epoll.wait(&mut events, t) {
                 Ok(n) => break n,
                 Err(Errno::EINTR) => continue,
-                Err(e) => return Err(e).context("epoll_wait"),
+                Err(e) => return Err(epoll_err("epoll_wait")(e)),
             }
         };
         let mut wake = Wake {

@@ -18,7 +18,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use nix::sys::eventfd::EventFd;
 
 use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
@@ -147,12 +147,11 @@ pub struct GuestWaiter {
 impl GuestWaiter {
     fn new(guest: &mut Guest, conn: Arc<UnixStream>) -> Result<GuestWaiter> {
         let doorbells = std::mem::take(&mut guest.doorbells);
-        let notifier =
-            Notifier::new(doorbells).map_err(|e| e.context("cannot set up notification"))?;
+        let notifier = Notifier::new(doorbells).context("cannot set up notification")?;
         notifier
             .watch(conn.as_fd(), TOK_CONN)
             .and_then(|()| notifier.watch(guest.wake.as_fd(), TOK_WAKE))
-            .map_err(|e| e.context("cannot watch the connection"))?;
+            .context("cannot watch the connection")?;
         let _ = conn.set_nonblocking(true);
         Ok(GuestWaiter {
             notifier,
