@@ -137,3 +137,115 @@ where
         self.inner.finish_incomplete(clock, env, classes)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An output that keeps packets by channel: committed, or handed over
+    /// since the last commit.
+    #[derive(Default)]
+    struct Kept {
+        committed: Vec<u32>,
+        open: Vec<u32>,
+    }
+
+    impl PacketSink for Kept {
+        type Error = std::io::Error;
+
+        fn commit(&mut self) -> Result<(), std::io::Error> {
+            self.committed.append(&mut self.open);
+            Ok(())
+        }
+
+        fn packet(
+            &mut self,
+            chan: u32,
+            _: u32,
+            _: &[u8],
+            _: &EventClasses,
+        ) -> Result<(), Self::Error> {
+            self.open.push(chan);
+            Ok(())
+        }
+    }
+
+    impl Output for Kept {
+        fn rollback(&mut self) -> Result<()> {
+            self.open.clear();
+            Ok(())
+        }
+
+        fn finish(&mut self, _: &ClockMapping, _: TraceEnv, _: &EventClasses) -> Result<()> {
+            Ok(())
+        }
+
+        fn finish_incomplete(
+            &mut self,
+            _: &ClockMapping,
+            _: TraceEnv,
+            _: &EventClasses,
+        ) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Sees the channels of committed packets; keeps none of stream 9.
+    #[derive(Default)]
+    struct Seen(Vec<u32>);
+
+    impl Watcher for Seen {
+        type Note = u32;
+        type Error = std::io::Error;
+
+        fn note(&mut self, chan: u32, stream: u32, _: &[u8], _: &EventClasses) -> Option<u32> {
+            (stream != 9).then_some(chan)
+        }
+
+        fn committed(&mut self, notes: Vec<u32>) -> Result<(), std::io::Error> {
+            self.0.extend(notes);
+            Ok(())
+        }
+    }
+
+    fn env() -> TraceEnv {
+        TraceEnv {
+            hostname: "h".into(),
+            trace_name: "t".into(),
+            creation_datetime: String::new(),
+            tracer_major: 0,
+            tracer_minor: 1,
+            extra: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_watcher_sees_committed_packets_once_and_rolled_back_ones_never() {
+        let classes = EventClasses::default();
+        let mut out = AfterCommit::new(Kept::default(), Seen::default());
+        out.packet(1, 0, &[], &classes).unwrap();
+        out.packet(2, 9, &[], &classes).unwrap();
+        Output::rollback(&mut out).unwrap();
+        out.packet(1, 0, &[], &classes).unwrap();
+        out.packet(2, 9, &[], &classes).unwrap();
+        out.packet(3, 0, &[], &classes).unwrap();
+        PacketSink::commit(&mut out).unwrap();
+        assert_eq!(out.inner.committed, vec![1, 2, 3]);
+        assert_eq!(out.watcher.0, vec![1, 3]);
+        out.packet(4, 0, &[], &classes).unwrap();
+        Output::finish(&mut out, &ClockMapping::default(), env(), &classes).unwrap();
+        assert_eq!(
+            out.watcher.0,
+            vec![1, 3, 4],
+            "finish commits what is pending"
+        );
+        out.packet(5, 0, &[], &classes).unwrap();
+        Output::finish_incomplete(&mut out, &ClockMapping::default(), env(), &classes).unwrap();
+        PacketSink::commit(&mut out).unwrap();
+        assert_eq!(
+            out.watcher.0,
+            vec![1, 3, 4],
+            "an incomplete finish drops it"
+        );
+    }
+}
