@@ -1,7 +1,7 @@
 //! A traced guest that migrates: the files and names that join the source
 //! host's part of a trace to the destination host's.
 //!
-//! The source's recorder ends its part with [`StopReason::Handoff`]
+//! The source's recorder ends its part with the engine's `StopReason::Handoff`
 //! (`ivtrace ctl handoff`, or SIGUSR1 to `ivtrace record`) and writes
 //! `DIR/handoff.json` ([`Handoff`]: per channel the first packet it did not
 //! write, the event it expected next, the losses it announced). The
@@ -10,8 +10,6 @@
 //! Each part is a complete trace of its own with its own clock mapping and
 //! a trace UUID of its own ([`part_uuid`]), so `babeltrace2 A B` reads
 //! both side by side on one timeline. docs/migration.md has the procedure.
-//!
-//! [`StopReason::Handoff`]: ivtrace_engine::StopReason::Handoff
 
 use std::io::Read;
 use std::path::Path;

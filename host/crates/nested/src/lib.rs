@@ -685,15 +685,8 @@ mod tests {
     fn frames(kind: u32, body: &[u8]) -> Vec<(u32, Vec<u8>)> {
         let mut wire = Vec::new();
         write_message(&mut wire, kind, body).unwrap();
-        let mut out = Vec::new();
-        let mut at = 0;
-        while at < wire.len() {
-            let k = u32::from_le_bytes(wire[at..at + 4].try_into().unwrap());
-            let len = u32::from_le_bytes(wire[at + 4..at + 8].try_into().unwrap()) as usize;
-            out.push((k, wire[at + 8..at + 8 + len].to_vec()));
-            at += 8 + len;
-        }
-        out
+        let frames = ivtrace_region::forward::split_frames(&wire);
+        frames.into_iter().map(|(k, d)| (k, d.to_vec())).collect()
     }
 
     fn hello(x: &mut Expander, chan: u32, nr_channels: u32) {

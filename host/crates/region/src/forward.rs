@@ -152,6 +152,23 @@ pub fn write_message(out: &mut impl Write, kind: u32, body: &[u8]) -> std::io::R
     }
 }
 
+/// The frames of pipe bytes `wire`, as `ivtrace-forward` reads them:
+/// (kind, the chunk's bytes) each; a frame cut short ends the list
+/// (`ivtrace-forward` stops there too). Tests and tools use it to see
+/// what [`write_message`] sent.
+pub fn split_frames(wire: &[u8]) -> Vec<(u32, &[u8])> {
+    let mut frames = Vec::new();
+    let mut at = 0usize;
+    while let (Some(kind), Some(len)) = (u32_at(wire, at), u32_at(wire, at.saturating_add(4))) {
+        let Some(data) = slice_at(wire, at.saturating_add(8), len as usize) else {
+            break;
+        };
+        frames.push((kind, data));
+        at = at.saturating_add(8).saturating_add(data.len());
+    }
+    frames
+}
+
 /// A message being reassembled from one L1 channel's chunks.
 struct Partial {
     kind: u32,

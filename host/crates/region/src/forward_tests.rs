@@ -9,15 +9,13 @@ use super::*;
 fn frames(kind: u32, body: &[u8]) -> Vec<(u32, Vec<u8>)> {
     let mut wire = Vec::new();
     write_message(&mut wire, kind, body).unwrap();
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < wire.len() {
-        let k = u32_at(&wire, at).unwrap();
-        let len = u32_at(&wire, at + 4).unwrap() as usize;
-        out.push((k, wire[at + 8..at + 8 + len].to_vec()));
-        at += 8 + len;
-    }
-    out
+    let frames: Vec<_> = split_frames(&wire)
+        .into_iter()
+        .map(|(k, d)| (k, d.to_vec()))
+        .collect();
+    let framed: usize = frames.iter().map(|(_, d)| 8 + d.len()).sum();
+    assert_eq!(framed, wire.len(), "every byte is in a frame");
+    frames
 }
 
 /// A chunk's data: `total, offset`, then `data`.
@@ -290,4 +288,19 @@ proptest! {
         prop_assert_eq!(got.get(&0), Some(&a));
         prop_assert_eq!(got.get(&1), Some(&b));
     }
+}
+
+#[test]
+fn a_cut_frame_ends_the_split() {
+    let mut wire = Vec::new();
+    write_message(&mut wire, HELLO, &[1; 100]).unwrap();
+    write_message(&mut wire, META, &[2; 100]).unwrap();
+    // A frame: kind, len, then total, offset and the 100 bytes.
+    let first = 8 + 8 + 100;
+    for cut in [wire.len() - 1, first + 7, first + 3] {
+        assert_eq!(split_frames(&wire[..cut]).len(), 1, "cut at {cut}");
+    }
+    let mut huge = wire.clone();
+    huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(split_frames(&huge).is_empty());
 }
