@@ -56,6 +56,9 @@ RC_TIMEOUT = 124
 RC_PANIC = 99
 RC_NO_MARKER = 98
 
+# Console lines a failure message shows (BootResult.explain, VM.wait_for's errors).
+CONSOLE_TAIL = 30
+
 
 class VMError(Exception):
     """Bad options or a missing prerequisite (message says what to do)."""
@@ -238,6 +241,12 @@ class BootResult:
 
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.console_text.splitlines()[-n:])
+
+    def explain(self, n: int = CONSOLE_TAIL) -> str:
+        """The summary and the console's last `n` lines: the message of a failed assertion
+        about this boot, so that it shows where the guest stopped (a timed-out guest's
+        summary alone says nothing of that)."""
+        return f"{self.summary()}\n{console_tail(self.console_text, n, self.log_path)}"
 
 
 def parse_console(text: str) -> dict:
@@ -494,6 +503,10 @@ class VM:
             raw = bytes(self._buf)
         return clean_console(raw)
 
+    def _tail(self, n: int) -> str:
+        """The console's last `n` lines (caller may hold self._cond: it is re-entrant)."""
+        return console_tail(self.console_text, n, self.opts["log"])
+
     def wait_for(self, pattern: str, timeout: float = 60.0) -> re.Match:
         """Block until the console matches `pattern` (regex, multiline). Raises TimeoutError
         (QEMU left running: use wait()/kill()) or VMError if QEMU exited first."""
@@ -506,10 +519,11 @@ class VM:
                     return m
                 if self._eof:
                     raise VMError(f"QEMU exited before /{pattern}/ appeared:\n"
-                                  + "\n".join(self.console_text.splitlines()[-20:]))
+                                  + self._tail(CONSOLE_TAIL))
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"/{pattern}/ not seen on the console within {timeout} s")
+                    raise TimeoutError(f"/{pattern}/ not seen on the console within {timeout} s\n"
+                                       + self._tail(CONSOLE_TAIL))
                 self._cond.wait(min(left, 0.5))
 
     def wait(self, timeout: float | None = 120.0) -> BootResult:
@@ -583,6 +597,18 @@ class VM:
 
     def __exit__(self, *exc) -> None:
         self.kill()
+
+
+def console_tail(text: str, n: int, log_path: str | os.PathLike | None = None) -> str:
+    """The last `n` lines of a console, headed by how many there are and where the whole
+    console was written (if it was)."""
+    lines = text.splitlines()
+    if not lines:
+        return "(the console printed nothing" + (f"; log {log_path})" if log_path else ")")
+    where = f"; all {len(lines)} in {log_path}" if log_path else ""
+    shown = lines[-n:]
+    return "\n".join([f"--- console, last {len(shown)} of {len(lines)} lines{where} ---",
+                      *shown, "--- end of console ---"])
 
 
 def clean_console(raw: bytes) -> str:

@@ -59,7 +59,7 @@ def boot(tmp, add, name, script, append, extra_args=(), host=None):
         rec.stop()
         shm.unlink(missing_ok=True)
     print(r.summary())
-    assert r.ok and re.search(r"^FT: rmmod rc=0", r.console_text, re.M), r.tail(60)
+    assert r.ok and re.search(r"^FT: rmmod rc=0", r.console_text, re.M), r.explain(60)
     assert not r.kernel_problems, r.kernel_problems
     assert rec.rc == 0, rec.stderr()
     return r, summary, out
@@ -242,7 +242,7 @@ def control_trace(tmp_path_factory, ft_add):
     finally:
         srv.cleanup()
     print(r.summary())
-    assert r.ok and re.search(r"^FT: rmmod rc=0", r.console_text, re.M), r.tail(60)
+    assert r.ok and re.search(r"^FT: rmmod rc=0", r.console_text, re.M), r.explain(60)
     assert rc == 0, srv.stderr()
     names = {"block_rq_issue", "block_rq_complete", f"ftrace:kprobes:{KPROBE}"}
     return {"boot": r, "summary": summaries[GUEST][-1], "state": state, "token": tok,

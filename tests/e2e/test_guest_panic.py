@@ -57,7 +57,7 @@ def panicked(tmp_path_factory, e2e_add):
         r = g.ivtvm.boot(script, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
                          modules=["ivtrace"], modopts={"ivtrace": "mode=overwrite"},
                          add=e2e_add, log=str(tmp / "console.log"), timeout=g.TIMEOUT)
-        assert r.qemu_returncode is not None and not r.timed_out, r.summary()
+        assert r.qemu_returncode is not None and not r.timed_out, r.explain()
         summary = g.snapshot(shm, tmp / "snap")
     finally:
         shm.unlink(missing_ok=True)
@@ -67,9 +67,9 @@ def panicked(tmp_path_factory, e2e_add):
 
 def test_guest_panicked(panicked):
     r = panicked["boot"]
-    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.summary() + r.tail(30)
+    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.explain()
     assert "E2E: survived the panic" not in r.console_text
-    assert g.marks(r.console_text, "E2E: loadgen rc=") == ["0"], r.tail(30)
+    assert g.marks(r.console_text, "E2E: loadgen rc=") == ["0"], r.explain()
 
 
 def test_snapshot_has_every_committed_user_event(panicked):
@@ -133,7 +133,7 @@ def killed(tmp_path_factory, e2e_add):
 
 def test_sigkill_snapshot_contiguous_from_zero(killed):
     r = killed["boot"]
-    assert r.qemu_returncode == -signal.SIGKILL and r.exit_code is None, r.summary()
+    assert r.qemu_returncode == -signal.SIGKILL and r.exit_code is None, r.explain()
     assert "E2E: loadgen ended" not in r.console_text
     events, _ = g.read(killed["out"])
     users = g.by_name(events, g.LOADGEN_EVENT)
@@ -190,7 +190,7 @@ def wrapped(tmp_path_factory, e2e_add):
         r = g.ivtvm.boot(WRAPPED_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
                          modules=["ivtrace"], modopts={"ivtrace": opts}, add=add,
                          log=str(tmp / "console.log"), timeout=g.TIMEOUT)
-        assert r.qemu_returncode is not None and not r.timed_out, r.summary()
+        assert r.qemu_returncode is not None and not r.timed_out, r.explain()
         summary = g.snapshot(shm, tmp / "snap")
     finally:
         shm.unlink(missing_ok=True)
@@ -200,8 +200,8 @@ def wrapped(tmp_path_factory, e2e_add):
 
 def test_wrapped_rings_then_panic(wrapped):
     r = wrapped["boot"]
-    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.summary() + r.tail(30)
-    assert g.marks(r.console_text, "E2E: demo rc=") == ["0"], r.tail(30)
+    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.explain()
+    assert g.marks(r.console_text, "E2E: demo rc=") == ["0"], r.explain()
     chans = sorted((wrapped["out"] / "kernel").glob("kernel_chan*"))
     assert chans
     for c in chans:
