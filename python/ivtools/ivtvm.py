@@ -27,6 +27,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -209,6 +210,7 @@ class BootResult:
     boot_time: float | None = None  # seconds from QEMU start to the "booted" marker
     cmd: list[str] = field(default_factory=list)
     log_path: str | None = None
+    vcpus: str = ""              # where each vCPU was when the timeout struck (vcpu_state)
 
     @property
     def ok(self) -> bool:
@@ -246,7 +248,8 @@ class BootResult:
         """The summary and the console's last `n` lines: the message of a failed assertion
         about this boot, so that it shows where the guest stopped (a timed-out guest's
         summary alone says nothing of that)."""
-        return f"{self.summary()}\n{console_tail(self.console_text, n, self.log_path)}"
+        vcpus = f"\nvCPUs at the timeout: {self.vcpus}" if self.vcpus else ""
+        return f"{self.summary()}{vcpus}\n{console_tail(self.console_text, n, self.log_path)}"
 
 
 def parse_console(text: str) -> dict:
@@ -309,6 +312,7 @@ class VM:
         self.t_end: float | None = None
         self.t_booted: float | None = None
         self.timed_out = False
+        self.vcpus = ""
         self.accel, self.accel_reason = probe_accel(accel)
         if not echo:
             print(f"ivtvm: accelerator {self.accel}: {self.accel_reason}", file=sys.stderr, flush=True)
@@ -339,9 +343,16 @@ class VM:
         if o["append"]:
             app.append(o["append"])
         cmd += ["-append", " ".join(app)]
+        # What a timeout reports of the vCPUs (vcpu_state) comes through this socket.
+        cmd += ["-qmp", f"unix:{qemu_escape(str(self.qmp_path))},server=on,wait=off"]
         cmd += list(o["extra_args"])
         self.cmd = cmd
         return cmd
+
+    @property
+    def qmp_path(self) -> Path:
+        assert self.tmp is not None, "build_command() first"
+        return self.tmp / "qmp.sock"
 
     def _initrd(self, man: dict) -> Path:
         """The initramfs to boot: base, the vm/build one or a path, with the add= files
@@ -533,6 +544,7 @@ class VM:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.timed_out = True
+            self.vcpus = vcpu_state(self.qmp_path)
             self.kill()
         except BaseException:
             self.kill()
@@ -588,7 +600,7 @@ class VM:
             qemu_returncode=self.proc.returncode if self.proc else None,
             boot_time=(self.t_booted - self.t0) if self.t_booted else None,
             cmd=list(self.cmd), log_path=str(self.opts["log"]) if self.opts["log"] else None,
-            **info)
+            vcpus=self.vcpus, **info)
 
     def __enter__(self) -> VM:
         if self.proc is None:
@@ -597,6 +609,58 @@ class VM:
 
     def __exit__(self, *exc) -> None:
         self.kill()
+
+
+def qmp_hmp(sock: str | os.PathLike, command: str, timeout: float = 5.0) -> str:
+    """Run a human monitor command (`info registers -a`) through a QEMU's QMP socket; its
+    output. Raises OSError or ValueError when QEMU does not answer as QMP should."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(sock))
+        f = s.makefile("rwb")
+        json.loads(f.readline())                                  # the greeting
+        answer = {}
+        for cmd in ({"execute": "qmp_capabilities"},
+                    {"execute": "human-monitor-command",
+                     "arguments": {"command-line": command}}):
+            f.write(json.dumps(cmd).encode() + b"\n")
+            f.flush()
+            answer = {}
+            while "return" not in answer and "error" not in answer:   # events come between
+                line = f.readline()
+                if not line:
+                    raise ValueError("QMP connection closed before the answer")
+                answer = json.loads(line)
+            if "error" in answer:
+                raise ValueError(f"QMP {cmd['execute']}: {answer['error'].get('desc', answer)}")
+        return str(answer["return"])
+
+
+RE_CPU = re.compile(r"^CPU#(\d+)", re.M)
+RE_REGS = re.compile(r"\b([RE]IP)=([0-9a-f]+).*?\bCPL=(\d).*?\bHLT=(\d)", re.S)
+
+
+def vcpu_state(sock: str | os.PathLike) -> str:
+    """Where each vCPU of a running QEMU is: "CPU#0 halted (idle) at RIP ...; CPU#1 running
+    kernel code at RIP ...". A guest that stopped printing is either idle, waiting for
+    something that never comes (a lost interrupt, a timer), or spinning (a lockup): this
+    tells which. Never raises: a QEMU that does not answer is said to."""
+    try:
+        regs = qmp_hmp(sock, "info registers -a")
+    except (OSError, ValueError) as e:
+        return f"unknown (QEMU's monitor did not answer: {e})"
+    parts = []
+    starts = [m.start() for m in RE_CPU.finditer(regs)] + [len(regs)]
+    for a, b in zip(starts, starts[1:]):
+        cpu, m = RE_CPU.match(regs, a).group(1), RE_REGS.search(regs, a, b)
+        if m is None:
+            parts.append(f"CPU#{cpu} (registers not understood)")
+            continue
+        ip, addr, cpl, hlt = m.groups()
+        what = "halted (idle)" if hlt == "1" else \
+            f"running {'kernel' if cpl == '0' else 'user'} code"
+        parts.append(f"CPU#{cpu} {what} at {ip} {addr}")
+    return "; ".join(parts) or f"unknown (no CPU in `info registers -a`: {regs[:200]!r})"
 
 
 def console_tail(text: str, n: int, log_path: str | os.PathLike | None = None) -> str:

@@ -1,6 +1,10 @@
 """ivtools.ivtvm's failure messages: a failed boot says where the guest stopped."""
 
-from ivtools.ivtvm import CONSOLE_TAIL, BootResult, parse_console
+import re
+import subprocess
+
+from ivtools.ivtvm import CONSOLE_TAIL, QEMU, BootResult, parse_console, vcpu_state
+from ivtools.proc import wait_until
 
 
 def result(text, **kw):
@@ -40,3 +44,33 @@ def test_a_panic_keeps_its_message_in_the_summary_line():
     text = "x\n[   17.6] Kernel panic - not syncing: sysrq triggered crash\n"
     r = result(text)
     assert r.panicked and r.explain().splitlines()[0].endswith("panic: sysrq triggered crash")
+
+
+def test_a_timeout_names_where_each_vcpu_was(tmp_path):
+    """vcpu_state against a real QEMU (two vCPUs, no disk: SeaBIOS waits for a boot device)."""
+    sock = tmp_path / "qmp.sock"
+    qemu = subprocess.Popen([QEMU, "-machine", "q35", "-accel", "tcg", "-smp", "2", "-m", "64M",
+                             "-display", "none", "-nodefaults", "-no-reboot",
+                             "-qmp", f"unix:{sock},server=on,wait=off"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        wait_until(sock.exists, 30, f"QEMU's QMP socket {sock}")
+        state = vcpu_state(sock)
+    finally:
+        qemu.kill()
+        qemu.wait()
+    assert re.fullmatch(r"CPU#0 (halted \(idle\)|running kernel code) at [RE]IP [0-9a-f]+; "
+                        r"CPU#1 (halted \(idle\)|running kernel code) at [RE]IP [0-9a-f]+",
+                        state), state
+
+
+def test_a_qemu_that_does_not_answer_is_said_not_to(tmp_path):
+    state = vcpu_state(tmp_path / "no-such.sock")
+    assert state.startswith("unknown (QEMU's monitor did not answer: "), state
+
+
+def test_the_vcpu_state_heads_the_console_in_a_failure_message():
+    r = result("SeaBIOS\n", timed_out=True, vcpus="CPU#0 halted (idle) at RIP 1")
+    assert r.explain().splitlines()[1:3] == ["vCPUs at the timeout: CPU#0 halted (idle) at RIP 1",
+                                             "--- console, last 1 of 1 lines ---"]
