@@ -93,6 +93,62 @@ def test_snapshot_has_the_last_kernel_log_lines(panicked):
     assert any("sysrq" in m.lower() for m in msgs[last + 1:panic]), msgs[last:panic + 1]
 
 
+# --------------------------------------------------------------------------- panic under a flood
+
+# CPU 1 prints kernel log lines without a pause (every level reaches the consoles: ivtrace's and
+# the UART, each written with interrupts off under the console lock) while CPU 0 panics: the
+# panic finds the console busy on the other CPU, stops that CPU (by NMI if its interrupts stay
+# off), perhaps in the middle of ivtrace's console write, and flushes the log itself.
+FLOOD_SCRIPT = r"""
+dmesg -n 8
+taskset -c 1 sh -c 'i=0; while :; do echo "E2E-FLOOD $i" > /dev/kmsg; i=$((i+1)); done' &
+sleep 2
+stty -F /dev/console -echo 2>/dev/null
+echo "<2>E2E-LAST-WORDS {token}" > /dev/kmsg
+taskset -c 0 sh -c 'echo c > /proc/sysrq-trigger'
+sleep 10
+echo "E2E: survived the panic"
+"""
+
+
+@pytest.fixture(scope="module")
+def flooded(tmp_path_factory, e2e_add):
+    tmp = tmp_path_factory.mktemp("guest-panic-flood")
+    shm = g.shm_path("flood")
+    tok = g.token()
+    try:
+        r = g.ivtvm.boot(FLOOD_SCRIPT.format(token=tok), shm=str(shm), shm_size="16M",
+                         shm_clear=True, smp=2, modules=["ivtrace"],
+                         modopts={"ivtrace": "mode=overwrite"}, add=e2e_add,
+                         log=str(tmp / "console.log"), timeout=g.TIMEOUT)
+        assert r.qemu_returncode is not None and not r.timed_out, r.explain()
+        summary = g.snapshot(shm, tmp / "snap")
+    finally:
+        shm.unlink(missing_ok=True)
+    print(r.summary())
+    return {"boot": r, "token": tok, "summary": summary, "out": tmp / "snap"}
+
+
+def test_a_panic_beside_a_console_flood_ends_and_is_salvaged(flooded):
+    r = flooded["boot"]
+    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.explain()
+    assert "E2E: survived the panic" not in r.console_text
+    events, _ = g.read(flooded["out"])
+    lines = g.by_name(events, "printk_console")
+    # A record is written to the consoles by whichever CPU holds the console lock then: the
+    # flood's lines come from CPU 1's console writes, and from CPU 0's too (its own printk
+    # calls and the flush at the panic print what CPU 1 stored)
+    flood_cpus = {e.cpu for e in lines if "E2E-FLOOD" in e.payload["msg"]}
+    assert 1 in flood_cpus, flood_cpus
+    msgs = [e.payload["msg"] for e in lines]
+    last = next((i for i, m in enumerate(msgs) if f"E2E-LAST-WORDS {flooded['token']}" in m),
+                None)
+    assert last is not None, msgs[-10:]
+    panic = next((i for i, m in enumerate(msgs) if "Kernel panic - not syncing" in m), None)
+    assert panic is not None and panic > last, msgs[last:][:40]
+    assert "sysrq triggered crash" in msgs[panic], msgs[panic]
+
+
 # --------------------------------------------------------------------------- SIGKILL
 
 def user_commit_packets(shm):
