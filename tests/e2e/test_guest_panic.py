@@ -47,22 +47,39 @@ echo "E2E: loadgen ended rc=$?"
 """
 
 
-@pytest.fixture(scope="module")
-def panicked(tmp_path_factory, e2e_add):
-    tmp = tmp_path_factory.mktemp("guest-panic")
-    shm = g.shm_path("panic")
-    tok = g.token()
-    script = PANIC_SCRIPT.format(n=N, threads=THREADS, lo=LO, hi=HI, token=tok)
+def panic_and_salvage(tmp_path_factory, tag, script, add, modopts="mode=overwrite"):
+    """Boot a guest whose script ends in a kernel panic (QEMU exits: panic=-1, -no-reboot),
+    then `ivtrace snapshot` the region it left behind."""
+    tmp = tmp_path_factory.mktemp(f"guest-{tag}")
+    shm = g.shm_path(tag)
     try:
         r = g.ivtvm.boot(script, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
-                         modules=["ivtrace"], modopts={"ivtrace": "mode=overwrite"},
-                         add=e2e_add, log=str(tmp / "console.log"), timeout=g.TIMEOUT)
+                         modules=["ivtrace"], modopts={"ivtrace": modopts}, add=add,
+                         log=str(tmp / "console.log"), timeout=g.TIMEOUT)
         assert r.qemu_returncode is not None and not r.timed_out, r.explain()
         summary = g.snapshot(shm, tmp / "snap")
     finally:
         shm.unlink(missing_ok=True)
     print(r.summary())
-    return {"boot": r, "token": tok, "summary": summary, "out": tmp / "snap"}
+    return {"boot": r, "summary": summary, "out": tmp / "snap"}
+
+
+def lines_to_the_panic(msgs, token):
+    """(index of the last words, index of the panic line) in the salvaged printk lines; the
+    panic line comes after the last words."""
+    last = next((i for i, m in enumerate(msgs) if f"E2E-LAST-WORDS {token}" in m), None)
+    assert last is not None, msgs[-10:]
+    panic = next((i for i, m in enumerate(msgs) if "Kernel panic - not syncing" in m), None)
+    assert panic is not None and panic > last, msgs[last:][:40]
+    assert "sysrq triggered crash" in msgs[panic], msgs[panic]
+    return last, panic
+
+
+@pytest.fixture(scope="module")
+def panicked(tmp_path_factory, e2e_add):
+    tok = g.token()
+    script = PANIC_SCRIPT.format(n=N, threads=THREADS, lo=LO, hi=HI, token=tok)
+    return {**panic_and_salvage(tmp_path_factory, "panic", script, e2e_add), "token": tok}
 
 
 def test_guest_panicked(panicked):
@@ -83,12 +100,7 @@ def test_snapshot_has_every_committed_user_event(panicked):
 def test_snapshot_has_the_last_kernel_log_lines(panicked):
     events, _ = g.read(panicked["out"])
     msgs = [e.payload["msg"] for e in g.by_name(events, "printk_console")]
-    last = next((i for i, m in enumerate(msgs) if f"E2E-LAST-WORDS {panicked['token']}" in m),
-                None)
-    assert last is not None, msgs[-10:]
-    panic = next((i for i, m in enumerate(msgs) if "Kernel panic - not syncing" in m), None)
-    assert panic is not None and panic > last, msgs[last:]
-    assert "sysrq triggered crash" in msgs[panic], msgs[panic]
+    last, panic = lines_to_the_panic(msgs, panicked["token"])
     # the sysrq handler's own line comes between the two
     assert any("sysrq" in m.lower() for m in msgs[last + 1:panic]), msgs[last:panic + 1]
 
@@ -113,20 +125,9 @@ echo "E2E: survived the panic"
 
 @pytest.fixture(scope="module")
 def flooded(tmp_path_factory, e2e_add):
-    tmp = tmp_path_factory.mktemp("guest-panic-flood")
-    shm = g.shm_path("flood")
     tok = g.token()
-    try:
-        r = g.ivtvm.boot(FLOOD_SCRIPT.format(token=tok), shm=str(shm), shm_size="16M",
-                         shm_clear=True, smp=2, modules=["ivtrace"],
-                         modopts={"ivtrace": "mode=overwrite"}, add=e2e_add,
-                         log=str(tmp / "console.log"), timeout=g.TIMEOUT)
-        assert r.qemu_returncode is not None and not r.timed_out, r.explain()
-        summary = g.snapshot(shm, tmp / "snap")
-    finally:
-        shm.unlink(missing_ok=True)
-    print(r.summary())
-    return {"boot": r, "token": tok, "summary": summary, "out": tmp / "snap"}
+    script = FLOOD_SCRIPT.format(token=tok)
+    return {**panic_and_salvage(tmp_path_factory, "panic-flood", script, e2e_add), "token": tok}
 
 
 def test_a_panic_beside_a_console_flood_ends_and_is_salvaged(flooded):
@@ -140,13 +141,7 @@ def test_a_panic_beside_a_console_flood_ends_and_is_salvaged(flooded):
     # calls and the flush at the panic print what CPU 1 stored)
     flood_cpus = {e.cpu for e in lines if "E2E-FLOOD" in e.payload["msg"]}
     assert 1 in flood_cpus, flood_cpus
-    msgs = [e.payload["msg"] for e in lines]
-    last = next((i for i, m in enumerate(msgs) if f"E2E-LAST-WORDS {flooded['token']}" in m),
-                None)
-    assert last is not None, msgs[-10:]
-    panic = next((i for i, m in enumerate(msgs) if "Kernel panic - not syncing" in m), None)
-    assert panic is not None and panic > last, msgs[last:][:40]
-    assert "sysrq triggered crash" in msgs[panic], msgs[panic]
+    lines_to_the_panic([e.payload["msg"] for e in lines], flooded["token"])
 
 
 # --------------------------------------------------------------------------- SIGKILL
@@ -237,21 +232,10 @@ def packet_seqs(path):
 @pytest.fixture(scope="module")
 def wrapped(tmp_path_factory, e2e_add):
     """A flight recorder whose rings wrapped many times, then a kernel panic, then salvage."""
-    tmp = tmp_path_factory.mktemp("guest-names")
-    shm = g.shm_path("names")
     add = list(e2e_add) + [f"{DEMO_SH}:/workload/"]
     opts = (f"mode=overwrite subbuf_size=4096 nr_subbufs={NAMES_SUBBUFS} "
             "events=sched,irq,timer,kmem,syscall,printk")
-    try:
-        r = g.ivtvm.boot(WRAPPED_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
-                         modules=["ivtrace"], modopts={"ivtrace": opts}, add=add,
-                         log=str(tmp / "console.log"), timeout=g.TIMEOUT)
-        assert r.qemu_returncode is not None and not r.timed_out, r.explain()
-        summary = g.snapshot(shm, tmp / "snap")
-    finally:
-        shm.unlink(missing_ok=True)
-    print(r.summary())
-    return {"boot": r, "summary": summary, "out": tmp / "snap"}
+    return panic_and_salvage(tmp_path_factory, "names", WRAPPED_SCRIPT, add, opts)
 
 
 def test_wrapped_rings_then_panic(wrapped):
