@@ -7,7 +7,7 @@ the same name, and the two trees are compared file by file:
 
 - stream files (everything but metadata and the sidecar): byte for byte;
 - CTF metadata: line by line, except the lines that carry the clock mapping of this run
-  (offset, precision, the error bound and the description that quotes it);
+  (frequency, offset, precision, the error bound and the description that quotes it) and its date;
 - the sidecar ivtrace.json: key by key, except the clock's measured values and the
   durations, rates and dates of the run.
 
@@ -29,13 +29,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Metadata lines that carry this run's clock mapping (the loopback or sync measurement).
+# Metadata lines that carry this run's clock mapping (the loopback or sync measurement) or
+# the date it was written.
 CLOCK_LINE = re.compile(
-    r"^\s*(offset|offset_s|precision|ivtrace_clock_\w+|description)\s*=")
+    r"^\s*(freq|offset|offset_s|precision|ivtrace_clock_\w+|description|trace_creation_datetime)\s*=")
 # Sidecar keys whose values are this run's times, rates or clock measurements.
 RUN_KEYS = re.compile(
     r"(^|_)(ns|s|us|ms|per_s|mb_per_s|date|time|started|ended|elapsed|wall|cpu|error|"
-    r"offset|freq|rtt|bound|precision|points|windows|at|seconds)$|clock|duration|rate", re.I)
+    r"offset|freq|rtt|bound|precision|points|windows|at|seconds|datetime)$|clock|duration|rate", re.I)
 
 
 def metadata_diff(a: Path, b: Path) -> list[str]:
