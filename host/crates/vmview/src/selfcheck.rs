@@ -20,8 +20,8 @@
 //!   proves nothing about the guest's events after its start: the thread
 //!   came back at a moment the trace does not have, possibly before the
 //!   wake-up it shows (a host kernel that traces neither a switch-in from
-//!   its idle task nor the wake-up an interrupt on that idle CPU made, and
-//!   a later wake-up of the running thread, traced: docs/kvm.md). So it
+//!   its idle task nor some wake-ups on that CPU, then a later wake-up of
+//!   the running thread, traced: docs/kvm.md). So it
 //!   gives no pair; it is counted, and so are those the guest's events
 //!   show it ran in before the wake-up the trace shows.
 //! - With serve, each doorbell the guest rang (`ivtrace_doorbell`, written
@@ -602,9 +602,9 @@ mod tests {
         c.finish(bound)
     }
 
-    /// What a full `make test` run showed on this project's machine (host
-    /// kernel tracing neither a switch-in from its idle task nor the
-    /// wake-ups an interrupt makes on that idle CPU): vCPU 1, mostly idle,
+    /// The shape of a full `make test` run's violations on this project's
+    /// machine (its kernel traces neither a switch-in from its idle task
+    /// nor some wake-ups on that CPU): vCPU 1, mostly idle,
     /// switched out asleep every 95 ms; each time an untraced wake-up and
     /// switch-in 5 ms later, the guest running from then on (an event
     /// every 20 us), a traced wake-up of the running thread 92 ms after
