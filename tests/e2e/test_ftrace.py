@@ -175,9 +175,11 @@ def test_boot_losses_are_accounted(boot_trace):
         assert c["recorded"] > 0 and not c["no_stats"], c
         # Tracing is still on when the relay stops: what ftrace wrote after the relay's last
         # read is still in its buffer (entries), after the recording's end, not lost.
-        # (The saturated test turns tracing off first: there entries is 0.)
+        # (The saturated test turns tracing off first: there entries is 0.) How many depends on
+        # how long the relay's last turn took: up to 16 on a quiet machine, 20-22 under a load of
+        # 12; a relay that stopped reading long before the end would leave hundreds.
         assert c["recorded"] + c["lost"] + c["entries"] == c["produced"], c
-        assert c["entries"] <= 16, c
+        assert c["entries"] <= 64, c
         assert c["unknown_type"] == 0 and c["bad_pages"] == 0, c
 
 
