@@ -280,7 +280,9 @@ taskset -c 0 /tmp/vmspin cpu 1000000000000 >/dev/null &
 spin=$!
 sleep 3
 kill $spin
+echo "VMVIEW: rmmod"
 rmmod ivtrace
+echo "VMVIEW: rmmod rc=$?"
 echo "VMVIEW: done"
 """
 
@@ -295,17 +297,20 @@ def test_qmp_names_vcpu_threads_qemu_does_not_name(guest, tmp_path):
     try:
         with vmview.ivtvm.VM(QMP_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
                              modules=["ivtrace"], add=guest.add("ivtrace.ko", "ivtwl"),
-                             extra_args=["-qmp", f"unix:{qmp},server=on,wait=off"]) as vm:
+                             extra_args=["-qmp", f"unix:{qmp},server=on,wait=off"],
+                             log=str(tmp_path / "console.log")) as vm:
             wait_for(qmp.exists, 60, f"QEMU's QMP socket {qmp}")
             p = subprocess.Popen([str(vmview.IVTRACE), "record", "--shm", str(shm), "-o",
                                   str(out), "--host-events", "--qemu-pid", str(vm.proc.pid),
                                   "--qmp", str(qmp)], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True)
             r = vm.wait(timeout=g.TIMEOUT)
+            if r.timed_out:
+                p.terminate()  # the region never closed: the recorder would wait on
             err = p.communicate(timeout=120)[1]
     finally:
         shm.unlink(missing_ok=True)
-    assert r.exit_code == 0 and p.returncode == 0, err
+    assert r.exit_code == 0 and p.returncode == 0, r.explain() + "\n" + err
     assert "no `CPU n/...` thread names" in err, err
     assert "vCPU threads: qmp query-cpus-fast" in err, err
     assert (out / "vm" / "vm_vcpu0").is_file() and (out / "vm" / "vm_vcpu1").is_file(), err
