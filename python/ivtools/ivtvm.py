@@ -27,6 +27,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -55,6 +56,9 @@ RE_ANSI = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|c|\(B)")
 RC_TIMEOUT = 124
 RC_PANIC = 99
 RC_NO_MARKER = 98
+
+# Console lines a failure message shows (BootResult.explain, VM.wait_for's errors).
+CONSOLE_TAIL = 30
 
 
 class VMError(Exception):
@@ -206,6 +210,7 @@ class BootResult:
     boot_time: float | None = None  # seconds from QEMU start to the "booted" marker
     cmd: list[str] = field(default_factory=list)
     log_path: str | None = None
+    vcpus: str = ""              # where each vCPU was when the timeout struck (vcpu_state)
 
     @property
     def ok(self) -> bool:
@@ -238,6 +243,13 @@ class BootResult:
 
     def tail(self, n: int = 40) -> str:
         return "\n".join(self.console_text.splitlines()[-n:])
+
+    def explain(self, n: int = CONSOLE_TAIL) -> str:
+        """The summary and the console's last `n` lines: the message of a failed assertion
+        about this boot, so that it shows where the guest stopped (a timed-out guest's
+        summary alone says nothing of that)."""
+        vcpus = f"\nvCPUs at the timeout: {self.vcpus}" if self.vcpus else ""
+        return f"{self.summary()}{vcpus}\n{console_tail(self.console_text, n, self.log_path)}"
 
 
 def parse_console(text: str) -> dict:
@@ -300,6 +312,7 @@ class VM:
         self.t_end: float | None = None
         self.t_booted: float | None = None
         self.timed_out = False
+        self.vcpus = ""
         self.accel, self.accel_reason = probe_accel(accel)
         if not echo:
             print(f"ivtvm: accelerator {self.accel}: {self.accel_reason}", file=sys.stderr, flush=True)
@@ -330,9 +343,16 @@ class VM:
         if o["append"]:
             app.append(o["append"])
         cmd += ["-append", " ".join(app)]
+        # What a timeout reports of the vCPUs (vcpu_state) comes through this socket.
+        cmd += ["-qmp", f"unix:{qemu_escape(str(self.qmp_path))},server=on,wait=off"]
         cmd += list(o["extra_args"])
         self.cmd = cmd
         return cmd
+
+    @property
+    def qmp_path(self) -> Path:
+        assert self.tmp is not None, "build_command() first"
+        return self.tmp / "qmp.sock"
 
     def _initrd(self, man: dict) -> Path:
         """The initramfs to boot: base, the vm/build one or a path, with the add= files
@@ -494,6 +514,10 @@ class VM:
             raw = bytes(self._buf)
         return clean_console(raw)
 
+    def _tail(self, n: int) -> str:
+        """The console's last `n` lines (caller may hold self._cond: it is re-entrant)."""
+        return console_tail(self.console_text, n, self.opts["log"])
+
     def wait_for(self, pattern: str, timeout: float = 60.0) -> re.Match:
         """Block until the console matches `pattern` (regex, multiline). Raises TimeoutError
         (QEMU left running: use wait()/kill()) or VMError if QEMU exited first."""
@@ -506,10 +530,11 @@ class VM:
                     return m
                 if self._eof:
                     raise VMError(f"QEMU exited before /{pattern}/ appeared:\n"
-                                  + "\n".join(self.console_text.splitlines()[-20:]))
+                                  + self._tail(CONSOLE_TAIL))
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"/{pattern}/ not seen on the console within {timeout} s")
+                    raise TimeoutError(f"/{pattern}/ not seen on the console within {timeout} s\n"
+                                       + self._tail(CONSOLE_TAIL))
                 self._cond.wait(min(left, 0.5))
 
     def wait(self, timeout: float | None = 120.0) -> BootResult:
@@ -519,6 +544,7 @@ class VM:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.timed_out = True
+            self.vcpus = vcpu_state(self.qmp_path)
             self.kill()
         except BaseException:
             self.kill()
@@ -574,7 +600,7 @@ class VM:
             qemu_returncode=self.proc.returncode if self.proc else None,
             boot_time=(self.t_booted - self.t0) if self.t_booted else None,
             cmd=list(self.cmd), log_path=str(self.opts["log"]) if self.opts["log"] else None,
-            **info)
+            vcpus=self.vcpus, **info)
 
     def __enter__(self) -> VM:
         if self.proc is None:
@@ -583,6 +609,70 @@ class VM:
 
     def __exit__(self, *exc) -> None:
         self.kill()
+
+
+def qmp_hmp(sock: str | os.PathLike, command: str, timeout: float = 5.0) -> str:
+    """Run a human monitor command (`info registers -a`) through a QEMU's QMP socket; its
+    output. Raises OSError or ValueError when QEMU does not answer as QMP should."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(str(sock))
+        f = s.makefile("rwb")
+        json.loads(f.readline())                                  # the greeting
+        answer = {}
+        for cmd in ({"execute": "qmp_capabilities"},
+                    {"execute": "human-monitor-command",
+                     "arguments": {"command-line": command}}):
+            f.write(json.dumps(cmd).encode() + b"\n")
+            f.flush()
+            answer = {}
+            while "return" not in answer and "error" not in answer:   # events come between
+                line = f.readline()
+                if not line:
+                    raise ValueError("QMP connection closed before the answer")
+                answer = json.loads(line)
+            if "error" in answer:
+                raise ValueError(f"QMP {cmd['execute']}: {answer['error'].get('desc', answer)}")
+        return str(answer["return"])
+
+
+RE_CPU = re.compile(r"^CPU#(\d+)", re.M)
+RE_REGS = re.compile(r"\b([RE]IP)=([0-9a-f]+).*?\bCPL=(\d).*?\bHLT=(\d)", re.S)
+
+
+def vcpu_state(sock: str | os.PathLike) -> str:
+    """Where each vCPU of a running QEMU is: "CPU#0 halted (idle) at RIP ...; CPU#1 running
+    kernel code at RIP ...". A guest that stopped printing is either idle, waiting for
+    something that never comes (a lost interrupt, a timer), or spinning (a lockup): this
+    tells which. Never raises: a QEMU that does not answer is said to."""
+    try:
+        regs = qmp_hmp(sock, "info registers -a")
+    except (OSError, ValueError) as e:
+        return f"unknown (QEMU's monitor did not answer: {e})"
+    parts = []
+    starts = [m.start() for m in RE_CPU.finditer(regs)] + [len(regs)]
+    for a, b in zip(starts, starts[1:]):
+        cpu, m = RE_CPU.match(regs, a).group(1), RE_REGS.search(regs, a, b)
+        if m is None:
+            parts.append(f"CPU#{cpu} (registers not understood)")
+            continue
+        ip, addr, cpl, hlt = m.groups()
+        what = "halted (idle)" if hlt == "1" else \
+            f"running {'kernel' if cpl == '0' else 'user'} code"
+        parts.append(f"CPU#{cpu} {what} at {ip} {addr}")
+    return "; ".join(parts) or f"unknown (no CPU in `info registers -a`: {regs[:200]!r})"
+
+
+def console_tail(text: str, n: int, log_path: str | os.PathLike | None = None) -> str:
+    """The last `n` lines of a console, headed by how many there are and where the whole
+    console was written (if it was)."""
+    lines = text.splitlines()
+    if not lines:
+        return "(the console printed nothing" + (f"; log {log_path})" if log_path else ")")
+    where = f"; all {len(lines)} in {log_path}" if log_path else ""
+    shown = lines[-n:]
+    return "\n".join([f"--- console, last {len(shown)} of {len(lines)} lines{where} ---",
+                      *shown, "--- end of console ---"])
 
 
 def clean_console(raw: bytes) -> str:

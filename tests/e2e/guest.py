@@ -71,7 +71,7 @@ class Recorder:
             self.rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.stop()
-            guest = "" if boot is None else f"\n{boot.summary()}\n{boot.tail(40)}"
+            guest = "" if boot is None else f"\n{boot.explain(40)}"
             pytest.fail(f"the recorder did not stop by itself within {timeout} s "
                         f"(region not CLOSED?)\n{self.stderr()}{guest}")
         return self.summary()

@@ -59,7 +59,7 @@ def boot(tmp, add, name, script, append, extra_args=(), host=None):
         rec.stop()
         shm.unlink(missing_ok=True)
     print(r.summary())
-    assert r.ok and re.search(r"^FT: rmmod rc=0", r.console_text, re.M), r.tail(60)
+    assert r.ok and re.search(r"^FT: rmmod rc=0", r.console_text, re.M), r.explain(60)
     assert not r.kernel_problems, r.kernel_problems
     assert rec.rc == 0, rec.stderr()
     return r, summary, out
@@ -175,9 +175,11 @@ def test_boot_losses_are_accounted(boot_trace):
         assert c["recorded"] > 0 and not c["no_stats"], c
         # Tracing is still on when the relay stops: what ftrace wrote after the relay's last
         # read is still in its buffer (entries), after the recording's end, not lost.
-        # (The saturated test turns tracing off first: there entries is 0.)
+        # (The saturated test turns tracing off first: there entries is 0.) How many depends on
+        # how long the relay's last turn took: up to 16 on a quiet machine, 20-22 under a load of
+        # 12; a relay that stopped reading long before the end would leave hundreds.
         assert c["recorded"] + c["lost"] + c["entries"] == c["produced"], c
-        assert c["entries"] <= 16, c
+        assert c["entries"] <= 64, c
         assert c["unknown_type"] == 0 and c["bad_pages"] == 0, c
 
 
@@ -242,7 +244,7 @@ def control_trace(tmp_path_factory, ft_add):
     finally:
         srv.cleanup()
     print(r.summary())
-    assert r.ok and re.search(r"^FT: rmmod rc=0", r.console_text, re.M), r.tail(60)
+    assert r.ok and re.search(r"^FT: rmmod rc=0", r.console_text, re.M), r.explain(60)
     assert rc == 0, srv.stderr()
     names = {"block_rq_issue", "block_rq_complete", f"ftrace:kprobes:{KPROBE}"}
     return {"boot": r, "summary": summaries[GUEST][-1], "state": state, "token": tok,

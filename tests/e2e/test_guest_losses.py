@@ -58,7 +58,7 @@ def test_the_guest_ran_clean(run):
     r = run["boot"]
     text = r.console_text
     for step in ("demo", "three writers", "too big", "rmmod"):
-        assert f"LOSSES: {step} rc=0" in text, r.tail(60)
+        assert f"LOSSES: {step} rc=0" in text, r.explain(60)
     assert not r.kernel_problems, r.kernel_problems
 
 

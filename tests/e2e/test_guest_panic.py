@@ -47,29 +47,46 @@ echo "E2E: loadgen ended rc=$?"
 """
 
 
-@pytest.fixture(scope="module")
-def panicked(tmp_path_factory, e2e_add):
-    tmp = tmp_path_factory.mktemp("guest-panic")
-    shm = g.shm_path("panic")
-    tok = g.token()
-    script = PANIC_SCRIPT.format(n=N, threads=THREADS, lo=LO, hi=HI, token=tok)
+def panic_and_salvage(tmp_path_factory, tag, script, add, modopts="mode=overwrite"):
+    """Boot a guest whose script ends in a kernel panic (QEMU exits: panic=-1, -no-reboot),
+    then `ivtrace snapshot` the region it left behind."""
+    tmp = tmp_path_factory.mktemp(f"guest-{tag}")
+    shm = g.shm_path(tag)
     try:
         r = g.ivtvm.boot(script, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
-                         modules=["ivtrace"], modopts={"ivtrace": "mode=overwrite"},
-                         add=e2e_add, log=str(tmp / "console.log"), timeout=g.TIMEOUT)
-        assert r.qemu_returncode is not None and not r.timed_out, r.summary()
+                         modules=["ivtrace"], modopts={"ivtrace": modopts}, add=add,
+                         log=str(tmp / "console.log"), timeout=g.TIMEOUT)
+        assert r.qemu_returncode is not None and not r.timed_out, r.explain()
         summary = g.snapshot(shm, tmp / "snap")
     finally:
         shm.unlink(missing_ok=True)
     print(r.summary())
-    return {"boot": r, "token": tok, "summary": summary, "out": tmp / "snap"}
+    return {"boot": r, "summary": summary, "out": tmp / "snap"}
+
+
+def lines_to_the_panic(msgs, token):
+    """(index of the last words, index of the panic line) in the salvaged printk lines; the
+    panic line comes after the last words."""
+    last = next((i for i, m in enumerate(msgs) if f"E2E-LAST-WORDS {token}" in m), None)
+    assert last is not None, msgs[-10:]
+    panic = next((i for i, m in enumerate(msgs) if "Kernel panic - not syncing" in m), None)
+    assert panic is not None and panic > last, msgs[last:][:40]
+    assert "sysrq triggered crash" in msgs[panic], msgs[panic]
+    return last, panic
+
+
+@pytest.fixture(scope="module")
+def panicked(tmp_path_factory, e2e_add):
+    tok = g.token()
+    script = PANIC_SCRIPT.format(n=N, threads=THREADS, lo=LO, hi=HI, token=tok)
+    return {**panic_and_salvage(tmp_path_factory, "panic", script, e2e_add), "token": tok}
 
 
 def test_guest_panicked(panicked):
     r = panicked["boot"]
-    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.summary() + r.tail(30)
+    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.explain()
     assert "E2E: survived the panic" not in r.console_text
-    assert g.marks(r.console_text, "E2E: loadgen rc=") == ["0"], r.tail(30)
+    assert g.marks(r.console_text, "E2E: loadgen rc=") == ["0"], r.explain()
 
 
 def test_snapshot_has_every_committed_user_event(panicked):
@@ -83,14 +100,48 @@ def test_snapshot_has_every_committed_user_event(panicked):
 def test_snapshot_has_the_last_kernel_log_lines(panicked):
     events, _ = g.read(panicked["out"])
     msgs = [e.payload["msg"] for e in g.by_name(events, "printk_console")]
-    last = next((i for i, m in enumerate(msgs) if f"E2E-LAST-WORDS {panicked['token']}" in m),
-                None)
-    assert last is not None, msgs[-10:]
-    panic = next((i for i, m in enumerate(msgs) if "Kernel panic - not syncing" in m), None)
-    assert panic is not None and panic > last, msgs[last:]
-    assert "sysrq triggered crash" in msgs[panic], msgs[panic]
+    last, panic = lines_to_the_panic(msgs, panicked["token"])
     # the sysrq handler's own line comes between the two
     assert any("sysrq" in m.lower() for m in msgs[last + 1:panic]), msgs[last:panic + 1]
+
+
+# --------------------------------------------------------------------------- panic under a flood
+
+# CPU 1 prints kernel log lines without a pause (every level reaches the consoles: ivtrace's and
+# the UART, each written with interrupts off under the console lock) while CPU 0 panics: the
+# panic finds the console busy on the other CPU, stops that CPU (by NMI if its interrupts stay
+# off), perhaps in the middle of ivtrace's console write, and flushes the log itself.
+FLOOD_SCRIPT = r"""
+dmesg -n 8
+taskset -c 1 sh -c 'i=0; while :; do echo "E2E-FLOOD $i" > /dev/kmsg; i=$((i+1)); done' &
+sleep 2
+stty -F /dev/console -echo 2>/dev/null
+echo "<2>E2E-LAST-WORDS {token}" > /dev/kmsg
+taskset -c 0 sh -c 'echo c > /proc/sysrq-trigger'
+sleep 10
+echo "E2E: survived the panic"
+"""
+
+
+@pytest.fixture(scope="module")
+def flooded(tmp_path_factory, e2e_add):
+    tok = g.token()
+    script = FLOOD_SCRIPT.format(token=tok)
+    return {**panic_and_salvage(tmp_path_factory, "panic-flood", script, e2e_add), "token": tok}
+
+
+def test_a_panic_beside_a_console_flood_ends_and_is_salvaged(flooded):
+    r = flooded["boot"]
+    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.explain()
+    assert "E2E: survived the panic" not in r.console_text
+    events, _ = g.read(flooded["out"])
+    lines = g.by_name(events, "printk_console")
+    # A record is written to the consoles by whichever CPU holds the console lock then: the
+    # flood's lines come from CPU 1's console writes, and from CPU 0's too (its own printk
+    # calls and the flush at the panic print what CPU 1 stored)
+    flood_cpus = {e.cpu for e in lines if "E2E-FLOOD" in e.payload["msg"]}
+    assert 1 in flood_cpus, flood_cpus
+    lines_to_the_panic([e.payload["msg"] for e in lines], flooded["token"])
 
 
 # --------------------------------------------------------------------------- SIGKILL
@@ -133,7 +184,7 @@ def killed(tmp_path_factory, e2e_add):
 
 def test_sigkill_snapshot_contiguous_from_zero(killed):
     r = killed["boot"]
-    assert r.qemu_returncode == -signal.SIGKILL and r.exit_code is None, r.summary()
+    assert r.qemu_returncode == -signal.SIGKILL and r.exit_code is None, r.explain()
     assert "E2E: loadgen ended" not in r.console_text
     events, _ = g.read(killed["out"])
     users = g.by_name(events, g.LOADGEN_EVENT)
@@ -181,27 +232,16 @@ def packet_seqs(path):
 @pytest.fixture(scope="module")
 def wrapped(tmp_path_factory, e2e_add):
     """A flight recorder whose rings wrapped many times, then a kernel panic, then salvage."""
-    tmp = tmp_path_factory.mktemp("guest-names")
-    shm = g.shm_path("names")
     add = list(e2e_add) + [f"{DEMO_SH}:/workload/"]
     opts = (f"mode=overwrite subbuf_size=4096 nr_subbufs={NAMES_SUBBUFS} "
             "events=sched,irq,timer,kmem,syscall,printk")
-    try:
-        r = g.ivtvm.boot(WRAPPED_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
-                         modules=["ivtrace"], modopts={"ivtrace": opts}, add=add,
-                         log=str(tmp / "console.log"), timeout=g.TIMEOUT)
-        assert r.qemu_returncode is not None and not r.timed_out, r.summary()
-        summary = g.snapshot(shm, tmp / "snap")
-    finally:
-        shm.unlink(missing_ok=True)
-    print(r.summary())
-    return {"boot": r, "summary": summary, "out": tmp / "snap"}
+    return panic_and_salvage(tmp_path_factory, "names", WRAPPED_SCRIPT, add, opts)
 
 
 def test_wrapped_rings_then_panic(wrapped):
     r = wrapped["boot"]
-    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.summary() + r.tail(30)
-    assert g.marks(r.console_text, "E2E: demo rc=") == ["0"], r.tail(30)
+    assert r.panicked and "sysrq triggered crash" in r.panic_message, r.explain()
+    assert g.marks(r.console_text, "E2E: demo rc=") == ["0"], r.explain()
     chans = sorted((wrapped["out"] / "kernel").glob("kernel_chan*"))
     assert chans
     for c in chans:

@@ -97,10 +97,10 @@ def trace1(run):
 def test_guest_ran_clean(run):
     r = run["boot"]
     text = r.console_text
-    assert r.ok and r.powered_off, r.summary() + "\n" + r.tail(60)
+    assert r.ok and r.powered_off, r.explain(60)
     rcs = dict(re.findall(r"^E2E: (\w+) rc=(\d+)", text, re.M))
     assert rcs == {"kids": "0", "loadgen1": "0", "rmmod1": "0", "hostwait": "0",
-                   "insmod2": "0", "loadgen2": "0", "rmmod2": "0"}, r.tail(60)
+                   "insmod2": "0", "loadgen2": "0", "rmmod2": "0"}, r.explain(60)
     # /init's dmesg check over the whole boot (both sessions, both unloads)
     assert not r.kernel_problems and g.marks(text, "IVTRACE-GUEST: dmesg-problems ") == ["0"], \
         r.kernel_problems

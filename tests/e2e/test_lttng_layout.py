@@ -144,7 +144,7 @@ def demo(tmp_path_factory, e2e_add):
         rec.stop()
         shm.unlink(missing_ok=True)
     text = r.console_text
-    assert "LAYOUT: demo rc=0" in text and "LAYOUT: rmmod rc=0" in text, r.tail(60)
+    assert "LAYOUT: demo rc=0" in text and "LAYOUT: rmmod rc=0" in text, r.explain(60)
     assert g.lost(summary) == {}, g.lost(summary)
     kernel = g.trace_dirs(tmp / "trace")
     kernel = [d for d in kernel if d.name == "kernel"][0]

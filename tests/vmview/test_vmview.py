@@ -103,30 +103,29 @@ def test_the_clock_passes_its_self_check(scenario):
     assert f"{c['pairs']} pairs, {c['violations']} violations" in p.stdout, p.stdout
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 26 item 2, open: in the full suite (make test, 2026-11-28) 5 of 2,129 'guest event -> "
-    "vCPU switch-out' pairs led by up to 92 ms while every switch-in pair stayed within 2 us, with "
-    "1,405 open-ended stretches; the missing-host-record rule set none of them aside (0), so it "
-    "does not yet recognise this case; alone and beside busy loops tests/vmview gives 0"))
 def test_the_self_check_finds_no_violation(scenario):
-    """0 violations on every kind (issue 26's acceptance for tests/vmview). Stretches the host
-    trace got wrong (the guest ran through them while the stretches around them hold: a
-    context switch this host kernel did not trace, docs/kvm.md) are counted apart, never
-    dropped: the report says how many."""
+    """0 violations on every kind (issue 26's acceptance for tests/vmview). Stretches whose end
+    the host trace does not show (this host kernel traces no switch-in from idle on one CPU,
+    nor some wake-ups there: docs/kvm.md) are not checked, and counted; stretches the host
+    trace got wrong (the guest ran through them while the stretches around them hold) are
+    counted apart, never dropped: the report says how many of each."""
     r, _ = scenario
     c = json.loads((r.out / "ivtrace.json").read_text())["self_check"]
     print(f"\nself-check: {c['pairs']} pairs, {c['violations']} violations beyond {c['bound_ns']} "
           f"ns, largest lead {c['largest_lead_ns']} ns; host record missing "
           f"{c['host_record_missing']} stretches (leads up to "
           f"{c['host_record_missing_largest_lead_ns']} ns), open-ended "
-          f"{c['stretches_open_ended']}")
+          f"{c['stretches_open_ended']} (the guest ran in {c['open_ended_guest_ran']})")
     assert c["violations"] == 0, c
     set_aside = sum(k["host_record_missing"] for k in c["kinds"])
     assert set_aside >= c["host_record_missing"], c
+    assert c["open_ended_guest_ran"] <= c["stretches_open_ended"], c
+    p = subprocess.run([str(vmview.IVTRACE), "report", str(r.out)], capture_output=True,
+                       text=True, check=True)
     if c["host_record_missing"]:
-        p = subprocess.run([str(vmview.IVTRACE), "report", str(r.out)], capture_output=True,
-                           text=True, check=True)
         assert f"{c['host_record_missing']} stretches the host trace got wrong" in p.stdout
+    if c["stretches_open_ended"]:
+        assert f"{c['stretches_open_ended']} stretches not checked" in p.stdout, p.stdout
 
 
 def phase(r, name):
@@ -281,7 +280,9 @@ taskset -c 0 /tmp/vmspin cpu 1000000000000 >/dev/null &
 spin=$!
 sleep 3
 kill $spin
+echo "VMVIEW: rmmod"
 rmmod ivtrace
+echo "VMVIEW: rmmod rc=$?"
 echo "VMVIEW: done"
 """
 
@@ -296,17 +297,20 @@ def test_qmp_names_vcpu_threads_qemu_does_not_name(guest, tmp_path):
     try:
         with vmview.ivtvm.VM(QMP_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
                              modules=["ivtrace"], add=guest.add("ivtrace.ko", "ivtwl"),
-                             extra_args=["-qmp", f"unix:{qmp},server=on,wait=off"]) as vm:
+                             extra_args=["-qmp", f"unix:{qmp},server=on,wait=off"],
+                             log=str(tmp_path / "console.log")) as vm:
             wait_for(qmp.exists, 60, f"QEMU's QMP socket {qmp}")
             p = subprocess.Popen([str(vmview.IVTRACE), "record", "--shm", str(shm), "-o",
                                   str(out), "--host-events", "--qemu-pid", str(vm.proc.pid),
                                   "--qmp", str(qmp)], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True)
             r = vm.wait(timeout=g.TIMEOUT)
+            if r.timed_out:
+                p.terminate()  # the region never closed: the recorder would wait on
             err = p.communicate(timeout=120)[1]
     finally:
         shm.unlink(missing_ok=True)
-    assert r.exit_code == 0 and p.returncode == 0, err
+    assert r.exit_code == 0 and p.returncode == 0, r.explain() + "\n" + err
     assert "no `CPU n/...` thread names" in err, err
     assert "vCPU threads: qmp query-cpus-fast" in err, err
     assert (out / "vm" / "vm_vcpu0").is_file() and (out / "vm" / "vm_vcpu1").is_file(), err

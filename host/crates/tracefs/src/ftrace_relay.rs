@@ -214,10 +214,10 @@ pub fn relayed_class(fmt: &EventFmt) -> (EventClass, EventDecoder) {
     guest_class(fmt, 0, &mut HashSet::new())
 }
 
-/// One event of a staged wire packet: a page (with the time the relay
-/// wrote it), a CPU's counters, or a chunk of the kernel's symbols.
+/// One event of a staged wire packet: a page, a CPU's counters, or a
+/// chunk of the kernel's symbols.
 enum Wire<'a> {
-    Page { at: u64, page: &'a [u8] },
+    Page(&'a [u8]),
     Stats([u64; abi::IVT_FTRACE_STAT_COUNT]),
     Symbols(&'a [u8]),
 }
@@ -226,9 +226,10 @@ enum Wire<'a> {
 /// more than this is not a kallsyms the host keeps.
 const SYMBOLS_TEXT_MAX: usize = 64 << 20;
 
-/// The events of one staged packet, and its CPU. None for a packet that
-/// does not walk as the relay writes them (skipped, counted).
-fn wire_events(pkt: &[u8]) -> Option<(u32, Vec<Wire<'_>>)> {
+/// The events of one staged packet with the times the relay wrote them,
+/// and its CPU. None for a packet that does not walk as the relay writes
+/// them (skipped, counted).
+fn wire_events(pkt: &[u8]) -> Option<(u32, Vec<(u64, Wire<'_>)>)> {
     let (h, content) = packet_content(pkt)?;
     let content = pkt.get(..content)?;
     let mut off = abi::PACKET_HDR_SIZE;
@@ -237,8 +238,8 @@ fn wire_events(pkt: &[u8]) -> Option<(u32, Vec<Wire<'_>>)> {
     while off < content.len() {
         let eh = event_header(content, off, last)?;
         let p0 = off.checked_add(eh.len)?;
-        let (event, len) = wire_event(content, p0, eh.id, eh.ts)?;
-        events.push(event);
+        let (event, len) = wire_event(content, p0, eh.id)?;
+        events.push((eh.ts, event));
         last = eh.ts;
         off = align_event(p0.checked_add(len)?);
     }
@@ -246,12 +247,12 @@ fn wire_events(pkt: &[u8]) -> Option<(u32, Vec<Wire<'_>>)> {
 }
 
 /// The wire event `id` whose payload starts at `p0`, and its length.
-fn wire_event(content: &[u8], p0: usize, id: u32, at: u64) -> Option<(Wire<'_>, usize)> {
+fn wire_event(content: &[u8], p0: usize, id: u32) -> Option<(Wire<'_>, usize)> {
     match id {
         abi::IVT_FTRACE_EV_PAGE => {
             // bytes: a u32 length, then the page.
             let (page, len) = wire_bytes(content, p0)?;
-            Some((Wire::Page { at, page }, len))
+            Some((Wire::Page(page), len))
         }
         abi::IVT_FTRACE_EV_SYMBOLS => {
             let (text, len) = wire_bytes(content, p0)?;
@@ -278,13 +279,14 @@ fn wire_bytes(content: &[u8], p0: usize) -> Option<(&[u8], usize)> {
     Some((bytes, n.checked_add(4)?))
 }
 
-/// Calls `f` for every wire event of the staged file `name`, in order.
-fn each_wire(staging: &OutDir, name: &str, mut f: impl FnMut(u32, Wire)) -> io::Result<u64> {
+/// Calls `f` for every wire event of the staged file `name`, in order,
+/// with its CPU and the time the relay wrote it.
+fn each_wire(staging: &OutDir, name: &str, mut f: impl FnMut(u32, u64, Wire)) -> io::Result<u64> {
     let mut file = PacketFile::new(staging.open_read(name)?, 64 << 10);
     let mut bad = 0u64;
     while file.next_packet()? {
         match wire_events(&file.buf) {
-            Some((cpu, events)) => events.into_iter().for_each(|e| f(cpu, e)),
+            Some((cpu, events)) => events.into_iter().for_each(|(at, e)| f(cpu, at, e)),
             None => bad = bad.saturating_add(1),
         }
     }
@@ -304,8 +306,8 @@ struct FirstPass {
 fn first_pass(input: &FtraceInput, hp: &HeaderPage, dec: &Decoder) -> io::Result<FirstPass> {
     let mut fp = FirstPass::default();
     for f in input.files {
-        each_wire(input.staging, &f.name, |_, w| match w {
-            Wire::Page { page: p, .. } => {
+        each_wire(input.staging, &f.name, |_, _, w| match w {
+            Wire::Page(p) => {
                 page::walk(p, hp, |_, rec| {
                     if let Some(ty) = dec.type_of(rec) {
                         let n = fp.counts.entry(ty).or_default();
@@ -366,14 +368,22 @@ fn plan_classes(
 }
 
 /// Where a CPU's records may lie in time: within what the trace's clock
-/// can express, and no later than the relay wrote their page, give or take
-/// the skew between two CPUs' TSCs (ftrace's x86-tsc clock is the counter
-/// the relay stamps its events with; the relay may run on another CPU
-/// than the one that wrote the records). Linux stops trusting a TSC that
-/// it sees step between CPUs, so honest skew is cycles; a millisecond
+/// can express, and no later than the relay had read their page, give or
+/// take the skew between two CPUs' TSCs (ftrace's x86-tsc clock is the
+/// counter the relay stamps its events with; the relay may run on another
+/// CPU than the one that wrote the records). Linux stops trusting a TSC
+/// that it sees step between CPUs, so honest skew is cycles; a millisecond
 /// tolerates it thousands of times over while refusing a page from the
 /// future. A page outside is skipped and its records counted lost, never
 /// written (docs/hardening.md, "Timestamps").
+///
+/// When the relay had read a page is not the page event's own time: the
+/// relay reserves the event (its time) and only then reads the page into
+/// it, and ftrace goes on recording in between, for as long as the relay
+/// is preempted there (its CPU given to the workload, its vCPU to another
+/// host thread): milliseconds on a loaded machine. Whatever the relay
+/// wrote next on the channel it wrote after the read returned, so that
+/// event's time is the bound ([`HeldPage`]).
 struct PageTimes {
     ticks: TickRange,
     skew: u64,
@@ -387,15 +397,16 @@ impl PageTimes {
         }
     }
 
-    /// The page's records (their count) if their times are acceptable.
-    fn check(&self, page: &[u8], hp: &HeaderPage, written_at: u64) -> Result<(), u64> {
+    /// The page's records (their count) if their times are acceptable: the
+    /// relay had read the page by `read_by`.
+    fn check(&self, page: &[u8], hp: &HeaderPage, read_by: u64) -> Result<(), u64> {
         let (mut first, mut last, mut n) = (u64::MAX, 0u64, 0u64);
         page::walk(page, hp, |ts, _| {
             first = first.min(ts);
             last = last.max(ts);
             n = n.saturating_add(1);
         });
-        let latest = written_at.saturating_add(self.skew).min(self.ticks.max);
+        let latest = read_by.saturating_add(self.skew).min(self.ticks.max);
         if n == 0 || (first >= self.ticks.min && last <= latest) {
             Ok(())
         } else {
@@ -421,17 +432,22 @@ fn write_channel(
     };
     let times = PageTimes::new(input);
     let mut stats = None;
-    let bad = each_wire(input.staging, &f.name, |cpu, wire| match wire {
-        Wire::Stats(s) => stats = Some(s),
-        Wire::Symbols(_) => {}
-        Wire::Page { at, page } => match times.check(page, &plan.hp, at) {
-            Ok(()) => w.page(cpu, page, plan),
-            Err(n) => {
-                w.acc.pages_out_of_time = w.acc.pages_out_of_time.saturating_add(1);
-                w.acc.events_out_of_time = w.acc.events_out_of_time.saturating_add(n);
-            }
-        },
+    let mut held = HeldPage::default();
+    let bad = each_wire(input.staging, &f.name, |cpu, at, wire| {
+        if let Some((cpu, _)) = held.take() {
+            w.checked_page(cpu, &held.page, at, &times, plan);
+        }
+        match wire {
+            Wire::Stats(s) => stats = Some(s),
+            Wire::Symbols(_) => {}
+            Wire::Page(page) => held.hold(cpu, at, page),
+        }
     })?;
+    // Nothing the relay wrote after its last page vouches for a later read
+    // (it stops with its counters after its pages; killed, it may not).
+    if let Some((cpu, at)) = held.take() {
+        w.checked_page(cpu, &held.page, at, &times, plan);
+    }
     let ChannelWriter {
         out,
         mut acc,
@@ -447,6 +463,30 @@ fn write_channel(
     acc.ts_clamped = out.clamped();
     out.finish(acc.cpu, acc.lost)?;
     Ok((acc, by_name))
+}
+
+/// A page kept until the relay's next event on its channel, whose time
+/// says when the relay had read it ([`PageTimes`]): one page's copy at a
+/// time, in a buffer reused for the channel.
+#[derive(Default)]
+struct HeldPage {
+    /// The page's CPU and the time of its own event, while one is held.
+    held: Option<(u32, u64)>,
+    page: Vec<u8>,
+}
+
+impl HeldPage {
+    fn hold(&mut self, cpu: u32, at: u64, page: &[u8]) {
+        self.page.clear();
+        self.page.extend_from_slice(page);
+        self.held = Some((cpu, at));
+    }
+
+    /// The held page's CPU and time (its bytes stay in `page` until the
+    /// next `hold`).
+    fn take(&mut self) -> Option<(u32, u64)> {
+        self.held.take()
+    }
 }
 
 /// What pass 2 decodes with: the page layout, the decoder of the classes
@@ -468,6 +508,18 @@ struct ChannelWriter {
 }
 
 impl ChannelWriter {
+    /// The page's records if their times are acceptable (the relay had
+    /// read it by `read_by`), else counted lost.
+    fn checked_page(&mut self, cpu: u32, p: &[u8], read_by: u64, times: &PageTimes, plan: &Plan) {
+        match times.check(p, &plan.hp, read_by) {
+            Ok(()) => self.page(cpu, p, plan),
+            Err(n) => {
+                self.acc.pages_out_of_time = self.acc.pages_out_of_time.saturating_add(1);
+                self.acc.events_out_of_time = self.acc.events_out_of_time.saturating_add(n);
+            }
+        }
+    }
+
     /// The records of one page, written as events of the CPU's stream.
     fn page(&mut self, cpu: u32, p: &[u8], plan: &Plan) {
         self.acc.cpu = cpu;

@@ -97,8 +97,7 @@ fn wire_events_packet(
     wire_events_packet_at(cpu, seq, RELAY_AT, events, stats)
 }
 
-/// [`wire_events_packet`] written at `at` (extended event headers, the
-/// whole time in each).
+/// [`wire_events_packet`] written at `at`.
 fn wire_events_packet_at(
     cpu: u32,
     seq: u64,
@@ -106,21 +105,37 @@ fn wire_events_packet_at(
     events: &[(u32, &[u8])],
     stats: Option<[u64; 8]>,
 ) -> Vec<u8> {
+    let events: Vec<(u64, u32, &[u8])> = events.iter().map(|&(id, p)| (at, id, p)).collect();
+    wire_timed_packet(cpu, seq, &events, stats.map(|s| (at, s)))
+}
+
+/// A staged wire packet of byte events written at the times given, then
+/// ftrace_stats at its own (extended event headers, the whole time in
+/// each).
+fn wire_timed_packet(
+    cpu: u32,
+    seq: u64,
+    events: &[(u64, u32, &[u8])],
+    stats: Option<(u64, [u64; 8])>,
+) -> Vec<u8> {
     let mut b = vec![0u8; abi::PACKET_HDR_SIZE];
-    for (id, p) in events {
+    let mut times = Vec::new();
+    for &(at, id, p) in events {
         b.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
         b.extend_from_slice(&id.to_le_bytes());
         b.extend_from_slice(&at.to_le_bytes());
         b.extend_from_slice(&(p.len() as u32).to_le_bytes());
         b.extend_from_slice(p);
         b.resize(b.len().next_multiple_of(4), 0);
+        times.push(at);
     }
     let count = events.len() as u32 + stats.is_some() as u32;
-    if let Some(s) = stats {
+    if let Some((at, s)) = stats {
         b.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
         b.extend_from_slice(&abi::IVT_FTRACE_EV_STATS.to_le_bytes());
         b.extend_from_slice(&at.to_le_bytes());
         s.iter().for_each(|v| b.extend_from_slice(&v.to_le_bytes()));
+        times.push(at);
     }
     let content = b.len();
     b.resize(content.next_multiple_of(8), 0);
@@ -128,8 +143,8 @@ fn wire_events_packet_at(
         magic: abi::IVT_CTF_MAGIC,
         stream_id: abi::IVT_STREAM_FTRACE,
         stream_instance_id: 2 + cpu as u64,
-        timestamp_begin: at,
-        timestamp_end: at,
+        timestamp_begin: times[0],
+        timestamp_end: *times.last().unwrap(),
         content_size: content as u64 * 8,
         packet_size: b.len() as u64 * 8,
         packet_seq_num: seq,
@@ -550,6 +565,58 @@ fn pages_out_of_time_are_skipped_and_counted() {
         6,
         "the losses reach CTF's events_discarded"
     );
+}
+
+/// The relay stamps a page's event when it reserves it and reads the page
+/// into it after: ftrace records on meanwhile, for as long as the relay is
+/// preempted in between (a loaded machine: milliseconds). A CI run lost
+/// two disk reads' events to the bound being the page's own time (plus
+/// 1 ms of skew): the bound is the relay's next event on the channel,
+/// written after the read, in the same packet or the next; the channel's
+/// last page has only its own time. (Skew here: 1 ms = 1,000,000 ticks.)
+#[test]
+fn a_page_read_after_its_event_is_bounded_by_the_relays_next_event() {
+    let id = block_rq_issue_id();
+    let mut rec = vec![0u8; 64];
+    rec[0..2].copy_from_slice(&id.to_le_bytes());
+    let page = |times: &[u64]| {
+        let mut p = PageBuilder::new(HeaderPage::default(), 4096, times[0]);
+        times.iter().for_each(|&t| p.record(t, &rec, false));
+        p.finish()
+    };
+    let ev = abi::IVT_FTRACE_EV_PAGE;
+    // Read 3 ms after its event, before the next page's event.
+    let a = page(&[2_000, 4_000_000]);
+    // Read 2 ms after its event, the last of its packet: before the next packet's.
+    let b = page(&[7_000_000, 7_000_001, 7_000_002]);
+    // Records after the relay's next event (the counters at 10 ms): refused.
+    let c = page(&[20_000_000, 20_000_001, 20_000_002]);
+    // The channel's last page, 2 ms after its own event: nothing vouches for it.
+    let d = page(&[32_000_000, 32_000_001, 32_000_002]);
+    let mut stats = [0u64; 8];
+    stats[4] = 11; // read: every record of the four pages
+    let packets = [
+        wire_timed_packet(0, 0, &[(1_000_000, ev, &a), (5_000_000, ev, &b)], None),
+        wire_timed_packet(0, 1, &[(9_000_000, ev, &c)], Some((10_000_000, stats))),
+        wire_timed_packet(0, 2, &[(30_000_000, ev, &d)], None),
+    ];
+    let r = run_with(
+        &guest_formats(),
+        &packets,
+        TickRange {
+            min: 0,
+            max: 1 << 62,
+        },
+    );
+    let c = &r.cpus[0];
+    assert_eq!((c.pages_out_of_time, c.events_out_of_time), (2, 6), "{c:?}");
+    assert_eq!((c.recorded, c.lost), (5, 6), "{c:?}");
+    let times: Vec<u64> = r
+        .packets
+        .iter()
+        .flat_map(|p| p.1.iter().map(|e| e.1))
+        .collect();
+    assert_eq!(times, [2_000, 4_000_000, 7_000_000, 7_000_001, 7_000_002]);
 }
 
 #[test]

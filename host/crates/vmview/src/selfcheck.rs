@@ -15,6 +15,15 @@
 //! - A guest event mapped inside a stretch is impossible: the least error
 //!   that explains it is the smaller of its distances to the stretch's
 //!   ends, and it counts as that side's lead.
+//! - A stretch whose end the host trace does not show (open-ended: the
+//!   vCPU thread was next seen switching out again, or the trace ended)
+//!   proves nothing about the guest's events after its start: the thread
+//!   came back at a moment the trace does not have, possibly before the
+//!   wake-up it shows (a host kernel that traces neither a switch-in from
+//!   its idle task nor some wake-ups on that CPU, then a later wake-up of
+//!   the running thread, traced: docs/kvm.md). So it
+//!   gives no pair; it is counted, and so are those the guest's events
+//!   show it ran in before the wake-up the trace shows.
 //! - With serve, each doorbell the guest rang (`ivtrace_doorbell`, written
 //!   before the ring) precedes serve's wake-up for it
 //!   (`ivtrace_doorbell_received`); the k-th ring pairs with the k-th
@@ -120,8 +129,15 @@ pub struct SelfCheck {
     #[serde(default)]
     pub host_record_missing_largest_lead_ns: Option<i64>,
     /// Stretches whose end the host trace does not show (a switch-in it
-    /// did not trace, the end of the trace): only their start is checked.
+    /// did not trace, the end of the trace): not checked (their vCPU may
+    /// have run again at any moment after their start).
     pub stretches_open_ended: u64,
+    /// Of those, the stretches the guest's events show it ran in before
+    /// the wake-up the host trace shows (that wake-up was not the one that
+    /// ended the sleep: the host kernel traced neither that one nor the
+    /// switch-in).
+    #[serde(default)]
+    pub open_ended_guest_ran: u64,
     /// Stretches past the per-vCPU limit, not checked.
     pub stretches_dropped: u64,
     /// Doorbell rings and receptions that did not pair up (a count
@@ -149,6 +165,8 @@ struct Leads {
     after: Option<i64>,
     /// The guest ran through it (see [`Inside::ran_through`]).
     ran_through: bool,
+    /// Open-ended, with guest events after its start.
+    ran_open_ended: bool,
 }
 
 impl Leads {
@@ -257,10 +275,15 @@ impl Checker {
                 continue;
             };
             if m <= s.start {
-                if s.start - m <= PAIR_HORIZON_NS {
+                if s.resumes && s.start - m <= PAIR_HORIZON_NS {
                     // The latest event before the stretch (overwritten by later ones).
                     l.before = Some(signed(m, s.start));
                 }
+                continue;
+            }
+            if !s.resumes {
+                // Its thread may have run again already: no pair.
+                l.ran_open_ended = true;
                 continue;
             }
             self.check.events_inside += 1;
@@ -269,7 +292,7 @@ impl Checker {
             }
             inside.last = Some(m);
             let (since, until) = (m - s.start, s.end - m);
-            if since <= until || !s.resumes {
+            if since <= until {
                 l.before = max_opt(l.before, since as i64);
             } else {
                 l.after = max_opt(l.after, until as i64);
@@ -281,7 +304,11 @@ impl Checker {
 
     fn count(&mut self, list: &[Stretch], leads: &[Leads], missing: &[bool], bound: u64) {
         for ((s, l), &missing) in list.iter().zip(leads).zip(missing) {
-            self.check.stretches_open_ended += u64::from(!s.resumes);
+            if !s.resumes {
+                self.check.stretches_open_ended += 1;
+                self.check.open_ended_guest_ran += u64::from(l.ran_open_ended);
+                continue;
+            }
             let (out, back) = match s.kvm {
                 true => (("guest event", "kvm_exit"), ("kvm_entry", "guest event")),
                 false => (
@@ -419,6 +446,19 @@ pub fn describe(c: &SelfCheck) -> Vec<String> {
             c.events_inside
         ));
     }
+    if c.stretches_open_ended > 0 {
+        let ran = match c.open_ended_guest_ran {
+            0 => String::new(),
+            n => format!(
+                "; in {n} of them the guest ran before the wake-up the host trace shows (the \
+                 host kernel traced neither the real wake-up nor the switch-in)"
+            ),
+        };
+        lines.push(format!(
+            "  {} stretches not checked: the host trace shows no switch-in ending them{ran}",
+            c.stretches_open_ended
+        ));
+    }
     if c.host_record_missing > 0 {
         lines.push(format!(
             "  {} stretches the host trace got wrong, not held to the bound: the guest ran \
@@ -501,29 +541,48 @@ mod tests {
         assert_eq!(c.finish(5).doorbells_unpaired, Some((1, 2)));
     }
 
+    const US: u64 = 1000;
+
+    /// How the host trace shows the one stretch the guest truly ran through
+    /// (10 ms after its switch-out), if any.
+    #[derive(Clone, Copy)]
+    enum RanThrough {
+        /// Its switch-out and its switch-in, 10 ms apart: the host trace
+        /// lost a switch-in and a switch-out in between.
+        Closed(usize),
+        /// Its switch-out and a wake-up 10 ms later, not the switch-in, nor
+        /// the next switch-out until 300 us after the wake-up.
+        OpenEnded(usize),
+    }
+
     /// A busy guest on vCPU 0 (an event every 20 us while it runs, the
     /// first 2 us after each switch-in, the last 1 us before each
     /// switch-out) and 100 stretches off its CPU after 1 ms runs, every
     /// fourth 8 ms long (asleep) and the others 300 us (preempted); its
-    /// events mapped `shift` ns off. With `missing`, the vCPU truly ran
-    /// through that stretch (10 ms): the host trace shows the switch-out
-    /// and a wake-up, not the switch-in, nor the next switch-out until
-    /// 300 us after the wake-up.
-    fn recording(shift: i64, missing: Option<usize>, bound: u64) -> SelfCheck {
-        const US: u64 = 1000;
-        let mut c = Checker::default();
+    /// events mapped `shift` ns off. With `ran`, the vCPU truly ran through
+    /// that stretch, shown as [`RanThrough`] says.
+    fn busy_vcpu(c: &mut Checker, shift: i64, ran: Option<RanThrough>, bound: u64) {
         let (mut t, mut events) = (100_000 * US, Vec::new());
         for k in 0..100 {
             let (run_end, length) = (t + 1000 * US, if k % 4 == 0 { 8000 * US } else { 300 * US });
             events.extend((t + 2 * US..run_end - US).step_by(20_000));
             events.push(run_end - US);
-            if missing == Some(k) {
-                let (wake, out) = (run_end + 10_000 * US, run_end + 10_300 * US);
-                c.interval(&iv(0, State::Blocked, run_end, wake));
-                c.interval(&iv(0, State::Untraced, wake, out));
-                events.extend((run_end..out).step_by(20_000));
-                t = out;
-                continue;
+            let (wake, out) = (run_end + 10_000 * US, run_end + 10_300 * US);
+            match ran {
+                Some(RanThrough::Closed(j)) if j == k => {
+                    c.interval(&iv(0, State::Preempted, run_end, wake));
+                    events.extend((run_end..wake).step_by(20_000));
+                    t = wake;
+                    continue;
+                }
+                Some(RanThrough::OpenEnded(j)) if j == k => {
+                    c.interval(&iv(0, State::Blocked, run_end, wake));
+                    c.interval(&iv(0, State::Untraced, wake, out));
+                    events.extend((run_end..out).step_by(20_000));
+                    t = out;
+                    continue;
+                }
+                _ => {}
             }
             let state = if length > 300 * US {
                 State::Blocked
@@ -535,7 +594,33 @@ mod tests {
         }
         let mapped = events.into_iter().map(|e| e.saturating_add_signed(shift));
         c.guest_cpu(0, mapped, bound);
+    }
+
+    fn recording(shift: i64, ran: Option<RanThrough>, bound: u64) -> SelfCheck {
+        let mut c = Checker::default();
+        busy_vcpu(&mut c, shift, ran, bound);
         c.finish(bound)
+    }
+
+    /// The shape of a full `make test` run's violations on this project's
+    /// machine (its kernel traces neither a switch-in from its idle task
+    /// nor some wake-ups on that CPU): vCPU 1, mostly idle,
+    /// switched out asleep every 95 ms; each time an untraced wake-up and
+    /// switch-in 5 ms later, the guest running from then on (an event
+    /// every 20 us), a traced wake-up of the running thread 92 ms after
+    /// the switch-out and the next switch-out 3 ms after that. The host
+    /// trace shows blocked until that wake-up, then an untraced wait.
+    fn idle_vcpu_untraced_wakeups(c: &mut Checker, shift: i64, bound: u64) {
+        let (mut t, mut events) = (100_000 * US, Vec::new());
+        for _ in 0..10 {
+            let (woken, traced_wake, out) = (t + 5_000 * US, t + 92_000 * US, t + 95_000 * US);
+            c.interval(&iv(1, State::Blocked, t, traced_wake));
+            c.interval(&iv(1, State::Untraced, traced_wake, out));
+            events.extend((woken..out).step_by(20_000));
+            t = out;
+        }
+        let mapped = events.into_iter().map(|e| e.saturating_add_signed(shift));
+        c.guest_cpu(1, mapped, bound);
     }
 
     #[test]
@@ -579,15 +664,16 @@ mod tests {
 
     #[test]
     fn a_stretch_the_guest_ran_through_is_a_missing_host_record_not_a_violation() {
-        let r = recording(0, Some(50), 500);
+        let r = recording(0, Some(RanThrough::Closed(50)), 500);
         assert_eq!((r.violations, r.host_record_missing), (0, 1), "{r:?}");
         let lead = r.host_record_missing_largest_lead_ns.expect("its lead");
-        assert!(lead > 9_000_000, "the guest ran 10 ms into it: {r:?}");
+        assert!(lead > 4_000_000, "the guest ran through 10 ms: {r:?}");
         assert!(
             r.largest_lead_ns.is_some_and(|l| l <= 0),
             "held apart: {r:?}"
         );
-        assert_eq!(r.kinds[0].host_record_missing, 1, "{r:?}");
+        let out = r.kinds.iter().find(|k| k.effect == "vCPU switch-out");
+        assert_eq!(out.map(|k| k.host_record_missing), Some(1), "{r:?}");
         let text = describe(&r).join("\n");
         assert!(
             text.contains("1 stretches the host trace got wrong"),
@@ -595,8 +681,40 @@ mod tests {
         );
         // The same stretch in a recording whose mapping is 5 us late: the
         // stretches around it do not hold, so it is a violation like them.
-        let r = recording(5_000, Some(50), 500);
+        let r = recording(5_000, Some(RanThrough::Closed(50)), 500);
         assert_eq!(r.host_record_missing, 0, "{r:?}");
+    }
+
+    #[test]
+    fn an_open_ended_stretch_the_guest_ran_in_is_counted_not_checked() {
+        let r = recording(0, Some(RanThrough::OpenEnded(50)), 500);
+        assert_eq!((r.violations, r.host_record_missing), (0, 0), "{r:?}");
+        assert_eq!((r.stretches_open_ended, r.open_ended_guest_ran), (1, 1));
+        assert!(r.largest_lead_ns.is_some_and(|l| l <= 0), "{r:?}");
+        let text = describe(&r).join("\n");
+        assert!(text.contains("1 stretches not checked"), "{text}");
+        assert!(text.contains("in 1 of them the guest ran before"), "{text}");
+    }
+
+    #[test]
+    fn untraced_wake_ups_on_an_idle_vcpu_are_no_violation_and_a_clock_error_still_is() {
+        let run = |shift: i64| {
+            let mut c = Checker::default();
+            busy_vcpu(&mut c, shift, None, 500);
+            idle_vcpu_untraced_wakeups(&mut c, shift, 500);
+            c.finish(500)
+        };
+        let r = run(0);
+        assert_eq!((r.violations, r.host_record_missing), (0, 0), "{r:?}");
+        assert_eq!((r.stretches_open_ended, r.open_ended_guest_ran), (10, 10));
+        assert!(r.largest_lead_ns.is_some_and(|l| l <= 0), "{r:?}");
+        // Late or early by 5 us or 5 ms: the busy vCPU's pairs show it,
+        // nothing is set aside.
+        for shift in [5_000, -5_000, 5_000_000, -5_000_000] {
+            let r = run(shift);
+            assert!(r.violations >= 25, "{shift}: {r:?}");
+            assert_eq!(r.host_record_missing, 0, "{shift}: {r:?}");
+        }
     }
 
     #[test]
