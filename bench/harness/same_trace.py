@@ -101,15 +101,21 @@ def record_copy(ivtrace: Path, region: Path, work: Path, out: Path) -> None:
         raise RuntimeError(f"{ivtrace} record exited {p.returncode}: {p.stderr[-800:]}")
 
 
+def record_each(ivtraces: dict[str, Path], region: Path, work: Path) -> dict[str, Path]:
+    """Each build records a copy of `region` into `work/LABEL/trace` (one directory name for
+    all, since the name goes into the metadata); the output directories by label."""
+    outs = {}
+    for label, bin_ in ivtraces.items():
+        (work / label).mkdir()
+        outs[label] = work / label / "trace"
+        record_copy(bin_, region, work, outs[label])
+    return outs
+
+
 def record_both(ivtraces: dict[str, Path], region: Path) -> dict:
-    """Each build records a copy of `region` into a directory named `trace`; the trees compared."""
+    """Each build records a copy of `region`; the two trees compared."""
     with tempfile.TemporaryDirectory(prefix="same-trace-") as tmp:
-        outs = {}
-        for label, bin_ in ivtraces.items():
-            (Path(tmp) / label).mkdir()
-            outs[label] = Path(tmp) / label / "trace"
-            record_copy(bin_, region, Path(tmp), outs[label])
-        a, b = outs.values()
+        a, b = record_each(ivtraces, region, Path(tmp)).values()
         return compare(a, b)
 
 

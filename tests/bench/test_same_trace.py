@@ -29,12 +29,8 @@ def region():
 
 
 def two_recordings(region: Path, tmp: Path) -> tuple[Path, Path]:
-    outs = []
-    for label in ("a", "b"):
-        (tmp / label).mkdir()
-        outs.append(tmp / label / "trace")
-        same_trace.record_copy(IVTRACE, region, tmp, outs[-1])
-    return outs[0], outs[1]
+    outs = same_trace.record_each({"a": IVTRACE, "b": IVTRACE}, region, tmp)
+    return outs["a"], outs["b"]
 
 
 def test_one_build_twice_is_the_same_trace(region, tmp_path):
