@@ -27,7 +27,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import REPO
+from .qmp import QMP, QMPError
 
 DEFAULT_OUT = Path(os.environ.get("IVTRACE_VM_OUT", REPO / "vm" / "out"))
 QEMU = os.environ.get("IVTRACE_QEMU", "qemu-system-x86_64")
@@ -613,27 +613,12 @@ class VM:
 
 def qmp_hmp(sock: str | os.PathLike, command: str, timeout: float = 5.0) -> str:
     """Run a human monitor command (`info registers -a`) through a QEMU's QMP socket; its
-    output. Raises OSError or ValueError when QEMU does not answer as QMP should."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(timeout)
-        s.connect(str(sock))
-        f = s.makefile("rwb")
-        json.loads(f.readline())                                  # the greeting
-        answer = {}
-        for cmd in ({"execute": "qmp_capabilities"},
-                    {"execute": "human-monitor-command",
-                     "arguments": {"command-line": command}}):
-            f.write(json.dumps(cmd).encode() + b"\n")
-            f.flush()
-            answer = {}
-            while "return" not in answer and "error" not in answer:   # events come between
-                line = f.readline()
-                if not line:
-                    raise ValueError("QMP connection closed before the answer")
-                answer = json.loads(line)
-            if "error" in answer:
-                raise ValueError(f"QMP {cmd['execute']}: {answer['error'].get('desc', answer)}")
-        return str(answer["return"])
+    output. Raises OSError or QMPError when QEMU does not answer as QMP should."""
+    q = QMP(sock, timeout=timeout)
+    try:
+        return str(q.cmd("human-monitor-command", **{"command-line": command}))
+    finally:
+        q.close()
 
 
 RE_CPU = re.compile(r"^CPU#(\d+)", re.M)
@@ -647,7 +632,7 @@ def vcpu_state(sock: str | os.PathLike) -> str:
     tells which. Never raises: a QEMU that does not answer is said to."""
     try:
         regs = qmp_hmp(sock, "info registers -a")
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, QMPError) as e:
         return f"unknown (QEMU's monitor did not answer: {e})"
     parts = []
     starts = [m.start() for m in RE_CPU.finditer(regs)] + [len(regs)]

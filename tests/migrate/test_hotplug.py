@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from migrate.qmp import QMP
+from ivtools.qmp import QMP
 from serve import serve as s  # tests/serve/serve.py (a bare "serve" is the package)
 
 HERE = Path(__file__).resolve().parent

@@ -29,7 +29,7 @@ import pytest
 
 from common import wait_for
 from ivtools.ports import free_ports
-from migrate.qmp import QMP
+from ivtools.qmp import QMP
 from serve import serve as s  # tests/serve/serve.py (a bare "serve" is the package)
 
 HERE = Path(__file__).resolve().parent

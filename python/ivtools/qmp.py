@@ -1,5 +1,6 @@
-"""A minimal QMP client (QEMU's JSON monitor on a Unix socket): enough to migrate a guest and
-hot-plug vCPUs in the tests. One command at a time; asynchronous events are skipped."""
+"""A minimal QMP client (QEMU's JSON monitor on a Unix socket): enough to migrate a guest,
+hot-plug vCPUs and ask where a hung guest's vCPUs are (ivtvm.vcpu_state). One command at a
+time; asynchronous events are skipped."""
 import json
 import socket
 import time
