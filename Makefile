@@ -46,13 +46,16 @@ SHELL := /bin/bash
 CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
-.PHONY: all deps host lib guest check test test-abi test-lib test-host test-pyunit test-py test-eval \
+.PHONY: all preflight deps host lib guest check test test-abi test-lib test-host test-pyunit test-py test-eval \
 	test-fuzz test-soak tracecompass lint lint-host lint-rust lint-doc lint-py lint-shell lint-spell \
 	lint-kmod lint-sanitizers test-asan test-tsan \
 	demo demo-loopback demo-vmview demo-boot bench eval soak fuzz clean deb test-deb gen-docs test-nested \
 	test-kernels
 
 all: host lib
+
+preflight:
+	@scripts/preflight
 
 deps:
 	@scripts/deps.sh
@@ -80,9 +83,10 @@ guest:
 # every lint part. Needs what scripts/deps.sh installed (as root, once).
 check: all test-abi test-lib test-host test-pyunit lint
 
-# test: the full suite, what .ci/run runs. check comes first: a build, unit test or lint
-# failure stops it before the half hour of guests, packages and benchmarks.
-test: deps check tracecompass test-py test-eval test-fuzz test-soak test-deb \
+# test: the full suite, what .ci/run runs. preflight first (too little disk fails half the suite
+# for no reason of ours), then check: a build, unit test or lint failure stops it before the half
+# hour of guests, packages and benchmarks.
+test: preflight deps check tracecompass test-py test-eval test-fuzz test-soak test-deb \
 	test-kernels
 
 # L2 is TCG inside TCG: minutes of boot on a 2-core machine, beyond make test's budget.
@@ -105,9 +109,12 @@ test-pyunit:
 	$(PYTHON) -m pytest -q --tb=short -rfE python/tests tests/test_docs.py
 
 # tests/deb and tests/libvirt need the packages: test-deb runs them; tests/kernels: test-kernels.
+# One directory per checkout for the traces the tests write, emptied by pytest at each run
+# (its default keeps the last three runs: ~4 GiB each).
+PYTEST_TMP ?= $(or $(TMPDIR),/tmp)/ivtrace-pytest-$(notdir $(CURDIR))
 test-py: all
-	$(PYTHON) -m pytest -q --tb=short -rfE tests --ignore=tests/deb --ignore=tests/libvirt \
-		--ignore=tests/kernels
+	$(PYTHON) -m pytest -q --tb=short -rfE --basetemp=$(PYTEST_TMP) tests --ignore=tests/deb \
+		--ignore=tests/libvirt --ignore=tests/kernels
 
 # The guest kernels users run, each resolved from the archive now (versions printed), built
 # (trixie's in a build root cached in /var/cache/ivtrace), booted under TCG with ivtrace.ko
