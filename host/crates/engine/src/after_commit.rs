@@ -174,7 +174,12 @@ mod tests {
             Ok(())
         }
 
-        fn finish(&mut self, _: &ClockMapping, _: TraceEnv, _: &EventClasses) -> std::io::Result<()> {
+        fn finish(
+            &mut self,
+            _: &ClockMapping,
+            _: TraceEnv,
+            _: &EventClasses,
+        ) -> std::io::Result<()> {
             Ok(())
         }
 

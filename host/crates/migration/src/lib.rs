@@ -89,7 +89,8 @@ pub fn read_handoff(path: &Path) -> Result<Handoff> {
     if text.len() as u64 > HANDOFF_MAX_BYTES {
         return Err(MigrationError::TooLarge { path: file });
     }
-    serde_json::from_slice(&text).map_err(|source| MigrationError::NotAHandoff { path: file, source })
+    serde_json::from_slice(&text)
+        .map_err(|source| MigrationError::NotAHandoff { path: file, source })
 }
 
 fn handoff_path(path: &Path) -> PathBuf {

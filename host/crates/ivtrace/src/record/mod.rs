@@ -242,7 +242,9 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
 /// `--resume-from`: waits for the previous part's handoff (None: stopped
 /// meanwhile).
 fn wait_for_handoff(path: &Path, stop: &Stop) -> Result<Option<Handoff>> {
-    Ok(migration::wait_for_handoff(path, &mut || stop.requested().is_none())?)
+    Ok(migration::wait_for_handoff(path, &mut || {
+        stop.requested().is_none()
+    })?)
 }
 
 fn resume_handoff(reader: &mut Reader, h: &Handoff, path: &Path) -> Result<Resumed> {
