@@ -5,8 +5,6 @@
 //! write) is handed over again by the reader, and must reach the watcher
 //! once.
 
-use anyhow::Result;
-
 use ivtrace_ctf::{ClockMapping, TraceEnv};
 use ivtrace_region::names::NameTable;
 use ivtrace_region::{EventClasses, PacketSink};
@@ -34,7 +32,7 @@ pub trait Watcher {
     fn committed(&mut self, notes: Vec<Self::Note>) -> Result<(), Self::Error>;
 
     /// The recording is idle (the output made its packets visible).
-    fn idle(&mut self) -> Result<()> {
+    fn idle(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
 }
@@ -100,12 +98,12 @@ where
     W: Watcher,
     O::Error: From<W::Error>,
 {
-    fn rollback(&mut self) -> Result<()> {
+    fn rollback(&mut self) -> Result<(), O::Error> {
         self.pending.clear();
         self.inner.rollback()
     }
 
-    fn idle(&mut self) -> Result<()> {
+    fn idle(&mut self) -> Result<(), O::Error> {
         self.watcher.idle()?;
         self.inner.idle()
     }
@@ -121,7 +119,7 @@ where
         clock: &ClockMapping,
         env: TraceEnv,
         classes: &EventClasses,
-    ) -> Result<()> {
+    ) -> Result<(), O::Error> {
         PacketSink::commit(self)?;
         self.inner.finish(clock, env, classes)
     }
@@ -132,7 +130,7 @@ where
         clock: &ClockMapping,
         env: TraceEnv,
         classes: &EventClasses,
-    ) -> Result<()> {
+    ) -> Result<(), O::Error> {
         self.pending.clear();
         self.inner.finish_incomplete(clock, env, classes)
     }
@@ -171,12 +169,17 @@ mod tests {
     }
 
     impl Output for Kept {
-        fn rollback(&mut self) -> Result<()> {
+        fn rollback(&mut self) -> std::io::Result<()> {
             self.open.clear();
             Ok(())
         }
 
-        fn finish(&mut self, _: &ClockMapping, _: TraceEnv, _: &EventClasses) -> Result<()> {
+        fn finish(
+            &mut self,
+            _: &ClockMapping,
+            _: TraceEnv,
+            _: &EventClasses,
+        ) -> std::io::Result<()> {
             Ok(())
         }
 
@@ -185,7 +188,7 @@ mod tests {
             _: &ClockMapping,
             _: TraceEnv,
             _: &EventClasses,
-        ) -> Result<()> {
+        ) -> std::io::Result<()> {
             Ok(())
         }
     }

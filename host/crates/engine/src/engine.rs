@@ -26,16 +26,17 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
-
-use ivtrace_ctf::{ClockMapping, CtfWriter, TraceEnv};
+use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, TraceEnv};
 use ivtrace_region::names::{read_thread_names, NameTable};
 use ivtrace_region::reader::Pass;
 use ivtrace_region::{EventClasses, PacketSink, Reader};
 use ivtrace_time::pingpong::SyncPoint;
 use ivtrace_time::ClockSync;
 
+use crate::error::{BoxError, EngineError};
 use crate::wait::{Wait, Woken};
+
+type Result<T, E = EngineError> = std::result::Result<T, E>;
 
 /// How often the slow checks (region withdrawn, the front end's) run.
 const SLOW_CHECK: Duration = Duration::from_millis(100);
@@ -88,14 +89,16 @@ impl StopReason {
 
 /// Where the packets go: the CTF directory writer today, a relay
 /// connection later. Packets arrive through [`PacketSink`].
+/// Its errors are its [`PacketSink::Error`] (the engine carries them as
+/// [`EngineError::Output`]).
 pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
     /// Undoes every packet handed over since the last commit (a write
     /// failed): the output keeps whole committed packets only.
-    fn rollback(&mut self) -> Result<()>;
+    fn rollback(&mut self) -> Result<(), Self::Error>;
 
     /// The recording is idle: make what was handed over visible (log
     /// deliveries). Nothing by default.
-    fn idle(&mut self) -> Result<()> {
+    fn idle(&mut self) -> Result<(), Self::Error> {
         Ok(())
     }
 
@@ -107,8 +110,12 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
     fn thread_names(&mut self, _table: NameTable) {}
 
     /// The recording is over: the final clock and env, the metadata.
-    fn finish(&mut self, clock: &ClockMapping, env: TraceEnv, classes: &EventClasses)
-        -> Result<()>;
+    fn finish(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<(), Self::Error>;
 
     /// The recording stopped because the output failed: make what it holds
     /// readable without writing more than needed (no kernel expansion:
@@ -118,12 +125,12 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
         clock: &ClockMapping,
         env: TraceEnv,
         classes: &EventClasses,
-    ) -> Result<()>;
+    ) -> Result<(), Self::Error>;
 }
 
 impl Output for CtfWriter {
-    fn rollback(&mut self) -> Result<()> {
-        Ok(CtfWriter::rollback(self)?)
+    fn rollback(&mut self) -> Result<(), CtfError> {
+        CtfWriter::rollback(self)
     }
 
     fn thread_names(&mut self, table: NameTable) {
@@ -135,11 +142,10 @@ impl Output for CtfWriter {
         clock: &ClockMapping,
         env: TraceEnv,
         classes: &EventClasses,
-    ) -> Result<()> {
+    ) -> Result<(), CtfError> {
         self.set_clock(clock.clone());
         self.set_env(env);
-        CtfWriter::finish(self, classes)?;
-        Ok(())
+        CtfWriter::finish(self, classes)
     }
 
     fn finish_incomplete(
@@ -147,16 +153,16 @@ impl Output for CtfWriter {
         clock: &ClockMapping,
         env: TraceEnv,
         classes: &EventClasses,
-    ) -> Result<()> {
+    ) -> Result<(), CtfError> {
         self.set_clock(clock.clone());
         self.set_env(env);
-        CtfWriter::finish_incomplete(self, classes)?;
-        Ok(())
+        CtfWriter::finish_incomplete(self, classes)
     }
 }
 
 /// What the front end adds to the loop. Every method but
-/// [`Hooks::stop_requested`] has a do-nothing default.
+/// [`Hooks::stop_requested`] has a do-nothing default. An error a method
+/// returns ends the recording with [`EngineError::Front`].
 pub trait Hooks {
     /// Checked after every pass: stop now (signal, deadline, server
     /// stopping)?
@@ -169,17 +175,17 @@ pub trait Hooks {
     }
 
     /// After every pass: answer requests (control commands, status).
-    fn between_passes(&mut self, _reader: &Reader) -> Result<()> {
+    fn between_passes(&mut self, _reader: &Reader) -> Result<(), BoxError> {
         Ok(())
     }
 
     /// A clock exchange kept `point`.
-    fn synced(&mut self, _point: &SyncPoint) -> Result<()> {
+    fn synced(&mut self, _point: &SyncPoint) -> Result<(), BoxError> {
         Ok(())
     }
 
     /// A wait ended (doorbells received).
-    fn woken(&mut self, _woken: &Woken) -> Result<()> {
+    fn woken(&mut self, _woken: &Woken) -> Result<(), BoxError> {
         Ok(())
     }
 
@@ -369,30 +375,33 @@ impl<O: Output> Core<O> {
             }
             Next::Go => {}
         }
-        p.hooks.between_passes(&self.reader)?;
+        p.hooks
+            .between_passes(&self.reader)
+            .map_err(EngineError::Front)?;
         self.sync_if_due(p)?;
         if pass.packets > 0 {
             p.wait.busy();
             return Ok(Step::Again);
         }
-        self.output.idle()?;
+        self.output.idle().map_err(output_error)?;
         self.prepare_wait(p)
     }
 
     /// A pass or a commit failed: undo what the output did not take (it
     /// stays in the region), remember why, stop.
-    fn output_failed(&mut self, e: anyhow::Error) -> Result<StopReason> {
+    fn output_failed(&mut self, e: EngineError) -> Result<StopReason> {
         if std::mem::take(&mut self.doorbell_sleep) {
             self.reader.region().protocol().awake();
         }
-        if !is_output_error(&e) {
+        let EngineError::Output(e) = e else {
             return Err(e);
-        }
+        };
         self.reader.rollback_unwritten();
         let undo = self.output.rollback();
-        let mut why = format!("{e:#}");
+        // The output's own message (CtfError names the file and the cause).
+        let mut why = e.to_string();
         if let Err(u) = undo {
-            why = format!("{why}; then {u:#}");
+            why = format!("{why}; then {u}");
         }
         self.output_error = Some(why);
         Ok(StopReason::OutputFailed)
@@ -404,9 +413,9 @@ impl<O: Output> Core<O> {
         let pass = self
             .reader
             .drain_available(&mut self.output)
-            .map_err(OutputError::wrap)?;
+            .map_err(output_error)?;
         if pass.packets > 0 {
-            self.output.commit().map_err(OutputError::wrap)?;
+            self.output.commit().map_err(output_error)?;
             self.reader.commit_written();
         }
         self.bytes += pass.bytes;
@@ -445,7 +454,7 @@ impl<O: Output> Core<O> {
             return Ok(());
         }
         match p.clock.exchange(self.reader.region()) {
-            Some(point) => p.hooks.synced(&point),
+            Some(point) => p.hooks.synced(&point).map_err(EngineError::Front),
             None => Ok(()),
         }
     }
@@ -478,7 +487,7 @@ impl<O: Output> Core<O> {
             self.reader.region().protocol().awake();
         }
         let woken = woken?;
-        p.hooks.woken(&woken)?;
+        p.hooks.woken(&woken).map_err(EngineError::Front)?;
         if woken.ending.is_some() {
             self.ending = woken.ending;
         }
@@ -499,21 +508,16 @@ impl<O: Output> Core<O> {
             _ => self.reader.flush_partial(&mut self.output),
         };
         let flushed = last_pass
-            .map_err(OutputError::wrap)
-            .and_then(|_| self.output.commit().map_err(OutputError::wrap))
-            .and_then(|()| {
-                self.reader
-                    .finish(&mut self.output)
-                    .map_err(OutputError::wrap)
-            })
-            .and_then(|()| self.output.commit().map_err(OutputError::wrap));
+            .and_then(|_| self.output.commit())
+            .and_then(|()| self.reader.finish(&mut self.output))
+            .and_then(|()| self.output.commit());
         match flushed {
             Ok(()) => {
                 self.reader.commit_written();
-                self.output.idle()
+                self.output.idle().map_err(output_error)
             }
             Err(e) => {
-                self.output_failed(e)?;
+                self.output_failed(output_error(e))?;
                 self.reader.account_final();
                 Ok(())
             }
@@ -552,24 +556,6 @@ impl<O: Output> Core<O> {
 
 /// An error of the output (as opposed to the engine or the front end):
 /// the recording stops and finalizes what was written.
-#[derive(Debug)]
-pub struct OutputError(anyhow::Error);
-
-impl std::fmt::Display for OutputError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The output's own message (CtfError names the file and the cause).
-        write!(f, "{}", self.0)
-    }
-}
-
-impl std::error::Error for OutputError {}
-
-impl OutputError {
-    fn wrap<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
-        OutputError(anyhow::Error::new(e)).into()
-    }
-}
-
-fn is_output_error(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<OutputError>().is_some()
+fn output_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> EngineError {
+    EngineError::Output(Box::new(e))
 }

@@ -33,7 +33,7 @@ pub mod session;
 pub mod wait;
 
 pub use engine::{Core, Engine, HandshakeStats, Hooks, Output, Parts, Recorded, Step, StopReason};
-pub use error::EngineError;
+pub use error::{BoxError, EngineError};
 pub use region_wait::{wait_for_region, RegionWait};
 pub use session::UserError;
 pub use wait::{Backoff, Wait, Woken};

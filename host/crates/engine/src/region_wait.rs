@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
-
 use ivtrace_region::{Access, Region, RegionError};
+
+use crate::error::EngineError;
 
 /// A formatted header whose size disagrees with the file may be a region
 /// being re-created (truncated, then reformatted); past this it is not.
@@ -17,8 +17,9 @@ pub trait RegionWait {
     /// Opening failed with `err`. `transient`: the file may still appear
     /// or be formatted (missing, too small, not formatted, a size mismatch
     /// younger than two seconds). Tell the user, if the front end does;
-    /// return the error to give up.
-    fn not_yet(&mut self, err: RegionError, transient: bool) -> Result<()>;
+    /// return the error to give up ([`EngineError::Region`] then names the
+    /// region).
+    fn not_yet(&mut self, err: RegionError, transient: bool) -> Result<(), RegionError>;
 
     /// Waits before the next attempt (answering whatever the front end
     /// answers meanwhile). False: stop waiting.
@@ -32,7 +33,7 @@ pub fn wait_for_region(
     path: &Path,
     skip: Option<[u8; 16]>,
     front: &mut dyn RegionWait,
-) -> Result<Option<Region>> {
+) -> Result<Option<Region>, EngineError> {
     let mut mismatch_since: Option<Instant> = None;
     loop {
         match Region::open(path, Access::ReadWrite) {
@@ -40,7 +41,12 @@ pub fn wait_for_region(
             Ok(_) => {}
             Err(e) => {
                 let transient = is_transient(&e, &mut mismatch_since);
-                front.not_yet(e, transient)?;
+                front
+                    .not_yet(e, transient)
+                    .map_err(|source| EngineError::Region {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
             }
         }
         if !front.pause() {
@@ -74,7 +80,7 @@ mod tests {
     }
 
     impl RegionWait for Patient {
-        fn not_yet(&mut self, err: RegionError, transient: bool) -> Result<()> {
+        fn not_yet(&mut self, err: RegionError, transient: bool) -> Result<(), RegionError> {
             self.seen.push((format!("{err:?}"), transient));
             Ok(())
         }

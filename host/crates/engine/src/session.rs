@@ -7,7 +7,6 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{Context, Result};
 use serde_json::json;
 use thiserror::Error;
 
@@ -22,6 +21,8 @@ use ivtrace_ctf::trace::{stream_dir, Progress};
 use ivtrace_ctf::{ClockMapping, CtfWriter, EnvValue, TraceEnv};
 use ivtrace_region::meta::MetaStats;
 use ivtrace_region::{abi, sanitize, Access, Reader, Region};
+
+use crate::error::EngineError;
 
 /// Entries of an output directory that the engine writes besides the
 /// traces (ivtrace-ctf's `dir` knows those); --force removes them too.
@@ -367,9 +368,12 @@ pub fn events_seen(s: &Sidecar) -> u64 {
 /// Drains a private copy of region bytes completely into `out` (as a
 /// final record would): the path the fuzzer and property tests exercise.
 /// Returns the events written.
-pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64> {
-    let region = Region::from_bytes(bytes, Access::ReadWrite)?;
-    fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64, EngineError> {
+    let region = Region::from_bytes(bytes, Access::ReadWrite).map_err(EngineError::RegionBytes)?;
+    fs::create_dir_all(out).map_err(|source| EngineError::CreateDir {
+        path: out.to_path_buf(),
+        source,
+    })?;
     let root = open_root(out, &OutputPolicy::default())?;
     let clock = ivtrace_time::estimator::HeaderReference {
         clock: region.header().clock,

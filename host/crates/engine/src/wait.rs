@@ -8,9 +8,8 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
-
 use crate::engine::StopReason;
+use crate::error::EngineError;
 
 /// What ended a wait.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,8 +32,9 @@ pub trait Wait {
         false
     }
 
-    /// Blocks until something may have changed, for at most `limit`.
-    fn block(&mut self, limit: Duration) -> Result<Woken>;
+    /// Blocks until something may have changed, for at most `limit`. A
+    /// front end's own failure is [`EngineError::Front`].
+    fn block(&mut self, limit: Duration) -> Result<Woken, EngineError>;
 
     /// A pass found packets: start any backoff over.
     fn busy(&mut self) {}
@@ -71,7 +71,7 @@ impl Backoff {
 }
 
 impl Wait for Backoff {
-    fn block(&mut self, limit: Duration) -> Result<Woken> {
+    fn block(&mut self, limit: Duration) -> Result<Woken, EngineError> {
         std::thread::sleep(self.step(limit));
         Ok(Woken::default())
     }

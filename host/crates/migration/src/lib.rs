@@ -15,8 +15,10 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+
 use serde_json::{json, Value};
+use thiserror::Error;
 
 pub use ivtrace_ctf::dir::HANDOFF_NAME;
 pub use ivtrace_region::reader::{part_uuid, Handoff, Resumed};
@@ -26,35 +28,72 @@ const HANDOFF_MAX_BYTES: u64 = 16 << 20;
 /// How often a destination looks for the handoff file.
 const HANDOFF_POLL: Duration = Duration::from_millis(100);
 
+/// What can fail in writing or reading a handoff, naming the file.
+#[derive(Debug, Error)]
+pub enum MigrationError {
+    #[error("cannot encode the handoff: {0}")]
+    Encode(#[source] serde_json::Error),
+    #[error("cannot write {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot open {}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is larger than {HANDOFF_MAX_BYTES} bytes: not a handoff", path.display())]
+    TooLarge { path: PathBuf },
+    #[error("{} is not an ivtrace handoff", path.display())]
+    NotAHandoff {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+type Result<T, E = MigrationError> = std::result::Result<T, E>;
+
 /// Writes `DIR/handoff.json` atomically (the destination polls for it).
 pub fn write_handoff(dir: &ivtrace_ctf::OutDir, handoff: &Handoff) -> Result<()> {
-    let mut text = serde_json::to_vec_pretty(handoff)?;
+    let mut text = serde_json::to_vec_pretty(handoff).map_err(MigrationError::Encode)?;
     text.push(b'\n');
     dir.write_atomically(HANDOFF_NAME, &text)
-        .with_context(|| format!("cannot write {}", dir.join(HANDOFF_NAME).display()))
+        .map_err(|source| MigrationError::Write {
+            path: dir.join(HANDOFF_NAME),
+            source,
+        })
 }
 
 /// Reads a handoff: `path` is the file itself or the directory of the part
 /// that wrote it.
 pub fn read_handoff(path: &Path) -> Result<Handoff> {
     let file = handoff_path(path);
-    let f = ivtrace_ctf::outdir::open_regular(&file)
-        .with_context(|| format!("cannot open {}", file.display()))?;
+    let f = ivtrace_ctf::outdir::open_regular(&file).map_err(|source| MigrationError::Open {
+        path: file.clone(),
+        source,
+    })?;
     let mut text = Vec::new();
-    f.take(HANDOFF_MAX_BYTES + 1)
-        .read_to_end(&mut text)
-        .with_context(|| format!("cannot read {}", file.display()))?;
+    if let Err(source) = f.take(HANDOFF_MAX_BYTES + 1).read_to_end(&mut text) {
+        return Err(MigrationError::Read { path: file, source });
+    }
     if text.len() as u64 > HANDOFF_MAX_BYTES {
-        bail!(
-            "{} is larger than {HANDOFF_MAX_BYTES} bytes: not a handoff",
-            file.display()
-        );
+        return Err(MigrationError::TooLarge { path: file });
     }
     serde_json::from_slice(&text)
-        .with_context(|| format!("{} is not an ivtrace handoff", file.display()))
+        .map_err(|source| MigrationError::NotAHandoff { path: file, source })
 }
 
-fn handoff_path(path: &Path) -> std::path::PathBuf {
+fn handoff_path(path: &Path) -> PathBuf {
     if path.is_dir() {
         path.join(HANDOFF_NAME)
     } else {

@@ -31,7 +31,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use ivtrace_ctf::streams::Limits;
 use ivtrace_ctf::tsdl::{EnvValue, TraceEnv};
 use ivtrace_ctf::{CtfWriter, OutDir};
@@ -48,6 +47,11 @@ use ivtrace_region::sanitize::Shown;
 use ivtrace_region::{abi, PacketSink};
 use ivtrace_time::ClockMapping;
 use serde::Serialize;
+
+pub mod error;
+pub use error::NestedError;
+
+type Result<T, E = NestedError> = std::result::Result<T, E>;
 
 pub use ivtrace_ctf::dir::NESTED_DIR;
 pub use ivtrace_region::forward::{
@@ -73,14 +77,13 @@ impl Forwarder {
     /// Opens `path` (a FIFO `ivtrace-forward --in` reads; blocks until it
     /// does) and introduces the guest.
     pub fn open(path: &Path, hello: &Hello) -> Result<Forwarder> {
-        let f = OpenOptions::new().write(true).open(path).with_context(|| {
-            format!(
-                "cannot open {} for forwarding (hint: mkfifo it and start ivtrace-forward \
-                 --in {} first)",
-                path.display(),
-                path.display()
-            )
-        })?;
+        let f = OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|source| NestedError::OpenFifo {
+                path: path.to_path_buf(),
+                source,
+            })?;
         let mut fw = Forwarder {
             out: Some(BufWriter::with_capacity(1 << 16, f)),
             path: path.to_path_buf(),
@@ -370,11 +373,17 @@ impl NestedGuest {
             0 => root.create_dir(NESTED_DIR),
             _ => root.open_dir(NESTED_DIR),
         }
-        .with_context(|| format!("cannot create {}", root.join(NESTED_DIR).display()))?;
+        .map_err(|source| NestedError::Create {
+            path: root.join(NESTED_DIR),
+            source,
+        })?;
         let leaf = format!("{name}-{index}");
         let dir = nested
             .create_dir(&leaf)
-            .with_context(|| format!("cannot create {}", nested.join(&leaf).display()))?;
+            .map_err(|source| NestedError::Create {
+                path: nested.join(&leaf),
+                source,
+            })?;
         let nr = hello.nr_channels.clamp(1, abi::IVT_CHANNELS_MAX);
         let placeholder = ClockMapping {
             freq_hz: 1_000_000_000,
@@ -501,7 +510,10 @@ impl NestedGuest {
         });
         self.dir
             .write_atomically(NESTED_SIDECAR, &serde_json::to_vec_pretty(&summary)?)
-            .with_context(|| format!("cannot write {}", self.dir.join(NESTED_SIDECAR).display()))?;
+            .map_err(|source| NestedError::Write {
+                path: self.dir.join(NESTED_SIDECAR),
+                source,
+            })?;
         eprintln!(
             "ivtrace: nested guest {} (via {}): {} events in {} packets, {} corrupt packets, \
              {} incomplete messages, its own discarded {}; clock {} ±{} ns -> {}",
@@ -651,7 +663,7 @@ impl Watcher for Nest {
         Ok(())
     }
 
-    fn idle(&mut self) -> Result<()> {
+    fn idle(&mut self) -> Result<(), ivtrace_ctf::CtfError> {
         if let Some(out) = self.forward.as_mut().and_then(|f| f.out.as_mut()) {
             let _ = out.flush();
         }

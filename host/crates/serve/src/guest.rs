@@ -22,7 +22,7 @@ use anyhow::{Context, Result};
 use nix::sys::eventfd::EventFd;
 
 use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
-use ivtrace_engine::{Backoff, RegionWait, Step, StopReason, Wait, Woken};
+use ivtrace_engine::{Backoff, EngineError, RegionWait, Step, StopReason, Wait, Woken};
 use ivtrace_region::{Ack, Command, FtraceAck, RegionError};
 
 use crate::admission::Seat;
@@ -186,7 +186,7 @@ impl GuestWaiter {
 
     /// What woke a parked recording (or nothing: its timeout), without
     /// blocking.
-    pub fn collect(&mut self) -> Result<Woken> {
+    pub fn collect(&mut self) -> Result<Woken, EngineError> {
         let wake = self.notifier.block(Duration::ZERO)?;
         let ending = self.tokens(&wake);
         Ok(Woken {
@@ -249,7 +249,7 @@ impl Wait for GuestWaiter {
         self.doorbell
     }
 
-    fn block(&mut self, limit: Duration) -> Result<Woken> {
+    fn block(&mut self, limit: Duration) -> Result<Woken, EngineError> {
         let timeout = match self.doorbell {
             true => limit,
             false => self.backoff.step(limit),
@@ -276,7 +276,7 @@ struct OneLook<'a> {
 }
 
 impl RegionWait for OneLook<'_> {
-    fn not_yet(&mut self, err: RegionError, _transient: bool) -> Result<()> {
+    fn not_yet(&mut self, err: RegionError, _transient: bool) -> Result<(), RegionError> {
         if matches!(err, RegionError::NotFormatted | RegionError::Missing { .. }) {
             return Ok(());
         }

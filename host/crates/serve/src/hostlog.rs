@@ -17,7 +17,7 @@ use serde_json::json;
 use ivtrace_ctf::host_trace::{HostTrace, Payload, STREAM_IVTRACE};
 use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter};
 use ivtrace_engine::after_commit::{AfterCommit, Watcher};
-use ivtrace_engine::{Hooks, StopReason, Woken};
+use ivtrace_engine::{BoxError, Hooks, StopReason, Woken};
 use ivtrace_region::bytes::{u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 use ivtrace_region::{abi, Command, EventClasses, Reader};
@@ -244,8 +244,8 @@ impl Watcher for Deliveries {
     }
 
     /// Idle: the host trace's open packets reach their files too.
-    fn idle(&mut self) -> Result<()> {
-        Ok(self.host.lock().expect("not poisoned").flush()?)
+    fn idle(&mut self) -> Result<(), CtfError> {
+        self.host.lock().expect("not poisoned").flush()
     }
 }
 
@@ -342,7 +342,7 @@ impl Hooks for ServeHooks<'_> {
     }
 
     /// Answers control and status requests.
-    fn between_passes(&mut self, reader: &Reader) -> Result<()> {
+    fn between_passes(&mut self, reader: &Reader) -> Result<(), BoxError> {
         loop {
             match self.requests.try_recv() {
                 Ok(Request::Control { cmd, reply }) => {
@@ -368,7 +368,7 @@ impl Hooks for ServeHooks<'_> {
         }
     }
 
-    fn synced(&mut self, p: &SyncPoint) -> Result<()> {
+    fn synced(&mut self, p: &SyncPoint) -> Result<(), BoxError> {
         let payload = Payload::default()
             .u64(p.guest_ticks)
             .u64(p.host_ns)
@@ -380,10 +380,10 @@ impl Hooks for ServeHooks<'_> {
             host_now_ns(),
             payload,
         )
-        .map_err(|e| anyhow::Error::from(e).context("host trace"))
+        .map_err(|e| anyhow::Error::from(e).context("host trace").into())
     }
 
-    fn woken(&mut self, woken: &Woken) -> Result<()> {
+    fn woken(&mut self, woken: &Woken) -> Result<(), BoxError> {
         if woken.doorbells == 0 {
             return Ok(());
         }
@@ -391,7 +391,7 @@ impl Hooks for ServeHooks<'_> {
         let payload = Payload::default().u64(woken.doorbells).u64(self.received);
         let id = ev::DOORBELL_RECEIVED;
         log_event(&self.host, self.stream, id, woken.at_ns, payload)
-            .map_err(|e| anyhow::Error::from(e).context("host trace"))
+            .map_err(|e| anyhow::Error::from(e).context("host trace").into())
     }
 
     fn max_wait(&self) -> Duration {

@@ -199,7 +199,7 @@ pub fn step(g: &Guest, waiter: &mut GuestWaiter, live: &mut Live) -> Result<Step
     };
     let step = live.core.step(&mut parts);
     (live.received, live.handoff) = (h.received, h.handoff);
-    step
+    Ok(step?)
 }
 
 /// The wait of a [`Step::Block`] ended ([`Core::woke`]).
@@ -207,7 +207,7 @@ pub fn woke(
     g: &Guest,
     waiter: &mut GuestWaiter,
     live: &mut Live,
-    woken: Result<ivtrace_engine::Woken>,
+    woken: Result<ivtrace_engine::Woken, ivtrace_engine::EngineError>,
 ) -> Result<()> {
     let carried = (live.received, live.handoff);
     let mut h = hooks(g, &live.host, live.stream, &live.out, carried);
@@ -218,7 +218,7 @@ pub fn woke(
     };
     let res = live.core.woke(&mut parts, woken);
     (live.received, live.handoff) = (h.received, h.handoff);
-    res
+    Ok(res?)
 }
 
 /// A recording whose traces are finished, its relay session closing:

@@ -102,10 +102,12 @@ struct Waiting<'a> {
 }
 
 impl RegionWait for Waiting<'_> {
-    fn not_yet(&mut self, err: RegionError, transient: bool) -> Result<()> {
+    /// Gives up on a lasting error ([`ivtrace_engine::EngineError::Region`]
+    /// then says "cannot use region PATH: why").
+    fn not_yet(&mut self, err: RegionError, transient: bool) -> Result<(), RegionError> {
         let shm = self.shm.display();
         if !transient {
-            return Err(err).with_context(|| format!("cannot use region {shm}"));
+            return Err(err);
         }
         let msg = match err {
             RegionError::Missing { .. } => {
@@ -240,7 +242,9 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
 /// `--resume-from`: waits for the previous part's handoff (None: stopped
 /// meanwhile).
 fn wait_for_handoff(path: &Path, stop: &Stop) -> Result<Option<Handoff>> {
-    migration::wait_for_handoff(path, &mut || stop.requested().is_none())
+    Ok(migration::wait_for_handoff(path, &mut || {
+        stop.requested().is_none()
+    })?)
 }
 
 fn resume_handoff(reader: &mut Reader, h: &Handoff, path: &Path) -> Result<Resumed> {
@@ -374,7 +378,7 @@ fn forwarder(args: &RecordArgs, region: &Region, host: &str) -> Result<Option<Fo
         uuid: region.header().uuid,
         nr_channels: region.layout().nr_channels,
     };
-    Forwarder::open(path, &hello).map(Some)
+    Ok(Forwarder::open(path, &hello).map(Some)?)
 }
 
 /// The recorded trace's env and metadata, the host trace and VM view, the
