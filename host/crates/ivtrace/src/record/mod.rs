@@ -463,7 +463,7 @@ fn finish_trace(
     summary::print(&sidecar, out.path(), args.json)?;
     if let Some(e) = output_error {
         anyhow::bail!(
-            "{e}\nthe trace in {} holds every packet written before (babeltrace2 reads its \
+            "{e}: the trace in {} holds every packet written before (babeltrace2 reads its \
              user/ trace; a kernel stream stays staged in .kernel-wire/); the packets not \
              written are still in the region: free space, then `ivtrace record --resume` with \
              the same --shm and -o records them, or `ivtrace recover` finishes the trace as it is",
