@@ -62,7 +62,10 @@ RC_NO_MARKER = 98
 CONSOLE_TAIL = 30
 
 # The guest kernel's watchdogs (pr_emerg / pr_err: shown on the console even with `quiet`).
-RE_LOCKUP = re.compile(r"(watchdog: BUG: soft lockup - CPU#\d+ stuck for \d+s!.*"
+# Only the kernel's own console lines: /init's "IVTRACE-GUEST: dmesg: ..." relay at the end
+# of a run repeats them, and must not be taken for a new stall.
+RE_LOCKUP = re.compile(r"^(?:\s*\[\s*\d+\.\d+\]\s*)?"
+                       r"(watchdog: BUG: soft lockup - CPU#\d+ stuck for \d+s!.*"
                        r"|rcu: INFO: \S+ (?:self-)?detected stalls?\b.*)$", re.M)
 # A kernel log line on the console ("[   12.345678] ..."); any other line is the guest's
 # userspace (/init, the test's script) talking, which is what "the guest progressed" means.
@@ -692,6 +695,8 @@ class VM:
             self.t_end = time.monotonic()
         if self._reader is not None:
             self._reader.join(timeout=5)
+            if not self._reader.is_alive() and self.proc and self.proc.stdout:
+                self.proc.stdout.close()  # the reader is done with it
         _LIVE.discard(self)
         self._cleanup()
 
