@@ -114,17 +114,27 @@ def cpu_identity() -> dict[str, str]:
     return ident
 
 
+def forced_choice(requested: str, choices: tuple[str, str], env_var: str,
+                  what: str, option: str) -> tuple[str, str] | None:
+    """(choice, reason) when the caller or the environment variable `env_var` picked one of
+    `choices`; None for 'auto' (the caller's word wins over the environment's)."""
+    requested = (requested or "auto").lower()
+    env = os.environ.get(env_var, "").lower()
+    if requested == "auto" and env in choices:
+        return env, f"forced by {env_var}={env}"
+    if requested in choices:
+        return requested, f"forced ({option} {requested})"
+    if requested != "auto":
+        raise VMError(f"unknown {what} '{requested}' (use auto, {choices[0]} or {choices[1]})")
+    return None
+
+
 def probe_accel(requested: str = "auto") -> tuple[str, str]:
     """Return (accel, reason). 'auto' picks KVM only if /dev/kvm opens, answers
     KVM_GET_API_VERSION and the CPU flags show vmx or svm; otherwise TCG."""
-    requested = (requested or "auto").lower()
-    env = os.environ.get("IVTRACE_ACCEL", "").lower()
-    if requested == "auto" and env in ("kvm", "tcg"):
-        return env, f"forced by IVTRACE_ACCEL={env}"
-    if requested in ("kvm", "tcg"):
-        return requested, f"forced (--accel {requested})"
-    if requested != "auto":
-        raise VMError(f"unknown accelerator '{requested}' (use auto, kvm or tcg)")
+    forced = forced_choice(requested, ("kvm", "tcg"), "IVTRACE_ACCEL", "accelerator", "--accel")
+    if forced:
+        return forced
     if not os.path.exists("/dev/kvm"):
         return "tcg", "/dev/kvm does not exist"
     try:
@@ -150,14 +160,10 @@ def tcg_threading(requested: str, extra_args: Sequence[str]) -> tuple[str, str]:
     one host thread per vCPU). MTTCG can leave a vCPU running a stale translation of kernel
     text another vCPU patched (docs/kvm.md): only guests whose host threads a test names,
     pins or measures (`debug-threads=on`) get it, unless asked for."""
-    requested = (requested or "auto").lower()
-    env = os.environ.get("IVTRACE_TCG_THREAD", "").lower()
-    if requested == "auto" and env in ("single", "multi"):
-        return env, f"forced by IVTRACE_TCG_THREAD={env}"
-    if requested in ("single", "multi"):
-        return requested, f"asked for (tcg_thread={requested})"
-    if requested != "auto":
-        raise VMError(f"unknown TCG threading '{requested}' (use auto, single or multi)")
+    forced = forced_choice(requested, ("single", "multi"), "IVTRACE_TCG_THREAD",
+                           "TCG threading", "--tcg-thread")
+    if forced:
+        return forced
     if any("debug-threads=on" in str(a) for a in extra_args):
         return "multi", "the vCPU threads are named (debug-threads=on): one host thread per vCPU"
     return "single", "no test reads the vCPU threads: single-threaded TCG, immune to stale text"

@@ -80,7 +80,7 @@ def test_tcg_threading_is_single_unless_the_vcpu_threads_are_named(monkeypatch):
     monkeypatch.delenv("IVTRACE_TCG_THREAD", raising=False)
     assert tcg_threading("auto", [])[0] == "single"
     assert tcg_threading("auto", ["-name", "g,debug-threads=on"])[0] == "multi"
-    assert tcg_threading("multi", []) == ("multi", "asked for (tcg_thread=multi)")
+    assert tcg_threading("multi", []) == ("multi", "forced (--tcg-thread multi)")
     monkeypatch.setenv("IVTRACE_TCG_THREAD", "multi")
     assert tcg_threading("auto", [])[0] == "multi"
     assert tcg_threading("single", [])[0] == "single"   # the caller's word wins over the env
