@@ -33,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,9 +61,28 @@ RC_NO_MARKER = 98
 # Console lines a failure message shows (BootResult.explain, VM.wait_for's errors).
 CONSOLE_TAIL = 30
 
+# The guest kernel's watchdogs (pr_emerg / pr_err: shown on the console even with `quiet`).
+# Only the kernel's own console lines: /init's "IVTRACE-GUEST: dmesg: ..." relay at the end
+# of a run repeats them, and must not be taken for a new stall.
+RE_LOCKUP = re.compile(r"^(?:\s*\[\s*\d+\.\d+\]\s*)?"
+                       r"(watchdog: BUG: soft lockup - CPU#\d+ stuck for \d+s!.*"
+                       r"|rcu: INFO: \S+ (?:self-)?detected stalls?\b.*)$", re.M)
+# A kernel log line on the console ("[   12.345678] ..."); any other line is the guest's
+# userspace (/init, the test's script) talking, which is what "the guest progressed" means.
+RE_KLOG = re.compile(r"^\s*\[\s*\d+\.\d+\]")
+# How long a released guest may take to print a userspace line before the release is
+# declared a failure (FINDINGS: 5-6 s for rmmod, ~85 s for disabling the kmem event group).
+RELEASE_PATIENCE = 120.0
+
 
 class VMError(Exception):
     """Bad options or a missing prerequisite (message says what to do)."""
+
+
+class EnvironmentFaultWarning(UserWarning):
+    """A guest stalled on a fault of the emulator, not of the guest, and was released
+    (docs/kvm.md "MTTCG and patched kernel text"). Issued once per boot that needed it, so a
+    test that passed only after a release says so in pytest's warnings summary."""
 
 
 # --------------------------------------------------------------------------- accelerator
@@ -94,17 +114,27 @@ def cpu_identity() -> dict[str, str]:
     return ident
 
 
+def forced_choice(requested: str, choices: tuple[str, str], env_var: str,
+                  what: str, option: str) -> tuple[str, str] | None:
+    """(choice, reason) when the caller or the environment variable `env_var` picked one of
+    `choices`; None for 'auto' (the caller's word wins over the environment's)."""
+    requested = (requested or "auto").lower()
+    env = os.environ.get(env_var, "").lower()
+    if requested == "auto" and env in choices:
+        return env, f"forced by {env_var}={env}"
+    if requested in choices:
+        return requested, f"forced ({option} {requested})"
+    if requested != "auto":
+        raise VMError(f"unknown {what} '{requested}' (use auto, {choices[0]} or {choices[1]})")
+    return None
+
+
 def probe_accel(requested: str = "auto") -> tuple[str, str]:
     """Return (accel, reason). 'auto' picks KVM only if /dev/kvm opens, answers
     KVM_GET_API_VERSION and the CPU flags show vmx or svm; otherwise TCG."""
-    requested = (requested or "auto").lower()
-    env = os.environ.get("IVTRACE_ACCEL", "").lower()
-    if requested == "auto" and env in ("kvm", "tcg"):
-        return env, f"forced by IVTRACE_ACCEL={env}"
-    if requested in ("kvm", "tcg"):
-        return requested, f"forced (--accel {requested})"
-    if requested != "auto":
-        raise VMError(f"unknown accelerator '{requested}' (use auto, kvm or tcg)")
+    forced = forced_choice(requested, ("kvm", "tcg"), "IVTRACE_ACCEL", "accelerator", "--accel")
+    if forced:
+        return forced
     if not os.path.exists("/dev/kvm"):
         return "tcg", "/dev/kvm does not exist"
     try:
@@ -123,6 +153,20 @@ def probe_accel(requested: str = "auto") -> tuple[str, str]:
         return "tcg", (f"/dev/kvm opens (API {api}) but /proc/cpuinfo shows neither vmx nor svm: "
                        "a nested/PVM-backed KVM that hangs a stock kernel")
     return "kvm", f"/dev/kvm usable (API {api}) and CPU has {hw[0]}"
+
+
+def tcg_threading(requested: str, extra_args: Sequence[str]) -> tuple[str, str]:
+    """Return (mode, reason): "single" (one host thread runs every vCPU) or "multi" (MTTCG,
+    one host thread per vCPU). MTTCG can leave a vCPU running a stale translation of kernel
+    text another vCPU patched (docs/kvm.md): only guests whose host threads a test names,
+    pins or measures (`debug-threads=on`) get it, unless asked for."""
+    forced = forced_choice(requested, ("single", "multi"), "IVTRACE_TCG_THREAD",
+                           "TCG threading", "--tcg-thread")
+    if forced:
+        return forced
+    if any("debug-threads=on" in str(a) for a in extra_args):
+        return "multi", "the vCPU threads are named (debug-threads=on): one host thread per vCPU"
+    return "single", "no test reads the vCPU threads: single-threaded TCG, immune to stale text"
 
 
 # --------------------------------------------------------------------------- helpers
@@ -211,6 +255,8 @@ class BootResult:
     cmd: list[str] = field(default_factory=list)
     log_path: str | None = None
     vcpus: str = ""              # where each vCPU was when the timeout struck (vcpu_state)
+    tcg_thread: str = ""         # "single" / "multi" under TCG, "" under KVM
+    env_faults: list[str] = field(default_factory=list)  # stalls released (VM._release)
 
     @property
     def ok(self) -> bool:
@@ -231,7 +277,8 @@ class BootResult:
     def summary(self) -> str:
         state = ("TIMEOUT" if self.timed_out else "PANIC" if self.panicked else
                  f"exit {self.exit_code}" if self.exit_code is not None else "no exit marker")
-        s = (f"guest {state}; accel={self.accel} ({self.accel_reason}); "
+        accel = f"{self.accel},thread={self.tcg_thread}" if self.tcg_thread else self.accel
+        s = (f"guest {state}; accel={accel} ({self.accel_reason}); "
              f"{self.duration:.1f} s; qemu rc={self.qemu_returncode}")
         if self.panic_message:
             s += f"; panic: {self.panic_message}"
@@ -239,6 +286,8 @@ class BootResult:
             s += f"; {len(self.kernel_problems)} kernel problem line(s)"
         if self.module_errors:
             s += f"; module errors: {', '.join(self.module_errors)}"
+        for fault in self.env_faults:
+            s += f"; {fault}"
         return s
 
     def tail(self, n: int = 40) -> str:
@@ -283,6 +332,7 @@ class VM:
                  modopts: dict[str, str] | str | None = None,
                  add: Sequence[str] = (),
                  accel: str = "auto",
+                 tcg_thread: str = "auto",
                  smp: int = 2,
                  mem: str = "512M",
                  append: str = "",
@@ -314,6 +364,14 @@ class VM:
         self.timed_out = False
         self.vcpus = ""
         self.accel, self.accel_reason = probe_accel(accel)
+        self.tcg_thread, why = ("", "") if self.accel == "kvm" else \
+            tcg_threading(tcg_thread, extra_args)
+        self.env_faults: list[str] = []
+        self._lockup_scan = 0           # console offset the stall watch has read up to
+        self._releasing = False
+        self._releaser: threading.Thread | None = None
+        if why:
+            self.accel_reason += f"; thread={self.tcg_thread}: {why}"
         if not echo:
             print(f"ivtvm: accelerator {self.accel}: {self.accel_reason}", file=sys.stderr, flush=True)
 
@@ -332,7 +390,8 @@ class VM:
         man = ensure_built(out) if o["build"] else load_manifest(out)
         self.tmp = Path(tempfile.mkdtemp(prefix="ivtvm-"))
         a = self.accel
-        cmd = [QEMU, "-machine", "q35", "-accel", a, "-cpu", "host" if a == "kvm" else "max",
+        accel = a if a == "kvm" else f"tcg,thread={self.tcg_thread}"
+        cmd = [QEMU, "-machine", "q35", "-accel", accel, "-cpu", "host" if a == "kvm" else "max",
                "-smp", str(o["smp"]), "-m", str(o["mem"]),
                "-nographic", "-no-reboot",
                "-kernel", man["vmlinuz"], "-initrd", str(self._initrd(man))]
@@ -503,10 +562,73 @@ class VM:
                 self._buf += chunk
                 if self.t_booted is None and b"IVTRACE-GUEST: booted" in self._buf:
                     self.t_booted = time.monotonic()
+                self._watch_stalls()
                 self._cond.notify_all()
         with self._cond:
             self._eof = True
             self._cond.notify_all()
+
+    # ---- MTTCG stalls (docs/kvm.md "MTTCG and patched kernel text")
+    def _watch_stalls(self) -> None:
+        """Called by the console reader, self._cond held: on a soft-lockup or RCU-stall line
+        of an MTTCG guest, release it (self._release) in a thread of its own."""
+        end = self._buf.rfind(b"\n") + 1
+        if end <= self._lockup_scan:
+            return
+        new = clean_console(bytes(self._buf[self._lockup_scan:end]))
+        self._lockup_scan = end
+        if self.tcg_thread != "multi" or self._releasing or self.tmp is None:
+            return
+        m = RE_LOCKUP.search(new)
+        if m:
+            self._releasing = True
+            self._releaser = threading.Thread(target=self._release, name="ivtvm-release",
+                                              args=(m.group(1).strip(), end, self.qmp_path),
+                                              daemon=True)
+            self._releaser.start()
+
+    def _release(self, line: str, offset: int, sock: Path) -> None:
+        """A vCPU may be looping on a stale translation of patched text (an int3 that memory
+        no longer holds). `singlestep on` changes the flags of every translated-block lookup,
+        so stale blocks stop matching; once the guest's userspace prints again it goes off."""
+        t0 = time.monotonic()
+        try:
+            qmp_hmp(sock, "singlestep on")
+        except (OSError, ValueError, QMPError) as e:
+            self._record(f"guest stalled ('{line}'); the release failed: QMP: {e}")
+            return
+        progressed = self._wait_userspace(offset, t0 + RELEASE_PATIENCE)
+        took = time.monotonic() - t0
+        try:
+            qmp_hmp(sock, "singlestep off")
+        except (OSError, ValueError, QMPError):
+            pass  # QEMU exited meanwhile: nothing left to switch back
+        if progressed:
+            self._record(f"environment fault: QEMU MTTCG stale translation of patched kernel "
+                         f"text ('{line}'); released with `singlestep on` after {took:.0f} s")
+        else:
+            self._record(f"guest stalled ('{line}') and printed nothing in {took:.0f} s of "
+                         "`singlestep on`: not (only) QEMU's stale-translation fault")
+
+    def _wait_userspace(self, offset: int, deadline: float) -> bool:
+        """True once the console has a line after byte `offset` that is not a kernel log line
+        (the guest's userspace ran), False at the deadline or when QEMU exits."""
+        with self._cond:
+            while True:
+                end = self._buf.rfind(b"\n") + 1
+                lines = clean_console(bytes(self._buf[offset:end])).splitlines()
+                if any(ln.strip() and not RE_KLOG.match(ln) for ln in lines):
+                    return True
+                left = deadline - time.monotonic()
+                if self._eof or left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.5))
+
+    def _record(self, fault: str) -> None:
+        with self._cond:
+            self.env_faults.append(fault)
+            self._releasing = False
+        print(f"ivtvm: {fault}", file=sys.stderr, flush=True)
 
     @property
     def console_text(self) -> str:
@@ -579,6 +701,8 @@ class VM:
             self.t_end = time.monotonic()
         if self._reader is not None:
             self._reader.join(timeout=5)
+            if not self._reader.is_alive() and self.proc and self.proc.stdout:
+                self.proc.stdout.close()  # the reader is done with it
         _LIVE.discard(self)
         self._cleanup()
 
@@ -592,15 +716,20 @@ class VM:
 
     def _result(self) -> BootResult:
         self.kill()  # joins the reader; no-op if already exited
+        if self._releaser is not None:
+            self._releaser.join(timeout=10)  # QEMU is gone: it records what it saw at once
         text = self.console_text
         info = parse_console(text)
+        for fault in self.env_faults:
+            warnings.warn(EnvironmentFaultWarning(fault), stacklevel=3)
         return BootResult(
             console_text=text, accel=self.accel, accel_reason=self.accel_reason,
             duration=(self.t_end or time.monotonic()) - self.t0, timed_out=self.timed_out,
             qemu_returncode=self.proc.returncode if self.proc else None,
             boot_time=(self.t_booted - self.t0) if self.t_booted else None,
             cmd=list(self.cmd), log_path=str(self.opts["log"]) if self.opts["log"] else None,
-            vcpus=self.vcpus, **info)
+            vcpus=self.vcpus, tcg_thread=self.tcg_thread, env_faults=list(self.env_faults),
+            **info)
 
     def __enter__(self) -> VM:
         if self.proc is None:
@@ -680,7 +809,8 @@ def boot(run: str | None = None, *, timeout: float | None = 120.0, **kw) -> Boot
     'cmdline'), shm (name under /dev/shm or a path), shm_size (power of two, '16M'), shm_clear,
     doorbell (ivshmem server socket), vectors (2), modules (names or guest paths), modopts
     ({name: "k=v k2=v2"}), add (["SRC[:DEST]", ...] appended to the initramfs), accel ('auto' |
-    'kvm' | 'tcg'), smp, mem, append (extra kernel args), quiet, panic_on_oops, share (host dir
+    'kvm' | 'tcg'), tcg_thread ('auto' | 'single' | 'multi', see tcg_threading), smp, mem,
+    append (extra kernel args), quiet, panic_on_oops, share (host dir
     mounted with 9p at share_mount), net, extra_args (QEMU args), log (console file), echo,
     initrd ('base' | 'built' | path), out, build.
     """
@@ -720,6 +850,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--initrd", default="built",
                     help="'built' (vm/out/initramfs.cpio.gz, default), 'base' or a path")
     ap.add_argument("--accel", default="auto", choices=("auto", "kvm", "tcg"))
+    ap.add_argument("--tcg-thread", default="auto", choices=("auto", "single", "multi"),
+                    help="TCG only: one host thread for all vCPUs (single) or one per vCPU "
+                         "(multi, MTTCG); auto: multi only with `-name ...,debug-threads=on` "
+                         "(docs/kvm.md)")
     ap.add_argument("--smp", type=int, default=2)
     ap.add_argument("--mem", default="512M")
     ap.add_argument("--append", default="", help="extra kernel command line")
@@ -742,7 +876,8 @@ def main(argv: list[str] | None = None) -> int:
     timeout = a.timeout if a.timeout is not None else (None if interactive else 600.0)
     vm = VM(a.run, script=a.script, run_via=a.run_via, shm=a.shm, shm_size=a.shm_size,
             shm_clear=a.shm_clear, doorbell=a.doorbell, vectors=a.vectors, modules=a.module,
-            modopts=a.modopts, add=a.add, accel=a.accel, smp=a.smp, mem=a.mem, append=a.append,
+            modopts=a.modopts, add=a.add, accel=a.accel, tcg_thread=a.tcg_thread, smp=a.smp,
+            mem=a.mem, append=a.append,
             quiet=not a.verbose, panic_on_oops=a.panic_on_oops, share=a.share,
             share_mount=a.share_mount, net=a.net, extra_args=a.qemu_args, log=a.log,
             echo=True, interactive=interactive, initrd=a.initrd, out=a.out,

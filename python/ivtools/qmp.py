@@ -25,8 +25,12 @@ class QMP:
                 time.sleep(0.1)
         self.sock.settimeout(timeout)
         self.file = self.sock.makefile("rwb")
-        self._read()  # the greeting
-        self.cmd("qmp_capabilities")
+        try:
+            self._read()  # the greeting
+            self.cmd("qmp_capabilities")
+        except BaseException:
+            self.close()  # a QEMU that exits as we connect: no descriptor left behind
+            raise
 
     def _read(self):
         line = self.file.readline()

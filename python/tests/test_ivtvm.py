@@ -3,7 +3,7 @@
 import re
 import subprocess
 
-from ivtools.ivtvm import CONSOLE_TAIL, QEMU, BootResult, parse_console, vcpu_state
+from ivtools.ivtvm import CONSOLE_TAIL, QEMU, RE_LOCKUP, BootResult, parse_console, tcg_threading, vcpu_state
 from ivtools.proc import wait_until
 
 
@@ -74,3 +74,34 @@ def test_the_vcpu_state_heads_the_console_in_a_failure_message():
     r = result("SeaBIOS\n", timed_out=True, vcpus="CPU#0 halted (idle) at RIP 1")
     assert r.explain().splitlines()[1:3] == ["vCPUs at the timeout: CPU#0 halted (idle) at RIP 1",
                                              "--- console, last 1 of 1 lines ---"]
+
+
+def test_tcg_threading_is_single_unless_the_vcpu_threads_are_named(monkeypatch):
+    monkeypatch.delenv("IVTRACE_TCG_THREAD", raising=False)
+    assert tcg_threading("auto", [])[0] == "single"
+    assert tcg_threading("auto", ["-name", "g,debug-threads=on"])[0] == "multi"
+    assert tcg_threading("multi", []) == ("multi", "forced (--tcg-thread multi)")
+    monkeypatch.setenv("IVTRACE_TCG_THREAD", "multi")
+    assert tcg_threading("auto", [])[0] == "multi"
+    assert tcg_threading("single", [])[0] == "single"   # the caller's word wins over the env
+
+
+def test_a_released_stall_heads_the_failure_message():
+    fault = ("environment fault: QEMU MTTCG stale translation of patched kernel text "
+             "('watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [rmmod:1]'); released with "
+             "`singlestep on` after 6 s")
+    r = result("x\n", tcg_thread="multi", env_faults=[fault])
+    assert r.summary().startswith("guest no exit marker; accel=tcg,thread=multi")
+    assert r.summary().endswith("; " + fault) and fault in r.explain().splitlines()[0]
+
+
+def test_the_stall_line_pattern_matches_the_kernels_watchdogs():
+    text = ("[  204.774762] watchdog: BUG: soft lockup - CPU#1 stuck for 44s! [rmmod:342]\n"
+            "[  210.1] rcu: INFO: rcu_preempt self-detected stall on CPU\n"
+            "[  211.2] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:\n"
+            "[  212.3] watchdog: CPU1: Watchdog detected hard LOCKUP\n"
+            "IVTRACE-GUEST: dmesg: watchdog: BUG: soft lockup - CPU#1 stuck for 44s! [rmmod:342]\n")
+    assert [m.group(1) for m in RE_LOCKUP.finditer(text)] == [
+        "watchdog: BUG: soft lockup - CPU#1 stuck for 44s! [rmmod:342]",
+        "rcu: INFO: rcu_preempt self-detected stall on CPU",
+        "rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:"]

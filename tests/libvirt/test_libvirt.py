@@ -47,7 +47,7 @@ DOMAIN_XML = """\
 <domain type='qemu'>
   <name>NAME</name>
   <memory unit='MiB'>512</memory>
-  <vcpu>2</vcpu>
+  <vcpu>1</vcpu>
   <os>
     <type arch='x86_64' machine='q35'>hvm</type>
     <kernel>KERNEL</kernel>

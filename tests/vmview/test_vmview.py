@@ -296,6 +296,7 @@ def test_qmp_names_vcpu_threads_qemu_does_not_name(guest, tmp_path):
     shm, qmp, out = g.shm_path("vmview-qmp"), tmp_path / "qmp.sock", tmp_path / "rec"
     try:
         with vmview.ivtvm.VM(QMP_SCRIPT, shm=str(shm), shm_size="16M", shm_clear=True, smp=2,
+                             tcg_thread="multi",  # the vCPU threads are what it maps
                              modules=["ivtrace"], add=guest.add("ivtrace.ko", "ivtwl"),
                              extra_args=["-qmp", f"unix:{qmp},server=on,wait=off"],
                              log=str(tmp_path / "console.log")) as vm:
