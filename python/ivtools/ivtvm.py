@@ -81,8 +81,8 @@ class VMError(Exception):
 
 class EnvironmentFaultWarning(UserWarning):
     """A guest stalled on a fault of the emulator, not of the guest, and was released
-    (docs/kvm.md "MTTCG and patched kernel text"). Issued once per boot that needed it, so a
-    test that passed only after a release says so in pytest's warnings summary."""
+    (docs/kvm.md "TCG threading and patched kernel text"). Issued once per boot that needed
+    it, so a test that passed only after a release says so in pytest's warnings summary."""
 
 
 # --------------------------------------------------------------------------- accelerator
@@ -568,16 +568,19 @@ class VM:
             self._eof = True
             self._cond.notify_all()
 
-    # ---- MTTCG stalls (docs/kvm.md "MTTCG and patched kernel text")
+    # ---- MTTCG stalls (docs/kvm.md "TCG threading and patched kernel text")
     def _watch_stalls(self) -> None:
         """Called by the console reader, self._cond held: on a soft-lockup or RCU-stall line
-        of an MTTCG guest, release it (self._release) in a thread of its own."""
+        of an MTTCG guest, release it (self._release) in a thread of its own. Single-threaded
+        guests cannot stall this way: their console is not scanned."""
+        if self.tcg_thread != "multi":
+            return
         end = self._buf.rfind(b"\n") + 1
         if end <= self._lockup_scan:
             return
         new = clean_console(bytes(self._buf[self._lockup_scan:end]))
         self._lockup_scan = end
-        if self.tcg_thread != "multi" or self._releasing or self.tmp is None:
+        if self._releasing or self.tmp is None:
             return
         m = RE_LOCKUP.search(new)
         if m:
