@@ -72,7 +72,7 @@ def tcg_doorbells(dbguest, ring_n, rtt_n, timeout, vm_opts):
             srv.kill()
         shutil.rmtree(tmp, ignore_errors=True)
     if r.exit_code != 0:
-        raise BenchError(f"guest failed: {r.summary()}\n{r.tail()}")
+        raise BenchError(f"guest failed: {r.explain()}")
     results = lines(r.console_text, "DB:")
     counted = json.loads(out.strip().splitlines()[-1])["doorbells_per_phase"]
     rings = [x for x in results if x["test"] == "ring"]

@@ -290,9 +290,6 @@ class BootResult:
             s += f"; {fault}"
         return s
 
-    def tail(self, n: int = 40) -> str:
-        return "\n".join(self.console_text.splitlines()[-n:])
-
     def explain(self, n: int = CONSOLE_TAIL) -> str:
         """The summary and the console's last `n` lines: the message of a failed assertion
         about this boot, so that it shows where the guest stopped (a timed-out guest's

@@ -161,7 +161,7 @@ def test_the_dkms_module_traces_the_demo_guest(packages, tmp_path):
         r = ivtvm.boot(run=f"echo '<3>{marker}' > /dev/kmsg; sleep 1; rmmod ivtrace",
                        shm=str(shm), shm_size="16M", add=[str(ko)], modules=["ivtrace"],
                        modopts={"ivtrace": "events=sched,printk"}, timeout=TIMEOUT)
-        assert r.ok and not r.module_errors, r.tail()
+        assert r.ok and not r.module_errors, r.explain()
         stdout, stderr = rec.communicate(timeout=60)
     finally:
         if rec.poll() is None:
@@ -285,7 +285,7 @@ def test_a_member_of_the_group_writes_through_dev_ivtrace_only_when_allowed(
                        add=[str(ko), *guest.add("ivtrace-loadgen-static")],
                        modules=["ivtrace"], modopts={"ivtrace": f"dev_access={dev_access}"},
                        timeout=TIMEOUT)
-        assert r.ok and not r.module_errors, r.tail()
+        assert r.ok and not r.module_errors, r.explain()
         stdout, stderr = rec.communicate(timeout=60)
     finally:
         if rec.poll() is None:

@@ -107,7 +107,7 @@ def hotplug(tmp_path_factory, guest):
             plug(q, q.cmd("query-hotpluggable-cpus"), 2, "hp2")
             q.close()
             r = vm.wait(timeout=s.TIMEOUT)
-        assert r.exit_code == 0 and not r.panicked, r.tail()
+        assert r.exit_code == 0 and not r.panicked, r.explain()
         assert not r.kernel_problems, r.kernel_problems
         rec.send_signal(2)
         assert rec.wait(timeout=120) == 0, (tmp / "record.log").read_text()

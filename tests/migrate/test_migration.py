@@ -169,7 +169,7 @@ def run_doorbell(tmp, add):
                 r_b = vm_b.wait(timeout=s.TIMEOUT)
             finally:
                 vm_b.kill()
-        assert r_b.exit_code == 0 and not r_b.panicked, r_b.tail()
+        assert r_b.exit_code == 0 and not r_b.panicked, r_b.explain()
         time.sleep(0.5)
         rc_a, sum_a = a.stop()
         rc_b, sum_b = b.stop()
@@ -228,7 +228,7 @@ def run_plain(tmp, add):
                 r_b = vm_b.wait(timeout=s.TIMEOUT)
             finally:
                 vm_b.kill()
-        assert r_b.exit_code == 0 and not r_b.panicked, r_b.tail()
+        assert r_b.exit_code == 0 and not r_b.panicked, r_b.explain()
         sum_b = finish(rec_b, "record on B", signal.SIGINT)
     finally:
         for p in (rec_a, rec_b):

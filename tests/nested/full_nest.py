@@ -97,7 +97,7 @@ def full(tmp_path_factory, guest):
             t_l2 = time.monotonic() - t0
             vm.wait_for(r"^NEST1: done", timeout=600)
             r = vm.wait(timeout=120)
-        assert r.exit_code == 0 and not r.panicked, r.tail()
+        assert r.exit_code == 0 and not r.panicked, r.explain()
         rec.send_signal(signal.SIGINT)
         l0_sum = json.loads(rec.communicate(timeout=300)[0])
     finally:

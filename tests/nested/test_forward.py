@@ -104,7 +104,7 @@ def nest(tmp_path_factory, guest):
             vm.wait_for(r"^NEST: written", timeout=s.TIMEOUT)
             t_done = host_ns()
             r = vm.wait(timeout=s.TIMEOUT)
-        assert r.exit_code == 0 and not r.panicked, r.tail()
+        assert r.exit_code == 0 and not r.panicked, r.explain()
         l1_sum = json.loads(stop(procs["l1"], "L1's ivtrace record", signal.SIGINT))
         fwd = json.loads(stop(procs["forward"], "ivtrace-forward"))
         l0_sum = json.loads(stop(procs["l0"], "L0's ivtrace record"))

@@ -77,7 +77,7 @@ def run(tmp_path_factory, serve_add):
             m["sims"] = [g.wait() for g in sims]
             m["sims_s"] = time.monotonic() - t0
             res = vm.wait(timeout=s.TIMEOUT)
-        assert res.exit_code == 0 and not res.panicked, res.tail()
+        assert res.exit_code == 0 and not res.panicked, res.explain()
         time.sleep(1)
         m["a_rc"], m["a"] = a.stop()
         m["b_rc"], m["b"] = b.stop()

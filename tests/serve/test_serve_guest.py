@@ -91,7 +91,7 @@ def run(tmp_path_factory, serve_add):
             ctl["shm statedump"] = json.loads(p.stdout) if p.returncode == 0 else p.stderr
             _, ctl["list"] = srv.ctl("list")
             r = vm.wait(timeout=s.TIMEOUT)
-        assert r.exit_code == 0 and not r.panicked, r.tail()
+        assert r.exit_code == 0 and not r.panicked, r.explain()
         assert not r.kernel_problems, r.kernel_problems
         time.sleep(1)
         rc, summaries = srv.stop()

@@ -39,7 +39,7 @@ def run(tmp_path_factory, serve_add):
             srv.wait_guest(NAME, "recording", timeout=s.TIMEOUT)
             region = srv.guest(NAME)["shm"]
             r = vm.wait(timeout=s.TIMEOUT)
-        assert r.exit_code == 0 and not r.panicked, r.tail()
+        assert r.exit_code == 0 and not r.panicked, r.explain()
         time.sleep(1)
         rc, summaries = srv.stop()
         snap = tmp / "snapshot"

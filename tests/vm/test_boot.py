@@ -85,17 +85,17 @@ def test_ivshmem_bar2_write_reaches_host(kernel, shm, tmp_path):
     print(r.summary(), f"boot to /init {r.boot_time:.1f} s")
     print(r.tail(30))
     assert r.accel == ivtvm.probe_accel("auto")[0]
-    assert not r.timed_out, r.tail()
-    assert r.booted and r.powered_off, r.tail()
-    assert r.exit_code == 0, r.tail()
+    assert not r.timed_out, r.explain()
+    assert r.booted and r.powered_off, r.explain()
+    assert r.exit_code == 0, r.explain()
     assert not r.panicked and not r.module_errors and not r.kernel_problems, r.summary()
     text = r.console_text
     assert "IVSHMEM-DEV /sys/bus/pci/devices/" in text
-    assert "BAR2 start=" in text and f"size={SHM_SIZE}" in text, r.tail()
-    assert f"HOSTWORD 0x{HOST_WORD:08X}" in text, r.tail()
-    assert f"READBACK 0x{GUEST_WORD:08X}" in text, r.tail()
+    assert "BAR2 start=" in text and f"size={SHM_SIZE}" in text, r.explain()
+    assert f"HOSTWORD 0x{HOST_WORD:08X}" in text, r.explain()
+    assert f"READBACK 0x{GUEST_WORD:08X}" in text, r.explain()
     # The last lines of the command must not be lost (serial tty hang-up trap, vm/README.md).
-    assert "NAPI_TX Y CSUM N" in text, r.tail()          # modopts reached the module
+    assert "NAPI_TX Y CSUM N" in text, r.explain()          # modopts reached the module
     assert "IVTRACE-GUEST: module-loaded virtio_net napi_tx=1 csum=0" in text
     assert "ENV /sys/bus/pci/devices/" in text
     # The host sees the guest's writes in the backing file (share=on).
@@ -110,8 +110,8 @@ def test_guest_panic_is_detected_and_qemu_exits(kernel, tmp_path):
     t0 = time.monotonic()
     r = ivtvm.boot(run="echo c > /proc/sysrq-trigger; sleep 30; echo survived", timeout=TIMEOUT)
     print(r.summary())
-    assert r.panicked, r.tail()
-    assert not r.timed_out, r.tail()
+    assert r.panicked, r.explain()
+    assert not r.timed_out, r.explain()
     assert r.qemu_returncode is not None           # QEMU exited on its own (-no-reboot)
     assert r.exit_code is None and "survived" not in r.console_text
     assert "sysrq" in r.panic_message.lower() or "sysrq" in r.console_text.lower()
@@ -219,8 +219,8 @@ def test_ivshmem_doorbell_reaches_host(kernel, dbserver):
             vm.wait_for(r"^RING$", timeout=TIMEOUT)
             r = vm.wait(timeout=TIMEOUT)
         print(r.summary())
-        assert r.exit_code == 0 and not r.panicked, r.tail()
-        assert f"IVPOS 0x{srv.GUEST_ID:08X}" in r.console_text, r.tail()
+        assert r.exit_code == 0 and not r.panicked, r.explain()
+        assert f"IVPOS 0x{srv.GUEST_ID:08X}" in r.console_text, r.explain()
         assert "ivshmem-doorbell,chardev=ivsh,vectors=2" in " ".join(r.cmd)
         assert srv.doorbells_per_vector() == [0, 2]
     finally:

@@ -70,7 +70,7 @@ def vm_view_section(r):
 
 def test_the_recording_is_clean(scenario):
     r, iv = scenario
-    assert r.boot.exit_code == 0 and not r.boot.panicked, r.boot.tail()
+    assert r.boot.exit_code == 0 and not r.boot.panicked, r.boot.explain()
     s = r.serve_summary["serve"]
     assert s["host_event_stats"]["missed"] == 0, s["host_event_stats"]
     assert s["host_event_stats"]["vcpu_names"], "QEMU names its vCPU threads (debug-threads=on)"

@@ -39,7 +39,7 @@ def main() -> int:
     r = ivtvm.boot(script(), timeout=300, smp=2)
     text = r.console_text
     if not r.ok or "=== END" not in text:
-        print(f"capture failed: {r.summary()}\n{r.tail()}", file=sys.stderr)
+        print(f"capture failed: {r.explain()}", file=sys.stderr)
         return 1
     missing = re.findall(r"^MISSING (\S+)$", text, re.M)
     if missing:
