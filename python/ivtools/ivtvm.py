@@ -290,12 +290,16 @@ class BootResult:
             s += f"; {fault}"
         return s
 
+    def tail(self, n: int = 40) -> str:
+        """The console's last `n` lines, headed by the count and the log's path."""
+        return console_tail(self.console_text, n, self.log_path)
+
     def explain(self, n: int = CONSOLE_TAIL) -> str:
         """The summary and the console's last `n` lines: the message of a failed assertion
         about this boot, so that it shows where the guest stopped (a timed-out guest's
         summary alone says nothing of that)."""
         vcpus = f"\nvCPUs at the timeout: {self.vcpus}" if self.vcpus else ""
-        return f"{self.summary()}{vcpus}\n{console_tail(self.console_text, n, self.log_path)}"
+        return f"{self.summary()}{vcpus}\n{self.tail(n)}"
 
 
 def parse_console(text: str) -> dict:
