@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 from ivtools import REPO, guestbuild, ivtvm
-from ivtools.proc import say
+from ivtools.proc import say, stop_recorder
 
 IVTRACE = REPO / "bin" / "ivtrace"
 WORKLOAD = REPO / "vm" / "guest" / "workload"
@@ -109,23 +108,6 @@ def build(args, log: Path) -> dict:
 
 
 # --------------------------------------------------------------------------- record
-
-def stop_recorder(rec: subprocess.Popen, wait_s: float) -> str:
-    """Let the recorder finish on its own; SIGINT it (it flushes what was committed) if not."""
-    try:
-        rec.wait(timeout=wait_s)
-        return "stopped by itself (region closed)"
-    except subprocess.TimeoutExpired:
-        pass
-    rec.send_signal(signal.SIGINT)
-    try:
-        rec.wait(timeout=30)
-        return "stopped with SIGINT (flushed what was committed)"
-    except subprocess.TimeoutExpired:
-        rec.kill()
-        rec.wait()
-        return "killed (did not stop within 30 s of SIGINT)"
-
 
 def record(args, man: dict, out: Path, logdir: Path) -> dict:
     shm = Path(f"/dev/shm/{args.shm_name}")

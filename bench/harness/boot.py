@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from ivtools import bootguest, ivtvm
+from ivtools.proc import stop_recorder
 
 from . import BenchError, guests, hostload
 
@@ -95,11 +96,7 @@ def record_boot(a, guest, work: Path, state: str, n: int) -> Path:
         r = vm.wait(timeout=a.timeout)
     finally:
         vm.kill()
-        try:
-            rec.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            rec.send_signal(2)
-            rec.wait(timeout=120)
+        stop_recorder(rec, 300, interrupt_wait_s=120)
         shm.unlink(missing_ok=True)
     drained = re.search(r"^BB: drained, 0 left", r.console_text, re.M)
     if not (r.ok and drained and re.search(r"^BB: rmmod rc=0", r.console_text, re.M)) \

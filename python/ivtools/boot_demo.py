@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ivtools import REPO, bootguest, guestbuild, ivtvm
-from ivtools.proc import say
+from ivtools.proc import say, stop_recorder
 
 IVTRACE = REPO / "bin" / "ivtrace"
 # function_graph on the kernel's init functions: ~250 k graph events, none lost here.
@@ -67,11 +67,7 @@ def record(guest: guestbuild.GuestBuild, out: Path, accel: str) -> None:
         r = vm.wait(timeout=600)
     finally:
         vm.kill()
-        try:
-            rec.wait(timeout=300)
-        except subprocess.TimeoutExpired:
-            rec.send_signal(2)
-            rec.wait(timeout=60)
+        stop_recorder(rec, 300, interrupt_wait_s=60)
         shm.unlink(missing_ok=True)
     say(f"   guest: {r.summary()}")
     for line in r.console_text.splitlines():

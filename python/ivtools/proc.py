@@ -1,5 +1,5 @@
 """Running commands, waiting for a condition and printing progress: one `sh`, one
-`wait_until` and one `say` for vm/, bench/ and tests/.
+`wait_until`, one `say` and one `stop_recorder` for vm/, bench/ and tests/.
 
 `sh` raises the caller's own error class (a benchmark's BenchError, the guest build's
 BuildError, a test's failure) so that each room reports a failed command its own way with
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -69,6 +70,25 @@ def wait_until(cond: Callable[[], T], timeout: float, what: str, *,
         if time.monotonic() > end:
             raise error(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(interval)
+
+
+def stop_recorder(rec: subprocess.Popen, wait_s: float, *, interrupt_wait_s: float = 30) -> str:
+    """Let a recorder (`ivtrace record`/`serve`) finish on its own within `wait_s`; if not,
+    SIGINT it (it flushes what was committed) and wait `interrupt_wait_s` more; kill it last.
+    Says which of the three happened, for the caller's log."""
+    try:
+        rec.wait(timeout=wait_s)
+        return "stopped by itself (region closed)"
+    except subprocess.TimeoutExpired:
+        pass
+    rec.send_signal(signal.SIGINT)
+    try:
+        rec.wait(timeout=interrupt_wait_s)
+        return "stopped with SIGINT (flushed what was committed)"
+    except subprocess.TimeoutExpired:
+        rec.kill()
+        rec.wait()
+        return f"killed (did not stop within {interrupt_wait_s:g} s of SIGINT)"
 
 
 def _name(cmd: list[str], what: str) -> str:

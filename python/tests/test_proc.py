@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from ivtools.proc import CommandError, say, sayer, sh, wait_until
+from ivtools.proc import CommandError, say, sayer, sh, stop_recorder, wait_until
 
 
 class Boom(Exception):
@@ -60,3 +60,32 @@ def test_wait_until_returns_the_first_true_value():
 def test_wait_until_raises_the_callers_error_naming_what_it_waited_for():
     with pytest.raises(Boom, match=r"timed out after 0.1 s waiting for the moon"):
         wait_until(lambda: False, 0.1, "the moon", error=Boom, interval=0.01)
+
+
+def _python(code: str) -> subprocess.Popen:
+    """A child that prints "ready" once its signal handling is set, then runs `code`."""
+    p = subprocess.Popen(["python3", "-c", f"import signal, sys, time\n{code}"],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_a_recorder_that_ends_by_itself_is_only_waited_for():
+    p = _python("print('ready', flush=True)")
+    assert stop_recorder(p, 10) == "stopped by itself (region closed)"
+    assert p.returncode == 0
+
+
+def test_a_recorder_still_running_is_interrupted_and_flushes():
+    p = _python("print('ready', flush=True)\n"
+                "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(3)")
+    assert stop_recorder(p, 0.2) == "stopped with SIGINT (flushed what was committed)"
+    assert p.returncode == 3
+
+
+def test_a_recorder_deaf_to_sigint_is_killed_and_says_so():
+    p = _python("signal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+                "time.sleep(60)")
+    assert stop_recorder(p, 0.1, interrupt_wait_s=0.3) == \
+        "killed (did not stop within 0.3 s of SIGINT)"
+    assert p.returncode == -9
