@@ -7,7 +7,8 @@
 //! finishing writes whatever guests were introduced.
 #![no_main]
 
-use ivtrace_ctf::{ClockMapping, OutDir};
+use ivtrace_ctf::OutDir;
+use ivtrace_fuzz::mapping_from;
 use ivtrace_nested::Expander;
 use libfuzzer_sys::fuzz_target;
 
@@ -33,14 +34,6 @@ fuzz_target!(|data: &[u8]| {
         }
         rest = next;
     }
-    let outer = ClockMapping {
-        freq_hz: 1_000_000_000,
-        ref_ticks: 1_000,
-        ref_realtime_ns: 1_700_000_000_000_000_000,
-        error_ns: 1_000,
-        method: "fuzz".into(),
-        coarse: false,
-        samples: 8,
-    };
+    let outer = mapping_from(data);
     let _ = x.finish(&outer, "fuzz");
 });

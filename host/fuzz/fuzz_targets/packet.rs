@@ -3,7 +3,7 @@
 //! the packet as a complete packet and as a committed prefix.
 #![no_main]
 
-use ivtrace_ctf::ClockMapping;
+use ivtrace_fuzz::mapping_from;
 use ivtrace_region::packet::{self, PacketHeader, TickRange};
 use ivtrace_region::reader::PacketSink;
 use ivtrace_region::{abi, meta::ScanMode, Access, EventClasses, Reader, Region};
@@ -41,17 +41,8 @@ fuzz_target!(|data: &[u8]| {
         &mut (),
     );
     // The drain checks packets against what a clock of the guest's
-    // frequency can express (a fixed mapping: the fuzzer picks the ticks).
-    let ticks = ClockMapping {
-        freq_hz: 1_000_000_000,
-        ref_ticks: 1_000,
-        ref_realtime_ns: 1_700_000_000_000_000_000,
-        error_ns: 1_000,
-        method: "fuzz".into(),
-        coarse: false,
-        samples: 8,
-    }
-    .expressible();
+    // frequency can express; the fuzzer picks the clock too.
+    let ticks = mapping_from(data).expressible();
     for complete in [true, false] {
         let region = Region::from_bytes(&region_with_packet(data, complete), Access::ReadWrite)
             .expect("valid region");
