@@ -37,6 +37,15 @@ pub fn hint_for(err: &anyhow::Error) -> Option<String> {
     {
         return Some(u.hint.clone());
     }
+    // serve's errors hold a UserError or DirError transparently (not in
+    // the chain): they give its hint themselves.
+    if let Some(hint) = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<ivtrace_serve::ServeError>())
+        .and_then(ivtrace_serve::ServeError::hint)
+    {
+        return Some(hint);
+    }
     if let Some(d) = err
         .chain()
         .find_map(|e| e.downcast_ref::<ivtrace_ctf::dir::DirError>())
