@@ -221,7 +221,8 @@ struct SocketLink {
 impl ftrace::FtraceLink for SocketLink {
     fn send(&self, request: &str) -> Result<ftrace::Reply, ftrace::FtraceError> {
         let req = json!({"op": "ftrace", "guest": self.guest, "request": request});
-        let answer = via_socket(&self.path, req).map_err(|e| ftrace::FtraceError::Link(e.into()))?;
+        let answer =
+            via_socket(&self.path, req).map_err(|e| ftrace::FtraceError::Link(e.into()))?;
         ftrace::Reply::from_json(&answer)
     }
 }
@@ -233,7 +234,11 @@ fn run_ftrace(args: &CtlArgs, path: Option<PathBuf>) -> Result<u64> {
         (Some(shm), _) => {
             let region = Region::open(shm, Access::ReadWrite)
                 .with_context(|| format!("cannot use region {}", shm.display()))?;
-            Ok(ftrace::run(&DirectLink(region), &cmd, &shm.display().to_string())?)
+            Ok(ftrace::run(
+                &DirectLink(region),
+                &cmd,
+                &shm.display().to_string(),
+            )?)
         }
         (None, Some(path)) => {
             let link = SocketLink {

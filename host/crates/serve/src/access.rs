@@ -36,7 +36,8 @@ pub fn resolve_group(option: &str, name: Option<&str>) -> Result<Option<SocketGr
             gid: Gid::from_raw(gid),
         }));
     }
-    let found = Group::from_name(name).map_err(|e| ServeError::io(format!("look up group {name}"))(e.into()))?;
+    let found = Group::from_name(name)
+        .map_err(|e| ServeError::io(format!("look up group {name}"))(e.into()))?;
     match found {
         Some(g) => Ok(Some(SocketGroup { gid: g.gid })),
         None => Err(UserError {

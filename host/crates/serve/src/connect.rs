@@ -69,14 +69,17 @@ fn register(registry: &Registry, base: &str, make: impl FnOnce(String) -> GuestE
 fn connect(ctx: &Context, conn: &Arc<UnixStream>, n: u64) -> Result<guest::Guest> {
     conn.set_nonblocking(false)
         .and_then(|()| conn.set_write_timeout(Some(Duration::from_secs(2))))
-        .map_err(ServeError::io("set up the connection's socket (blocking, 2 s write timeout)"))?;
+        .map_err(ServeError::io(
+            "set up the connection's socket (blocking, 2 s write timeout)",
+        ))?;
     let peer = proto::peer_info(conn);
     let base = peer
         .qemu_name
         .clone()
         .unwrap_or_else(|| format!("guest{n}"));
     let wake = Arc::new(
-        EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(ServeError::sys("eventfd"))?,
+        EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(ServeError::sys("eventfd"))?,
     );
     let (tx, rx) = mpsc::channel();
     let status = Arc::new(Mutex::new(guest::GuestStatus {

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use nix::sys::eventfd::EventFd;
 use serde_json::{json, Value};
 
-use crate::error::Report;
 use crate::control::{self, parse_command};
+use crate::error::Report;
 use crate::guest::Request;
 use crate::Registry;
 

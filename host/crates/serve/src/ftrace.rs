@@ -153,14 +153,25 @@ fn ftrace_requests(sub: &str, a: &[String]) -> Result<Vec<String>> {
             r
         }
         "disable" => vec![format!("write {}/enable 0", event_dir(one("an event")?)?)],
-        "filter" => vec![format!("write {}/filter {}", event_dir(one("an event")?)?, rest(&a[1..]))],
-        "trigger" => vec![format!("write {}/trigger {}", event_dir(one("an event")?)?, rest(&a[1..]))],
+        "filter" => vec![format!(
+            "write {}/filter {}",
+            event_dir(one("an event")?)?,
+            rest(&a[1..])
+        )],
+        "trigger" => vec![format!(
+            "write {}/trigger {}",
+            event_dir(one("an event")?)?,
+            rest(&a[1..])
+        )],
         "tracer" => {
             let mut r = Vec::new();
             if a.len() > 1 {
                 r.push(format!("write set_ftrace_filter {}", rest(&a[1..])));
             }
-            r.push(format!("write current_tracer {}", one("a tracer (function, function_graph, nop)")?));
+            r.push(format!(
+                "write current_tracer {}",
+                one("a tracer (function, function_graph, nop)")?
+            ));
             r
         }
         "functions" => vec![format!("write set_ftrace_filter {}", rest(a))],
@@ -169,13 +180,23 @@ fn ftrace_requests(sub: &str, a: &[String]) -> Result<Vec<String>> {
         "kprobe" | "kretprobe" | "uprobe" => probe(sub, a)?,
         "probe-remove" => {
             let n = probe_name(one("a probe name")?)?;
-            vec![format!("write events/kprobes/{n}/enable 0"), format!("append kprobe_events -:kprobes/{n}")]
+            vec![
+                format!("write events/kprobes/{n}/enable 0"),
+                format!("append kprobe_events -:kprobes/{n}"),
+            ]
         }
-        "pid" => vec![format!("write set_event_pid {}", rest(a)), format!("write set_ftrace_pid {}", rest(a))],
+        "pid" => vec![
+            format!("write set_event_pid {}", rest(a)),
+            format!("write set_ftrace_pid {}", rest(a)),
+        ],
         "on" => vec!["write tracing_on 1".into()],
         "off" => vec!["write tracing_on 0".into()],
         "buffer-kb" => vec![format!("write buffer_size_kb {}", one("KiB per CPU")?)],
-        "write" | "append" => vec![format!("{sub} {} {}", one("a tracefs path")?, rest(&a[1..]))],
+        "write" | "append" => vec![format!(
+            "{sub} {} {}",
+            one("a tracefs path")?,
+            rest(&a[1..])
+        )],
         s => return Err(FtraceError::Unknown(s.to_string())),
     })
 }

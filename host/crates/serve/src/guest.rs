@@ -24,8 +24,8 @@ use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
 use ivtrace_engine::{Backoff, EngineError, RegionWait, Step, StopReason, Wait, Woken};
 use ivtrace_region::{Ack, Command, FtraceAck, RegionError};
 
-use crate::error::Report;
 use crate::admission::Seat;
+use crate::error::Report;
 use crate::migration::{self, Resume};
 use crate::proto::{PeerInfo, Shm};
 use crate::{recording, Result, ServeConfig, ServeError};

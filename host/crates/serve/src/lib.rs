@@ -656,7 +656,10 @@ mod tests {
         );
         let err = bind_socket(&p).unwrap_err();
         assert!(matches!(err, ServeError::User(_)), "{err:?}");
-        assert!(err.hint().is_some_and(|h| h.contains("stop that server")), "{err:?}");
+        assert!(
+            err.hint().is_some_and(|h| h.contains("stop that server")),
+            "{err:?}"
+        );
         drop(l); // the file stays: stale
         assert!(p.exists());
         let _l2 = bind_socket(&p).unwrap();

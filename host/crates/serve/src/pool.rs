@@ -70,7 +70,8 @@ pub struct Pool {
 impl Pool {
     /// Starts `workers` drain threads and the poller.
     pub fn start(workers: usize) -> Result<Pool> {
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(ServeError::sys("epoll_create1"))?;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .map_err(ServeError::sys("epoll_create1"))?;
         let poller_wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
             .map_err(ServeError::sys("eventfd"))?;
         epoll

@@ -66,7 +66,8 @@ pub struct Eventfds {
 }
 
 fn eventfd() -> Result<EventFd> {
-    EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(ServeError::sys("eventfd"))
+    EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+        .map_err(ServeError::sys("eventfd"))
 }
 
 /// Runs the server side of the handshake on `sock`.
@@ -247,10 +248,12 @@ pub fn create_sealed_memfd(tag: &str, size: u64) -> Result<File> {
     )
     .map_err(ServeError::sys("memfd_create"))?;
     let file = File::from(fd);
-    file.set_len(size)
-        .map_err(ServeError::io(format!("size the region memfd to {size} bytes")))?;
+    file.set_len(size).map_err(ServeError::io(format!(
+        "size the region memfd to {size} bytes"
+    )))?;
     let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
-    fcntl(file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).map_err(ServeError::sys("sealing the region memfd (F_ADD_SEALS)"))?;
+    fcntl(file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals))
+        .map_err(ServeError::sys("sealing the region memfd (F_ADD_SEALS)"))?;
     Ok(file)
 }
 
@@ -264,8 +267,10 @@ pub fn create_shm(path: &Path, size: u64) -> Result<File> {
         .mode(0o600)
         .open(path)
         .map_err(ServeError::io(format!("create {}", path.display())))?;
-    f.set_len(size)
-        .map_err(ServeError::io(format!("size {} to {size} bytes", path.display())))?;
+    f.set_len(size).map_err(ServeError::io(format!(
+        "size {} to {size} bytes",
+        path.display()
+    )))?;
     Ok(f)
 }
 

@@ -22,10 +22,10 @@ use ivtrace_region::{abi, Reader, Region};
 use ivtrace_time::pingpong::{Entry, Kick};
 use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
+use crate::error::Report;
 use crate::guest::{describe, Guest, GuestWaiter};
 use crate::hostlog::{kick, serve_classes, Deliveries, Delivering, ServeHooks};
 use crate::migration::Resume;
-use crate::error::Report;
 use crate::proto::{GUEST_ID, HOST_ID};
 use crate::{Result, ServeError};
 
@@ -43,7 +43,10 @@ pub fn claim_dir(root: &OutDir, name: &str) -> Result<OutDir> {
             Ok(d) => return Ok(d),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
-                return Err(ServeError::io(format!("create {}", root.join(&n).display()))(e))
+                return Err(ServeError::io(format!(
+                    "create {}",
+                    root.join(&n).display()
+                ))(e))
             }
         }
     }
@@ -114,12 +117,10 @@ pub fn start(
     let mut reader = Reader::new(region, clock.initial_mapping().expressible());
     let resumed = match resume {
         Some((path, h)) => {
-            let r = reader
-                .resume(h)
-                .map_err(|source| ServeError::Resume {
-                    path: path.clone(),
-                    source,
-                })?;
+            let r = reader.resume(h).map_err(|source| ServeError::Resume {
+                path: path.clone(),
+                source,
+            })?;
             g.log(&format!(
                 "part {} of the trace: {} packets the previous part already holds skipped",
                 r.part, r.already_recorded
@@ -543,7 +544,10 @@ fn trace_cmd_files(g: &Guest, observed: &Observed, doc: &mut Value) -> Result<()
     observed
         .dir
         .write_atomically(SIDECAR_NAME, &text)
-        .map_err(ServeError::io(format!("write {}", observed.dir.join(SIDECAR_NAME).display())))
+        .map_err(ServeError::io(format!(
+            "write {}",
+            observed.dir.join(SIDECAR_NAME).display()
+        )))
 }
 
 fn trace_env(
@@ -595,7 +599,10 @@ fn sidecar_with_serve_sections(
     observed
         .dir
         .write_atomically(SIDECAR_NAME, &text)
-        .map_err(ServeError::io(format!("write {}", observed.dir.join(SIDECAR_NAME).display())))?;
+        .map_err(ServeError::io(format!(
+            "write {}",
+            observed.dir.join(SIDECAR_NAME).display()
+        )))?;
     Ok(doc)
 }
 
