@@ -194,6 +194,28 @@ fn direct(shm: &Path, cmd: Command, words: &[String]) -> Result<Value> {
     }))
 }
 
+/// A link's error, whole (its hint too), inside `FtraceError::Link`.
+#[derive(Debug)]
+pub struct LinkError(pub anyhow::Error);
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for LinkError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl LinkError {
+    fn wrap(e: impl Into<anyhow::Error>) -> ftrace::FtraceError {
+        ftrace::FtraceError::Link(Box::new(LinkError(e.into())))
+    }
+}
+
 /// ftrace requests straight into a region (`--shm`).
 struct DirectLink(Region);
 
@@ -202,7 +224,7 @@ impl ftrace::FtraceLink for DirectLink {
         let p = self.0.protocol();
         let a = p
             .send_ftrace(request.as_bytes(), &|| {}, p.ftrace_timeout(false))
-            .map_err(|e| ftrace::FtraceError::Link(e.into()))?;
+            .map_err(LinkError::wrap)?;
         Ok(ftrace::Reply {
             status: a.ack.status,
             text: String::from_utf8_lossy(&a.text).into_owned(),
@@ -221,8 +243,7 @@ struct SocketLink {
 impl ftrace::FtraceLink for SocketLink {
     fn send(&self, request: &str) -> Result<ftrace::Reply, ftrace::FtraceError> {
         let req = json!({"op": "ftrace", "guest": self.guest, "request": request});
-        let answer =
-            via_socket(&self.path, req).map_err(|e| ftrace::FtraceError::Link(e.into()))?;
+        let answer = via_socket(&self.path, req).map_err(LinkError::wrap)?;
         ftrace::Reply::from_json(&answer)
     }
 }
