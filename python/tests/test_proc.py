@@ -77,7 +77,10 @@ def test_a_recorder_that_ends_by_itself_is_only_waited_for():
 
 
 def test_a_recorder_still_running_is_interrupted_and_flushes():
-    p = _python("print('ready', flush=True)\n"
+    # The handler set explicitly: a shell's background job starts its children with SIGINT
+    # ignored, and Python then keeps it ignored (as `make test &` does).
+    p = _python("signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+                "print('ready', flush=True)\n"
                 "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    sys.exit(3)")
     assert stop_recorder(p, 0.2) == "stopped with SIGINT (flushed what was committed)"
     assert p.returncode == 3
