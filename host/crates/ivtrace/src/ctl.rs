@@ -194,13 +194,37 @@ fn direct(shm: &Path, cmd: Command, words: &[String]) -> Result<Value> {
     }))
 }
 
+/// A link's error, whole (its hint too), inside `FtraceError::Link`.
+#[derive(Debug)]
+pub struct LinkError(pub anyhow::Error);
+
+impl std::fmt::Display for LinkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for LinkError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl LinkError {
+    fn wrap(e: impl Into<anyhow::Error>) -> ftrace::FtraceError {
+        ftrace::FtraceError::Link(Box::new(LinkError(e.into())))
+    }
+}
+
 /// ftrace requests straight into a region (`--shm`).
 struct DirectLink(Region);
 
 impl ftrace::FtraceLink for DirectLink {
-    fn send(&self, request: &str) -> Result<ftrace::Reply> {
+    fn send(&self, request: &str) -> Result<ftrace::Reply, ftrace::FtraceError> {
         let p = self.0.protocol();
-        let a = p.send_ftrace(request.as_bytes(), &|| {}, p.ftrace_timeout(false))?;
+        let a = p
+            .send_ftrace(request.as_bytes(), &|| {}, p.ftrace_timeout(false))
+            .map_err(LinkError::wrap)?;
         Ok(ftrace::Reply {
             status: a.ack.status,
             text: String::from_utf8_lossy(&a.text).into_owned(),
@@ -217,9 +241,10 @@ struct SocketLink {
 }
 
 impl ftrace::FtraceLink for SocketLink {
-    fn send(&self, request: &str) -> Result<ftrace::Reply> {
+    fn send(&self, request: &str) -> Result<ftrace::Reply, ftrace::FtraceError> {
         let req = json!({"op": "ftrace", "guest": self.guest, "request": request});
-        ftrace::Reply::from_json(&via_socket(&self.path, req)?)
+        let answer = via_socket(&self.path, req).map_err(LinkError::wrap)?;
+        ftrace::Reply::from_json(&answer)
     }
 }
 
@@ -230,18 +255,22 @@ fn run_ftrace(args: &CtlArgs, path: Option<PathBuf>) -> Result<u64> {
         (Some(shm), _) => {
             let region = Region::open(shm, Access::ReadWrite)
                 .with_context(|| format!("cannot use region {}", shm.display()))?;
-            ftrace::run(&DirectLink(region), &cmd, &shm.display().to_string())
+            Ok(ftrace::run(
+                &DirectLink(region),
+                &cmd,
+                &shm.display().to_string(),
+            )?)
         }
         (None, Some(path)) => {
             let link = SocketLink {
                 path,
                 guest: args.guest.clone(),
             };
-            ftrace::run(
+            Ok(ftrace::run(
                 &link,
                 &cmd,
                 args.guest.as_deref().unwrap_or("(the only one)"),
-            )
+            )?)
         }
         (None, None) => bail!("no target: --socket or --shm"),
     }

@@ -31,11 +31,29 @@ pub const EXIT_ERROR: i32 = 2;
 /// A hint for the errors users can do something about.
 pub fn hint_for(err: &anyhow::Error) -> Option<String> {
     use ivtrace_region::RegionError as E;
+    // An ftrace link's own error sits inside FtraceError::Link (out of
+    // the chain): its hint is that error's.
+    let link = err.chain().find_map(|e| match e.downcast_ref() {
+        Some(ivtrace_serve::ftrace::FtraceError::Link(b)) => b.downcast_ref::<ctl::LinkError>(),
+        _ => None,
+    });
+    if let Some(link) = link {
+        return hint_for(&link.0);
+    }
     if let Some(u) = err
         .chain()
         .find_map(|e| e.downcast_ref::<ivtrace_engine::UserError>())
     {
         return Some(u.hint.clone());
+    }
+    // serve's errors hold a UserError or DirError transparently (not in
+    // the chain): they give its hint themselves.
+    if let Some(hint) = err
+        .chain()
+        .find_map(|e| e.downcast_ref::<ivtrace_serve::ServeError>())
+        .and_then(ivtrace_serve::ServeError::hint)
+    {
+        return Some(hint);
     }
     if let Some(d) = err
         .chain()

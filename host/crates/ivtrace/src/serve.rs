@@ -153,5 +153,5 @@ impl ServeArgs {
 
 /// Runs `ivtrace serve`. Returns the number of guests served.
 pub fn run(args: &ServeArgs) -> Result<u64> {
-    ivtrace_serve::run(args.settings()?)
+    Ok(ivtrace_serve::run(args.settings()?)?)
 }

@@ -12,10 +12,11 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use anyhow::{Context, Result};
 use nix::unistd::{chown, Gid, Group};
 
 use ivtrace_engine::UserError;
+
+use crate::{Result, ServeError};
 
 /// A group resolved before any socket exists, so a wrong name fails the
 /// start instead of leaving sockets nobody may use.
@@ -35,7 +36,9 @@ pub fn resolve_group(option: &str, name: Option<&str>) -> Result<Option<SocketGr
             gid: Gid::from_raw(gid),
         }));
     }
-    match Group::from_name(name).with_context(|| format!("cannot look up group {name}"))? {
+    let found = Group::from_name(name)
+        .map_err(|e| ServeError::io(format!("look up group {name}"))(e.into()))?;
+    match found {
         Some(g) => Ok(Some(SocketGroup { gid: g.gid })),
         None => Err(UserError {
             message: format!("{option} {name}: no such group"),
@@ -55,15 +58,15 @@ pub fn grant(path: &Path, group: Option<SocketGroup>) -> Result<()> {
     let Some(group) = group else {
         return Ok(());
     };
-    chown(path, None, Some(group.gid)).with_context(|| {
-        format!(
-            "cannot give {} to group {} (needs CAP_CHOWN or membership of the group)",
+    chown(path, None, Some(group.gid)).map_err(|e| {
+        ServeError::io(format!(
+            "give {} to group {} (needs CAP_CHOWN or membership of the group)",
             path.display(),
             group.gid
-        )
+        ))(e.into())
     })?;
     fs::set_permissions(path, fs::Permissions::from_mode(0o660))
-        .with_context(|| format!("cannot make {} mode 0660", path.display()))
+        .map_err(ServeError::io(format!("make {} mode 0660", path.display())))
 }
 
 #[cfg(test)]
@@ -80,12 +83,15 @@ mod tests {
     #[test]
     fn unknown_groups_are_refused_with_a_hint() {
         let err = resolve_group("--socket-group", Some("no-such-group-ivt")).unwrap_err();
-        let user = err.downcast_ref::<UserError>().expect("a UserError");
+        let ServeError::User(user) = &err else {
+            panic!("not a UserError: {err:?}")
+        };
         assert!(
             user.message.contains("no-such-group-ivt"),
             "{}",
             user.message
         );
+        assert!(err.hint().is_some_and(|h| h.contains("libvirt-qemu")));
     }
 
     #[test]

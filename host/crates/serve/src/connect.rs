@@ -9,7 +9,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use crate::error::Report;
+use crate::{Result, ServeError};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::admission::Seat;
@@ -32,7 +33,7 @@ pub fn serve_connection(ctx: Context, conn: UnixStream, n: u64) {
     let guest = match connect(&ctx, &conn, n) {
         Ok(guest) => guest,
         Err(e) => {
-            eprintln!("ivtrace serve: connection #{n} refused: {e:#}");
+            eprintln!("ivtrace serve: connection #{n} refused: {}", Report(&e));
             return;
         }
     };
@@ -42,7 +43,7 @@ pub fn serve_connection(ctx: Context, conn: UnixStream, n: u64) {
     match guest::GuestTask::new(guest, conn, retire) {
         Ok(task) => ctx.pool.submit(task),
         Err(e) => {
-            eprintln!("ivtrace serve: connection #{n}: {e:#}");
+            eprintln!("ivtrace serve: connection #{n}: {}", Report(&e));
             ctx.registry.retire(id);
         }
     }
@@ -66,15 +67,19 @@ fn register(registry: &Registry, base: &str, make: impl FnOnce(String) -> GuestE
 /// Identifies the peer, registers it, creates its region and descriptors
 /// and runs the handshake.
 fn connect(ctx: &Context, conn: &Arc<UnixStream>, n: u64) -> Result<guest::Guest> {
-    conn.set_nonblocking(false)?;
-    conn.set_write_timeout(Some(Duration::from_secs(2)))?;
+    conn.set_nonblocking(false)
+        .and_then(|()| conn.set_write_timeout(Some(Duration::from_secs(2))))
+        .map_err(ServeError::io(
+            "set up the connection's socket (blocking, 2 s write timeout)",
+        ))?;
     let peer = proto::peer_info(conn);
     let base = peer
         .qemu_name
         .clone()
         .unwrap_or_else(|| format!("guest{n}"));
     let wake = Arc::new(
-        EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).context("eventfd")?,
+        EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(ServeError::sys("eventfd"))?,
     );
     let (tx, rx) = mpsc::channel();
     let status = Arc::new(Mutex::new(guest::GuestStatus {
@@ -135,7 +140,7 @@ fn handshake(
         Ok(fds) => Ok((shm, fds)),
         Err(e) => {
             shm.remove();
-            Err(e).context("handshake with the peer failed")
+            Err(ServeError::Handshake(Box::new(e)))
         }
     }
 }

@@ -4,9 +4,31 @@
 //! acknowledgement is the host's half of the protocol
 //! (`ivtrace_region::protocol`).
 
-use anyhow::{bail, Context, Result};
+use thiserror::Error;
 
 use ivtrace_region::Command;
+
+/// A control command that is not one: the wording is what `ivtrace ctl`
+/// prints and what the control socket answers.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CommandError {
+    #[error("no command (flush, enable, disable, mode, statedump)")]
+    Empty,
+    #[error("unknown command `{0}` (flush, enable, disable, mode, statedump)")]
+    Unknown(String),
+    #[error("`{verb}` takes exactly one argument: {what}")]
+    OneArgument { verb: String, what: &'static str },
+    #[error("`{0}` takes no argument")]
+    NoArgument(String),
+    #[error("unknown mode `{0}` (discard or overwrite)")]
+    UnknownMode(String),
+    #[error("unknown event group `{0}` (known: {groups}, all)", groups = GROUPS.join(", "))]
+    UnknownGroup(String),
+    #[error("no event group given (known: {groups}, all)", groups = GROUPS.join(", "))]
+    NoGroup,
+}
+
+type Result<T> = std::result::Result<T, CommandError>;
 
 /// Event groups: bit n of the enable/disable argument (ivtrace_kapi.h).
 pub const GROUPS: [&str; 6] = ["sched", "irq", "timer", "kmem", "syscall", "printk"];
@@ -14,20 +36,21 @@ pub const GROUPS: [&str; 6] = ["sched", "irq", "timer", "kmem", "syscall", "prin
 /// Parses `flush`, `enable GROUPS`, `disable GROUPS`,
 /// `mode discard|overwrite`, `statedump`.
 pub fn parse_command(words: &[String]) -> Result<Command> {
-    let (verb, rest) = words
-        .split_first()
-        .context("no command (flush, enable, disable, mode, statedump)")?;
-    let one = |what: &str| -> Result<&String> {
+    let (verb, rest) = words.split_first().ok_or(CommandError::Empty)?;
+    let one = |what: &'static str| -> Result<&String> {
         match rest {
             [x] => Ok(x),
-            _ => bail!("`{verb}` takes exactly one argument: {what}"),
+            _ => Err(CommandError::OneArgument {
+                verb: verb.clone(),
+                what,
+            }),
         }
     };
     let none = || -> Result<()> {
         if rest.is_empty() {
             Ok(())
         } else {
-            bail!("`{verb}` takes no argument")
+            Err(CommandError::NoArgument(verb.clone()))
         }
     };
     Ok(match verb.as_str() {
@@ -44,9 +67,9 @@ pub fn parse_command(words: &[String]) -> Result<Command> {
         "mode" => Command::SetMode(match one("discard or overwrite")?.as_str() {
             "discard" => ivtrace_region::abi::IVT_MODE_DISCARD,
             "overwrite" => ivtrace_region::abi::IVT_MODE_OVERWRITE,
-            m => bail!("unknown mode `{m}` (discard or overwrite)"),
+            m => return Err(CommandError::UnknownMode(m.to_string())),
         }),
-        v => bail!("unknown command `{v}` (flush, enable, disable, mode, statedump)"),
+        v => return Err(CommandError::Unknown(v.to_string())),
     })
 }
 
@@ -60,14 +83,11 @@ pub fn parse_groups(s: &str) -> Result<u32> {
         }
         match GROUPS.iter().position(|&n| n == g) {
             Some(i) => mask |= 1 << i,
-            None => bail!(
-                "unknown event group `{g}` (known: {}, all)",
-                GROUPS.join(", ")
-            ),
+            None => return Err(CommandError::UnknownGroup(g.to_string())),
         }
     }
     if mask == 0 {
-        bail!("no event group given (known: {}, all)", GROUPS.join(", "));
+        return Err(CommandError::NoGroup);
     }
     Ok(mask)
 }

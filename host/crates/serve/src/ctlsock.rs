@@ -25,6 +25,7 @@ use nix::sys::eventfd::EventFd;
 use serde_json::{json, Value};
 
 use crate::control::{self, parse_command};
+use crate::error::Report;
 use crate::guest::Request;
 use crate::Registry;
 
@@ -231,7 +232,7 @@ fn control(req: &Value, guest: &Live) -> Value {
         .unwrap_or_default();
     let cmd = match parse_command(&words) {
         Ok(c) => c,
-        Err(e) => return json!({"ok": false, "error": format!("{e:#}")}),
+        Err(e) => return json!({"ok": false, "error": format!("{}", Report(&e))}),
     };
     let (rtx, rrx) = mpsc::channel();
     if !guest.ask(Request::Control { cmd, reply: rtx }) {

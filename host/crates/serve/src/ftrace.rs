@@ -10,14 +10,62 @@
 use ivtrace_region::sanitize::Shown;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
+use thiserror::Error;
 
 use ivtrace_region::FtraceAck;
 
 /// Most bytes `list-events` and `ftrace read` fetch (a few round trips of
 /// 2 KiB each for the usual ~40 KB of available_events).
 const READ_MAX: usize = 4 << 20;
+
+/// What went wrong with an ftrace command: how it was typed (the wording
+/// is what `ivtrace ctl` prints), or the guest's or the link's answer.
+#[derive(Debug, Error)]
+pub enum FtraceError {
+    #[error("`{0}` is not an event (system:event, system, or all)")]
+    NotAnEvent(String),
+    #[error("`{0}` is not a probe name ([A-Za-z_][A-Za-z0-9_]*)")]
+    NotAProbeName(String),
+    #[error(
+        "`ftrace {0} NAME PROBE [FETCHARGS...]` (e.g. `ftrace kprobe myopen \
+         'do_sys_openat2 name=+0(%si):ustring'`)"
+    )]
+    ProbeUsage(String),
+    #[error("`ftrace {kind} {name}` needs the probe point")]
+    NoProbePoint { kind: String, name: String },
+    #[error("`ftrace {sub}` needs {what}")]
+    Missing { sub: String, what: &'static str },
+    #[error(
+        "unknown ftrace command `{0}` (enable, disable, filter, trigger, tracer, functions, \
+         notrace, graph, kprobe, kretprobe, uprobe, probe-remove, pid, on, off, buffer-kb, \
+         write, append, read)"
+    )]
+    Unknown(String),
+    #[error("`ftrace` needs a command, e.g. `ftrace enable block:block_rq_issue 'nr_sector > 8'`")]
+    NoCommand,
+    /// The server answered with an error instead of the guest's answer.
+    #[error("{0}")]
+    Server(String),
+    #[error("the guest refused `read {path}`: {errno}", errno = errno_text(*.status))]
+    ReadRefused { path: String, status: i32 },
+    #[error(
+        "the guest refused `{request}` ({errno}); {unsent} later request(s) not sent",
+        errno = errno_text(*.status)
+    )]
+    Refused {
+        request: String,
+        status: i32,
+        unsent: usize,
+    },
+    /// The link to the guest (the region, the control socket) failed.
+    #[error(transparent)]
+    Link(Box<dyn std::error::Error + Send + Sync + 'static>),
+    #[error("cannot print the guest's answer")]
+    Print(#[from] std::io::Error),
+}
+
+type Result<T> = std::result::Result<T, FtraceError>;
 
 /// What one `ivtrace ctl` ftrace command does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +90,7 @@ fn event_dir(spec: &str) -> Result<String> {
         ("all" | "*", "*") => Ok("events".into()),
         (s, "*") if ok(s) => Ok(format!("events/{s}")),
         (s, e) if ok(s) && ok(e) => Ok(format!("events/{s}/{e}")),
-        _ => bail!("`{spec}` is not an event (system:event, system, or all)"),
+        _ => Err(FtraceError::NotAnEvent(spec.to_string())),
     }
 }
 
@@ -58,7 +106,7 @@ fn probe_name(n: &str) -> Result<&str> {
         .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
         && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
     if !ok {
-        bail!("`{n}` is not a probe name ([A-Za-z_][A-Za-z0-9_]*)");
+        return Err(FtraceError::NotAProbeName(n.to_string()));
     }
     Ok(n)
 }
@@ -66,11 +114,14 @@ fn probe_name(n: &str) -> Result<&str> {
 /// `kprobe|kretprobe|uprobe NAME SPEC...`: define the probe, enable it.
 fn probe(kind: &str, args: &[String]) -> Result<Vec<String>> {
     let [name, spec @ ..] = args else {
-        bail!("`ftrace {kind} NAME PROBE [FETCHARGS...]` (e.g. `ftrace kprobe myopen 'do_sys_openat2 name=+0(%si):ustring'`)");
+        return Err(FtraceError::ProbeUsage(kind.to_string()));
     };
     let name = probe_name(name)?;
     if spec.is_empty() {
-        bail!("`ftrace {kind} {name}` needs the probe point");
+        return Err(FtraceError::NoProbePoint {
+            kind: kind.to_string(),
+            name: name.to_string(),
+        });
     }
     let (file, group, letter) = match kind {
         "kprobe" => ("kprobe_events", "kprobes", "p"),
@@ -85,9 +136,11 @@ fn probe(kind: &str, args: &[String]) -> Result<Vec<String>> {
 
 /// The requests of `ftrace SUB ARGS...`.
 fn ftrace_requests(sub: &str, a: &[String]) -> Result<Vec<String>> {
-    let one = |what: &str| -> Result<&String> {
-        a.first()
-            .with_context(|| format!("`ftrace {sub}` needs {what}"))
+    let one = |what: &'static str| -> Result<&String> {
+        a.first().ok_or_else(|| FtraceError::Missing {
+            sub: sub.to_string(),
+            what,
+        })
     };
     Ok(match sub {
         "enable" => {
@@ -100,14 +153,25 @@ fn ftrace_requests(sub: &str, a: &[String]) -> Result<Vec<String>> {
             r
         }
         "disable" => vec![format!("write {}/enable 0", event_dir(one("an event")?)?)],
-        "filter" => vec![format!("write {}/filter {}", event_dir(one("an event")?)?, rest(&a[1..]))],
-        "trigger" => vec![format!("write {}/trigger {}", event_dir(one("an event")?)?, rest(&a[1..]))],
+        "filter" => vec![format!(
+            "write {}/filter {}",
+            event_dir(one("an event")?)?,
+            rest(&a[1..])
+        )],
+        "trigger" => vec![format!(
+            "write {}/trigger {}",
+            event_dir(one("an event")?)?,
+            rest(&a[1..])
+        )],
         "tracer" => {
             let mut r = Vec::new();
             if a.len() > 1 {
                 r.push(format!("write set_ftrace_filter {}", rest(&a[1..])));
             }
-            r.push(format!("write current_tracer {}", one("a tracer (function, function_graph, nop)")?));
+            r.push(format!(
+                "write current_tracer {}",
+                one("a tracer (function, function_graph, nop)")?
+            ));
             r
         }
         "functions" => vec![format!("write set_ftrace_filter {}", rest(a))],
@@ -116,14 +180,24 @@ fn ftrace_requests(sub: &str, a: &[String]) -> Result<Vec<String>> {
         "kprobe" | "kretprobe" | "uprobe" => probe(sub, a)?,
         "probe-remove" => {
             let n = probe_name(one("a probe name")?)?;
-            vec![format!("write events/kprobes/{n}/enable 0"), format!("append kprobe_events -:kprobes/{n}")]
+            vec![
+                format!("write events/kprobes/{n}/enable 0"),
+                format!("append kprobe_events -:kprobes/{n}"),
+            ]
         }
-        "pid" => vec![format!("write set_event_pid {}", rest(a)), format!("write set_ftrace_pid {}", rest(a))],
+        "pid" => vec![
+            format!("write set_event_pid {}", rest(a)),
+            format!("write set_ftrace_pid {}", rest(a)),
+        ],
         "on" => vec!["write tracing_on 1".into()],
         "off" => vec!["write tracing_on 0".into()],
         "buffer-kb" => vec![format!("write buffer_size_kb {}", one("KiB per CPU")?)],
-        "write" | "append" => vec![format!("{sub} {} {}", one("a tracefs path")?, rest(&a[1..]))],
-        s => bail!("unknown ftrace command `{s}` (enable, disable, filter, trigger, tracer, functions, notrace, graph, kprobe, kretprobe, uprobe, probe-remove, pid, on, off, buffer-kb, write, append, read)"),
+        "write" | "append" => vec![format!(
+            "{sub} {} {}",
+            one("a tracefs path")?,
+            rest(&a[1..])
+        )],
+        s => return Err(FtraceError::Unknown(s.to_string())),
     })
 }
 
@@ -141,9 +215,7 @@ pub fn parse(words: &[String]) -> Result<FtraceCommand> {
         [v, sub, args @ ..] if v == "ftrace" => {
             Ok(FtraceCommand::Requests(ftrace_requests(sub, args)?))
         }
-        _ => bail!(
-            "`ftrace` needs a command, e.g. `ftrace enable block:block_rq_issue 'nr_sector > 8'`"
-        ),
+        _ => Err(FtraceError::NoCommand),
     }
 }
 
@@ -213,7 +285,7 @@ impl Reply {
                 .get("error")
                 .and_then(Value::as_str)
                 .unwrap_or("the server refused the request");
-            bail!("{err}");
+            return Err(FtraceError::Server(err.to_string()));
         }
         Ok(Reply {
             status: v["ack_status"].as_i64().unwrap_or(-5) as i32,
@@ -230,7 +302,10 @@ fn read_all(to: &dyn FtraceLink, path: &str) -> Result<String> {
     loop {
         let r = to.send(&format!("read {path} {}", text.len()))?;
         if r.status != 0 {
-            bail!("the guest refused `read {path}`: {}", errno_text(r.status));
+            return Err(FtraceError::ReadRefused {
+                path: path.to_string(),
+                status: r.status,
+            });
         }
         text.push_str(&r.text);
         if !r.more || r.text.is_empty() || text.len() >= READ_MAX {
@@ -277,11 +352,11 @@ fn run_to(
                     a.latency.as_secs_f64() * 1e3
                 )?;
                 if a.status != 0 {
-                    bail!(
-                        "the guest refused `{r}` ({}); {} later request(s) not sent",
-                        errno_text(a.status),
-                        reqs.len().saturating_sub(i).saturating_sub(1)
-                    );
+                    return Err(FtraceError::Refused {
+                        request: r.clone(),
+                        status: a.status,
+                        unsent: reqs.len().saturating_sub(i).saturating_sub(1),
+                    });
                 }
             }
             Ok(reqs.len() as u64)

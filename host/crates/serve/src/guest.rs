@@ -18,7 +18,6 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
 use nix::sys::eventfd::EventFd;
 
 use ivtrace_engine::notify::{Notifier, NotifyStats, Wake};
@@ -26,9 +25,10 @@ use ivtrace_engine::{Backoff, EngineError, RegionWait, Step, StopReason, Wait, W
 use ivtrace_region::{Ack, Command, FtraceAck, RegionError};
 
 use crate::admission::Seat;
+use crate::error::Report;
 use crate::migration::{self, Resume};
 use crate::proto::{PeerInfo, Shm};
-use crate::{recording, ServeConfig};
+use crate::{recording, Result, ServeConfig, ServeError};
 
 /// Epoll tokens.
 const TOK_CONN: u64 = 1;
@@ -147,11 +147,17 @@ pub struct GuestWaiter {
 impl GuestWaiter {
     fn new(guest: &mut Guest, conn: Arc<UnixStream>) -> Result<GuestWaiter> {
         let doorbells = std::mem::take(&mut guest.doorbells);
-        let notifier = Notifier::new(doorbells).context("cannot set up notification")?;
+        let notifier = Notifier::new(doorbells).map_err(|source| ServeError::Waiter {
+            what: "set up notification",
+            source,
+        })?;
         notifier
             .watch(conn.as_fd(), TOK_CONN)
             .and_then(|()| notifier.watch(guest.wake.as_fd(), TOK_WAKE))
-            .context("cannot watch the connection")?;
+            .map_err(|source| ServeError::Waiter {
+                what: "watch the connection",
+                source,
+            })?;
         let _ = conn.set_nonblocking(true);
         Ok(GuestWaiter {
             notifier,
@@ -426,7 +432,7 @@ impl GuestTask {
                 return false;
             }
             Err(e) => {
-                self.guest.log(&format!("wait failed: {e:#}"));
+                self.guest.log(&format!("wait failed: {}", Report(&e)));
                 return false;
             }
         }
@@ -491,7 +497,7 @@ impl GuestTask {
                 Turn::Again
             }
             Err(e) => {
-                self.guest.log(&format!("recording failed: {e:#}"));
+                self.guest.log(&format!("recording failed: {}", Report(&e)));
                 Turn::Done
             }
         }
@@ -504,7 +510,7 @@ impl GuestTask {
             let woken = w.collect();
             rang = matches!(&woken, Ok(x) if x.doorbells > 0 && x.ending.is_none());
             if let Err(e) = recording::woke(g, w, &mut live, woken) {
-                g.log(&format!("recording failed: {e:#}"));
+                g.log(&format!("recording failed: {}", Report(&e)));
                 return Turn::Done;
             }
         }
@@ -527,7 +533,7 @@ impl GuestTask {
                 }
                 Ok(Step::Ended(reason)) => return self.ended(*live, reason),
                 Err(e) => {
-                    g.log(&format!("recording failed: {e:#}"));
+                    g.log(&format!("recording failed: {}", Report(&e)));
                     return Turn::Done;
                 }
             }
@@ -545,7 +551,7 @@ impl GuestTask {
         match recording::end(&self.guest, &mut self.waiter, live, reason) {
             Ok(ending) => self.conclude(Box::new(ending)),
             Err(e) => {
-                self.guest.log(&format!("recording failed: {e:#}"));
+                self.guest.log(&format!("recording failed: {}", Report(&e)));
                 Turn::Done
             }
         }
@@ -573,7 +579,7 @@ impl GuestTask {
             }
             Ok(_) => Turn::Done,
             Err(e) => {
-                self.guest.log(&format!("recording failed: {e:#}"));
+                self.guest.log(&format!("recording failed: {}", Report(&e)));
                 Turn::Done
             }
         }

@@ -10,7 +10,6 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Result;
 use nix::sys::eventfd::EventFd;
 use serde_json::json;
 
@@ -24,7 +23,9 @@ use ivtrace_region::{abi, Command, EventClasses, Reader};
 use ivtrace_time::pingpong::SyncPoint;
 use ivtrace_time::timebase::host_now_ns;
 
+use crate::error::Report;
 use crate::guest::{GuestStatus, Request};
+use crate::ServeError;
 
 /// Event ids of the serve stream in the host trace.
 pub mod ev {
@@ -289,7 +290,7 @@ impl ServeHooks<'_> {
                 .u64(a.latency.as_nanos() as u64);
             let _ = log_event(&self.host, self.stream, ev::CONTROL, host_now_ns(), payload);
         }
-        res.map_err(|e| format!("{e:#}"))
+        res.map_err(|e| format!("{}", Report(&e)))
     }
 
     /// Posts one ftrace request, kicks the guest, waits for the relay's
@@ -307,7 +308,7 @@ impl ServeHooks<'_> {
                 .u64(a.ack.latency.as_nanos() as u64);
             let _ = log_event(&self.host, self.stream, ev::CONTROL, host_now_ns(), payload);
         }
-        res.map_err(|e| format!("{e:#}"))
+        res.map_err(|e| format!("{}", Report(&e)))
     }
 
     /// `ivtrace ctl list/status`: the last state plus fresh counters.
@@ -380,7 +381,7 @@ impl Hooks for ServeHooks<'_> {
             host_now_ns(),
             payload,
         )
-        .map_err(|e| anyhow::Error::from(e).context("host trace").into())
+        .map_err(|e| ServeError::HostTrace(e).into())
     }
 
     fn woken(&mut self, woken: &Woken) -> Result<(), BoxError> {
@@ -391,7 +392,7 @@ impl Hooks for ServeHooks<'_> {
         let payload = Payload::default().u64(woken.doorbells).u64(self.received);
         let id = ev::DOORBELL_RECEIVED;
         log_event(&self.host, self.stream, id, woken.at_ns, payload)
-            .map_err(|e| anyhow::Error::from(e).context("host trace").into())
+            .map_err(|e| ServeError::HostTrace(e).into())
     }
 
     fn max_wait(&self) -> Duration {

@@ -30,6 +30,7 @@ pub mod admission;
 pub mod connect;
 pub mod control;
 pub mod ctlsock;
+pub mod error;
 pub mod ftrace;
 pub mod guest;
 pub mod hostlog;
@@ -50,7 +51,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+pub use error::{Report, Result, ServeError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::EventFd;
 
@@ -219,8 +220,10 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener> {
                 .into())
             }
             Err(_) => {
-                fs::remove_file(path)
-                    .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+                fs::remove_file(path).map_err(ServeError::io(format!(
+                    "remove stale socket {}",
+                    path.display()
+                )))?;
                 eprintln!("ivtrace serve: replaced stale socket {}", path.display());
             }
         },
@@ -232,7 +235,7 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener> {
             .into())
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", path.display())),
+        Err(e) => return Err(ServeError::io(format!("inspect {}", path.display()))(e)),
     }
     // The socket file takes the umask's permissions at bind time: set
     // 0177 around bind so it is born 0600 (no window where others may
@@ -240,7 +243,7 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener> {
     let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
     let res = UnixListener::bind(path);
     nix::sys::stat::umask(old);
-    res.with_context(|| format!("cannot listen on {}", path.display()))
+    res.map_err(ServeError::io(format!("listen on {}", path.display())))
 }
 
 /// The default control socket of a server socket.
@@ -253,11 +256,10 @@ pub fn default_ctl_path(socket: &Path) -> PathBuf {
 /// The region size for `--size`: a power of two (QEMU requires one).
 fn region_size(args: &Settings) -> Result<u64> {
     if args.size < ivtrace_region::abi::IVT_REGION_MIN {
-        bail!(
-            "--size {} is below the smallest region ({} bytes)",
-            args.size,
-            ivtrace_region::abi::IVT_REGION_MIN
-        );
+        return Err(ServeError::SizeTooSmall {
+            size: args.size,
+            min: ivtrace_region::abi::IVT_REGION_MIN,
+        });
     }
     let size = args.size.next_power_of_two();
     if size != args.size {
@@ -300,8 +302,10 @@ impl Sockets {
             let _ = fs::remove_file(&ctl_path);
             return Err(e);
         }
-        listener.set_nonblocking(true)?;
-        ctl_listener.set_nonblocking(true)?;
+        listener
+            .set_nonblocking(true)
+            .and_then(|()| ctl_listener.set_nonblocking(true))
+            .map_err(ServeError::io("make the listening sockets non-blocking"))?;
         Ok(Sockets {
             listener,
             ctl_listener,
@@ -340,12 +344,15 @@ fn serve_config(args: &mut Settings, size: u64, outroot: ivtrace_ctf::OutDir) ->
 
 /// SIGINT/SIGTERM write to a socket pair the accept loop polls.
 fn signal_pipe() -> Result<UnixStream> {
-    let (sig_read, sig_write) = UnixStream::pair().context("socketpair")?;
-    sig_read.set_nonblocking(true)?;
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::low_level::pipe::register(sig, sig_write.try_clone()?)
-            .context("cannot install signal handlers")?;
-    }
+    let install = || -> io::Result<UnixStream> {
+        let (sig_read, sig_write) = UnixStream::pair()?;
+        sig_read.set_nonblocking(true)?;
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::low_level::pipe::register(sig, sig_write.try_clone()?)?;
+        }
+        Ok(sig_read)
+    };
+    let sig_read = install().map_err(ServeError::io("install the signal handlers"))?;
     Ok(sig_read)
 }
 
@@ -447,7 +454,7 @@ impl Server {
             ];
             match poll(&mut fds, PollTimeout::from(500u16)) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(e) => return Err(e).context("poll"),
+                Err(e) => return Err(ServeError::sys("poll")(e)),
             }
             let ready = |i: usize| fds[i].revents().is_some_and(|r| !r.is_empty());
             let (new_guest, new_ctl, signalled) = (ready(0), ready(1), ready(2));
@@ -490,7 +497,7 @@ impl Server {
                 continue;
             }
             if let Err(e) = self.start_connection(conn, n) {
-                eprintln!("ivtrace serve: connection #{n} refused: {e:#}");
+                eprintln!("ivtrace serve: connection #{n} refused: {}", Report(&e));
             }
         }
     }
@@ -516,7 +523,7 @@ impl Server {
         let thread = std::thread::Builder::new()
             .name(format!("ivt-conn{n}"))
             .spawn(move || connect::serve_connection(ctx, conn, n))
-            .context("cannot start the guest thread")?;
+            .map_err(ServeError::io("start the guest thread"))?;
         self.threads.push(thread);
         Ok(())
     }
@@ -648,7 +655,11 @@ mod tests {
             0o600
         );
         let err = bind_socket(&p).unwrap_err();
-        assert!(err.downcast_ref::<UserError>().is_some(), "{err:#}");
+        assert!(matches!(err, ServeError::User(_)), "{err:?}");
+        assert!(
+            err.hint().is_some_and(|h| h.contains("stop that server")),
+            "{err:?}"
+        );
         drop(l); // the file stays: stale
         assert!(p.exists());
         let _l2 = bind_socket(&p).unwrap();

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 
 use ivtrace_migration::{read_handoff, Handoff};
 
+use crate::error::Report;
 use crate::guest::{Guest, Request};
 
 /// Where a destination's recording starts: the handoff file and its
@@ -69,5 +70,5 @@ fn load(from: Option<PathBuf>) -> Result<Option<Resume>, String> {
     };
     read_handoff(&path)
         .map(|h| Some((path, h)))
-        .map_err(|e| format!("{e:#}"))
+        .map_err(|e| format!("{}", Report(&e)))
 }

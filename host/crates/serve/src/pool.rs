@@ -26,11 +26,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::guest::{GuestTask, Turn};
+use crate::{Result, ServeError};
 
 /// The poller's own wake-up (a guest parked with an earlier deadline, or
 /// the pool stopping).
@@ -70,15 +70,16 @@ pub struct Pool {
 impl Pool {
     /// Starts `workers` drain threads and the poller.
     pub fn start(workers: usize) -> Result<Pool> {
-        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).context("epoll_create1")?;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .map_err(ServeError::sys("epoll_create1"))?;
         let poller_wake = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-            .context("eventfd")?;
+            .map_err(ServeError::sys("eventfd"))?;
         epoll
             .add(
                 poller_wake.as_fd(),
                 EpollEvent::new(EpollFlags::EPOLLIN, TOK_POLLER),
             )
-            .context("epoll_ctl(poller wake-up)")?;
+            .map_err(ServeError::sys("epoll_ctl(poller wake-up)"))?;
         let shared = Arc::new(Shared {
             ready: Mutex::new(VecDeque::new()),
             ready_cv: Condvar::new(),
@@ -96,7 +97,7 @@ impl Pool {
                 std::thread::Builder::new()
                     .name(format!("ivt-drain-{i}"))
                     .spawn(move || work(&s))
-                    .context("cannot start a drain thread")?,
+                    .map_err(ServeError::io("start a drain thread"))?,
             );
         }
         let s = Arc::clone(&shared);
@@ -104,7 +105,7 @@ impl Pool {
             std::thread::Builder::new()
                 .name("ivt-poller".into())
                 .spawn(move || poll_parked(&s))
-                .context("cannot start the poller thread")?,
+                .map_err(ServeError::io("start the poller thread"))?,
         );
         Ok(Pool {
             shared,

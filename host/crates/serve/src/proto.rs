@@ -25,7 +25,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::{Result, ServeError};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{self, sockopt, ControlMessage, MsgFlags};
 
@@ -66,7 +66,8 @@ pub struct Eventfds {
 }
 
 fn eventfd() -> Result<EventFd> {
-    EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).context("eventfd")
+    EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+        .map_err(ServeError::sys("eventfd"))
 }
 
 /// Runs the server side of the handshake on `sock`.
@@ -77,8 +78,8 @@ pub fn handshake(sock: &UnixStream, shm: &File, vectors: u32) -> Result<Eventfds
     let guest_rx = (0..vectors)
         .map(|_| eventfd())
         .collect::<Result<Vec<_>>>()?;
-    let step = |what: &str, v: i64, fd: Option<BorrowedFd<'_>>| {
-        send_msg(sock, v, fd).with_context(|| format!("sending {what}"))
+    let step = |what: &'static str, v: i64, fd: Option<BorrowedFd<'_>>| {
+        send_msg(sock, v, fd).map_err(|source| ServeError::Send { what, source })
     };
     step("the protocol version", PROTOCOL_VERSION, None)?;
     step("the client id", GUEST_ID, None)?;
@@ -238,17 +239,21 @@ impl Shm {
 pub fn create_sealed_memfd(tag: &str, size: u64) -> Result<File> {
     use nix::fcntl::{fcntl, FcntlArg, SealFlag};
     use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
-    let name = std::ffi::CString::new(format!("ivtrace-{tag}")).context("region name")?;
+    // `tag` is the sanitized guest name: no NUL (an `Io` error if it had one).
+    let name = std::ffi::CString::new(format!("ivtrace-{tag}"))
+        .map_err(|e| ServeError::io("name the region memfd")(e.into()))?;
     let fd = memfd_create(
         &name,
         MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
     )
-    .context("memfd_create")?;
+    .map_err(ServeError::sys("memfd_create"))?;
     let file = File::from(fd);
-    file.set_len(size)
-        .with_context(|| format!("cannot size the region memfd to {size} bytes"))?;
+    file.set_len(size).map_err(ServeError::io(format!(
+        "size the region memfd to {size} bytes"
+    )))?;
     let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
-    fcntl(file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals)).context("sealing the region memfd")?;
+    fcntl(file.as_raw_fd(), FcntlArg::F_ADD_SEALS(seals))
+        .map_err(ServeError::sys("sealing the region memfd (F_ADD_SEALS)"))?;
     Ok(file)
 }
 
@@ -261,9 +266,11 @@ pub fn create_shm(path: &Path, size: u64) -> Result<File> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    f.set_len(size)
-        .with_context(|| format!("cannot size {} to {size} bytes", path.display()))?;
+        .map_err(ServeError::io(format!("create {}", path.display())))?;
+    f.set_len(size).map_err(ServeError::io(format!(
+        "size {} to {size} bytes",
+        path.display()
+    )))?;
     Ok(f)
 }
 

@@ -8,7 +8,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
 use nix::sys::eventfd::EventFd;
 use serde_json::{json, Value};
 
@@ -23,10 +22,12 @@ use ivtrace_region::{abi, Reader, Region};
 use ivtrace_time::pingpong::{Entry, Kick};
 use ivtrace_time::{pingpong, ClockSync, GuestClock};
 
+use crate::error::Report;
 use crate::guest::{describe, Guest, GuestWaiter};
 use crate::hostlog::{kick, serve_classes, Deliveries, Delivering, ServeHooks};
 use crate::migration::Resume;
 use crate::proto::{GUEST_ID, HOST_ID};
+use crate::{Result, ServeError};
 
 /// Claims `root/name`, or `name-2`, `name-3`... (atomic `mkdirat`
 /// relative to the root's descriptor, then opened without following a
@@ -42,7 +43,10 @@ pub fn claim_dir(root: &OutDir, name: &str) -> Result<OutDir> {
             Ok(d) => return Ok(d),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
-                return Err(e).with_context(|| format!("cannot create {}", root.join(&n).display()))
+                return Err(ServeError::io(format!(
+                    "create {}",
+                    root.join(&n).display()
+                ))(e))
             }
         }
     }
@@ -113,9 +117,10 @@ pub fn start(
     let mut reader = Reader::new(region, clock.initial_mapping().expressible());
     let resumed = match resume {
         Some((path, h)) => {
-            let r = reader
-                .resume(h)
-                .with_context(|| format!("cannot resume from {}", path.display()))?;
+            let r = reader.resume(h).map_err(|source| ServeError::Resume {
+                path: path.clone(),
+                source,
+            })?;
             g.log(&format!(
                 "part {} of the trace: {} packets the previous part already holds skipped",
                 r.part, r.already_recorded
@@ -352,8 +357,7 @@ fn host_side(g: &Guest, out: &OutDir) -> Result<(HostSide, usize)> {
     let mut classes = serve_classes();
     let events = g.cfg.host_events.then(|| {
         ivtrace_tracefs::host_events::HostEvents::prepare(g.peer.pid, &mut classes)
-            .map_err(anyhow::Error::from)
-            .map_err(|e| g.log(&format!("host events not recorded: {e:#}")))
+            .map_err(|e| g.log(&format!("host events not recorded: {}", Report(&e))))
             .ok()
     });
     let env = vec![
@@ -368,7 +372,7 @@ fn host_side(g: &Guest, out: &OutDir) -> Result<(HostSide, usize)> {
             .add_stream(STREAM_IVTRACE, 0, "ivtrace_host")?;
     if let Some(Some(events)) = events {
         if let Err(e) = host.start_events(events) {
-            g.log(&format!("host events not recorded: {e:#}"));
+            g.log(&format!("host events not recorded: {}", Report(&e)));
         }
     }
     Ok((host, stream))
@@ -386,7 +390,7 @@ fn stop_host_events(
     match host.stop_events()? {
         Ok(stats) => Some(stats),
         Err(e) => {
-            g.log(&format!("host events: {e:#}"));
+            g.log(&format!("host events: {}", Report(&e)));
             None
         }
     }
@@ -433,7 +437,7 @@ fn finish_traces(
     if let Err(e) = finished {
         // A full disk while finishing (the kernel expansion): the sidecar
         // still says so; `ivtrace recover` finishes the rest.
-        let why = format!("finishing the trace failed: {e:#}");
+        let why = format!("finishing the trace failed: {}", Report(&e));
         g.log(&why);
         output_error.get_or_insert(why);
     }
@@ -510,10 +514,9 @@ fn trace_cmd_files(g: &Guest, observed: &Observed, doc: &mut Value) -> Result<()
     let written = observed
         .dir
         .create_dir("trace-cmd")
-        .map_err(anyhow::Error::from)
+        .map_err(ivtrace_tracecmd::export::ExportError::from)
         .and_then(|out| {
             ivtrace_tracecmd::export_into(std::slice::from_ref(&observed.out), &out, false)
-                .map_err(anyhow::Error::from)
         });
     let section = match written {
         Ok(e) => {
@@ -528,8 +531,9 @@ fn trace_cmd_files(g: &Guest, observed: &Observed, doc: &mut Value) -> Result<()
             serde_json::to_value(&e)?
         }
         Err(e) => {
-            g.log(&format!("trace-cmd files not written: {e:#}"));
-            json!({ "error": format!("{e:#}") })
+            let why = Report(&e).to_string();
+            g.log(&format!("trace-cmd files not written: {why}"));
+            json!({ "error": why })
         }
     };
     if let Some(obj) = doc.as_object_mut() {
@@ -540,7 +544,10 @@ fn trace_cmd_files(g: &Guest, observed: &Observed, doc: &mut Value) -> Result<()
     observed
         .dir
         .write_atomically(SIDECAR_NAME, &text)
-        .with_context(|| format!("cannot write {}", observed.dir.join(SIDECAR_NAME).display()))
+        .map_err(ServeError::io(format!(
+            "write {}",
+            observed.dir.join(SIDECAR_NAME).display()
+        )))
 }
 
 fn trace_env(
@@ -592,7 +599,10 @@ fn sidecar_with_serve_sections(
     observed
         .dir
         .write_atomically(SIDECAR_NAME, &text)
-        .with_context(|| format!("cannot write {}", observed.dir.join(SIDECAR_NAME).display()))?;
+        .map_err(ServeError::io(format!(
+            "write {}",
+            observed.dir.join(SIDECAR_NAME).display()
+        )))?;
     Ok(doc)
 }
 
@@ -637,7 +647,7 @@ fn vm_view(
             Some(d)
         }
         Err(e) => {
-            g.log(&format!("no VM view: {e:#}"));
+            g.log(&format!("no VM view: {}", Report(&e)));
             None
         }
     }
