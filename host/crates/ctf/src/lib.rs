@@ -19,6 +19,7 @@ pub mod dir;
 pub mod ftrace;
 pub mod host_trace;
 pub mod kernel;
+mod kernel_out;
 pub mod outdir;
 pub mod read;
 pub mod recover;

@@ -26,6 +26,9 @@
 //! are expanded as they arrive ([`crate::kernel::online`]), written to
 //! `DIR/kernel/` at once, and the kernel metadata grows (by whole event
 //! declarations) as system calls appear.
+//! The kernel trace is made on its stream's first packet, in one of these
+//! states (`kernel_out.rs`: staged, online, expanded), so no flag says
+//! which; a resumed recording's kernel stays staged.
 //!
 //! The ftrace relay's pages (stream class 2) are staged there too, always,
 //! and an [`FtraceExpand`] decodes them into more streams of the kernel
@@ -37,6 +40,7 @@
 //! file may have reached the relay), and every metadata text as it is
 //! written.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
@@ -49,8 +53,8 @@ use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::PacketSink;
 
 use crate::ftrace::{FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats};
-use crate::kernel::online::OnlineKernel;
-use crate::kernel::{self, Expanded, KernelExpansion, Staged, STAGING_DIR, WIRE_METADATA};
+use crate::kernel::{self, KernelExpansion, Staged, STAGING_DIR};
+use crate::kernel_out::{KernelStart, KernelTrace};
 use crate::outdir::OutDir;
 use crate::sidecar::{
     Sidecar, StreamLayout, TracefsFormats, SIDECAR_FORMAT, SIDECAR_NAME, STATE_RECORDING,
@@ -70,32 +74,11 @@ pub trait PacketTap: Send + Sync {
     fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], events: u64);
 }
 
-/// A guest trace's directory, once its stream class had a packet, and the
-/// generation of event classes its metadata was last written for.
+/// The user trace's directory, once its stream class had a packet, and
+/// the generation of event classes its metadata was last written for.
 struct TraceOut {
     dir: OutDir,
     generation: u64,
-}
-
-/// Where the kernel stream's packets go and which classes they declare:
-/// one state at a time (the states' data boxed: they differ in size).
-enum KernelMode {
-    /// Staged in their wire form in the staging directory (its trace's
-    /// directory while recording), expanded by [`CtfWriter::finish`].
-    Staging,
-    /// Expanded as they arrive, into `DIR/kernel/` (a streaming writer).
-    Online(Box<Online>),
-    /// Expanded at the end into `DIR/kernel/` (or, without a native kernel
-    /// packet, a kernel trace that holds the ftrace streams alone).
-    Expanded(Box<Expanded>),
-}
-
-/// The online kernel expansion of a streaming writer.
-struct Online {
-    kernel: OnlineKernel,
-    /// Events of kernel packets that did not walk, per channel (in every
-    /// later packet's `events_discarded`).
-    lost: BTreeMap<u32, u64>,
 }
 
 /// Space set aside at the start of a recording and given back when a
@@ -198,10 +181,9 @@ pub struct CtfWriter {
     env: TraceEnv,
     /// The user trace, once it had a packet.
     user: Option<TraceOut>,
-    /// The kernel trace, once it had a packet (while staging: the staging
-    /// directory), or once the ftrace expansion made it.
-    kernel: Option<TraceOut>,
-    kernel_mode: KernelMode,
+    /// The kernel trace, once it had a packet, or once the ftrace
+    /// expansion made it.
+    kernel: Option<KernelTrace>,
     /// Stream class of each channel that has a file.
     stream_of: Vec<Option<u32>>,
     files: StreamFiles,
@@ -253,7 +235,6 @@ impl CtfWriter {
             env,
             user: None,
             kernel: None,
-            kernel_mode: KernelMode::Staging,
             // One more than the channels: the no-channel stream.
             stream_of: vec![None; nr_channels as usize + 1],
             files: StreamFiles::new(limits, nr_channels + 1),
@@ -312,35 +293,38 @@ impl CtfWriter {
     /// before the first packet).
     pub fn set_tap(&mut self, tap: Arc<dyn PacketTap>) {
         self.tap = Some(tap);
-        self.kernel_mode = KernelMode::Online(Box::new(Online {
-            kernel: OnlineKernel::default(),
-            lost: BTreeMap::new(),
-        }));
+    }
+
+    /// How a kernel trace made by a packet starts: a tap needs its packets
+    /// final at once.
+    fn kernel_start(&self) -> KernelStart {
+        match self.tap {
+            Some(_) => KernelStart::Online,
+            None => KernelStart::Staged,
+        }
     }
 
     /// Whether kernel packets are staged for the expansion at the end.
-    fn staging(&self) -> bool {
-        matches!(self.kernel_mode, KernelMode::Staging)
+    fn kernel_staged(&self) -> bool {
+        self.kernel.as_ref().is_some_and(KernelTrace::is_staged)
     }
 
-    /// The trace of stream class `stream` (user or kernel), once made.
-    fn trace(&self, stream: u32) -> Option<&TraceOut> {
+    /// The directory of stream class `stream`'s trace (user or kernel),
+    /// once made.
+    fn trace_dir(&self, stream: u32) -> Option<&OutDir> {
         match stream {
-            abi::IVT_STREAM_KERNEL => self.kernel.as_ref(),
-            _ => self.user.as_ref(),
+            abi::IVT_STREAM_KERNEL => self.kernel.as_ref().map(|k| &k.dir),
+            _ => self.user.as_ref().map(|u| &u.dir),
         }
     }
 
-    fn trace_mut(&mut self, stream: u32) -> &mut Option<TraceOut> {
+    /// The generation stream class `stream`'s metadata was last written
+    /// for (the trace is made).
+    fn written_generation(&mut self, stream: u32) -> &mut u64 {
         match stream {
-            abi::IVT_STREAM_KERNEL => &mut self.kernel,
-            _ => &mut self.user,
+            abi::IVT_STREAM_KERNEL => &mut self.kernel.as_mut().expect("made").generation,
+            _ => &mut self.user.as_mut().expect("made").generation,
         }
-    }
-
-    /// The directory of stream class `stream`'s trace (made already).
-    fn trace_dir(&self, stream: u32) -> OutDir {
-        self.trace(stream).expect("created").dir.clone()
     }
 
     /// Writes the sidecar in its `recording` state whenever the metadata
@@ -356,36 +340,28 @@ impl CtfWriter {
         stream: u32,
         classes: &'a EventClasses,
     ) -> &'a StreamClasses {
-        if stream == abi::IVT_STREAM_FTRACE {
-            return match &self.ftrace_out {
-                Some(f) => &f.classes,
-                None => classes.stream(stream),
-            };
-        }
-        if stream != abi::IVT_STREAM_KERNEL {
-            return classes.stream(stream);
-        }
-        match &self.kernel_mode {
-            KernelMode::Expanded(k) => &k.classes,
-            KernelMode::Online(o) => o.kernel.classes(),
-            KernelMode::Staging => classes.stream(stream),
+        let wire = classes.stream(stream);
+        match stream {
+            abi::IVT_STREAM_FTRACE => self.ftrace_out.as_ref().map_or(wire, |f| &f.classes),
+            abi::IVT_STREAM_KERNEL => match &self.kernel {
+                Some(k) => k.classes(wire),
+                // An online kernel declares what its packets used: none.
+                None if self.kernel_start() == KernelStart::Online => no_classes(),
+                None => wire,
+            },
+            _ => wire,
         }
     }
 
     /// What the kernel expansion did: once it ran, or so far when online.
     pub fn kernel_expansion(&self) -> Option<&KernelExpansion> {
-        match &self.kernel_mode {
-            KernelMode::Expanded(k) => Some(&k.stats),
-            KernelMode::Online(o) => self.kernel.as_ref().map(|_| &o.kernel.stats),
-            KernelMode::Staging => None,
-        }
+        self.kernel.as_ref().and_then(KernelTrace::expansion)
     }
 
-    /// The generation a stream class's metadata follows: the online kernel
-    /// expansion's output classes grow on their own.
+    /// The generation a stream class's metadata follows.
     fn generation_of(&self, stream: u32, classes: &EventClasses) -> u64 {
-        match &self.kernel_mode {
-            KernelMode::Online(o) if stream == abi::IVT_STREAM_KERNEL => o.kernel.generation(),
+        match (&self.kernel, stream) {
+            (Some(k), abi::IVT_STREAM_KERNEL) => k.generation_of(classes),
             _ => classes.generation(),
         }
     }
@@ -398,7 +374,7 @@ impl CtfWriter {
     pub fn has_stream(&self, stream: u32) -> bool {
         match stream {
             abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
-            _ => self.trace(stream).is_some(),
+            _ => self.trace_dir(stream).is_some(),
         }
     }
 
@@ -440,7 +416,7 @@ impl CtfWriter {
     /// Rewrites the metadata of every stream class that has a directory.
     pub fn write_metadata(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         for stream in [abi::IVT_STREAM_KERNEL, abi::IVT_STREAM_USER] {
-            if self.trace(stream).is_some() {
+            if self.trace_dir(stream).is_some() {
                 self.write_stream_metadata(stream, classes)?;
             }
         }
@@ -471,18 +447,19 @@ impl CtfWriter {
         if let Some(f) = self.ftrace_out.as_ref().filter(|_| kernel) {
             tsdl::append_stream(&mut file_text, abi::IVT_STREAM_FTRACE, &f.classes);
         }
-        // Staged wire packets get their metadata under another name, so
-        // CTF readers do not take the staging directory for a trace.
-        let staged = kernel && self.staging();
-        let name = if staged { WIRE_METADATA } else { "metadata" };
-        let dir = self.trace_dir(stream);
+        let staged = kernel && self.kernel_staged();
+        let name = match (kernel, &self.kernel) {
+            (true, Some(k)) => k.metadata_name(),
+            _ => "metadata",
+        };
+        let dir = self.trace_dir(stream).expect("made");
         dir.write_atomically(name, file_text.as_bytes())
             .map_err(write_err(dir.join(name).display()))?;
         if let (Some(tap), false) = (&self.tap, staged) {
             tap.metadata(stream_dir(stream), &text, Some(output));
         }
         let generation = self.generation_of(stream, classes);
-        self.trace_mut(stream).as_mut().expect("created").generation = generation;
+        *self.written_generation(stream) = generation;
         Ok(())
     }
 
@@ -511,26 +488,44 @@ impl CtfWriter {
         })
     }
 
-    /// Creates the stream class directory on first use and keeps its
-    /// metadata (and the sidecar in progress) in step with the classes.
-    fn ensure_metadata(&mut self, stream: u32, classes: &EventClasses) -> Result<(), CtfError> {
-        let generation = self.generation_of(stream, classes);
-        match self.trace(stream) {
-            Some(t) if t.generation == generation => return Ok(()),
-            Some(_) => {}
-            None => {
-                let dir = match stream == abi::IVT_STREAM_KERNEL && self.staging() {
-                    // Shared with the ftrace pages, which may have made it.
-                    true => self.staging_dir()?,
-                    false => {
-                        let name = stream_dir(stream);
-                        self.root
-                            .create_dir(name)
-                            .map_err(create_err(self.root.join(name).display()))?
-                    }
-                };
-                *self.trace_mut(stream) = Some(TraceOut { dir, generation });
+    /// Creates the trace of stream class `stream` (user or kernel) on
+    /// first use; says whether it made it now.
+    fn ensure_trace(&mut self, stream: u32) -> Result<bool, CtfError> {
+        if self.trace_dir(stream).is_some() {
+            return Ok(false);
+        }
+        if stream == abi::IVT_STREAM_KERNEL && self.kernel_start() == KernelStart::Staged {
+            // Shared with the ftrace pages, which may have made it.
+            let dir = self.staging_dir()?;
+            self.kernel = Some(KernelTrace::new(dir, KernelStart::Staged, None));
+            return Ok(true);
+        }
+        let name = stream_dir(stream);
+        let dir = self
+            .root
+            .create_dir(name)
+            .map_err(create_err(self.root.join(name).display()))?;
+        match stream {
+            abi::IVT_STREAM_KERNEL => {
+                let table = self.name_table.as_ref();
+                self.kernel = Some(KernelTrace::new(dir, KernelStart::Online, table));
             }
+            _ => self.user = Some(TraceOut { dir, generation: 0 }),
+        }
+        Ok(true)
+    }
+
+    /// Keeps the metadata of stream class `stream` (made, `fresh`: just
+    /// now) and the sidecar in progress in step with the classes.
+    fn ensure_metadata(
+        &mut self,
+        stream: u32,
+        fresh: bool,
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        let generation = self.generation_of(stream, classes);
+        if !fresh && *self.written_generation(stream) == generation {
+            return Ok(());
         }
         self.write_stream_metadata(stream, classes)?;
         match self.progress_sidecar(classes) {
@@ -579,8 +574,8 @@ impl CtfWriter {
     /// that no naming event in the trace names (a salvaged flight
     /// recorder). Call before [`CtfWriter::finish`].
     pub fn set_thread_name_table(&mut self, table: NameTable) {
-        if let KernelMode::Online(o) = &mut self.kernel_mode {
-            o.kernel.set_table(&table);
+        if let Some(k) = &mut self.kernel {
+            k.set_table(&table);
         }
         self.name_table = Some(table);
     }
@@ -604,8 +599,8 @@ impl CtfWriter {
     /// The kernel trace's directory once its packets are final (expanded
     /// at the end or as they came), made here if it had none.
     fn kernel_out_dir(&mut self) -> Result<OutDir, CtfError> {
-        if let (false, Some(t)) = (self.staging(), &self.kernel) {
-            return Ok(t.dir.clone());
+        if let Some(k) = self.kernel.as_ref().filter(|k| !k.is_staged()) {
+            return Ok(k.dir.clone());
         }
         let name = stream_dir(abi::IVT_STREAM_KERNEL);
         self.root
@@ -649,20 +644,11 @@ impl CtfWriter {
             .expand(&input)
             .map_err(write_err(out_dir.path().display()))?;
         self.ftrace_out = Some(out);
-        if self.staging() {
-            // No native kernel packet: the kernel trace holds the ftrace
-            // streams alone (stream class 0 declared, without events).
-            self.kernel_mode = KernelMode::Expanded(Box::new(Expanded {
-                classes: StreamClasses::default(),
-                stats: KernelExpansion::default(),
-            }));
-        }
         if self.kernel.is_none() {
-            let generation = self.generation_of(abi::IVT_STREAM_KERNEL, classes);
-            self.kernel = Some(TraceOut {
-                dir: out_dir,
-                generation,
-            });
+            // No native kernel packet: the kernel trace holds the ftrace
+            // streams alone.
+            let generation = classes.generation();
+            self.kernel = Some(KernelTrace::ftrace_only(out_dir, generation));
         }
         Ok(())
     }
@@ -684,7 +670,7 @@ impl CtfWriter {
 
     /// Pass 1 + 2 of [`crate::kernel`] over the staged kernel files, once.
     fn expand_kernel(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
-        let Some(staging) = self.kernel.as_ref().filter(|_| self.staging()) else {
+        let Some(staging) = self.kernel.as_ref().filter(|k| k.is_staged()) else {
             return Ok(());
         };
         let staging = staging.dir.clone();
@@ -697,15 +683,15 @@ impl CtfWriter {
             .filter(|(_, s)| **s == Some(abi::IVT_STREAM_KERNEL))
             .map(|(c, _)| Staged::channel(c as u32))
             .collect();
-        let expanded = kernel::expand_dir(
+        let (expanded, dir) = kernel::expand_dir(
             &self.root,
             &staging,
             classes.stream(abi::IVT_STREAM_KERNEL),
             &staged,
             self.name_table.as_ref(),
         )?;
-        self.kernel.as_mut().expect("staged above").dir = expanded.1;
-        self.kernel_mode = KernelMode::Expanded(Box::new(expanded.0));
+        let k = self.kernel.as_mut().expect("staged above");
+        k.set_expanded(expanded, dir);
         self.write_stream_metadata(abi::IVT_STREAM_KERNEL, classes)
     }
 
@@ -724,23 +710,27 @@ impl CtfWriter {
     ) -> Result<(), CtfError> {
         for s in [abi::IVT_STREAM_KERNEL, abi::IVT_STREAM_USER] {
             let name = crate::dir::recording_dir(s);
-            if self.root.kind(name).ok().flatten().is_some() {
-                let dir = match s == abi::IVT_STREAM_KERNEL {
-                    true => self.staging_dir()?,
-                    false => self
-                        .root
-                        .open_dir(name)
-                        .map_err(create_err(self.root.join(name).display()))?,
-                };
-                let generation = self.generation_of(s, classes);
-                *self.trace_mut(s) = Some(TraceOut { dir, generation });
-                self.write_stream_metadata(s, classes)?;
+            if self.root.kind(name).ok().flatten().is_none() {
+                continue;
             }
+            if s == abi::IVT_STREAM_KERNEL {
+                // Its files hold wire packets: it stays staged, even for
+                // a writer that expands new ones online.
+                let dir = self.staging_dir()?;
+                self.kernel = Some(KernelTrace::new(dir, KernelStart::Staged, None));
+            } else {
+                let dir = self
+                    .root
+                    .open_dir(name)
+                    .map_err(create_err(self.root.join(name).display()))?;
+                self.user = Some(TraceOut { dir, generation: 0 });
+            }
+            self.write_stream_metadata(s, classes)?;
         }
         for &(chan, stream, len) in files {
             let dir = match stream == abi::IVT_STREAM_FTRACE {
                 true => self.staging_dir()?,
-                false => self.trace_dir(stream),
+                false => self.trace_dir(stream).expect("adopted above").clone(),
             };
             self.files.adopt(
                 chan,
@@ -799,7 +789,7 @@ impl PacketSink for CtfWriter {
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
         let done = match stream {
-            abi::IVT_STREAM_KERNEL => matches!(self.kernel_mode, KernelMode::Expanded(_)),
+            abi::IVT_STREAM_KERNEL => self.kernel.as_ref().is_some_and(KernelTrace::is_expanded),
             abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
             _ => false,
         };
@@ -809,22 +799,35 @@ impl PacketSink for CtfWriter {
                 source: io::Error::other("kernel packet after the kernel stream was expanded"),
             });
         }
-        let expanded;
-        let bytes = match &mut self.kernel_mode {
-            KernelMode::Online(o) if stream == abi::IVT_STREAM_KERNEL => {
-                expanded = o.packet(chan, bytes, classes);
-                &expanded[..]
-            }
-            _ => bytes,
-        };
-        let dir = match stream == abi::IVT_STREAM_FTRACE {
+        let (dir, bytes) = match stream {
             // Staged without metadata: decoded at the end.
-            true => self.staging_dir()?,
-            false => {
-                self.ensure_metadata(stream, classes)?;
-                self.trace_dir(stream)
+            abi::IVT_STREAM_FTRACE => (self.staging_dir()?, Cow::Borrowed(bytes)),
+            _ => {
+                let fresh = self.ensure_trace(stream)?;
+                // Expanded before the metadata is written: it declares
+                // the classes this packet used.
+                let bytes = match &mut self.kernel {
+                    Some(k) if stream == abi::IVT_STREAM_KERNEL => k.packet(chan, bytes, classes),
+                    _ => Cow::Borrowed(bytes),
+                };
+                self.ensure_metadata(stream, fresh, classes)?;
+                (self.trace_dir(stream).expect("made").clone(), bytes)
             }
         };
+        self.write_packet(chan, stream, &dir, &bytes)
+    }
+}
+
+impl CtfWriter {
+    /// Writes a packet to channel `chan`'s file in `dir` (made on first
+    /// use) and hands it to the tap if its stream's packets are final.
+    fn write_packet(
+        &mut self,
+        chan: u32,
+        stream: u32,
+        dir: &OutDir,
+        bytes: &[u8],
+    ) -> Result<(), CtfError> {
         let name = channel_file_name(stream, chan, self.nr_channels);
         let path = || {
             self.root
@@ -835,16 +838,17 @@ impl PacketSink for CtfWriter {
         };
         if !self.files.has(chan) {
             self.files
-                .create(chan, &dir, &name)
+                .create(chan, dir, &name)
                 .map_err(create_err(path()))?;
             self.stream_of[chan as usize] = Some(stream);
         }
         self.files.write(chan, bytes).map_err(write_err(path()))?;
-        if let Some(tap) = self
-            .tap
-            .as_ref()
-            .filter(|_| stream != abi::IVT_STREAM_FTRACE)
-        {
+        let staged = match stream {
+            abi::IVT_STREAM_FTRACE => true,
+            abi::IVT_STREAM_KERNEL => self.kernel_staged(),
+            _ => false,
+        };
+        if let Some(tap) = self.tap.as_ref().filter(|_| !staged) {
             let events = ivtrace_region::bytes::le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
             tap.packet(stream_dir(stream), &name, bytes, events);
         }
@@ -852,25 +856,8 @@ impl PacketSink for CtfWriter {
     }
 }
 
-impl Online {
-    /// A kernel packet, expanded; one that does not walk becomes an empty
-    /// packet with its header (the stream's sequence has no gap) and its
-    /// events are counted as lost, in every later packet's
-    /// `events_discarded` too.
-    fn packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
-        let wire = classes.stream(abi::IVT_STREAM_KERNEL);
-        let mut out = match self.kernel.packet(wire, classes.generation(), bytes) {
-            Some(p) => p.to_vec(),
-            None => {
-                let mut out = Vec::new();
-                let n = kernel::rewrite::skipped(&mut self.kernel.stats, chan, bytes, &mut out);
-                let lost = self.lost.entry(chan).or_default();
-                *lost = lost.saturating_add(n);
-                out
-            }
-        };
-        let lost = self.lost.get(&chan).copied().unwrap_or(0);
-        kernel::rewrite::add_discarded(&mut out, lost);
-        out
-    }
+/// The classes of a stream that declares none.
+fn no_classes() -> &'static StreamClasses {
+    static NONE: std::sync::OnceLock<StreamClasses> = std::sync::OnceLock::new();
+    NONE.get_or_init(StreamClasses::default)
 }
