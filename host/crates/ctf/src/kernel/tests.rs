@@ -1083,6 +1083,65 @@ impl crate::PacketTap for CaptureTap {
     }
 }
 
+/// A writer of `region`'s traces into `dir`.
+fn writer_into(dir: &Path, region: &Region) -> CtfWriter {
+    let env = TraceEnv {
+        hostname: "guest0".into(),
+        trace_name: "t".into(),
+        creation_datetime: "d".into(),
+        tracer_major: 0,
+        tracer_minor: 1,
+        extra: vec![],
+    };
+    let n = region.layout().nr_channels;
+    let root = crate::OutDir::root(dir, &Default::default()).unwrap();
+    let limits = crate::streams::Limits::default();
+    CtfWriter::new(root, region.header().uuid, clock(), env, n, limits)
+}
+
+/// A resumed recording's kernel stays staged even for a streaming writer:
+/// its adopted files hold wire packets, which the expansion at the end
+/// turns into `DIR/kernel/` (the relay gets none of them).
+#[test]
+fn a_resumed_kernel_stays_staged_with_a_tap() {
+    let r = fork_exec_rename_region();
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
+    // The first recorder stages the packets and dies before finishing.
+    let mut first = writer_into(dir.path(), &region);
+    let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
+    reader.drain_available(&mut first).unwrap();
+    reader.flush_partial(&mut first).unwrap();
+    first.commit().unwrap();
+    drop(first);
+    let staging = dir.path().join(super::STAGING_DIR);
+    let mut adopted = Vec::new();
+    for chan in 0..2 {
+        let len = std::fs::metadata(staging.join(format!("kernel_chan{chan}")))
+            .unwrap()
+            .len();
+        adopted.push((chan, abi::IVT_STREAM_KERNEL, len));
+    }
+    let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
+    let mut resumed = writer_into(dir.path(), &region);
+    let tap = std::sync::Arc::new(CaptureTap::default());
+    resumed.set_tap(tap.clone());
+    resumed.adopt(&adopted, reader.classes()).unwrap();
+    resumed.finish(reader.classes()).unwrap();
+    assert!(!staging.exists(), "the staging directory was expanded");
+    let classes = resumed.output_classes(0, reader.classes()).clone();
+    let mut evs = Vec::new();
+    for chan in 0..2 {
+        let path = dir.path().join(format!("kernel/kernel_chan{chan}"));
+        decode_file(&path, chan, &classes, &mut evs);
+    }
+    assert!(evs.iter().any(|e| e.name == "sched_switch"), "{evs:?}");
+    assert!(
+        tap.files.lock().unwrap().is_empty(),
+        "no wire packet relayed"
+    );
+}
+
 /// A streaming writer expands kernel packets as they arrive: the files are
 /// what the tap got, the tap's append-only metadata reads like the file's,
 /// names come from what was drained so far and the guest's name table, and
@@ -1093,18 +1152,7 @@ fn a_streaming_writer_expands_as_packets_arrive() {
     r.append_meta(&name_table(&[(42, "from-table")]));
     let dir = tempfile::tempdir().unwrap();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
-    let env = TraceEnv {
-        hostname: "guest0".into(),
-        trace_name: "t".into(),
-        creation_datetime: "d".into(),
-        tracer_major: 0,
-        tracer_minor: 1,
-        extra: vec![],
-    };
-    let n = region.layout().nr_channels;
-    let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
-    let limits = crate::streams::Limits::default();
-    let mut writer = CtfWriter::new(root, region.header().uuid, clock(), env, n, limits);
+    let mut writer = writer_into(dir.path(), &region);
     let tap = std::sync::Arc::new(CaptureTap::default());
     writer.set_tap(tap.clone());
     let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
