@@ -197,9 +197,17 @@ pub struct CtfWriter {
     /// The staging directory (kernel and ftrace wire packets), once made.
     wire_dir: Option<OutDir>,
     /// Decodes the ftrace relay's pages at the end (installed by the engine).
-    ftrace: Option<Box<dyn FtraceExpand>>,
-    /// The ftrace stream once expanded.
-    ftrace_out: Option<FtraceOutput>,
+    ftrace_expander: Option<Box<dyn FtraceExpand>>,
+    /// The ftrace stream, once its first page had a file.
+    ftrace: Option<FtraceTrace>,
+}
+
+/// The ftrace relay's stream (stream class 2): its pages staged, then
+/// decoded into more streams of the kernel trace by [`CtfWriter::finish`]
+/// (they stay staged without an expander).
+enum FtraceTrace {
+    Staged,
+    Expanded(Box<FtraceOutput>),
 }
 
 /// The user trace's, the kernel trace's and the clock's uuids.
@@ -244,25 +252,32 @@ impl CtfWriter {
             nr_channels,
             tap: None,
             wire_dir: None,
+            ftrace_expander: None,
             ftrace: None,
-            ftrace_out: None,
         }
     }
 
     /// Decode the ftrace relay's pages with `e` when the recording ends.
     pub fn set_ftrace_expander(&mut self, e: Box<dyn FtraceExpand>) {
-        self.ftrace = Some(e);
+        self.ftrace_expander = Some(e);
+    }
+
+    /// The ftrace stream's output, once expanded.
+    fn ftrace_output(&self) -> Option<&FtraceOutput> {
+        match &self.ftrace {
+            Some(FtraceTrace::Expanded(f)) => Some(f),
+            _ => None,
+        }
     }
 
     /// What the ftrace expansion did, once it ran.
     pub fn ftrace_stats(&self) -> Option<&FtraceStats> {
-        self.ftrace_out.as_ref().map(|f| &f.stats)
+        self.ftrace_output().map(|f| &f.stats)
     }
 
     /// The guest's format files of the relayed events that occurred.
     pub fn ftrace_formats(&self) -> Option<&TracefsFormats> {
-        self.ftrace_out
-            .as_ref()
+        self.ftrace_output()
             .map(|f| &f.formats)
             .filter(|f| !f.is_empty())
     }
@@ -283,9 +298,18 @@ impl CtfWriter {
         Ok(d)
     }
 
+    /// Channel `chan` of stream class `stream` has its file now; the
+    /// first ftrace file starts the ftrace stream.
+    fn file_made(&mut self, chan: u32, stream: u32) {
+        self.stream_of[chan as usize] = Some(stream);
+        if stream == abi::IVT_STREAM_FTRACE && self.ftrace.is_none() {
+            self.ftrace = Some(FtraceTrace::Staged);
+        }
+    }
+
     /// Does the staging directory still hold ftrace pages to decode?
     fn ftrace_staged(&self) -> bool {
-        self.ftrace_out.is_none() && self.stream_of.contains(&Some(abi::IVT_STREAM_FTRACE))
+        matches!(self.ftrace, Some(FtraceTrace::Staged))
     }
 
     /// Streams: every packet and metadata text written from now on goes to
@@ -342,7 +366,7 @@ impl CtfWriter {
     ) -> &'a StreamClasses {
         let wire = classes.stream(stream);
         match stream {
-            abi::IVT_STREAM_FTRACE => self.ftrace_out.as_ref().map_or(wire, |f| &f.classes),
+            abi::IVT_STREAM_FTRACE => self.ftrace_output().map_or(wire, |f| &f.classes),
             abi::IVT_STREAM_KERNEL => match &self.kernel {
                 Some(k) => k.classes(wire),
                 // An online kernel declares what its packets used: none.
@@ -373,7 +397,7 @@ impl CtfWriter {
     /// Whether stream class `stream` has a trace directory.
     pub fn has_stream(&self, stream: u32) -> bool {
         match stream {
-            abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
+            abi::IVT_STREAM_FTRACE => self.ftrace_output().is_some(),
             _ => self.trace_dir(stream).is_some(),
         }
     }
@@ -444,7 +468,7 @@ impl CtfWriter {
         // The relay daemon's copy has no ftrace streams: only the file
         // declares them.
         let mut file_text = text.clone();
-        if let Some(f) = self.ftrace_out.as_ref().filter(|_| kernel) {
+        if let Some(f) = self.ftrace_output().filter(|_| kernel) {
             tsdl::append_stream(&mut file_text, abi::IVT_STREAM_FTRACE, &f.classes);
         }
         let staged = kernel && self.kernel_staged();
@@ -621,7 +645,7 @@ impl CtfWriter {
                 name: stream_file_name(abi::IVT_STREAM_FTRACE, chan),
             })
             .collect();
-        if self.ftrace.is_none() {
+        if self.ftrace_expander.is_none() {
             eprintln!(
                 "ivtrace: warning: no ftrace decoder: the relay's pages stay in {}",
                 self.root.join(STAGING_DIR).display()
@@ -639,11 +663,11 @@ impl CtfWriter {
             freq_hz: self.clock.freq_hz,
             root: &self.root,
         };
-        let expander = self.ftrace.as_mut().expect("checked above");
+        let expander = self.ftrace_expander.as_mut().expect("checked above");
         let out = expander
             .expand(&input)
             .map_err(write_err(out_dir.path().display()))?;
-        self.ftrace_out = Some(out);
+        self.ftrace = Some(FtraceTrace::Expanded(Box::new(out)));
         if self.kernel.is_none() {
             // No native kernel packet: the kernel trace holds the ftrace
             // streams alone.
@@ -738,7 +762,7 @@ impl CtfWriter {
                 &channel_file_name(stream, chan, self.nr_channels),
                 len,
             );
-            self.stream_of[chan as usize] = Some(stream);
+            self.file_made(chan, stream);
         }
         Ok(())
     }
@@ -790,7 +814,7 @@ impl PacketSink for CtfWriter {
     ) -> Result<(), CtfError> {
         let done = match stream {
             abi::IVT_STREAM_KERNEL => self.kernel.as_ref().is_some_and(KernelTrace::is_expanded),
-            abi::IVT_STREAM_FTRACE => self.ftrace_out.is_some(),
+            abi::IVT_STREAM_FTRACE => self.ftrace_output().is_some(),
             _ => false,
         };
         if done {
@@ -829,20 +853,20 @@ impl CtfWriter {
         bytes: &[u8],
     ) -> Result<(), CtfError> {
         let name = channel_file_name(stream, chan, self.nr_channels);
-        let path = || {
-            self.root
-                .join(stream_dir(stream))
+        // The path is shown in an error only: made when one happens.
+        let path = |root: &OutDir| {
+            root.join(stream_dir(stream))
                 .join(&name)
                 .display()
                 .to_string()
         };
         if !self.files.has(chan) {
-            self.files
-                .create(chan, dir, &name)
-                .map_err(create_err(path()))?;
-            self.stream_of[chan as usize] = Some(stream);
+            let made = self.files.create(chan, dir, &name);
+            made.map_err(|e| create_err(path(&self.root))(e))?;
+            self.file_made(chan, stream);
         }
-        self.files.write(chan, bytes).map_err(write_err(path()))?;
+        let written = self.files.write(chan, bytes);
+        written.map_err(|e| write_err(path(&self.root))(e))?;
         let staged = match stream {
             abi::IVT_STREAM_FTRACE => true,
             abi::IVT_STREAM_KERNEL => self.kernel_staged(),

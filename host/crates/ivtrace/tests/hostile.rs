@@ -89,10 +89,16 @@ fn assert_only_expected_files(root: &Path, out: &Path) {
             "user" | "kernel" => {
                 for f in std::fs::read_dir(e.path()).unwrap() {
                     let f = f.unwrap().file_name().into_string().unwrap();
+                    // A region whose layout says it has ftrace channels
+                    // gets their decoded streams in the kernel trace.
+                    let chan = |prefix: &str| {
+                        f.strip_prefix(prefix)
+                            .is_some_and(|n| n.parse::<u32>().is_ok())
+                    };
                     let ok = f == "metadata"
                         || (name == "user" && f == ivtrace_ctf::trace::NO_CHANNEL_FILE)
-                        || f.strip_prefix(&format!("{name}_chan"))
-                            .is_some_and(|n| n.parse::<u32>().is_ok());
+                        || chan(&format!("{name}_chan"))
+                        || (name == "kernel" && chan("ftrace_chan"));
                     assert!(ok, "unexpected file {name}/{f}");
                 }
             }
