@@ -16,6 +16,7 @@ import pytest
 
 from ivtools import ivtvm  # noqa: F401  (the tests' s.ivtvm)
 from ivtools.ivshmem import FakeClient  # noqa: F401  (the tests' s.FakeClient)
+from ivtools.proc import stop_recorder
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,15 +86,10 @@ class Server:
 
     def stop(self):
         """SIGINT; returns the exit code and the per-guest summaries (JSON lines)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.rc = self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.rc = self.proc.wait()
-                pytest.fail(f"serve did not stop within 120 s of SIGINT:\n{self.stderr()}")
+        how = stop_recorder(self.proc, 0, interrupt_wait_s=120)
         self.rc = self.proc.returncode
+        if self.rc == -signal.SIGKILL:
+            pytest.fail(f"serve {how}:\n{self.stderr()}")
         return self.rc, self.summaries()
 
     def summaries(self):
