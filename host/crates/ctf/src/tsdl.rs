@@ -46,11 +46,25 @@ pub struct TraceEnv {
     pub extra: Vec<(String, EnvValue)>,
 }
 
+/// What a guest trace's timestamps count (docs/ctf.md, "Time").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timebase {
+    /// The writers' ticks, as the drain copied them: the clock runs at
+    /// the mapping's frequency, the date in its offset (user traces; the
+    /// staged kernel packets).
+    Ticks,
+    /// Nanoseconds since the epoch, converted with the mapping (the kernel
+    /// trace, which the host rewrites anyway): a 1 GHz clock with offset 0,
+    /// which every reader adds as integers, exact to the nanosecond.
+    Nanoseconds,
+}
+
 /// The trace-wide facts the metadata needs.
 pub struct TraceDesc<'a> {
     pub uuid: &'a str,
     pub clock_uuid: &'a str,
     pub clock: &'a ClockMapping,
+    pub timebase: Timebase,
     pub env: &'a TraceEnv,
 }
 
@@ -194,6 +208,9 @@ pub(crate) fn offset_comment(c: &ClockMapping) -> &'static str {
 }
 
 fn write_clock(t: &mut String, desc: &TraceDesc) {
+    if desc.timebase == Timebase::Nanoseconds {
+        return write_ns_clock(t, desc);
+    }
     let c = desc.clock;
     let (offset_s, offset) = c.ctf_offset();
     let _ = write!(
@@ -219,6 +236,36 @@ typealias integer {{ size = 64; align = 64; signed = false; map = clock.{CLOCK_N
         c.freq_hz.max(1),
         c.precision_cycles(),
         offset_comment(c),
+    );
+}
+
+/// The clock of a trace whose values are nanoseconds since the epoch
+/// ([`Timebase::Nanoseconds`]): the date is in the values, so the offset
+/// is 0 for every reader (Trace Compass < 6.3 ignores `offset_s`, and at
+/// 1 GHz converts no value through a double).
+fn write_ns_clock(t: &mut String, desc: &TraceDesc) {
+    let c = desc.clock;
+    let _ = write!(
+        t,
+        "clock {{
+\tname = \"{CLOCK_NAME}\";
+\tuuid = \"{}\";
+\tdescription = \"writer clock mapped to host CLOCK_REALTIME nanoseconds ({}, error <= {} ns)\";
+\tfreq = 1000000000;
+\tprecision = {};
+\t/* values are nanoseconds since the epoch: exact in every reader */
+\toffset_s = 0;
+\toffset = 0;
+\tabsolute = TRUE;
+}};
+
+typealias integer {{ size = 64; align = 64; signed = false; map = clock.{CLOCK_NAME}.value; }} := uint64_clock_t;
+
+",
+        escape(desc.clock_uuid),
+        escape(&c.method),
+        c.error_ns,
+        c.error_ns.max(1),
     );
 }
 
@@ -483,6 +530,7 @@ mod tests {
             uuid: "u",
             clock_uuid: "c",
             clock: &clock,
+            timebase: Timebase::Ticks,
             env: &env,
         };
         let text = metadata(&desc, 1, &classes);

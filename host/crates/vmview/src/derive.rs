@@ -296,7 +296,7 @@ pub fn derive(guest: &GuestTraces, host: &mut HostTrace, req: &Request) -> Resul
     let errors = Errors::default();
     let kernel_dir = guest.root.path().join("kernel");
     let switches = if kernel_dir.is_dir() {
-        guest_switches(&kernel_dir, guest.kernel_classes, guest.clock, &errors).map_err(
+        guest_switches(&kernel_dir, guest.kernel_classes, &errors).map_err(
             |source| VmViewError::GuestTrace {
                 path: kernel_dir.clone(),
                 source,
@@ -383,7 +383,7 @@ fn self_check(mut c: Checker, g: &GuestTraces, host: &HostTrace, errors: &Errors
     let mut rang = Vec::new();
     let walks = match kernel_dir.is_dir() {
         true => {
-            guest_switches(&kernel_dir, g.kernel_classes, g.clock, errors).unwrap_or_else(|e| {
+            guest_switches(&kernel_dir, g.kernel_classes, errors).unwrap_or_else(|e| {
                 errors
                     .borrow_mut()
                     .push(format!("{}: {e}", kernel_dir.display()));
