@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use ivtrace_ctf::host_trace::{HostTrace, STREAM_KERNEL};
-use ivtrace_ctf::vm::{ticks_at, vm_metadata, VmTraceDesc};
+use ivtrace_ctf::vm::{vm_metadata, VmTraceDesc};
 use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_time::ClockMapping;
@@ -87,7 +87,6 @@ type PendingEnd = (u64, i32, Vec<u8>);
 /// inside the hypervisor interval that precedes it).
 struct VmWriter {
     trace: HostTrace,
-    clock: ClockMapping,
     streams: HashMap<u32, usize>,
     /// Per vCPU: (host ns, guest tid, payload) of the pending end event.
     pending_end: HashMap<u32, PendingEnd>,
@@ -99,7 +98,6 @@ impl VmWriter {
         let trace = HostTrace::create_with_metadata(g.root, "vm", text, classes::classes())?;
         Ok(VmWriter {
             trace,
-            clock: g.clock.clone(),
             streams: HashMap::new(),
             pending_end: HashMap::new(),
         })
@@ -122,8 +120,9 @@ impl VmWriter {
                 s
             }
         };
-        let ticks = ticks_at(&self.clock, ns);
-        Ok(self.trace.event(stream, class, ticks, tid, payload)?)
+        // The guest kernel trace's time base: nanoseconds since the epoch
+        // on the host's time base, what `ns` is.
+        Ok(self.trace.event(stream, class, ns, tid, payload)?)
     }
 
     fn interval(&mut self, i: &Interval, g: &GuestThread) -> Result<()> {
