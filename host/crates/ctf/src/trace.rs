@@ -882,7 +882,10 @@ impl Online {
     ) -> Vec<u8> {
         let wire = classes.stream(abi::IVT_STREAM_KERNEL);
         let time = self.times.entry(chan).or_default();
-        let mut out = match self.kernel.packet((wire, classes.generation()), bytes, (clock, time)) {
+        let mut out = match self
+            .kernel
+            .packet((wire, classes.generation()), bytes, (clock, time))
+        {
             Some(p) => p.to_vec(),
             None => {
                 let mut out = Vec::new();

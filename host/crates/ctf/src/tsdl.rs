@@ -221,9 +221,19 @@ fn write_clock(t: &mut String, desc: &TraceDesc) {
 /// the epoch at 1 GHz with offset 0 (the date is in the values, so every
 /// reader adds integers: Trace Compass < 6.3 ignores `offset_s` and, at
 /// 1 GHz, converts no value through a double).
-pub(crate) fn write_clock_block(t: &mut String, clock_uuid: &str, c: &ClockMapping, timebase: Timebase) {
+pub(crate) fn write_clock_block(
+    t: &mut String,
+    clock_uuid: &str,
+    c: &ClockMapping,
+    timebase: Timebase,
+) {
     let (freq, precision, comment, (offset_s, offset)) = match timebase {
-        Timebase::Ticks => (c.freq_hz.max(1), c.precision_cycles(), offset_comment(c), c.ctf_offset()),
+        Timebase::Ticks => (
+            c.freq_hz.max(1),
+            c.precision_cycles(),
+            offset_comment(c),
+            c.ctf_offset(),
+        ),
         Timebase::Nanoseconds => (
             1_000_000_000,
             c.error_ns.max(1),

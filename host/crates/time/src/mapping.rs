@@ -304,13 +304,22 @@ mod tests {
     #[test]
     fn ns_values_are_the_mapping_and_refuse_what_has_none() {
         let m = mapping(2_400_000_000, 123_456_789_000, NOV_2026_NS);
-        for t in [m.ref_ticks, m.ref_ticks + 1, m.ref_ticks + 2_400_000_007 * 3] {
+        for t in [
+            m.ref_ticks,
+            m.ref_ticks + 1,
+            m.ref_ticks + 2_400_000_007 * 3,
+        ] {
             assert_eq!(m.ns_value(t).map(i128::from), Some(m.realtime_ns(t)));
         }
         // 1/2.4 ns a tick: consecutive ticks may share a nanosecond, never go back
-        let ns: Vec<u64> = (0..10).map(|i| m.ns_value(m.ref_ticks + i).unwrap()).collect();
+        let ns: Vec<u64> = (0..10)
+            .map(|i| m.ns_value(m.ref_ticks + i).unwrap())
+            .collect();
         assert!(ns.windows(2).all(|w| w[0] <= w[1]), "{ns:?}");
-        assert!(matches!(ns[9] - ns[0], 3 | 4), "9 ticks are 3.75 ns: {ns:?}");
+        assert!(
+            matches!(ns[9] - ns[0], 3 | 4),
+            "9 ticks are 3.75 ns: {ns:?}"
+        );
         // before the epoch, past int64: no value
         let early = mapping(1_000_000_000, 5_000_000_000, 1_000_000_000);
         assert_eq!(early.ns_value(0), None);
@@ -321,7 +330,10 @@ mod tests {
         for freq in [1_000_000_000, 2_400_000_000, 5_500_000_000] {
             let m = mapping(freq, 123_456_789_000, NOV_2026_NS);
             let r = m.expressible();
-            assert!(m.ns_value(r.min).is_some() && m.ns_value(r.max).is_some(), "{freq}");
+            assert!(
+                m.ns_value(r.min).is_some() && m.ns_value(r.max).is_some(),
+                "{freq}"
+            );
         }
         let r = mapping(1_000_000_000, 5_000_000_000, 1_000_000_000).expressible();
         assert_eq!(r.min, 4_000_000_000, "{r:?}");

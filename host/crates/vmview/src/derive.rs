@@ -295,12 +295,12 @@ pub fn derive(guest: &GuestTraces, host: &mut HostTrace, req: &Request) -> Resul
     let errors = Errors::default();
     let kernel_dir = guest.root.path().join("kernel");
     let switches = if kernel_dir.is_dir() {
-        guest_switches(&kernel_dir, guest.kernel_classes, &errors).map_err(
-            |source| VmViewError::GuestTrace {
+        guest_switches(&kernel_dir, guest.kernel_classes, &errors).map_err(|source| {
+            VmViewError::GuestTrace {
                 path: kernel_dir.clone(),
                 source,
-            },
-        )?
+            }
+        })?
     } else {
         Vec::new()
     };
@@ -381,14 +381,12 @@ fn self_check(mut c: Checker, g: &GuestTraces, host: &HostTrace, errors: &Errors
         .map(|k| k.id);
     let mut rang = Vec::new();
     let walks = match kernel_dir.is_dir() {
-        true => {
-            guest_switches(&kernel_dir, g.kernel_classes, errors).unwrap_or_else(|e| {
-                errors
-                    .borrow_mut()
-                    .push(format!("{}: {e}", kernel_dir.display()));
-                Vec::new()
-            })
-        }
+        true => guest_switches(&kernel_dir, g.kernel_classes, errors).unwrap_or_else(|e| {
+            errors
+                .borrow_mut()
+                .push(format!("{}: {e}", kernel_dir.display()));
+            Vec::new()
+        }),
         false => Vec::new(),
     };
     for (cpu, mut walk) in walks {

@@ -75,9 +75,9 @@ use crate::outdir::OutDir;
 use crate::trace::{create_err, write_err, CtfError};
 use ivtrace_region::bytes::le_u32;
 use ivtrace_region::names::NameTable;
+use ivtrace_time::ClockMapping;
 use names::{sanitize_comm, Comm, Name, TableNames, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Output, Plans};
-use ivtrace_time::ClockMapping;
 use rewrite::{Timeline, WriteEvent};
 use wire::{align_event, event_header, packet_content, Offsets, PacketFile};
 

@@ -30,9 +30,9 @@ use super::lttng;
 use super::names::{sanitize_comm, Comm, IrqNames, TableNames, COMM_LEN};
 use super::plan::{self, ClassPlan, Naming, Out, Plans};
 use super::rewrite::{self, Event, Timeline, WriteEvent};
-use ivtrace_time::ClockMapping;
 use super::{syscalls, KernelExpansion};
 use ivtrace_region::bytes::le_u32;
+use ivtrace_time::ClockMapping;
 
 /// Most thread names kept (the table of a guest with more threads than this
 /// still names the rest).

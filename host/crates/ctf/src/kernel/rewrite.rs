@@ -34,7 +34,12 @@ impl Timeline {
     /// one; None (counted in `ts_unmapped`) when `clock` has no nanosecond
     /// value for it.
     #[inline]
-    pub fn ns(&mut self, clock: &ClockMapping, ticks: u64, stats: &mut KernelExpansion) -> Option<u64> {
+    pub fn ns(
+        &mut self,
+        clock: &ClockMapping,
+        ticks: u64,
+        stats: &mut KernelExpansion,
+    ) -> Option<u64> {
         let Some(ns) = clock.ns_value(ticks) else {
             stats.ts_unmapped += 1;
             return None;

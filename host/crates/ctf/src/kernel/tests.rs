@@ -298,7 +298,9 @@ fn record(r: &TestRegion) -> Out {
     // The output counts nanoseconds since the epoch; at 1 GHz from tick 0
     // they are the ticks the tests emitted, plus the reference date.
     for e in &mut out.events {
-        e.ts = e.ts.checked_sub(clock().ref_realtime_ns).expect("not before the reference");
+        e.ts =
+            e.ts.checked_sub(clock().ref_realtime_ns)
+                .expect("not before the reference");
     }
     out
 }
@@ -1057,7 +1059,21 @@ fn kernel_times_are_the_mappings_nanoseconds() {
     let mut r = kernel_region(1);
     let mut ticks = Vec::new();
     let mut t = mapping.ref_ticks - 3_000_000_000;
-    for (i, gap) in [1u64, 2, 3, 7, 1 << 27, (1 << 27) + 1, 1 << 30, 9, 1 << 33, 1].iter().enumerate() {
+    for (i, gap) in [
+        1u64,
+        2,
+        3,
+        7,
+        1 << 27,
+        (1 << 27) + 1,
+        1 << 30,
+        9,
+        1 << 33,
+        1,
+    ]
+    .iter()
+    .enumerate()
+    {
         t += gap;
         r.emit(0, t, SWITCH, &switch(0, 0, 40 + i as u32));
         ticks.push(t);
@@ -1065,16 +1081,27 @@ fn kernel_times_are_the_mappings_nanoseconds() {
     r.close_region();
     let out = record_with(&r, mapping.clone());
     let got: Vec<u64> = out.events.iter().map(|e| e.ts).collect();
-    let want: Vec<u64> = ticks.iter().map(|&t| mapping.ns_value(t).unwrap()).collect();
+    let want: Vec<u64> = ticks
+        .iter()
+        .map(|&t| mapping.ns_value(t).unwrap())
+        .collect();
     assert_eq!(got, want);
     let mut file = PacketFile::open(&out.dir.path().join("kernel/kernel_chan0")).unwrap();
     while file.next_packet().unwrap() {
         let (h, _) = packet_content(&file.buf).unwrap();
         assert!(want.first() <= Some(&h.timestamp_begin), "{h:?}");
-        assert!(h.timestamp_begin <= h.timestamp_end && h.timestamp_end <= want[9], "{h:?}");
+        assert!(
+            h.timestamp_begin <= h.timestamp_end && h.timestamp_end <= want[9],
+            "{h:?}"
+        );
     }
     let meta = std::fs::read_to_string(out.dir.path().join("kernel/metadata")).unwrap();
-    for needle in ["freq = 1000000000;", "offset_s = 0;", "offset = 0;", "precision = 700;"] {
+    for needle in [
+        "freq = 1000000000;",
+        "offset_s = 0;",
+        "offset = 0;",
+        "precision = 700;",
+    ] {
         assert!(meta.contains(needle), "{needle} not in\n{meta}");
     }
 }

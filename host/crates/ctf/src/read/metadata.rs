@@ -657,7 +657,10 @@ mod tests {
             &classes,
         );
         let m = parse(&ns).unwrap();
-        assert_eq!((m.clock.freq, m.clock.offset_s, m.clock.offset), (1_000_000_000, 0, 0));
+        assert_eq!(
+            (m.clock.freq, m.clock.offset_s, m.clock.offset),
+            (1_000_000_000, 0, 0)
+        );
         assert_eq!(m.clock.precision, clock.error_ns.max(1));
         for t in [clock.ref_ticks, 123_456_789_000u64] {
             let v = clock.ns_value(t).unwrap();
