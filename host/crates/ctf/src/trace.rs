@@ -98,6 +98,9 @@ struct Online {
     lost: BTreeMap<u32, u64>,
     /// Each channel's output time so far.
     times: BTreeMap<u32, kernel::rewrite::Timeline>,
+    /// The mapping the latest packet was converted with: the clock block's
+    /// precision and description say its bound, not the final mapping's.
+    converted_with: Option<ClockMapping>,
 }
 
 /// Space set aside at the start of a recording and given back when a
@@ -318,6 +321,7 @@ impl CtfWriter {
             kernel: OnlineKernel::default(),
             lost: BTreeMap::new(),
             times: BTreeMap::new(),
+            converted_with: None,
         }));
     }
 
@@ -473,7 +477,10 @@ impl CtfWriter {
                 &self.uuid
             },
             clock_uuid: &self.clock_uuid,
-            clock: &self.clock,
+            clock: match &self.kernel_mode {
+                KernelMode::Online(o) if kernel => o.converted_with.as_ref().unwrap_or(&self.clock),
+                _ => &self.clock,
+            },
             timebase: self.timebase(stream),
             env: &self.env,
         };
@@ -881,6 +888,9 @@ impl Online {
         clock: &ClockMapping,
     ) -> Vec<u8> {
         let wire = classes.stream(abi::IVT_STREAM_KERNEL);
+        if self.converted_with.as_ref() != Some(clock) {
+            self.converted_with = Some(clock.clone());
+        }
         let time = self.times.entry(chan).or_default();
         let mut out = match self
             .kernel

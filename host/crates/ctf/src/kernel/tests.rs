@@ -1256,3 +1256,63 @@ fn a_streaming_writer_expands_as_packets_arrive() {
     assert_eq!(local, 12, "6 events on each CPU");
     assert_eq!(count(&relay.path().join("kernel")), local);
 }
+
+/// The streaming expansion converts with the mapping in force when a
+/// packet arrives: a later mapping that puts a stream's next times before
+/// its last one cannot make them go back (clamped and counted), and the
+/// clock block states the bound of the mapping the packets were converted
+/// with.
+#[test]
+fn a_streaming_writer_keeps_each_stream_monotonic_across_mappings() {
+    let mut r = kernel_region(1);
+    for (i, ts) in [100u64, 200, 300].into_iter().enumerate() {
+        r.emit(0, ts, SWITCH, &switch(0, 0, 40 + i as u32));
+    }
+    r.close(0);
+    for (i, ts) in [310u64, 2_000, 3_000].into_iter().enumerate() {
+        r.emit(0, ts, SWITCH, &switch(0, 0, 50 + i as u32));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
+    let env = TraceEnv {
+        hostname: "guest0".into(),
+        trace_name: "t".into(),
+        creation_datetime: "d".into(),
+        tracer_major: 0,
+        tracer_minor: 1,
+        extra: vec![],
+    };
+    let n = region.layout().nr_channels;
+    let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
+    let limits = crate::streams::Limits::default();
+    let mut writer = CtfWriter::new(root, region.header().uuid, clock(), env, n, limits);
+    writer.set_tap(std::sync::Arc::new(CaptureTap::default()));
+    let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
+    reader.drain_available(&mut writer).unwrap();
+    // The estimator moves the mapping 500 ns back, with a larger bound.
+    let earlier = ClockMapping {
+        ref_realtime_ns: clock().ref_realtime_ns - 500,
+        error_ns: 1_234,
+        ..clock()
+    };
+    writer.set_clock(earlier);
+    reader.flush_partial(&mut writer).unwrap();
+    reader.finish(&mut writer).unwrap();
+    writer.finish(reader.classes()).unwrap();
+    let classes = writer.output_classes(0, reader.classes()).clone();
+    let mut evs = Vec::new();
+    decode_file(
+        &dir.path().join("kernel/kernel_chan0"),
+        0,
+        &classes,
+        &mut evs,
+    );
+    let base = clock().ref_realtime_ns;
+    let got: Vec<u64> = evs.iter().map(|e| e.ts - base).collect();
+    // 310 and 2000 map to -190 and 1500: -190 is before 300, so 300.
+    assert_eq!(got, [100, 200, 300, 300, 1_500, 2_500]);
+    let stats = writer.kernel_expansion().unwrap();
+    assert!(stats.ts_clamped >= 1, "{stats:?}");
+    let meta = std::fs::read_to_string(dir.path().join("kernel/metadata")).unwrap();
+    assert!(meta.contains("precision = 1234;"), "{meta}");
+}
