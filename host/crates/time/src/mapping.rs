@@ -146,10 +146,29 @@ impl ClockMapping {
         cycles.clamp(1, u64::MAX as u128) as u64
     }
 
-    /// Wall-clock nanoseconds of tick value `ticks`.
+    /// Wall-clock nanoseconds of tick value `ticks`:
+    /// `ref_realtime_ns + (ticks - ref_ticks) * 1e9 / freq_hz`, the
+    /// quotient truncated toward zero.
+    ///
+    /// The kernel expansion converts every event with it, so the common
+    /// case avoids a 128-bit division: whole seconds of ticks first, then
+    /// the rest, whose product with 1e9 fits u64 below 18 GHz; exact
+    /// either way.
+    #[inline]
     pub fn realtime_ns(&self, ticks: u64) -> i128 {
-        let delta = ticks as i128 - self.ref_ticks as i128;
-        self.ref_realtime_ns as i128 + delta * 1_000_000_000 / self.freq_hz.max(1) as i128
+        let freq = self.freq_hz.max(1);
+        let (back, d) = match ticks.checked_sub(self.ref_ticks) {
+            Some(d) => (false, d),
+            None => (true, self.ref_ticks - ticks),
+        };
+        let (secs, rest) = (d / freq, d % freq);
+        let frac = match rest.checked_mul(NS_PER_S as u64) {
+            Some(p) => i128::from(p / freq),
+            None => (u128::from(rest) * NS_PER_S as u128 / u128::from(freq)) as i128,
+        };
+        let delta_ns = i128::from(secs) * NS_PER_S + frac;
+        let delta_ns = if back { -delta_ns } else { delta_ns };
+        i128::from(self.ref_realtime_ns) + delta_ns
     }
 
     /// Tick value `ticks` as a value of a 1 GHz CTF clock with offset 0:
@@ -337,6 +356,30 @@ mod tests {
         }
         let r = mapping(1_000_000_000, 5_000_000_000, 1_000_000_000).expressible();
         assert_eq!(r.min, 4_000_000_000, "{r:?}");
+    }
+
+    /// The split computation is the plain 128-bit formula, to the ns.
+    #[test]
+    fn realtime_ns_is_the_128_bit_formula() {
+        let plain = |m: &ClockMapping, t: u64| {
+            let delta = t as i128 - m.ref_ticks as i128;
+            m.ref_realtime_ns as i128 + delta * 1_000_000_000 / m.freq_hz.max(1) as i128
+        };
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let freqs = [1, 999_999_999, 1_000_000_000, 2_400_000_007, 19_000_000_000, u64::MAX];
+        for _ in 0..20_000 {
+            let f = freqs[(next() % freqs.len() as u64) as usize];
+            let m = mapping(f, next() >> (next() % 64), next() >> (next() % 64));
+            for t in [next() >> (next() % 64), m.ref_ticks, 0, u64::MAX] {
+                assert_eq!(m.realtime_ns(t), plain(&m, t), "{m:?} at {t}");
+            }
+        }
     }
 
     #[test]
