@@ -372,7 +372,14 @@ mod tests {
             x ^= x << 17;
             x
         };
-        let freqs = [1, 999_999_999, 1_000_000_000, 2_400_000_007, 19_000_000_000, u64::MAX];
+        let freqs = [
+            1,
+            999_999_999,
+            1_000_000_000,
+            2_400_000_007,
+            19_000_000_000,
+            u64::MAX,
+        ];
         for _ in 0..20_000 {
             let f = freqs[(next() % freqs.len() as u64) as usize];
             let m = mapping(f, next() >> (next() % 64), next() >> (next() % 64));
