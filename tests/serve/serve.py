@@ -144,12 +144,25 @@ def causality(rang_ns, received):
     }
 
 
-def delivery_latency(events, delivered):
-    """Per event (channel, cycles, ns): host time its packet reached the trace file minus the
-    event's mapped time. `delivered`: (ns, payload) of ivtrace_packet_delivered."""
+def mapped_ns(clock, ticks):
+    """Tick value `ticks` in nanoseconds since the epoch with the recording's clock mapping
+    (the sidecar's `clock`), as the host converts the kernel trace's times: integers, the
+    quotient truncated toward zero (ClockMapping::realtime_ns)."""
+    delta = (ticks - clock["ref_ticks"]) * 1_000_000_000
+    q = abs(delta) // max(clock["freq_hz"], 1)
+    return clock["ref_realtime_ns"] + (q if delta >= 0 else -q)
+
+
+def delivery_latency(events, delivered, clock):
+    """Per kernel event (channel, value, ns): host time its packet reached the trace file minus
+    the event's mapped time. `delivered`: (ns, payload) of ivtrace_packet_delivered, whose
+    packet times are the guest's ticks; the kernel trace's values are those ticks in
+    nanoseconds with the final mapping `clock` (docs/ctf.md "Time"), to which they are
+    converted here."""
     by_chan = {}
     for ns, p in delivered:
-        by_chan.setdefault(p["chan"], []).append((p["ts_begin"], p["ts_end"], ns))
+        bounds = (mapped_ns(clock, p["ts_begin"]), mapped_ns(clock, p["ts_end"]))
+        by_chan.setdefault(p["chan"], []).append((*bounds, ns))
     for v in by_chan.values():
         v.sort()
     lat = []

@@ -140,7 +140,7 @@ def test_a_burst_after_idle_reaches_the_file_within_the_flush_bound(run):
                                  f"the guest lost {lost_by_reason(run)}")
     delivered = [(ns, p) for _, ns, _, _, p in
                  s.bt2_events(out / "host", {"ivtrace_packet_delivered"})]
-    lat, missing = s.delivery_latency(burst, delivered)
+    lat, missing = s.delivery_latency(burst, delivered, run["summary"]["clock"])
     assert missing == 0
     lat.sort()
     ms = lambda x: x / 1e6  # noqa: E731

@@ -56,7 +56,7 @@ use crate::sidecar::{
     Sidecar, StreamLayout, TracefsFormats, SIDECAR_FORMAT, SIDECAR_NAME, STATE_RECORDING,
 };
 use crate::streams::{Limits, StreamFiles, StreamStats};
-use crate::tsdl::{self, TraceDesc, TraceEnv};
+use crate::tsdl::{self, Timebase, TraceDesc, TraceEnv};
 use ivtrace_time::ClockMapping;
 
 /// Who else gets the packets and metadata a [`CtfWriter`] writes (a relay
@@ -96,6 +96,11 @@ struct Online {
     /// Events of kernel packets that did not walk, per channel (in every
     /// later packet's `events_discarded`).
     lost: BTreeMap<u32, u64>,
+    /// Each channel's output time so far.
+    times: BTreeMap<u32, kernel::rewrite::Timeline>,
+    /// The mapping the latest packet was converted with: the clock block's
+    /// precision and description say its bound, not the final mapping's.
+    converted_with: Option<ClockMapping>,
 }
 
 /// Space set aside at the start of a recording and given back when a
@@ -315,7 +320,19 @@ impl CtfWriter {
         self.kernel_mode = KernelMode::Online(Box::new(Online {
             kernel: OnlineKernel::default(),
             lost: BTreeMap::new(),
+            times: BTreeMap::new(),
+            converted_with: None,
         }));
+    }
+
+    /// What the timestamps of stream class `stream`'s trace count: the
+    /// kernel trace's are nanoseconds once expanded (at the end or as they
+    /// come), the staged wire packets' and the user trace's ticks.
+    pub fn timebase(&self, stream: u32) -> Timebase {
+        match stream == abi::IVT_STREAM_KERNEL && !self.staging() {
+            true => Timebase::Nanoseconds,
+            false => Timebase::Ticks,
+        }
     }
 
     /// Whether kernel packets are staged for the expansion at the end.
@@ -460,7 +477,11 @@ impl CtfWriter {
                 &self.uuid
             },
             clock_uuid: &self.clock_uuid,
-            clock: &self.clock,
+            clock: match &self.kernel_mode {
+                KernelMode::Online(o) if kernel => o.converted_with.as_ref().unwrap_or(&self.clock),
+                _ => &self.clock,
+            },
+            timebase: self.timebase(stream),
             env: &self.env,
         };
         let output = self.output_classes(stream, classes);
@@ -642,6 +663,7 @@ impl CtfWriter {
             out: &out_dir,
             ticks: self.clock.expressible(),
             freq_hz: self.clock.freq_hz,
+            clock: &self.clock,
             root: &self.root,
         };
         let expander = self.ftrace.as_mut().expect("checked above");
@@ -701,7 +723,7 @@ impl CtfWriter {
             &self.root,
             &staging,
             classes.stream(abi::IVT_STREAM_KERNEL),
-            &staged,
+            (&staged, &self.clock),
             self.name_table.as_ref(),
         )?;
         self.kernel.as_mut().expect("staged above").dir = expanded.1;
@@ -812,7 +834,7 @@ impl PacketSink for CtfWriter {
         let expanded;
         let bytes = match &mut self.kernel_mode {
             KernelMode::Online(o) if stream == abi::IVT_STREAM_KERNEL => {
-                expanded = o.packet(chan, bytes, classes);
+                expanded = o.packet(chan, bytes, classes, &self.clock);
                 &expanded[..]
             }
             _ => bytes,
@@ -856,14 +878,29 @@ impl Online {
     /// A kernel packet, expanded; one that does not walk becomes an empty
     /// packet with its header (the stream's sequence has no gap) and its
     /// events are counted as lost, in every later packet's
-    /// `events_discarded` too.
-    fn packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
+    /// `events_discarded` too. Times are converted with `clock`, the
+    /// mapping in force.
+    fn packet(
+        &mut self,
+        chan: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+        clock: &ClockMapping,
+    ) -> Vec<u8> {
         let wire = classes.stream(abi::IVT_STREAM_KERNEL);
-        let mut out = match self.kernel.packet(wire, classes.generation(), bytes) {
+        if self.converted_with.as_ref() != Some(clock) {
+            self.converted_with = Some(clock.clone());
+        }
+        let time = self.times.entry(chan).or_default();
+        let mut out = match self
+            .kernel
+            .packet((wire, classes.generation()), bytes, (clock, time))
+        {
             Some(p) => p.to_vec(),
             None => {
                 let mut out = Vec::new();
-                let n = kernel::rewrite::skipped(&mut self.kernel.stats, chan, bytes, &mut out);
+                let at = (clock, time);
+                let n = kernel::rewrite::skipped(&mut self.kernel.stats, chan, bytes, at, &mut out);
                 let lost = self.lost.entry(chan).or_default();
                 *lost = lost.saturating_add(n);
                 out
