@@ -176,8 +176,7 @@ def summary(runs: list[dict]) -> dict:
              and x[key] is not None]
         return sum(v) / len(v) if v else None
 
-    keys = ("host_spin_pct_of_core", "guest_pct_of_vcpu", "recorder_cpu_pct_of_core",
-            "bound_ns")
+    keys = ("host_spin_pct_of_core", "guest_pct_of_vcpu", "recorder_cpu_pct_of_core")
     s = {k: {st: mean(st, k) for st in SETTINGS} for k in keys}
     for k in keys:
         a, b = s[k]["sync"], s[k]["no-sync"]

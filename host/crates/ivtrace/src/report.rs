@@ -302,9 +302,8 @@ fn clock_exchange(sidecar: &Sidecar) -> Result<Option<ExchangeSummary>> {
     let Some(v) = section.filter(|v| !v.is_null()) else {
         return Ok(None);
     };
-    let e = serde_json::from_value(v.clone()).context(
-        "the sidecar's clock_sync.pingpong is not one ivtrace wrote (a newer ivtrace?)",
-    )?;
+    let e = serde_json::from_value(v.clone())
+        .context("the sidecar's clock_sync.pingpong is not one ivtrace wrote (a newer ivtrace?)")?;
     Ok(Some(e))
 }
 

@@ -45,6 +45,17 @@ pub struct Fit {
     pub mapping: ClockMapping,
     /// Per point, in guest-tick order: `b_i` (ns).
     bounds: Vec<(SyncPoint, u64)>,
+    /// Which points the line was drawn through (the sidecar says it).
+    pub line: FitLine,
+}
+
+/// The points a line was drawn through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FitLine {
+    EveryPoint,
+    /// Those with a round trip of at most [`FAST_RTT_NS`].
+    FastPoints,
 }
 
 /// One point as the sidecar lists it.
@@ -96,7 +107,7 @@ impl Fit {
     /// The line through `points`; `header_freq` when they do not give a
     /// plausible slope (one point, or a hostile set). None without points.
     pub fn new(points: &[SyncPoint], header_freq: u64) -> Option<Fit> {
-        Fit::through(points, points, header_freq, "pingpong-fit")
+        Fit::through(points, points, header_freq, FitLine::EveryPoint)
     }
 
     /// Of the line through every point and the line through the fast points
@@ -116,7 +127,7 @@ impl Fit {
         if fast.len() < 2 || fast.len() == points.len() {
             return Some(all);
         }
-        let fast = Fit::through(points, &fast, header_freq, "pingpong-fit (fast points)")
+        let fast = Fit::through(points, &fast, header_freq, FitLine::FastPoints)
             .filter(|f| !f.mapping.coarse);
         match fast {
             Some(f) if f.bound_over(from_ns, to_ns) < all.bound_over(from_ns, to_ns) => Some(f),
@@ -124,22 +135,22 @@ impl Fit {
         }
     }
 
-    /// The line through `line` (a subset of `points`), bounded by every
-    /// one of `points`; `method` names a line with a measured slope.
+    /// The line through `through` (a subset of `points`, `which`),
+    /// bounded by every one of `points`.
     fn through(
         points: &[SyncPoint],
-        line: &[SyncPoint],
+        through: &[SyncPoint],
         header_freq: u64,
-        method: &'static str,
+        which: FitLine,
     ) -> Option<Fit> {
         let mut pts = points.to_vec();
         pts.sort_by_key(|p| p.guest_ticks);
-        let mut line = line.to_vec();
+        let mut line = through.to_vec();
         line.sort_by_key(|p| p.guest_ticks);
         let first = *line.first()?;
         let (freq, method, coarse, cx, cy) = match weighted_line(&line) {
             Some((slope, cx, cy)) if (1e3..=1e11).contains(&(1e9 / slope)) => {
-                ((1e9 / slope).round() as u64, method, false, cx, cy)
+                ((1e9 / slope).round() as u64, "pingpong-fit", false, cx, cy)
             }
             Some((_, cx, cy)) => (
                 header_freq,
@@ -166,7 +177,11 @@ impl Fit {
             samples: pts.len() as u32,
         };
         let bounds = pts.iter().map(|p| (*p, point_bound(&mapping, p))).collect();
-        let mut fit = Fit { mapping, bounds };
+        let mut fit = Fit {
+            mapping,
+            bounds,
+            line: which,
+        };
         fit.mapping.error_ns = fit.span_bound();
         Some(fit)
     }
@@ -402,8 +417,11 @@ mod tests {
         let all = Fit::new(&pts, 2_300_000_000).unwrap();
         let best = Fit::best(&pts, 2_300_000_000, from, to).unwrap();
         let (b_all, b_best) = (all.bound_over(from, to), best.bound_over(from, to));
-        assert_eq!(best.mapping.method, "pingpong-fit (fast points)");
-        assert!(b_best < b_all, "fast line {b_best} ns, all points {b_all} ns");
+        assert_eq!(best.line, FitLine::FastPoints);
+        assert!(
+            b_best < b_all,
+            "fast line {b_best} ns, all points {b_all} ns"
+        );
         assert!(b_best <= 500, "{b_best}");
         for s in [-0.5, 0.0, 7.3, 18.5, 20.0, 20.5] {
             let e = (best.mapping.realtime_ns(g(s)) - truth(g(s))).unsigned_abs() as u64;
@@ -417,9 +435,12 @@ mod tests {
     #[test]
     fn without_two_fast_points_the_line_goes_through_every_point() {
         let g = |s: u64| 5_000_000_000_000 + s * 2_300_000_000;
-        let pts = [pt(g(0), truth(g(0)) as u64, 400), pt(g(5), truth(g(5)) as u64, 5_000)];
+        let pts = [
+            pt(g(0), truth(g(0)) as u64, 400),
+            pt(g(5), truth(g(5)) as u64, 5_000),
+        ];
         let best = Fit::best(&pts, 2_300_000_000, 0, u64::MAX).unwrap();
-        assert_eq!(best.mapping.method, "pingpong-fit");
+        assert_eq!(best.line, FitLine::EveryPoint);
         assert!(Fit::best(&[], 1, 0, 1).is_none());
     }
 

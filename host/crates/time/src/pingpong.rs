@@ -26,7 +26,7 @@ use ivtrace_region::region::ClockRef;
 use ivtrace_region::Region;
 
 use crate::estimator::{plausible_freq, plausible_ref_realtime};
-use crate::fit::{Fit, PointReport, FAST_RTT_NS};
+use crate::fit::{Fit, FitLine, PointReport, FAST_RTT_NS};
 use crate::mapping::ClockMapping;
 use crate::realtime::Boost;
 use crate::timebase::host_now_ns;
@@ -884,6 +884,7 @@ impl PingPong {
             points_bound_max_ns: q.map(|q| q.2),
             span_bound_ns: fit.as_ref().map(|f| f.mapping.error_ns),
             bound_in_force: BoundSpread::of(in_force),
+            line: fit.as_ref().map(|f| f.line),
             writer_spin_ns: self.writer_spin_ns(),
             poll_period_ns: self.poll.as_ref().map(|p| p.period.as_nanos() as u64),
             points,
@@ -912,6 +913,8 @@ pub struct SyncReport {
     /// exact the mapping is through the recording (the clock's `error_ns`
     /// is its largest over the whole recording, ends included).
     pub bound_in_force: Option<BoundSpread>,
+    /// The points the mapping's line goes through ([`Fit::best`]).
+    pub line: Option<FitLine>,
     /// A polled writer's entry period.
     pub poll_period_ns: Option<u64>,
     /// Writer time spent in the exchange since the recording started (its
@@ -968,7 +971,9 @@ impl ExchangeSummary {
             ),
             None => "no point".into(),
         };
-        let rtt = s.min_rtt_ns.map_or(String::new(), |r| format!(", best round trip {r} ns"));
+        let rtt = s
+            .min_rtt_ns
+            .map_or(String::new(), |r| format!(", best round trip {r} ns"));
         format!(
             "clock exchange ({}): {bound} over {:.1} s; {} bursts, {} slow, {} retried{rtt}; \
              host spun {:.3} s, guest {:.3} s",
@@ -1025,9 +1030,16 @@ mod tests {
         let ms = |d: Option<Duration>| d.map(|d| d.as_millis());
         assert_eq!(ms(r.after(false)), None);
         let row: Vec<_> = (0..6).map(|_| ms(r.after(true))).collect();
-        assert_eq!(row, [Some(50), Some(100), Some(200), Some(400), None, Some(50)]);
+        assert_eq!(
+            row,
+            [Some(50), Some(100), Some(200), Some(400), None, Some(50)]
+        );
         assert_eq!(ms(r.after(false)), None, "a fast burst ends the row");
-        assert_eq!(ms(r.after(true)), Some(50), "and the next slow one starts anew");
+        assert_eq!(
+            ms(r.after(true)),
+            Some(50),
+            "and the next slow one starts anew"
+        );
     }
 
     #[test]
