@@ -59,7 +59,10 @@ const EARLY_BURSTS: u64 = 3;
 /// writer never spun) is tried again this long after it, then after each
 /// next delay while they stay slow (a loaded host's CPU comes back within
 /// tens to hundreds of milliseconds), and then waits for the schedule. The
-/// host's spin budget still applies ([`SPIN_BUDGET`]).
+/// host's spin budget still applies ([`SPIN_BUDGET`]). Only while the
+/// bound so far is above [`RETRY_ABOVE_NS`]: between fast points a slow
+/// burst costs the line nothing (the truth is a line pinned at both ends),
+/// so once they hold the bound, retries would only spend CPU.
 const RETRY_AFTER: [Duration; 4] = [
     Duration::from_millis(50),
     Duration::from_millis(100),
@@ -106,6 +109,10 @@ impl Retries {
         d
     }
 }
+
+/// The bound of the mapping so far (over the recording until now) above
+/// which a slow burst is retried: comfortably under the 0.5 us goal.
+const RETRY_ABOVE_NS: u64 = 300;
 
 /// Wakes the writer so that it answers a sync request (MSI-X vector 0).
 pub type Kick = Box<dyn Fn() + Send>;
@@ -175,7 +182,8 @@ pub struct SyncStats {
     pub windows_missed: u64,
     pub min_rtt_ns: Option<u64>,
     /// Bursts whose best round trip was above [`FAST_RTT_NS`] (or that
-    /// kept no point), and the bursts run again soon for them.
+    /// kept no point), and the bursts run again soon for those that found
+    /// the bound above [`RETRY_ABOVE_NS`].
     pub slow_bursts: u64,
     pub retries: u64,
     /// Host time spent spinning for answers (the exchange's host cost).
@@ -420,10 +428,11 @@ impl PingPong {
     }
 
     /// Schedules the next burst after one ended (`spun`: the writer
-    /// answered round trips while spinning; `slow`: it kept no fast point).
-    fn schedule(&mut self, spun: bool, slow: bool) {
+    /// answered round trips while spinning; `retry`: it was slow and the
+    /// bound is at risk).
+    fn schedule(&mut self, spun: bool, retry: bool) {
         self.stats.bursts += 1;
-        let wanted = Instant::now() + self.delay_after(spun, slow);
+        let wanted = Instant::now() + self.delay_after(spun, retry);
         self.next_burst = wanted.max(self.budget_allows());
         self.next_due = self.next_burst;
         let mapping = self.phase_mapping();
@@ -440,11 +449,10 @@ impl PingPong {
     }
 
     /// How long after a burst the next one is wanted: a retry soon after
-    /// a slow one ([`RETRY_AFTER`]), [`SOON`] early on or after a writer
-    /// that did not spin, else the interval.
-    fn delay_after(&mut self, spun: bool, slow: bool) -> Duration {
-        self.stats.slow_bursts += u64::from(slow);
-        if let Some(d) = self.retries.after(slow) {
+    /// a slow one that put the bound at risk ([`RETRY_AFTER`]), [`SOON`]
+    /// early on or after a writer that did not spin, else the interval.
+    fn delay_after(&mut self, spun: bool, retry: bool) -> Duration {
+        if let Some(d) = self.retries.after(retry) {
             self.stats.retries += 1;
             return d;
         }
@@ -607,12 +615,14 @@ impl PingPong {
     }
 
     fn burst_done(&mut self, best: Option<SyncPoint>, spun: bool) -> Option<SyncPoint> {
-        let slow = best.is_none_or(|p| p.rtt_ns > FAST_RTT_NS);
-        self.schedule(spun, slow);
         match best {
             Some(p) => self.keep(p),
             None => self.stats.bursts_failed += 1,
         }
+        let slow = best.is_none_or(|p| p.rtt_ns > FAST_RTT_NS);
+        self.stats.slow_bursts += u64::from(slow);
+        let retry = slow && self.mapping().error_ns > RETRY_ABOVE_NS;
+        self.schedule(spun, retry);
         best
     }
 
