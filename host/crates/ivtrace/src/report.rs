@@ -16,6 +16,7 @@ use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
 use ivtrace_region::packet::{EventVisitor, PacketHeader};
 use ivtrace_region::reader::walk_own_packet;
 use ivtrace_region::{abi, EventClasses};
+use ivtrace_time::pingpong::ExchangeSummary;
 use ivtrace_vmview::model::comm_str;
 use ivtrace_vmview::report::VmReport;
 use ivtrace_vmview::selfcheck::SelfCheck;
@@ -96,6 +97,11 @@ pub struct Report {
     pub event_types: Vec<EventTypeReport>,
     /// The writer-clock -> host-time mapping the traces carry, with its bound.
     pub clock: ivtrace_ctf::ClockMapping,
+    /// The clock exchange that measured it, if one ran (the sidecar's
+    /// `clock_sync.pingpong`): the bound in force over its points, bursts,
+    /// retries, cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_exchange: Option<ExchangeSummary>,
     /// The mapping checked on cause -> effect pairs of the guest and host
     /// traces (recordings with host events; the sidecar's `self_check`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -297,6 +303,7 @@ pub fn build(dir: &Path) -> Result<Report> {
         event_types,
         channels,
         clock: sidecar.clock.clone(),
+        clock_exchange: clock_exchange(&sidecar)?,
         self_check: self_check(&sidecar)?,
         notes: crate::summary::notes(&sidecar),
         state: sidecar.state.clone(),
@@ -313,6 +320,17 @@ fn self_check(sidecar: &Sidecar) -> Result<Option<SelfCheck>> {
     let c = serde_json::from_value(v.clone())
         .context("the sidecar's self_check is not one ivtrace wrote (a newer ivtrace?)")?;
     Ok(Some(c))
+}
+
+/// The sidecar's clock exchange, if one ran.
+fn clock_exchange(sidecar: &Sidecar) -> Result<Option<ExchangeSummary>> {
+    let section = sidecar.clock_sync.as_ref().and_then(|c| c.get("pingpong"));
+    let Some(v) = section.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let e = serde_json::from_value(v.clone())
+        .context("the sidecar's clock_sync.pingpong is not one ivtrace wrote (a newer ivtrace?)")?;
+    Ok(Some(e))
 }
 
 /// `DIR/vm/` read back, if the recording has one.
@@ -403,6 +421,9 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
             ""
         }
     )?;
+    if let Some(e) = &r.clock_exchange {
+        writeln!(out, "{}", Shown(&e.describe()))?;
+    }
     for line in r
         .self_check
         .iter()
