@@ -77,6 +77,7 @@ def native_sections(out: list, rec: dict, src: Path, write: bool) -> None:
     native.section_noreader(data, out)
     native.section_drain(data, out)
     drain_ab(out)
+    expand_ab(out)
     native.section_live(data, out)
     native.section_discussion(data, out)
 
@@ -100,6 +101,31 @@ def drain_ab(out: list) -> None:
         out.append(f"- `{results.rel(f)}` ({ab['what'] or ab['b']}; {ab['b']}/{ab['a']}, "
                    f"{ab['rounds']} runs each, load average {ab['loadavg_before'][0]:.1f} "
                    f"before, {ab['loadavg_after'][0]:.1f} after): " + "; ".join(cells))
+    out.append("")
+
+
+def expand_ab(out: list) -> None:
+    """Two builds' kernel expansion side by side (bench/results/native/expand_ab/,
+    harness/expand_ab.py)."""
+    files = sorted((RESULTS / "native" / "expand_ab").glob("*.json"))
+    if not files:
+        return
+    out.append("### Kernel expansion of two builds, side by side\n")
+    out.append("Changes to the end-of-recording expansion of the kernel stream, measured against the "
+               "build before them in one run (`bench/harness/expand_ab.py`: `ivtrace recover` of "
+               "copies of one real guest recording whose kernel stream is staged, the two builds "
+               "in alternated order, one CPU). The ratio of the median events per second of the "
+               "expansion, then of the instructions one recover executed (callgrind):\n")
+    for f in files:
+        rec = results.load(f)
+        ab = rec["data"]["ab"]
+        events = ab["runs"][ab["a"]][0]["events"]
+        med = ab["median_events_per_s"]
+        out.append(f"- `{results.rel(f)}` ({ab['what'] or ab['b']}; {events:,} kernel events; "
+                   f"{ab['b']}/{ab['a']}, {ab['rounds']} runs each, load average "
+                   f"{ab['loadavg_before'][0]:.1f} before, {ab['loadavg_after'][0]:.1f} after): "
+                   f"{med[ab['a']] / 1e6:.1f} and {med[ab['b']] / 1e6:.1f} M events/s, ratio "
+                   f"{ab['ratio_b_over_a']:.2f}; instructions {ab['instructions_b_over_a']:.4f}")
     out.append("")
 
 

@@ -18,6 +18,7 @@ import pytest
 import ctf
 import loadgen_pattern as pattern
 from ivtools import ivtvm  # noqa: F401  (the e2e tests' g.ivtvm)
+from ivtools.proc import stop_recorder
 
 REPO = Path(__file__).resolve().parents[2]
 IVTRACE = REPO / "bin" / "ivtrace"
@@ -77,13 +78,9 @@ class Recorder:
         return self.summary()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(2)
-            try:
-                self.rc = self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.rc = self.proc.wait()
+        """SIGINT the recorder at once (it flushes what was committed); kill it after 30 s."""
+        stop_recorder(self.proc, 0, interrupt_wait_s=30)
+        self.rc = self.proc.returncode
 
     def stderr(self):
         return self.err.read_text(errors="replace")

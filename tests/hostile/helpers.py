@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from common import wait_for  # noqa: F401  (the hostile tests import it from here)
+from ivtools.proc import stop_recorder
 from serve import serve as s
 
 REPO = Path(__file__).resolve().parents[2]
@@ -71,13 +72,8 @@ class Server(s.Server):
 
     def sigint_exits_within(self, secs):
         """SIGINT; the exit code, or None if serve did not exit within `secs` (then killed)."""
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            return self.proc.wait(timeout=secs)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            return None
+        stop_recorder(self.proc, 0, interrupt_wait_s=secs)
+        return None if self.proc.returncode == -signal.SIGKILL else self.proc.returncode
 
 
 FakeClient = s.FakeClient

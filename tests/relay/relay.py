@@ -7,7 +7,6 @@ Nothing here knows ivtrace's wire format: babeltrace2 decodes every trace.
 """
 import json
 import re
-import signal
 import subprocess
 import threading
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ivtools.proc import stop_recorder
 from ivtools.relayd import Relayd  # noqa: F401  (the tests' relay: r.Relayd)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,13 +88,7 @@ class LiveViewer:
             self.lines.append((time.time(), line.rstrip("\n")))
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_recorder(self.proc, 0, interrupt_wait_s=20)
         self.reader.join(timeout=10)
         return self.proc.stderr.read()
 

@@ -16,6 +16,7 @@ import pytest
 
 from ivtools import ivtvm  # noqa: F401  (the tests' s.ivtvm)
 from ivtools.ivshmem import FakeClient  # noqa: F401  (the tests' s.FakeClient)
+from ivtools.proc import stop_recorder
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,15 +86,10 @@ class Server:
 
     def stop(self):
         """SIGINT; returns the exit code and the per-guest summaries (JSON lines)."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.rc = self.proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.rc = self.proc.wait()
-                pytest.fail(f"serve did not stop within 120 s of SIGINT:\n{self.stderr()}")
+        how = stop_recorder(self.proc, 0, interrupt_wait_s=120)
         self.rc = self.proc.returncode
+        if self.rc == -signal.SIGKILL:
+            pytest.fail(f"serve {how}:\n{self.stderr()}")
         return self.rc, self.summaries()
 
     def summaries(self):
@@ -148,12 +144,25 @@ def causality(rang_ns, received):
     }
 
 
-def delivery_latency(events, delivered):
-    """Per event (channel, cycles, ns): host time its packet reached the trace file minus the
-    event's mapped time. `delivered`: (ns, payload) of ivtrace_packet_delivered."""
+def mapped_ns(clock, ticks):
+    """Tick value `ticks` in nanoseconds since the epoch with the recording's clock mapping
+    (the sidecar's `clock`), as the host converts the kernel trace's times: integers, the
+    quotient truncated toward zero (ClockMapping::realtime_ns)."""
+    delta = (ticks - clock["ref_ticks"]) * 1_000_000_000
+    q = abs(delta) // max(clock["freq_hz"], 1)
+    return clock["ref_realtime_ns"] + (q if delta >= 0 else -q)
+
+
+def delivery_latency(events, delivered, clock):
+    """Per kernel event (channel, value, ns): host time its packet reached the trace file minus
+    the event's mapped time. `delivered`: (ns, payload) of ivtrace_packet_delivered, whose
+    packet times are the guest's ticks; the kernel trace's values are those ticks in
+    nanoseconds with the final mapping `clock` (docs/ctf.md "Time"), to which they are
+    converted here."""
     by_chan = {}
     for ns, p in delivered:
-        by_chan.setdefault(p["chan"], []).append((p["ts_begin"], p["ts_end"], ns))
+        bounds = (mapped_ns(clock, p["ts_begin"]), mapped_ns(clock, p["ts_end"]))
+        by_chan.setdefault(p["chan"], []).append((*bounds, ns))
     for v in by_chan.values():
         v.sort()
     lat = []

@@ -140,7 +140,7 @@ def test_a_burst_after_idle_reaches_the_file_within_the_flush_bound(run):
                                  f"the guest lost {lost_by_reason(run)}")
     delivered = [(ns, p) for _, ns, _, _, p in
                  s.bt2_events(out / "host", {"ivtrace_packet_delivered"})]
-    lat, missing = s.delivery_latency(burst, delivered)
+    lat, missing = s.delivery_latency(burst, delivered, run["summary"]["clock"])
     assert missing == 0
     lat.sort()
     ms = lambda x: x / 1e6  # noqa: E731
@@ -172,6 +172,13 @@ def test_every_doorbell_is_rung_before_the_host_receives_it(run):
     assert c["rang"] == c["received"], (c, f"the guest lost {lost_by_reason(run)}")
     assert c["violations"] == 0, c
     assert not clock["coarse"] and clock["method"] == "pingpong-fit"
+    # The bound in force at each sync point: never above the recording's, which covers the ends.
+    spread = pp["bound_in_force"]
+    print(f"bound in force min/median/p99/max {spread['min_ns']}/{spread['median_ns']}/"
+          f"{spread['p99_ns']}/{spread['max_ns']} ns over {spread['points']} points, line through "
+          f"{pp['line']}; {pp['stats']['slow_bursts']} slow bursts, {pp['stats']['retries']} retries")
+    assert spread["points"] == len(pp["points"])
+    assert spread["min_ns"] <= spread["median_ns"] <= spread["max_ns"] <= clock["error_ns"]
 
 
 def test_control_commands_are_acknowledged(run):

@@ -30,6 +30,7 @@ use crate::sidecar::TracefsFormats;
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::ftrace::FtraceFormats;
 use ivtrace_region::packet::TickRange;
+use ivtrace_time::ClockMapping;
 
 /// One relay channel's file: its name in the staging directory (wire
 /// packets) and in the kernel trace's (the decoded stream).
@@ -116,10 +117,15 @@ pub struct FtraceInput<'a> {
     /// (through directory descriptors, [`crate::outdir`]).
     pub staging: &'a OutDir,
     pub out: &'a OutDir,
-    /// What the kernel trace's clock can express, and its frequency (for
-    /// the tolerance between CPUs' clocks): records outside are refused.
+    /// What the kernel trace's clock can express (the clock's
+    /// [`ClockMapping::expressible`]), and its frequency (for the tolerance
+    /// between CPUs' clocks): records outside are refused.
     pub ticks: TickRange,
     pub freq_hz: u64,
+    /// The final mapping: every record's time is written in nanoseconds
+    /// since the epoch with it ([`ClockMapping::ns_value`]), the kernel
+    /// trace's 1 GHz clock.
+    pub clock: &'a ClockMapping,
     /// The recording's directory: the kernel symbols go to
     /// [`KALLSYMS_FILE`] there, outside every trace directory.
     pub root: &'a OutDir,

@@ -26,6 +26,7 @@ use ivtrace_region::names::NameTable;
 use crate::kernel::online::OnlineKernel;
 use crate::kernel::{self, Expanded, KernelExpansion, WIRE_METADATA};
 use crate::outdir::OutDir;
+use ivtrace_time::ClockMapping;
 
 /// How a kernel trace made by a packet starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,6 +60,11 @@ pub(crate) struct Online {
     /// Events of kernel packets that did not walk, per channel (in every
     /// later packet's `events_discarded`).
     lost: BTreeMap<u32, u64>,
+    /// Each channel's output time so far.
+    times: BTreeMap<u32, kernel::rewrite::Timeline>,
+    /// The mapping the latest packet was converted with: the clock block's
+    /// precision and description say its bound, not the final mapping's.
+    converted_with: Option<ClockMapping>,
 }
 
 impl KernelTrace {
@@ -75,6 +81,8 @@ impl KernelTrace {
                 KernelState::Online(Box::new(Online {
                     kernel,
                     lost: BTreeMap::new(),
+                    times: BTreeMap::new(),
+                    converted_with: None,
                 }))
             }
         };
@@ -149,16 +157,27 @@ impl KernelTrace {
         }
     }
 
-    /// The packet as its file gets it: expanded when online, else as is.
+    /// The packet as its file gets it: expanded when online (times
+    /// converted with `clock`, the mapping in force), else as is.
     pub fn packet<'a>(
         &mut self,
         chan: u32,
         bytes: &'a [u8],
         classes: &EventClasses,
+        clock: &ClockMapping,
     ) -> Cow<'a, [u8]> {
         match &mut self.state {
-            KernelState::Online(o) => Cow::Owned(o.packet(chan, bytes, classes)),
+            KernelState::Online(o) => Cow::Owned(o.packet(chan, bytes, classes, clock)),
             _ => Cow::Borrowed(bytes),
+        }
+    }
+
+    /// The mapping the latest online packet was converted with (what the
+    /// clock block must say while recording), if any.
+    pub fn converted_with(&self) -> Option<&ClockMapping> {
+        match &self.state {
+            KernelState::Online(o) => o.converted_with.as_ref(),
+            _ => None,
         }
     }
 
@@ -174,14 +193,29 @@ impl Online {
     /// A kernel packet, expanded; one that does not walk becomes an empty
     /// packet with its header (the stream's sequence has no gap) and its
     /// events are counted as lost, in every later packet's
-    /// `events_discarded` too.
-    fn packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
+    /// `events_discarded` too. Times are converted with `clock`, the
+    /// mapping in force.
+    fn packet(
+        &mut self,
+        chan: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+        clock: &ClockMapping,
+    ) -> Vec<u8> {
         let wire = classes.stream(abi::IVT_STREAM_KERNEL);
-        let mut out = match self.kernel.packet(wire, classes.generation(), bytes) {
+        if self.converted_with.as_ref() != Some(clock) {
+            self.converted_with = Some(clock.clone());
+        }
+        let time = self.times.entry(chan).or_default();
+        let mut out = match self
+            .kernel
+            .packet((wire, classes.generation()), bytes, (clock, time))
+        {
             Some(p) => p.to_vec(),
             None => {
                 let mut out = Vec::new();
-                let n = kernel::rewrite::skipped(&mut self.kernel.stats, chan, bytes, &mut out);
+                let at = (clock, time);
+                let n = kernel::rewrite::skipped(&mut self.kernel.stats, chan, bytes, at, &mut out);
                 let lost = self.lost.entry(chan).or_default();
                 *lost = lost.saturating_add(n);
                 out

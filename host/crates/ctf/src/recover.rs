@@ -34,7 +34,7 @@ use crate::kernel::{self, Staged, STAGING_DIR, WIRE_METADATA};
 use crate::outdir::{EntryKind, OutDir};
 use crate::sidecar::{ChannelSummary, Sidecar, StreamLayout, STATE_RECOVERED};
 use crate::trace::{create_err, stream_dir, write_err, write_json, CtfError, NO_CHANNEL_FILE};
-use crate::tsdl::{self, TraceDesc};
+use crate::tsdl::{self, Timebase, TraceDesc};
 
 /// One whole packet of a stream file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +219,8 @@ fn expand_staged(
         return Ok(());
     }
     let wire = classes.stream(abi::IVT_STREAM_KERNEL);
-    let (expanded, out) = kernel::expand_dir(root, &staging, wire, &staged, None)?;
+    let at = (&staged[..], &before.clock);
+    let (expanded, out) = kernel::expand_dir(root, &staging, wire, at, None)?;
     let env = before.env.clone().unwrap_or_default().to_env();
     let uuid = parse_uuid(&before.trace_uuid).unwrap_or_default();
     let (_, kernel_uuid, clock_uuid) = crate::trace::trace_uuid_strings(uuid);
@@ -227,6 +228,7 @@ fn expand_staged(
         uuid: &kernel_uuid,
         clock_uuid: &clock_uuid,
         clock: &before.clock,
+        timebase: Timebase::Nanoseconds,
         env: &env,
     };
     let text = tsdl::metadata(&desc, abi::IVT_STREAM_KERNEL, &expanded.classes);

@@ -60,7 +60,7 @@ use crate::sidecar::{
     Sidecar, StreamLayout, TracefsFormats, SIDECAR_FORMAT, SIDECAR_NAME, STATE_RECORDING,
 };
 use crate::streams::{Limits, StreamFiles, StreamStats};
-use crate::tsdl::{self, TraceDesc, TraceEnv};
+use crate::tsdl::{self, Timebase, TraceDesc, TraceEnv};
 use ivtrace_time::ClockMapping;
 
 /// Who else gets the packets and metadata a [`CtfWriter`] writes (a relay
@@ -328,6 +328,21 @@ impl CtfWriter {
         }
     }
 
+    /// What the timestamps of stream class `stream`'s trace count: the
+    /// kernel trace's are nanoseconds once expanded (at the end or as they
+    /// come), the staged wire packets' and the user trace's ticks.
+    pub fn timebase(&self, stream: u32) -> Timebase {
+        let expanded = match (&self.kernel, stream) {
+            (Some(k), abi::IVT_STREAM_KERNEL) => !k.is_staged(),
+            (None, abi::IVT_STREAM_KERNEL) => self.kernel_start() == KernelStart::Online,
+            _ => false,
+        };
+        match expanded {
+            true => Timebase::Nanoseconds,
+            false => Timebase::Ticks,
+        }
+    }
+
     /// Whether kernel packets are staged for the expansion at the end.
     fn kernel_staged(&self) -> bool {
         self.kernel.as_ref().is_some_and(KernelTrace::is_staged)
@@ -460,7 +475,11 @@ impl CtfWriter {
                 &self.uuid
             },
             clock_uuid: &self.clock_uuid,
-            clock: &self.clock,
+            clock: match &self.kernel {
+                Some(k) if kernel => k.converted_with().unwrap_or(&self.clock),
+                _ => &self.clock,
+            },
+            timebase: self.timebase(stream),
             env: &self.env,
         };
         let output = self.output_classes(stream, classes);
@@ -661,6 +680,7 @@ impl CtfWriter {
             out: &out_dir,
             ticks: self.clock.expressible(),
             freq_hz: self.clock.freq_hz,
+            clock: &self.clock,
             root: &self.root,
         };
         let expander = self.ftrace_expander.as_mut().expect("checked above");
@@ -711,7 +731,7 @@ impl CtfWriter {
             &self.root,
             &staging,
             classes.stream(abi::IVT_STREAM_KERNEL),
-            &staged,
+            (&staged, &self.clock),
             self.name_table.as_ref(),
         )?;
         let k = self.kernel.as_mut().expect("staged above");
@@ -831,7 +851,9 @@ impl PacketSink for CtfWriter {
                 // Expanded before the metadata is written: it declares
                 // the classes this packet used.
                 let bytes = match &mut self.kernel {
-                    Some(k) if stream == abi::IVT_STREAM_KERNEL => k.packet(chan, bytes, classes),
+                    Some(k) if stream == abi::IVT_STREAM_KERNEL => {
+                        k.packet(chan, bytes, classes, &self.clock)
+                    }
                     _ => Cow::Borrowed(bytes),
                 };
                 self.ensure_metadata(stream, fresh, classes)?;

@@ -46,11 +46,25 @@ pub struct TraceEnv {
     pub extra: Vec<(String, EnvValue)>,
 }
 
+/// What a guest trace's timestamps count (docs/ctf.md, "Time").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timebase {
+    /// The writers' ticks, as the drain copied them: the clock runs at
+    /// the mapping's frequency, the date in its offset (user traces; the
+    /// staged kernel packets).
+    Ticks,
+    /// Nanoseconds since the epoch, converted with the mapping (the kernel
+    /// trace, which the host rewrites anyway): a 1 GHz clock with offset 0,
+    /// which every reader adds as integers, exact to the nanosecond.
+    Nanoseconds,
+}
+
 /// The trace-wide facts the metadata needs.
 pub struct TraceDesc<'a> {
     pub uuid: &'a str,
     pub clock_uuid: &'a str,
     pub clock: &'a ClockMapping,
+    pub timebase: Timebase,
     pub env: &'a TraceEnv,
 }
 
@@ -194,31 +208,61 @@ pub(crate) fn offset_comment(c: &ClockMapping) -> &'static str {
 }
 
 fn write_clock(t: &mut String, desc: &TraceDesc) {
-    let c = desc.clock;
-    let (offset_s, offset) = c.ctf_offset();
+    write_clock_block(t, desc.clock_uuid, desc.clock, desc.timebase);
+    t.push_str(
+        "typealias integer { size = 64; align = 64; signed = false; \
+         map = clock.ivt_clock.value; } := uint64_clock_t;\n\n",
+    );
+}
+
+/// The guest traces' `clock` block (name [`CLOCK_NAME`], UUID
+/// `clock_uuid`) for timestamps that count `timebase`: ticks at the
+/// mapping's frequency with the date in the offset, or nanoseconds since
+/// the epoch at 1 GHz with offset 0 (the date is in the values, so every
+/// reader adds integers: Trace Compass < 6.3 ignores `offset_s` and, at
+/// 1 GHz, converts no value through a double).
+pub(crate) fn write_clock_block(
+    t: &mut String,
+    clock_uuid: &str,
+    c: &ClockMapping,
+    timebase: Timebase,
+) {
+    let (freq, precision, comment, (offset_s, offset)) = match timebase {
+        Timebase::Ticks => (
+            c.freq_hz.max(1),
+            c.precision_cycles(),
+            offset_comment(c),
+            c.ctf_offset(),
+        ),
+        Timebase::Nanoseconds => (
+            1_000_000_000,
+            c.error_ns.max(1),
+            "values are nanoseconds since the epoch: exact in every reader",
+            (0, 0),
+        ),
+    };
+    let unit = match timebase {
+        Timebase::Ticks => "",
+        Timebase::Nanoseconds => " nanoseconds",
+    };
     let _ = write!(
         t,
         "clock {{
 \tname = \"{CLOCK_NAME}\";
 \tuuid = \"{}\";
-\tdescription = \"writer clock mapped to host CLOCK_REALTIME ({}, error <= {} ns)\";
-\tfreq = {};
-\tprecision = {};
-\t/* {} */
+\tdescription = \"writer clock mapped to host CLOCK_REALTIME{unit} ({}, error <= {} ns)\";
+\tfreq = {freq};
+\tprecision = {precision};
+\t/* {comment} */
 \toffset_s = {offset_s};
 \toffset = {offset};
 \tabsolute = TRUE;
 }};
 
-typealias integer {{ size = 64; align = 64; signed = false; map = clock.{CLOCK_NAME}.value; }} := uint64_clock_t;
-
 ",
-        escape(desc.clock_uuid),
+        escape(clock_uuid),
         escape(&c.method),
         c.error_ns,
-        c.freq_hz.max(1),
-        c.precision_cycles(),
-        offset_comment(c),
     );
 }
 
@@ -483,6 +527,7 @@ mod tests {
             uuid: "u",
             clock_uuid: "c",
             clock: &clock,
+            timebase: Timebase::Ticks,
             env: &env,
         };
         let text = metadata(&desc, 1, &classes);

@@ -6,8 +6,10 @@
 //! u64 timestamp per event, `cpu_id` in the packet context, a `_tid` event
 //! context in stream class 0), so [`crate::host_trace::HostTrace`] writes them
 //! and [`crate::read`] reads them back. What differs is the clock: the
-//! guest traces' own clock block (the same name, UUID, frequency and
-//! offset), timestamps in guest clock ticks. Readers therefore see one
+//! guest kernel trace's own clock block (the same name, UUID, frequency
+//! and offset), timestamps in its nanoseconds since the epoch, which are
+//! the host times the events happened at (the mapping's inverse, then the
+//! mapping, is the identity). Readers therefore see one
 //! machine: babeltrace2 interleaves the VM view with the guest's events,
 //! and Trace Compass, which identifies a machine by its clock UUID, puts
 //! the VM view's streams beside the guest kernel's. A stream's `cpu_id` is
@@ -21,8 +23,8 @@ use ivtrace_time::ClockMapping;
 
 use crate::host_trace::{random_uuid, STREAM_IVTRACE, STREAM_KERNEL};
 use crate::tsdl::{
-    creation_datetime, escape, offset_comment, write_env_entries, write_event, write_host_stream,
-    EnvValue, CLOCK_NAME, HOST_PRELUDE,
+    creation_datetime, escape, write_clock_block, write_env_entries, write_event,
+    write_host_stream, EnvValue, Timebase, CLOCK_NAME, HOST_PRELUDE,
 };
 
 /// What the VM view's metadata says about itself.
@@ -84,36 +86,15 @@ fn write_vm_env(t: &mut String, desc: &VmTraceDesc) {
     t.push_str("};\n\n");
 }
 
-/// The guest traces' clock block, word for word what their metadata says,
-/// and the byte-aligned clock type of [`crate::host_trace`]'s packets mapped to it.
+/// The guest kernel trace's clock block, word for word what its metadata
+/// says (nanoseconds since the epoch, [`Timebase::Nanoseconds`]), and the
+/// byte-aligned clock type of [`crate::host_trace`]'s packets mapped to it.
 fn write_guest_clock(t: &mut String, desc: &VmTraceDesc) {
-    let c = desc.clock;
-    let (offset_s, offset) = c.ctf_offset();
-    let _ = write!(
-        t,
-        "clock {{\n\tname = \"{CLOCK_NAME}\";\n\tuuid = \"{}\";\n\
-         \tdescription = \"writer clock mapped to host CLOCK_REALTIME ({}, error <= {} ns)\";\n\
-         \tfreq = {};\n\tprecision = {};\n\t/* {} */\n\toffset_s = {offset_s};\n\
-         \toffset = {offset};\n\tabsolute = TRUE;\n}};\n\n",
-        escape(desc.clock_uuid),
-        escape(&c.method),
-        c.error_ns,
-        c.freq_hz.max(1),
-        c.precision_cycles(),
-        offset_comment(c),
-    );
+    write_clock_block(t, desc.clock_uuid, desc.clock, Timebase::Nanoseconds);
     let _ = writeln!(
         t,
         "typealias integer {{ size = 64; align = 8; signed = false; map = clock.{CLOCK_NAME}.value; }} := h_clock_t;\n"
     );
-}
-
-/// Guest clock ticks at host-time-base nanoseconds `ns` (the inverse of
-/// [`ClockMapping::realtime_ns`]), clamped to the u64 range.
-pub fn ticks_at(clock: &ClockMapping, ns: u64) -> u64 {
-    let delta_ns = ns as i128 - clock.ref_realtime_ns as i128;
-    let ticks = clock.ref_ticks as i128 + delta_ns * clock.freq_hz.max(1) as i128 / 1_000_000_000;
-    ticks.clamp(0, u64::MAX as i128) as u64
 }
 
 #[cfg(test)]
@@ -131,16 +112,6 @@ mod tests {
             coarse: false,
             samples: 12,
         }
-    }
-
-    #[test]
-    fn ticks_invert_the_mapping() {
-        let c = clock();
-        for ns in [c.ref_realtime_ns, c.ref_realtime_ns + 1_234_567_891] {
-            let t = ticks_at(&c, ns);
-            assert!((c.realtime_ns(t) - ns as i128).abs() <= 1);
-        }
-        assert_eq!(ticks_at(&c, 0), 0, "before the clock's origin: clamped");
     }
 
     #[test]
@@ -163,7 +134,10 @@ mod tests {
         for needle in [
             "name = \"ivt_clock\";",
             "uuid = \"c1c1c1c1-0000-4000-8000-00000000000c\";",
-            "freq = 2400000000;",
+            "freq = 1000000000;",
+            "precision = 30000;",
+            "offset_s = 0;",
+            "offset = 0;",
             "map = clock.ivt_clock.value; } := h_clock_t;",
             "domain = \"vm\";",
             "hostname = \"web1\";",
@@ -173,8 +147,5 @@ mod tests {
         ] {
             assert!(m.contains(needle), "missing {needle:?} in\n{m}");
         }
-        let (offset_s, offset) = c.ctf_offset();
-        assert!(m.contains(&format!("offset_s = {offset_s};")));
-        assert!(m.contains(&format!("offset = {offset};")));
     }
 }

@@ -46,8 +46,8 @@ pub struct RelayTap {
 }
 
 impl RelayTap {
-    /// `guest_freq_hz`: the guest traces' clock frequency (the host trace
-    /// counts nanoseconds).
+    /// `guest_freq_hz`: the user trace's clock frequency (the host trace
+    /// and the guest's kernel trace count nanoseconds).
     pub fn new(session: Session, guest_freq_hz: u64) -> RelayTap {
         RelayTap {
             session,
@@ -83,10 +83,11 @@ impl RelayTap {
     ) -> R {
         let mut traces = self.traces.lock().unwrap_or_else(|p| p.into_inner());
         let t = traces.entry(trace).or_insert_with(|| {
-            let (hdr, freq) = if trace == "host" {
-                (ivtrace_ctf::host_trace::PACKET_HDR, 1_000_000_000)
-            } else {
-                (abi::PACKET_HDR_SIZE, self.guest_freq_hz)
+            let kernel = ivtrace_ctf::trace::stream_dir(abi::IVT_STREAM_KERNEL);
+            let (hdr, freq) = match trace {
+                "host" => (ivtrace_ctf::host_trace::PACKET_HDR, 1_000_000_000),
+                _ if trace == kernel => (abi::PACKET_HDR_SIZE, 1_000_000_000),
+                _ => (abi::PACKET_HDR_SIZE, self.guest_freq_hz),
             };
             TapTrace {
                 id: self.session.trace(trace, hdr),

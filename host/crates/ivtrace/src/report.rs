@@ -10,11 +10,13 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use ivtrace_ctf::outdir::{open_regular, read_limited};
+use ivtrace_ctf::read::{Clock, Trace};
 use ivtrace_ctf::sidecar::{HostLost, Lost, Sidecar, SIDECAR_MAX_BYTES, SIDECAR_NAME};
 use ivtrace_ctf::trace::{stream_dir, stream_file_name, NO_CHANNEL_FILE};
 use ivtrace_region::packet::{EventVisitor, PacketHeader};
 use ivtrace_region::reader::walk_own_packet;
 use ivtrace_region::{abi, EventClasses};
+use ivtrace_time::pingpong::ExchangeSummary;
 use ivtrace_vmview::model::comm_str;
 use ivtrace_vmview::report::VmReport;
 use ivtrace_vmview::selfcheck::SelfCheck;
@@ -45,8 +47,13 @@ pub struct ChannelReport {
     pub bytes: u64,
     pub event_bytes: u64,
     pub header_bytes: u64,
+    /// The first and last times, as the channel's trace writes them (its
+    /// clock's values: ticks in the user trace, nanoseconds since the
+    /// epoch in the kernel trace), and on the host's wall clock.
     pub first_ts: Option<u64>,
     pub last_ts: Option<u64>,
+    pub first_realtime_ns: Option<i128>,
+    pub last_realtime_ns: Option<i128>,
     pub events_per_s: f64,
     pub bytes_per_event: f64,
 }
@@ -90,6 +97,11 @@ pub struct Report {
     pub event_types: Vec<EventTypeReport>,
     /// The writer-clock -> host-time mapping the traces carry, with its bound.
     pub clock: ivtrace_ctf::ClockMapping,
+    /// The clock exchange that measured it, if one ran (the sidecar's
+    /// `clock_sync.pingpong`): the bound in force over its points, bursts,
+    /// retries, cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_exchange: Option<ExchangeSummary>,
     /// The mapping checked on cause -> effect pairs of the guest and host
     /// traces (recordings with host events; the sidecar's `self_check`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -199,6 +211,29 @@ fn ratio(a: f64, b: f64) -> f64 {
     }
 }
 
+/// The clock of stream class `stream`'s trace, as its metadata declares
+/// it; the recording's mapping in ticks if the metadata cannot be read.
+fn trace_clock(dir: &Path, stream: u32, sidecar: &Sidecar) -> Clock {
+    if let Ok(t) = Trace::open(&dir.join(stream_dir(stream))) {
+        return t.clock().clone();
+    }
+    let (offset_s, offset) = sidecar.clock.ctf_offset();
+    Clock {
+        freq: sidecar.clock.freq_hz.max(1),
+        offset_s,
+        offset,
+        ..Clock::default()
+    }
+}
+
+/// Seconds from `a` to `b` (nanoseconds), 0 unless both are known.
+fn seconds(a: Option<i128>, b: Option<i128>) -> f64 {
+    match (a, b) {
+        (Some(a), Some(b)) => (b - a).max(0) as f64 / 1e9,
+        _ => 0.0,
+    }
+}
+
 /// Builds the report of `dir`.
 pub fn build(dir: &Path) -> Result<Report> {
     let sidecar = read_sidecar(dir)?;
@@ -219,21 +254,18 @@ pub fn build(dir: &Path) -> Result<Report> {
         let stream = c.stream_class.min(abi::IVT_STREAM_CLASSES - 1);
         let file = StreamFile::channel(stream, c.channel);
         let mut r = walk_channel(dir, file, &classes, &mut counts[stream as usize])?;
-        let span = match (r.first_ts, r.last_ts) {
-            (Some(a), Some(b)) => sidecar.clock.ticks_to_ns(b.saturating_sub(a)) / 1e9,
-            _ => 0.0,
-        };
+        let clock = trace_clock(dir, stream, &sidecar);
+        r.first_realtime_ns = r.first_ts.map(|t| clock.ns_from_origin(t));
+        r.last_realtime_ns = r.last_ts.map(|t| clock.ns_from_origin(t));
+        let span = seconds(r.first_realtime_ns, r.last_realtime_ns);
         r.events_per_s = ratio(r.events as f64, span);
         r.bytes_per_event = ratio(r.event_bytes as f64, r.events as f64);
         channels.push(r);
     }
     let event_types = event_types(&classes, &counts);
-    let first = channels.iter().filter_map(|c| c.first_ts).min();
-    let last = channels.iter().filter_map(|c| c.last_ts).max();
-    let span_s = match (first, last) {
-        (Some(a), Some(b)) => sidecar.clock.ticks_to_ns(b.saturating_sub(a)) / 1e9,
-        _ => 0.0,
-    };
+    let first = channels.iter().filter_map(|c| c.first_realtime_ns).min();
+    let last = channels.iter().filter_map(|c| c.last_realtime_ns).max();
+    let span_s = seconds(first, last);
     let events: u64 = channels.iter().map(|c| c.events).sum();
     let event_bytes: u64 = channels.iter().map(|c| c.event_bytes).sum();
     let header_bytes: u64 = channels.iter().map(|c| c.header_bytes).sum();
@@ -262,8 +294,8 @@ pub fn build(dir: &Path) -> Result<Report> {
         host_lost: sidecar.host_lost.clone(),
         discarded_no_channel: extra.no_channel,
         discarded_host: extra.host,
-        first_realtime_ns: first.map(|t| sidecar.clock.realtime_ns(t)),
-        last_realtime_ns: last.map(|t| sidecar.clock.realtime_ns(t)),
+        first_realtime_ns: first,
+        last_realtime_ns: last,
         span_s,
         events_per_s: ratio(events as f64, span_s),
         bytes_per_event: ratio(event_bytes as f64, events as f64),
@@ -271,6 +303,7 @@ pub fn build(dir: &Path) -> Result<Report> {
         event_types,
         channels,
         clock: sidecar.clock.clone(),
+        clock_exchange: clock_exchange(&sidecar)?,
         self_check: self_check(&sidecar)?,
         notes: crate::summary::notes(&sidecar),
         state: sidecar.state.clone(),
@@ -287,6 +320,17 @@ fn self_check(sidecar: &Sidecar) -> Result<Option<SelfCheck>> {
     let c = serde_json::from_value(v.clone())
         .context("the sidecar's self_check is not one ivtrace wrote (a newer ivtrace?)")?;
     Ok(Some(c))
+}
+
+/// The sidecar's clock exchange, if one ran.
+fn clock_exchange(sidecar: &Sidecar) -> Result<Option<ExchangeSummary>> {
+    let section = sidecar.clock_sync.as_ref().and_then(|c| c.get("pingpong"));
+    let Some(v) = section.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let e = serde_json::from_value(v.clone())
+        .context("the sidecar's clock_sync.pingpong is not one ivtrace wrote (a newer ivtrace?)")?;
+    Ok(Some(e))
 }
 
 /// `DIR/vm/` read back, if the recording has one.
@@ -377,6 +421,9 @@ fn print_table(r: &Report, out: &mut impl Write) -> io::Result<()> {
             ""
         }
     )?;
+    if let Some(e) = &r.clock_exchange {
+        writeln!(out, "{}", Shown(&e.describe()))?;
+    }
     for line in r
         .self_check
         .iter()

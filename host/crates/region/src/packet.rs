@@ -386,6 +386,26 @@ pub fn walk<V: EventVisitor>(
     Ok(sum)
 }
 
+/// Appends an event header for class `id` at time `ts` to `out`, the
+/// previous time of its packet being `prev` (<= `ts`): the compact form
+/// (5-bit id, the low 27 bits of `ts`) when `id` fits and `ts` is less
+/// than 2^27 past `prev` (a reader unwraps it from `prev`, CTF 1.8 §8),
+/// else the extended form with the full time. What the host writes into
+/// a stream it builds (the kernel and ftrace expansions), never the
+/// drain's copy of a guest packet.
+#[inline]
+pub fn put_event_header(out: &mut Vec<u8>, id: u32, ts: u64, prev: u64) {
+    if id <= abi::IVT_EV_COMPACT_MAX_ID && ts.saturating_sub(prev) <= abi::IVT_EV_TS_MASK {
+        // The mask keeps 27 bits: the shifted word fits in 32.
+        let word = id | ((ts & abi::IVT_EV_TS_MASK) as u32) << abi::IVT_EV_ID_BITS;
+        out.extend_from_slice(&word.to_le_bytes());
+    } else {
+        out.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(&ts.to_le_bytes());
+    }
+}
+
 /// Full timestamp from its low 27 bits, assuming at most one wrap since
 /// `prev` (CTF 1.8 §8). None on u64 overflow.
 #[inline]

@@ -32,6 +32,12 @@ const MIN_WEIGHT_RTT_NS: f64 = 20.0;
 /// bounded ones (O(n^3) in them).
 const LP_POINTS: usize = 24;
 
+/// A round trip at most this long is a *fast* point: both sides were
+/// running and spinning (a cache-line exchange takes 0.2-0.6 us here,
+/// docs/abi.md); a longer one had an interrupt, a preemption or a late
+/// host inside it.
+pub const FAST_RTT_NS: u64 = 1_000;
+
 /// A line through the points, in the form a [`ClockMapping`] writes.
 #[derive(Debug, Clone)]
 pub struct Fit {
@@ -39,6 +45,17 @@ pub struct Fit {
     pub mapping: ClockMapping,
     /// Per point, in guest-tick order: `b_i` (ns).
     bounds: Vec<(SyncPoint, u64)>,
+    /// Which points the line was drawn through (the sidecar says it).
+    pub line: FitLine,
+}
+
+/// The points a line was drawn through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FitLine {
+    EveryPoint,
+    /// Those with a round trip of at most [`FAST_RTT_NS`].
+    FastPoints,
 }
 
 /// One point as the sidecar lists it.
@@ -90,10 +107,48 @@ impl Fit {
     /// The line through `points`; `header_freq` when they do not give a
     /// plausible slope (one point, or a hostile set). None without points.
     pub fn new(points: &[SyncPoint], header_freq: u64) -> Option<Fit> {
+        Fit::through(points, points, header_freq, FitLine::EveryPoint)
+    }
+
+    /// Of the line through every point and the line through the fast points
+    /// only ([`FAST_RTT_NS`]), the one whose bound over host times
+    /// `[from_ns, to_ns]` is smaller. Both are bounded by every point's
+    /// constraint, so the choice can only narrow a sound bound. The
+    /// weights already all but ignore slow points; what they cannot ignore
+    /// is a cluster of middling ones (1-5 us, a busy host) that pulls the
+    /// line off the fast points at one end of the recording.
+    pub fn best(points: &[SyncPoint], header_freq: u64, from_ns: u64, to_ns: u64) -> Option<Fit> {
+        let all = Fit::new(points, header_freq)?;
+        let fast: Vec<SyncPoint> = points
+            .iter()
+            .filter(|p| p.rtt_ns <= FAST_RTT_NS)
+            .copied()
+            .collect();
+        if fast.len() < 2 || fast.len() == points.len() {
+            return Some(all);
+        }
+        let fast = Fit::through(points, &fast, header_freq, FitLine::FastPoints)
+            .filter(|f| !f.mapping.coarse);
+        match fast {
+            Some(f) if f.bound_over(from_ns, to_ns) < all.bound_over(from_ns, to_ns) => Some(f),
+            _ => Some(all),
+        }
+    }
+
+    /// The line through `through` (a subset of `points`, `which`),
+    /// bounded by every one of `points`.
+    fn through(
+        points: &[SyncPoint],
+        through: &[SyncPoint],
+        header_freq: u64,
+        which: FitLine,
+    ) -> Option<Fit> {
         let mut pts = points.to_vec();
         pts.sort_by_key(|p| p.guest_ticks);
-        let first = *pts.first()?;
-        let (freq, method, coarse, cx, cy) = match weighted_line(&pts) {
+        let mut line = through.to_vec();
+        line.sort_by_key(|p| p.guest_ticks);
+        let first = *line.first()?;
+        let (freq, method, coarse, cx, cy) = match weighted_line(&line) {
             Some((slope, cx, cy)) if (1e3..=1e11).contains(&(1e9 / slope)) => {
                 ((1e9 / slope).round() as u64, "pingpong-fit", false, cx, cy)
             }
@@ -122,7 +177,11 @@ impl Fit {
             samples: pts.len() as u32,
         };
         let bounds = pts.iter().map(|p| (*p, point_bound(&mapping, p))).collect();
-        let mut fit = Fit { mapping, bounds };
+        let mut fit = Fit {
+            mapping,
+            bounds,
+            line: which,
+        };
         fit.mapping.error_ns = fit.span_bound();
         Some(fit)
     }
@@ -207,6 +266,19 @@ impl Fit {
             Some(w) => clamp_u64(w.ceil()).saturating_add(1),
             None => clamp_u64(pts[0].1).saturating_add(1),
         }
+    }
+
+    /// The bound in force at each point's time (the linear program's at
+    /// that guest tick): how far the mapping can be off there, from every
+    /// point's constraint, in time order.
+    pub fn bounds_in_force(&self) -> Vec<u64> {
+        self.bounds
+            .iter()
+            .map(|(p, _)| {
+                let g = p.guest_ticks as f64;
+                self.bound_at_ticks(g, g)
+            })
+            .collect()
     }
 
     /// The mapping with its bound over `[from_ns, to_ns]`.
@@ -325,6 +397,54 @@ mod tests {
     }
 
     #[test]
+    fn middling_points_at_one_end_do_not_pull_the_line_off_the_fast_ones() {
+        // Fast points every second over 20 s, and a busy host's cluster of
+        // 3 us round trips in the last two seconds, all on one side of
+        // the truth (within their intervals): they weigh enough together
+        // to tilt the line through every point.
+        let g = |s: f64| 5_000_000_000_000 + (s * 2.3e9) as u64;
+        let mut pts: Vec<SyncPoint> = (0..=20)
+            .map(|i| {
+                let e = [40i128, -60, 0, 80, -30][i % 5];
+                pt(g(i as f64), (truth(g(i as f64)) + e) as u64, 400)
+            })
+            .collect();
+        for k in 0..80 {
+            let s = 18.0 + k as f64 * 0.025;
+            pts.push(pt(g(s), (truth(g(s)) + 1_450) as u64, 3_000));
+        }
+        let (from, to) = (truth(g(-0.5)) as u64, truth(g(20.5)) as u64);
+        let all = Fit::new(&pts, 2_300_000_000).unwrap();
+        let best = Fit::best(&pts, 2_300_000_000, from, to).unwrap();
+        let (b_all, b_best) = (all.bound_over(from, to), best.bound_over(from, to));
+        assert_eq!(best.line, FitLine::FastPoints);
+        assert!(
+            b_best < b_all,
+            "fast line {b_best} ns, all points {b_all} ns"
+        );
+        assert!(b_best <= 500, "{b_best}");
+        for s in [-0.5, 0.0, 7.3, 18.5, 20.0, 20.5] {
+            let e = (best.mapping.realtime_ns(g(s)) - truth(g(s))).unsigned_abs() as u64;
+            assert!(e <= b_best, "at {s} s: error {e} > bound {b_best}");
+        }
+        let in_force = best.bounds_in_force();
+        assert_eq!(in_force.len(), pts.len());
+        assert!(in_force.iter().all(|&b| b <= b_best), "{in_force:?}");
+    }
+
+    #[test]
+    fn without_two_fast_points_the_line_goes_through_every_point() {
+        let g = |s: u64| 5_000_000_000_000 + s * 2_300_000_000;
+        let pts = [
+            pt(g(0), truth(g(0)) as u64, 400),
+            pt(g(5), truth(g(5)) as u64, 5_000),
+        ];
+        let best = Fit::best(&pts, 2_300_000_000, 0, u64::MAX).unwrap();
+        assert_eq!(best.line, FitLine::EveryPoint);
+        assert!(Fit::best(&[], 1, 0, 1).is_none());
+    }
+
+    #[test]
     fn one_point_uses_the_header_frequency_and_is_coarse() {
         let fit = Fit::new(&[pt(1000, 5_000, 400)], 2_000_000_000).unwrap();
         let m = &fit.mapping;
@@ -363,13 +483,15 @@ mod tests {
             to in any::<u64>(),
         ) {
             let pts: Vec<SyncPoint> = pts.into_iter().map(|(g, h, r)| pt(g, h, r)).collect();
-            if let Some(fit) = Fit::new(&pts, 1_000_000_000) {
+            if let Some(fit) = Fit::best(&pts, 1_000_000_000, from, to) {
                 let _ = (fit.bound_over(from, to), fit.points(), fit.mapping.ctf_offset());
+                let _ = fit.bounds_in_force();
             }
         }
 
-        /// Points within their round trips of a true line: the truth is
-        /// within the bound at every point and past the ends.
+        /// Points within their round trips of a true line (fast and slow
+        /// ones): the truth is within the chosen line's bound at every
+        /// point and past the ends.
         #[test]
         fn the_bound_holds_for_random_exchanges(
             errs in proptest::collection::vec((-1.0f64..1.0, 200u64..5_000), 2..30),
@@ -381,10 +503,11 @@ mod tests {
                 let off = (e * (*rtt as f64) / 2.0) as i128;
                 pt(g, (truth(g) + off) as u64, *rtt)
             }).collect();
-            let fit = Fit::new(&pts, freq).unwrap();
             let first = pts[0].host_ns;
             let last = pts[pts.len() - 1].host_ns;
-            let over = fit.bound_over(first - 1_000_000_000, last + 2_000_000_000);
+            let (from, to) = (first - 1_000_000_000, last + 2_000_000_000);
+            let fit = Fit::best(&pts, freq, from, to).unwrap();
+            let over = fit.bound_over(from, to);
             for g in [pts[0].guest_ticks - freq, pts[0].guest_ticks, pts[pts.len() / 2].guest_ticks + freq / 3,
                       pts[pts.len() - 1].guest_ticks, pts[pts.len() - 1].guest_ticks + 2 * freq] {
                 let e = (fit.mapping.realtime_ns(g) - truth(g)).unsigned_abs() as u64;

@@ -94,8 +94,10 @@ impl ClockMapping {
     /// so a change of the CTF clock changes this function alone:
     ///
     /// - nanoseconds from the origin within int64, less a year (babeltrace2
-    ///   refuses a whole trace with one timestamp past it), and within
-    ///   a century (`HORIZON_S`) of the reference point;
+    ///   refuses a whole trace with one timestamp past it), not before the
+    ///   epoch (the kernel trace's clock counts nanoseconds since the epoch
+    ///   in unsigned values, [`Self::ns_value`]), and within a century
+    ///   (`HORIZON_S`) of the reference point;
     /// - while the offset is in cycles ([`Self::offset_fits_cycles`]), the
     ///   offset plus the value within int64 less a year of cycles (Trace
     ///   Compass adds them as signed 64-bit cycles).
@@ -105,7 +107,7 @@ impl ClockMapping {
         let year_ns = YEAR_S * NS_PER_S;
         let horizon_ns = HORIZON_S * NS_PER_S;
         let hi_ns = (i128::from(i64::MAX) - year_ns).min(ref_ns.saturating_add(horizon_ns));
-        let lo_ns = (i128::from(i64::MIN) + year_ns).max(ref_ns.saturating_sub(horizon_ns));
+        let lo_ns = ref_ns.saturating_sub(horizon_ns).max(0);
         // ticks(ns) = ref_ticks + (ns - ref_ns) * freq / 1e9, saturating
         // (a u64 frequency times 2^65 ns can pass i128).
         let ticks_at = |ns: i128| {
@@ -144,10 +146,42 @@ impl ClockMapping {
         cycles.clamp(1, u64::MAX as u128) as u64
     }
 
-    /// Wall-clock nanoseconds of tick value `ticks`.
+    /// Wall-clock nanoseconds of tick value `ticks`:
+    /// `ref_realtime_ns + (ticks - ref_ticks) * 1e9 / freq_hz`, the
+    /// quotient truncated toward zero.
+    ///
+    /// The kernel expansion converts every event with it, so the common
+    /// case avoids a 128-bit division: whole seconds of ticks first, then
+    /// the rest, whose product with 1e9 fits u64 below 18 GHz; exact
+    /// either way.
+    #[inline]
     pub fn realtime_ns(&self, ticks: u64) -> i128 {
-        let delta = ticks as i128 - self.ref_ticks as i128;
-        self.ref_realtime_ns as i128 + delta * 1_000_000_000 / self.freq_hz.max(1) as i128
+        let freq = self.freq_hz.max(1);
+        let (back, d) = match ticks.checked_sub(self.ref_ticks) {
+            Some(d) => (false, d),
+            None => (true, self.ref_ticks - ticks),
+        };
+        let (secs, rest) = (d / freq, d % freq);
+        let frac = match rest.checked_mul(NS_PER_S as u64) {
+            Some(p) => i128::from(p / freq),
+            None => (u128::from(rest) * NS_PER_S as u128 / u128::from(freq)) as i128,
+        };
+        let delta_ns = i128::from(secs) * NS_PER_S + frac;
+        let delta_ns = if back { -delta_ns } else { delta_ns };
+        i128::from(self.ref_realtime_ns) + delta_ns
+    }
+
+    /// Tick value `ticks` as a value of a 1 GHz CTF clock with offset 0:
+    /// its wall-clock nanoseconds since the epoch, exact to the mapping
+    /// (integer arithmetic, no double). None where no such clock value
+    /// exists (before the epoch, past int64), which the drain's validation
+    /// ([`Self::expressible`]) keeps out for the mapping in force; a later
+    /// mapping may still move a tick at the edge out, which the caller
+    /// counts.
+    pub fn ns_value(&self, ticks: u64) -> Option<u64> {
+        u64::try_from(self.realtime_ns(ticks))
+            .ok()
+            .filter(|&ns| ns <= i64::MAX as u64)
     }
 
     /// Nanoseconds spanned by `ticks` ticks.
@@ -284,6 +318,75 @@ mod tests {
         assert!(!r.contains(0) && !r.contains(u64::MAX), "{r:?}");
         let _ = mapping(u64::MAX, u64::MAX, u64::MAX).expressible();
         let _ = mapping(1, u64::MAX, 0).expressible();
+    }
+
+    #[test]
+    fn ns_values_are_the_mapping_and_refuse_what_has_none() {
+        let m = mapping(2_400_000_000, 123_456_789_000, NOV_2026_NS);
+        for t in [
+            m.ref_ticks,
+            m.ref_ticks + 1,
+            m.ref_ticks + 2_400_000_007 * 3,
+        ] {
+            assert_eq!(m.ns_value(t).map(i128::from), Some(m.realtime_ns(t)));
+        }
+        // 1/2.4 ns a tick: consecutive ticks may share a nanosecond, never go back
+        let ns: Vec<u64> = (0..10)
+            .map(|i| m.ns_value(m.ref_ticks + i).unwrap())
+            .collect();
+        assert!(ns.windows(2).all(|w| w[0] <= w[1]), "{ns:?}");
+        assert!(
+            matches!(ns[9] - ns[0], 3 | 4),
+            "9 ticks are 3.75 ns: {ns:?}"
+        );
+        // before the epoch, past int64: no value
+        let early = mapping(1_000_000_000, 5_000_000_000, 1_000_000_000);
+        assert_eq!(early.ns_value(0), None);
+        assert_eq!(early.ns_value(4_000_000_000), Some(0));
+        assert_eq!(mapping(1, 0, 0).ns_value(u64::MAX), None);
+        let _ = mapping(u64::MAX, u64::MAX, u64::MAX).ns_value(0);
+        // whatever the drain lets through, the same mapping gives a value for
+        for freq in [1_000_000_000, 2_400_000_000, 5_500_000_000] {
+            let m = mapping(freq, 123_456_789_000, NOV_2026_NS);
+            let r = m.expressible();
+            assert!(
+                m.ns_value(r.min).is_some() && m.ns_value(r.max).is_some(),
+                "{freq}"
+            );
+        }
+        let r = mapping(1_000_000_000, 5_000_000_000, 1_000_000_000).expressible();
+        assert_eq!(r.min, 4_000_000_000, "{r:?}");
+    }
+
+    /// The split computation is the plain 128-bit formula, to the ns.
+    #[test]
+    fn realtime_ns_is_the_128_bit_formula() {
+        let plain = |m: &ClockMapping, t: u64| {
+            let delta = t as i128 - m.ref_ticks as i128;
+            m.ref_realtime_ns as i128 + delta * 1_000_000_000 / m.freq_hz.max(1) as i128
+        };
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let freqs = [
+            1,
+            999_999_999,
+            1_000_000_000,
+            2_400_000_007,
+            19_000_000_000,
+            u64::MAX,
+        ];
+        for _ in 0..20_000 {
+            let f = freqs[(next() % freqs.len() as u64) as usize];
+            let m = mapping(f, next() >> (next() % 64), next() >> (next() % 64));
+            for t in [next() >> (next() % 64), m.ref_ticks, 0, u64::MAX] {
+                assert_eq!(m.realtime_ns(t), plain(&m, t), "{m:?} at {t}");
+            }
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@ use ivtrace_region::region::ClockRef;
 use ivtrace_region::Region;
 
 use crate::estimator::{plausible_freq, plausible_ref_realtime};
-use crate::fit::{Fit, PointReport};
+use crate::fit::{Fit, FitLine, PointReport, FAST_RTT_NS};
 use crate::mapping::ClockMapping;
 use crate::realtime::Boost;
 use crate::timebase::host_now_ns;
@@ -54,6 +54,21 @@ const MAX_FAILED_ENTRIES: u32 = 3;
 const SOON: Duration = Duration::from_millis(500);
 /// Bursts that come [`SOON`] at the start.
 const EARLY_BURSTS: u64 = 3;
+/// A burst whose best round trip was slow (above [`FAST_RTT_NS`]: the
+/// writer's vCPU or the host lost its CPU inside every round trip, or the
+/// writer never spun) is tried again this long after it, then after each
+/// next delay while they stay slow (a loaded host's CPU comes back within
+/// tens to hundreds of milliseconds), and then waits for the schedule. The
+/// host's spin budget still applies ([`SPIN_BUDGET`]). Only while the
+/// bound so far is above [`RETRY_ABOVE_NS`]: between fast points a slow
+/// burst costs the line nothing (the truth is a line pinned at both ends),
+/// so once they hold the bound, retries would only spend CPU.
+const RETRY_AFTER: [Duration; 4] = [
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(400),
+];
 /// Windows a polled writer may miss in a row before the host looks for
 /// its poll time again.
 const WINDOW_TRIES: u32 = 3;
@@ -76,6 +91,28 @@ const SPIN_ALLOWANCE: Duration = Duration::from_millis(20);
 const HUNT_EVERY: Duration = Duration::from_millis(1);
 /// ... for at most this many poll periods.
 const HUNT_PERIODS: u32 = 4;
+
+/// Slow bursts in a row, and the retry the next one gets.
+#[derive(Debug, Default)]
+struct Retries {
+    in_row: usize,
+}
+
+impl Retries {
+    /// After a burst: the delay of its retry if it was slow and retries
+    /// are left in this row of slow bursts; None otherwise (a fast burst,
+    /// or the row used all of [`RETRY_AFTER`]: back to the schedule, and
+    /// the next slow burst starts a new row).
+    fn after(&mut self, slow: bool) -> Option<Duration> {
+        let d = RETRY_AFTER.get(self.in_row).copied().filter(|_| slow);
+        self.in_row = if d.is_some() { self.in_row + 1 } else { 0 };
+        d
+    }
+}
+
+/// The bound of the mapping so far (over the recording until now) above
+/// which a slow burst is retried: comfortably under the 0.5 us goal.
+const RETRY_ABOVE_NS: u64 = 300;
 
 /// Wakes the writer so that it answers a sync request (MSI-X vector 0).
 pub type Kick = Box<dyn Fn() + Send>;
@@ -125,7 +162,8 @@ pub struct SyncPoint {
 }
 
 /// Statistics of the exchanges so far.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SyncStats {
     pub bursts: u64,
     /// Bursts that kept no point (the writer never answered).
@@ -143,6 +181,11 @@ pub struct SyncStats {
     /// Polled writer: windows it did not enter in.
     pub windows_missed: u64,
     pub min_rtt_ns: Option<u64>,
+    /// Bursts whose best round trip was above [`FAST_RTT_NS`] (or that
+    /// kept no point), and the bursts run again soon for those that found
+    /// the bound above `RETRY_ABOVE_NS`.
+    pub slow_bursts: u64,
+    pub retries: u64,
     /// Host time spent spinning for answers (the exchange's host cost).
     pub host_spin_ns: u64,
     /// The host spun at real-time priority (crate::realtime).
@@ -331,6 +374,7 @@ pub struct PingPong {
     poll: Option<PollPhase>,
     /// The writer's `resp_spun` when recording started, and lately.
     writer_spun: (u64, u64),
+    retries: Retries,
 }
 
 impl PingPong {
@@ -360,6 +404,7 @@ impl PingPong {
             kick,
             poll,
             writer_spun: (spun, spun),
+            retries: Retries::default(),
         }
     }
 
@@ -383,11 +428,11 @@ impl PingPong {
     }
 
     /// Schedules the next burst after one ended (`spun`: the writer
-    /// answered round trips while spinning).
-    fn schedule(&mut self, spun: bool) {
+    /// answered round trips while spinning; `retry`: it was slow and the
+    /// bound is at risk).
+    fn schedule(&mut self, spun: bool, retry: bool) {
         self.stats.bursts += 1;
-        let soon = self.stats.bursts < EARLY_BURSTS || !spun;
-        let wanted = Instant::now() + if soon { SOON } else { self.interval };
+        let wanted = Instant::now() + self.delay_after(spun, retry);
         self.next_burst = wanted.max(self.budget_allows());
         self.next_due = self.next_burst;
         let mapping = self.phase_mapping();
@@ -400,6 +445,21 @@ impl PingPong {
             let expect = self.within_budget(expect, &mapping);
             self.set_poll(Poll::Window { expect, missed: 0 });
             self.next_due = expect - lead(&mapping);
+        }
+    }
+
+    /// How long after a burst the next one is wanted: a retry soon after
+    /// a slow one that put the bound at risk ([`RETRY_AFTER`]), [`SOON`]
+    /// early on or after a writer that did not spin, else the interval.
+    fn delay_after(&mut self, spun: bool, retry: bool) -> Duration {
+        if let Some(d) = self.retries.after(retry) {
+            self.stats.retries += 1;
+            return d;
+        }
+        if self.stats.bursts < EARLY_BURSTS || !spun {
+            SOON
+        } else {
+            self.interval
         }
     }
 
@@ -555,11 +615,14 @@ impl PingPong {
     }
 
     fn burst_done(&mut self, best: Option<SyncPoint>, spun: bool) -> Option<SyncPoint> {
-        self.schedule(spun);
         match best {
             Some(p) => self.keep(p),
             None => self.stats.bursts_failed += 1,
         }
+        let slow = best.is_none_or(|p| p.rtt_ns > FAST_RTT_NS);
+        self.stats.slow_bursts += u64::from(slow);
+        let retry = slow && self.mapping().error_ns > RETRY_ABOVE_NS;
+        self.schedule(spun, retry);
         best
     }
 
@@ -779,11 +842,19 @@ impl PingPong {
         self.window(region, expect, WINDOW_TRIES);
     }
 
+    /// The best line through the points so far ([`Fit::best`]) over the
+    /// recording until `now_ns`.
+    fn fit_until(&self, now_ns: u64) -> Option<Fit> {
+        let freq = plausible_freq(self.header.freq_hz);
+        Fit::best(&self.points, freq, self.started_ns, now_ns)
+    }
+
     /// The line through the points so far and its bound over the recording
     /// until now (header reference, coarse, if there is no point).
     pub fn mapping(&self) -> ClockMapping {
-        match Fit::new(&self.points, plausible_freq(self.header.freq_hz)) {
-            Some(fit) => fit.mapping_over(self.started_ns, host_now_ns()),
+        let now_ns = host_now_ns();
+        match self.fit_until(now_ns) {
+            Some(fit) => fit.mapping_over(self.started_ns, now_ns),
             None => self.no_answer_mapping(),
         }
     }
@@ -809,8 +880,9 @@ impl PingPong {
 
     /// What the sidecar says about the exchange.
     pub fn report(&self) -> SyncReport {
-        let fit = Fit::new(&self.points, plausible_freq(self.header.freq_hz));
+        let fit = self.fit_until(host_now_ns());
         let points = fit.as_ref().map(Fit::points).unwrap_or_default();
+        let in_force = fit.as_ref().map(Fit::bounds_in_force).unwrap_or_default();
         let q = crate::fit::quantiles(&points);
         SyncReport {
             entry: if self.poll.is_some() { "poll" } else { "kick" },
@@ -821,6 +893,8 @@ impl PingPong {
             points_bound_p90_ns: q.map(|q| q.1),
             points_bound_max_ns: q.map(|q| q.2),
             span_bound_ns: fit.as_ref().map(|f| f.mapping.error_ns),
+            bound_in_force: BoundSpread::of(in_force),
+            line: fit.as_ref().map(|f| f.line),
             writer_spin_ns: self.writer_spin_ns(),
             poll_period_ns: self.poll.as_ref().map(|p| p.period.as_nanos() as u64),
             points,
@@ -845,12 +919,83 @@ pub struct SyncReport {
     /// The bound inside the points' span (the mapping's over the whole
     /// recording is the clock's `error_ns`).
     pub span_bound_ns: Option<u64>,
+    /// The bound in force at each point's time, over the points: how
+    /// exact the mapping is through the recording (the clock's `error_ns`
+    /// is its largest over the whole recording, ends included).
+    pub bound_in_force: Option<BoundSpread>,
+    /// The points the mapping's line goes through ([`Fit::best`]).
+    pub line: Option<FitLine>,
     /// A polled writer's entry period.
     pub poll_period_ns: Option<u64>,
     /// Writer time spent in the exchange since the recording started (its
     /// cost; from `resp_spun`, on the writer's clock).
     pub writer_spin_ns: u64,
     pub points: Vec<PointReport>,
+}
+
+/// A distribution of bounds over the sync points, ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BoundSpread {
+    pub points: usize,
+    pub min_ns: u64,
+    pub median_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+}
+
+impl BoundSpread {
+    /// Of `bounds` (any order); None when there is none.
+    pub fn of(mut bounds: Vec<u64>) -> Option<BoundSpread> {
+        bounds.sort_unstable();
+        let q = |f: f64| bounds[((bounds.len() - 1) as f64 * f).round() as usize];
+        (!bounds.is_empty()).then(|| BoundSpread {
+            points: bounds.len(),
+            min_ns: q(0.0),
+            median_ns: q(0.5),
+            p99_ns: q(0.99),
+            max_ns: q(1.0),
+        })
+    }
+}
+
+/// What `ivtrace report` reads back of the sidecar's `clock_sync.pingpong`
+/// ([`SyncReport`]'s summary; fields a sidecar lacks default to none).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ExchangeSummary {
+    pub entry: String,
+    pub stats: SyncStats,
+    pub span_ns: u64,
+    pub bound_in_force: Option<BoundSpread>,
+    pub writer_spin_ns: u64,
+}
+
+impl ExchangeSummary {
+    /// Its line in `ivtrace report`.
+    pub fn describe(&self) -> String {
+        let s = &self.stats;
+        let bound = match self.bound_in_force {
+            Some(b) => format!(
+                "bound in force at its {} points min/median/p99/max {}/{}/{}/{} ns",
+                b.points, b.min_ns, b.median_ns, b.p99_ns, b.max_ns
+            ),
+            None => "no point".into(),
+        };
+        let rtt = s
+            .min_rtt_ns
+            .map_or(String::new(), |r| format!(", best round trip {r} ns"));
+        format!(
+            "clock exchange ({}): {bound} over {:.1} s; {} bursts, {} slow, {} retried{rtt}; \
+             host spun {:.3} s, guest {:.3} s",
+            self.entry,
+            self.span_ns as f64 / 1e9,
+            s.bursts,
+            s.slow_bursts,
+            s.retries,
+            s.host_spin_ns as f64 / 1e9,
+            self.writer_spin_ns as f64 / 1e9,
+        )
+    }
 }
 
 /// Span of host time the points cover.
@@ -866,6 +1011,46 @@ pub fn span_ns(points: &[SyncPoint]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_line_reads_a_sidecar_section_back() {
+        let section = serde_json::json!({
+            "entry": "poll", "span_ns": 60_200_000_000u64, "writer_spin_ns": 13_000_000,
+            "stats": {"bursts": 34, "slow_bursts": 12, "retries": 10, "min_rtt_ns": 391,
+                      "host_spin_ns": 330_000_000u64},
+            "bound_in_force": {"points": 150, "min_ns": 220, "median_ns": 264, "p99_ns": 370,
+                               "max_ns": 371},
+            "points": []
+        });
+        let s: ExchangeSummary = serde_json::from_value(section).unwrap();
+        assert_eq!(
+            s.describe(),
+            "clock exchange (poll): bound in force at its 150 points min/median/p99/max \
+             220/264/370/371 ns over 60.2 s; 34 bursts, 12 slow, 10 retried, best round trip \
+             391 ns; host spun 0.330 s, guest 0.013 s"
+        );
+        let old: ExchangeSummary = serde_json::from_value(serde_json::json!({"entry": "kick"}))
+            .expect("a sidecar of an older ivtrace reads back");
+        assert!(old.describe().contains("no point"));
+    }
+
+    #[test]
+    fn slow_bursts_are_retried_four_times_in_a_row_then_wait_for_the_schedule() {
+        let mut r = Retries::default();
+        let ms = |d: Option<Duration>| d.map(|d| d.as_millis());
+        assert_eq!(ms(r.after(false)), None);
+        let row: Vec<_> = (0..6).map(|_| ms(r.after(true))).collect();
+        assert_eq!(
+            row,
+            [Some(50), Some(100), Some(200), Some(400), None, Some(50)]
+        );
+        assert_eq!(ms(r.after(false)), None, "a fast burst ends the row");
+        assert_eq!(
+            ms(r.after(true)),
+            Some(50),
+            "and the next slow one starts anew"
+        );
+    }
 
     #[test]
     fn the_next_entry_is_on_the_grid_of_the_past_ones() {

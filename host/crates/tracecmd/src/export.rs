@@ -6,8 +6,9 @@
 //! belongs to (the peer's TRACEID).
 //!
 //! Time: each file counts nanoseconds from its own clock's zero (the host
-//! trace's clock for the host file, the guest kernel trace's for a guest:
-//! the guest's TSC in nanoseconds), every timestamp taken through its
+//! trace's clock for the host file, the guest's tick clock for a guest:
+//! the guest's TSC in nanoseconds, or the epoch's nanoseconds for a
+//! recording with a kernel trace alone), every timestamp taken through its
 //! trace's clock description, never an assumed frequency. The guest's shift
 //! onto the host's time is the difference of the two clocks' offsets from
 //! the epoch, which is ivtrace's clock mapping (its bound is in the guest
@@ -139,9 +140,11 @@ pub fn recordings(inputs: &[PathBuf]) -> Result<Vec<Recording>> {
     Ok(out)
 }
 
-/// The guest traces' clock's zero, from the epoch (kernel, user, VM view).
+/// The guest file's zero, from the epoch: the zero of the guest's tick
+/// clock (the user and VM view traces count its ticks), else the kernel
+/// trace's (nanoseconds since the epoch: its zero is the epoch).
 fn guest_origin(r: &Recording) -> i128 {
-    [TraceKind::Kernel, TraceKind::User, TraceKind::Vm]
+    [TraceKind::User, TraceKind::Vm, TraceKind::Kernel]
         .iter()
         .find_map(|&k| r.trace(k))
         .map_or(0, |t| t.clock().origin_ns())

@@ -41,6 +41,7 @@ use ivtrace_ctf::ftrace::{
 use ivtrace_ctf::kernel::wire::{align_event, event_header, packet_content, PacketFile};
 use ivtrace_ctf::outdir::OutDir;
 use ivtrace_ctf::sidecar::TracefsFormats;
+use ivtrace_ctf::ClockMapping;
 use ivtrace_region::abi;
 use ivtrace_region::bytes::{slice_at, u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType, StreamClasses};
@@ -429,6 +430,7 @@ fn write_channel(
         missed: 0,
         payload: Vec::with_capacity(256),
         err: Ok(()),
+        clock: input.clock.clone(),
     };
     let times = PageTimes::new(input);
     let mut stats = None;
@@ -505,6 +507,8 @@ struct ChannelWriter {
     missed: u64,
     payload: Vec<u8>,
     err: io::Result<()>,
+    /// Ticks to the kernel trace's nanoseconds.
+    clock: ClockMapping,
 }
 
 impl ChannelWriter {
@@ -537,11 +541,17 @@ impl ChannelWriter {
             self.acc.unknown_type = self.acc.unknown_type.saturating_add(1);
             return;
         };
+        // The page check kept its records within what the clock expresses,
+        // so this is a guard: a record the clock cannot place is lost.
+        let Some(ns) = self.clock.ns_value(ts) else {
+            self.acc.events_out_of_time = self.acc.events_out_of_time.saturating_add(1);
+            return;
+        };
         self.payload.clear();
         self.payload.extend_from_slice(&d.tid.to_le_bytes());
         self.payload.extend_from_slice(&d.payload);
         if self.err.is_ok() {
-            self.err = self.out.event(cpu, d.class_id, ts, &self.payload);
+            self.err = self.out.event(cpu, d.class_id, ns, &self.payload);
         }
         self.acc.recorded = self.acc.recorded.saturating_add(1);
         if let Some(n) = plan.dec.type_of(rec).and_then(|t| plan.names.get(&t)) {

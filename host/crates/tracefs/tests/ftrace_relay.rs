@@ -179,6 +179,18 @@ impl EventVisitor for Ids {
     }
 }
 
+/// A kernel trace clock whose nanoseconds are its ticks (the times these
+/// tests check are the ticks they staged).
+static NS_IS_TICK: ivtrace_ctf::ClockMapping = ivtrace_ctf::ClockMapping {
+    freq_hz: 1_000_000_000,
+    ref_ticks: 0,
+    ref_realtime_ns: 0,
+    error_ns: 1,
+    method: String::new(),
+    coarse: false,
+    samples: 1,
+};
+
 /// Stages `packets` for one channel, expands, walks the output with the output classes.
 fn run(formats: &FtraceFormats, packets: &[Vec<u8>]) -> Run {
     run_with(formats, packets, TickRange::ALL)
@@ -206,6 +218,7 @@ fn run_with(formats: &FtraceFormats, packets: &[Vec<u8>], ticks: TickRange) -> R
         out: &kernel,
         ticks,
         freq_hz: 1_000_000_000,
+        clock: &NS_IS_TICK,
         root: &root,
     };
     let res = expand(&input).unwrap();

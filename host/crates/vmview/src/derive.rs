@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use ivtrace_ctf::host_trace::{HostTrace, STREAM_KERNEL};
-use ivtrace_ctf::vm::{ticks_at, vm_metadata, VmTraceDesc};
+use ivtrace_ctf::vm::{vm_metadata, VmTraceDesc};
 use ivtrace_ctf::{EnvValue, OutDir};
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_time::ClockMapping;
@@ -87,7 +87,6 @@ type PendingEnd = (u64, i32, Vec<u8>);
 /// inside the hypervisor interval that precedes it).
 struct VmWriter {
     trace: HostTrace,
-    clock: ClockMapping,
     streams: HashMap<u32, usize>,
     /// Per vCPU: (host ns, guest tid, payload) of the pending end event.
     pending_end: HashMap<u32, PendingEnd>,
@@ -99,7 +98,6 @@ impl VmWriter {
         let trace = HostTrace::create_with_metadata(g.root, "vm", text, classes::classes())?;
         Ok(VmWriter {
             trace,
-            clock: g.clock.clone(),
             streams: HashMap::new(),
             pending_end: HashMap::new(),
         })
@@ -122,8 +120,9 @@ impl VmWriter {
                 s
             }
         };
-        let ticks = ticks_at(&self.clock, ns);
-        Ok(self.trace.event(stream, class, ticks, tid, payload)?)
+        // The guest kernel trace's time base: nanoseconds since the epoch
+        // on the host's time base, what `ns` is.
+        Ok(self.trace.event(stream, class, ns, tid, payload)?)
     }
 
     fn interval(&mut self, i: &Interval, g: &GuestThread) -> Result<()> {
@@ -296,12 +295,12 @@ pub fn derive(guest: &GuestTraces, host: &mut HostTrace, req: &Request) -> Resul
     let errors = Errors::default();
     let kernel_dir = guest.root.path().join("kernel");
     let switches = if kernel_dir.is_dir() {
-        guest_switches(&kernel_dir, guest.kernel_classes, guest.clock, &errors).map_err(
-            |source| VmViewError::GuestTrace {
+        guest_switches(&kernel_dir, guest.kernel_classes, &errors).map_err(|source| {
+            VmViewError::GuestTrace {
                 path: kernel_dir.clone(),
                 source,
-            },
-        )?
+            }
+        })?
     } else {
         Vec::new()
     };
@@ -382,14 +381,12 @@ fn self_check(mut c: Checker, g: &GuestTraces, host: &HostTrace, errors: &Errors
         .map(|k| k.id);
     let mut rang = Vec::new();
     let walks = match kernel_dir.is_dir() {
-        true => {
-            guest_switches(&kernel_dir, g.kernel_classes, g.clock, errors).unwrap_or_else(|e| {
-                errors
-                    .borrow_mut()
-                    .push(format!("{}: {e}", kernel_dir.display()));
-                Vec::new()
-            })
-        }
+        true => guest_switches(&kernel_dir, g.kernel_classes, errors).unwrap_or_else(|e| {
+            errors
+                .borrow_mut()
+                .push(format!("{}: {e}", kernel_dir.display()));
+            Vec::new()
+        }),
         false => Vec::new(),
     };
     for (cpu, mut walk) in walks {

@@ -15,12 +15,11 @@ use std::sync::Arc;
 use ivtrace_ctf::host_trace::{STREAM_IVTRACE, STREAM_KERNEL};
 use ivtrace_ctf::read::{
     stream_class_of, stream_files, Classes, Clock, Item, Merge, Packets, Record, StreamDecl,
-    StreamReader,
+    StreamReader, Trace,
 };
 use ivtrace_region::abi::IVT_STREAM_KERNEL;
 use ivtrace_region::classes::{EventClass, StreamClasses};
 use ivtrace_time::versioned::TscWrite;
-use ivtrace_time::ClockMapping;
 use ivtrace_tracefs::kvmtsc;
 
 use crate::model::{Comm, GuestSwitch, HostEvent, HostKind, Task};
@@ -268,7 +267,8 @@ pub struct GuestSwitches {
     /// Per class id: its prev_comm, prev_tid, next_comm, next_tid fields
     /// (`sched_switch` classes only).
     switches: Rc<HashMap<u32, [F; 4]>>,
-    clock: ClockMapping,
+    /// The kernel trace's clock, as its metadata declares it.
+    clock: Clock,
     errors: Errors,
     /// The first event, read to learn the file's CPU.
     first: Option<Record>,
@@ -319,7 +319,7 @@ impl GuestSwitches {
             },
         };
         Some(GuestEvent {
-            ts: self.clock.realtime_ns(r.ts).clamp(0, u64::MAX as i128) as u64,
+            ts: self.clock.ns_from_origin(r.ts).clamp(0, u64::MAX as i128) as u64,
             class: r.class_id(),
             switch: self.switch(&r),
         })
@@ -327,7 +327,7 @@ impl GuestSwitches {
 
     fn switch(&self, r: &Record) -> Option<GuestSwitch> {
         let [pc, pt, nc, nt] = *self.switches.get(&r.class_id())?;
-        let ts = self.clock.realtime_ns(r.ts).clamp(0, u64::MAX as i128) as u64;
+        let ts = self.clock.ns_from_origin(r.ts).clamp(0, u64::MAX as i128) as u64;
         Some(GuestSwitch {
             ts,
             cpu: r.cpu(),
@@ -354,14 +354,16 @@ impl Iterator for GuestSwitches {
 
 /// The context switches of every guest CPU in `kernel_dir` (the expanded
 /// kernel trace, written with `classes`), each CPU's in time order, their
-/// times mapped to host time with `clock`. Only the native probes' streams
-/// (stream class 0) are read; the relayed ftrace streams beside them are not.
+/// times on host time through the trace's own clock (its metadata: the
+/// final mapping, in nanoseconds since the epoch). Only the native probes'
+/// streams (stream class 0) are read; the relayed ftrace streams beside
+/// them are not.
 pub fn guest_switches(
     kernel_dir: &Path,
     classes: &StreamClasses,
-    clock: &ClockMapping,
     errors: &Errors,
 ) -> std::io::Result<Vec<(u32, GuestSwitches)>> {
+    let clock = Trace::open(kernel_dir)?.clock().clone();
     let shared = Classes::new(&classes.iter().cloned().collect::<Vec<_>>());
     let switches = Rc::new(switch_fields(classes));
     let decl = StreamDecl {

@@ -75,9 +75,10 @@ use crate::outdir::OutDir;
 use crate::trace::{create_err, write_err, CtfError};
 use ivtrace_region::bytes::le_u32;
 use ivtrace_region::names::NameTable;
+use ivtrace_time::ClockMapping;
 use names::{sanitize_comm, Comm, Name, TableNames, ThreadNames, COMM_LEN};
 use plan::{Facts, Naming, Output, Plans};
-use rewrite::WriteEvent;
+use rewrite::{Timeline, WriteEvent};
 use wire::{align_event, event_header, packet_content, Offsets, PacketFile};
 
 /// Hidden directory (inside the output) holding the staged wire packets.
@@ -104,19 +105,20 @@ impl Staged {
 }
 
 /// Expands the staged files of `staging` into a new `kernel/` directory
-/// of `root`; returns what the expansion did and that directory.
+/// of `root`, times in nanoseconds with `clock` (the final mapping);
+/// returns what the expansion did and that directory.
 pub fn expand_dir(
     root: &OutDir,
     staging: &OutDir,
     wire: &StreamClasses,
-    files: &[Staged],
+    (files, clock): (&[Staged], &ClockMapping),
     table: Option<&NameTable>,
 ) -> Result<(Expanded, OutDir), CtfError> {
     let name = crate::trace::stream_dir(abi::IVT_STREAM_KERNEL);
     let shown = root.join(name).display().to_string();
     let out = root.create_dir(name).map_err(create_err(&shown))?;
     let dirs = Dirs { staging, out: &out };
-    let expanded = expand(wire, &dirs, files, table).map_err(write_err(&shown))?;
+    let expanded = expand(wire, &dirs, (files, clock), table).map_err(write_err(&shown))?;
     Ok((expanded, out))
 }
 
@@ -173,6 +175,14 @@ pub struct KernelExpansion {
     pub syscall_classes: u64,
     pub syscalls_named: u64,
     pub syscalls_unknown: u64,
+    /// Times written as the stream's previous one (a guest time that went
+    /// back, or the mapping in force moved back between two packets of
+    /// the streaming expansion), and times the clock has no nanosecond
+    /// value for (their packets are skipped, their events lost).
+    #[serde(default)]
+    pub ts_clamped: u64,
+    #[serde(default)]
+    pub ts_unmapped: u64,
     /// Wall-clock seconds of both passes, and events per second.
     pub seconds: f64,
     pub events_per_s: f64,
@@ -186,12 +196,13 @@ pub struct Expanded {
 }
 
 /// Expands the staged `files` (wire classes `wire`) into their output
-/// files, which must not exist yet. `table`: the guest's thread name table,
-/// for threads that no naming event in the trace names.
+/// files, which must not exist yet, times in nanoseconds with `clock`.
+/// `table`: the guest's thread name table, for threads that no naming
+/// event in the trace names.
 pub fn expand(
     wire: &StreamClasses,
     dirs: &Dirs,
-    files: &[Staged],
+    files: (&[Staged], &ClockMapping),
     table: Option<&NameTable>,
 ) -> io::Result<Expanded> {
     expand_with(wire, dirs, files, Facts::default().names, table)
@@ -201,7 +212,7 @@ pub fn expand(
 pub fn expand_with(
     wire: &StreamClasses,
     dirs: &Dirs,
-    files: &[Staged],
+    (files, clock): (&[Staged], &ClockMapping),
     names: names::ThreadNamesBuilder,
     table: Option<&NameTable>,
 ) -> io::Result<Expanded> {
@@ -229,6 +240,7 @@ pub fn expand_with(
         table: &table,
         irqs: &facts.irqs,
         output: &output,
+        clock,
         stats: &mut stats,
     };
     let mut out = Vec::new();
@@ -362,6 +374,7 @@ struct Expander<'a> {
     table: &'a TableNames,
     irqs: &'a names::IrqNames,
     output: &'a Output,
+    clock: &'a ClockMapping,
     stats: &'a mut KernelExpansion,
 }
 
@@ -373,16 +386,18 @@ impl Expander<'_> {
         // Events of this channel's skipped packets so far: every later
         // packet's running events_discarded includes them.
         let mut lost = 0u64;
+        let mut time = Timeline::default();
         while input.next_packet()? {
             self.stats.bytes_in += input.buf.len() as u64;
-            let plans = self.plans;
-            match rewrite::packet(plans, &input.buf, self, out) {
+            let (plans, clock) = (self.plans, self.clock);
+            match rewrite::packet(plans, &input.buf, (clock, &mut time), self, out) {
                 Some(events) => {
                     self.stats.events += events;
                     self.stats.packets += 1;
                 }
                 None => {
-                    let n = rewrite::skipped(self.stats, f.chan, &input.buf, out);
+                    let at = (clock, &mut time);
+                    let n = rewrite::skipped(self.stats, f.chan, &input.buf, at, out);
                     lost = lost.saturating_add(n);
                 }
             }

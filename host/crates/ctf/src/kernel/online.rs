@@ -29,9 +29,10 @@ use ivtrace_region::names::NameTable;
 use super::lttng;
 use super::names::{sanitize_comm, Comm, IrqNames, TableNames, COMM_LEN};
 use super::plan::{self, ClassPlan, Naming, Out, Plans};
-use super::rewrite::{self, Event, WriteEvent};
+use super::rewrite::{self, Event, Timeline, WriteEvent};
 use super::{syscalls, KernelExpansion};
 use ivtrace_region::bytes::le_u32;
+use ivtrace_time::ClockMapping;
 
 /// Most thread names kept (the table of a guest with more threads than this
 /// still names the rest).
@@ -152,16 +153,22 @@ impl OnlineKernel {
         self.generation += 1;
     }
 
-    /// The expanded form of one wire packet; None if it does not walk (the
-    /// drain validated it, so only a host bug gets here: the caller counts
-    /// its events as lost).
-    pub fn packet(&mut self, wire: &StreamClasses, generation: u64, pkt: &[u8]) -> Option<&[u8]> {
+    /// The expanded form of one wire packet, its times in nanoseconds with
+    /// the mapping in force on its stream's `time`; None if it does not
+    /// walk (the drain validated it, so only a host bug gets here) or a
+    /// time has no nanosecond value: the caller counts its events as lost.
+    pub fn packet(
+        &mut self,
+        (wire, generation): (&StreamClasses, u64),
+        pkt: &[u8],
+        time: (&ClockMapping, &mut Timeline),
+    ) -> Option<&[u8]> {
         let started = Instant::now();
         self.follow_wire(wire, generation);
         self.stats.bytes_in += pkt.len() as u64;
         let mut out = std::mem::take(&mut self.out);
         let plans = std::mem::take(&mut self.plans);
-        let events = rewrite::packet(&plans, pkt, &mut Writer { k: self, wire }, &mut out);
+        let events = rewrite::packet(&plans, pkt, time, &mut Writer { k: self, wire }, &mut out);
         self.plans = plans;
         self.out = out;
         self.stats.seconds += started.elapsed().as_secs_f64();

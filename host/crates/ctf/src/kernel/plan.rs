@@ -413,18 +413,17 @@ pub enum Lookup {
     IrqName(u32),
 }
 
-/// Writes an event as LTTng declares it: its wire header, then its payload
-/// with the plan's ops applied (a thread name before a tid, an irq's name
-/// after it, integers widened, fields reshaped or dropped). `lookup` appends
-/// the names; the staged and the streaming expansion differ only there.
+/// Writes an event's payload as LTTng declares it (after its header): the
+/// plan's ops applied (a thread name before a tid, an irq's name after it,
+/// integers widened, fields reshaped or dropped). `lookup` appends the
+/// names; the staged and the streaming expansion differ only there.
 pub fn write_expanded(
     (plan, ops): (&ClassPlan, &[Op]),
-    (wire_hdr, payload, offs): (&[u8], &[u8], &[u32]),
+    (payload, offs): (&[u8], &[u32]),
     out: &mut Vec<u8>,
     lookup: &mut dyn FnMut(Lookup, &mut Vec<u8>),
 ) {
     let field = |i: u8| (offs[i as usize] as usize, offs[i as usize + 1] as usize);
-    out.extend_from_slice(wire_hdr);
     let mut copied = 0usize;
     for op in ops {
         let (at, end) = field(op.field());

@@ -7,22 +7,67 @@
 
 use ivtrace_region::abi;
 use ivtrace_region::bytes::put_u64;
-use ivtrace_region::packet::PacketHeader;
+use ivtrace_region::packet::{put_event_header, PacketHeader};
+use ivtrace_time::ClockMapping;
 
 use super::lttng::{self, SyscallWire};
 use super::names::{swapper, Comm};
 use super::plan::{self, ClassPlan, Lookup, Op, Out, Plans};
 use super::wire::{align_event, event_header, packet_content, Offsets};
 use super::{syscalls, KernelExpansion};
-use ivtrace_region::bytes::{le_u32, le_u64};
+use ivtrace_region::bytes::le_u64;
+
+/// One kernel stream's time in the output: the guest's ticks become
+/// nanoseconds since the epoch (the kernel trace's 1 GHz clock, docs/ctf.md
+/// "Time"), never going back. One mapping converts a whole staged stream
+/// at the end, so its times only go back where the guest's did; a
+/// streaming expansion converts with the mapping in force, which the
+/// estimator may move back between two packets: such a time is clamped to
+/// the stream's last one and counted (`ts_clamped`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Timeline {
+    last: u64,
+}
+
+impl Timeline {
+    /// The output time of tick value `ticks`, not before the stream's last
+    /// one; None (counted in `ts_unmapped`) when `clock` has no nanosecond
+    /// value for it.
+    #[inline]
+    pub fn ns(
+        &mut self,
+        clock: &ClockMapping,
+        ticks: u64,
+        stats: &mut KernelExpansion,
+    ) -> Option<u64> {
+        let Some(ns) = clock.ns_value(ticks) else {
+            stats.ts_unmapped += 1;
+            return None;
+        };
+        if ns < self.last {
+            stats.ts_clamped += 1;
+            return Some(self.last);
+        }
+        self.last = ns;
+        Some(ns)
+    }
+
+    /// The stream's latest output time.
+    pub fn last(&self) -> u64 {
+        self.last
+    }
+}
 
 /// One wire event of the packet being rewritten.
 pub struct Event<'p> {
     /// Its wire class.
     pub id: u32,
-    /// Its full timestamp.
+    /// Its full timestamp (guest ticks: the name timeline's time).
     pub ts: u64,
-    pub wire_hdr: &'p [u8],
+    /// Its output time, and the previous one of its packet (what a
+    /// compact header is unwrapped from).
+    pub ns: u64,
+    pub prev_ns: u64,
     pub payload: &'p [u8],
     /// Field offsets in `payload`, its end last.
     pub offs: &'p [u32],
@@ -55,12 +100,14 @@ pub trait WriteEvent {
 
 /// The rewritten form of packet `pkt` in `out`: its header, each event at
 /// its aligned place as `w` writes it, then the content and packet sizes
-/// set to what was written. Returns the number of events; None if the
-/// packet does not walk (an event header, a class or a payload that does
-/// not fit).
+/// set to what was written; every time (the packet's bounds, each event's)
+/// in nanoseconds on `time` with `clock`. Returns the number of events;
+/// None if the packet does not walk (an event header, a class or a payload
+/// that does not fit) or a time has no nanosecond value.
 pub fn packet(
     plans: &Plans,
     pkt: &[u8],
+    (clock, time): (&ClockMapping, &mut Timeline),
     w: &mut impl WriteEvent,
     out: &mut Vec<u8>,
 ) -> Option<u64> {
@@ -69,8 +116,9 @@ pub fn packet(
     let idle = swapper(h.cpu_id);
     out.clear();
     out.extend_from_slice(&content[..abi::PACKET_HDR_SIZE]);
+    let begin = time.ns(clock, h.timestamp_begin, w.stats())?;
     let mut off = abi::PACKET_HDR_SIZE;
-    let mut last_ts = h.timestamp_begin;
+    let (mut last_ts, mut prev_ns) = (h.timestamp_begin, begin);
     let mut events = 0u64;
     let mut scratch: Offsets = [0; abi::IVT_FIELDS_MAX as usize + 1];
     while off < content.len() {
@@ -79,10 +127,12 @@ pub fn packet(
         let p0 = off + eh.len;
         let offs = plan.layout.offsets(&content[p0..], &mut scratch)?;
         let payload = &content[p0..p0 + *offs.last()? as usize];
+        let ns = time.ns(clock, eh.ts, w.stats())?;
         let event = Event {
             id: eh.id,
             ts: eh.ts,
-            wire_hdr: &content[off..p0],
+            ns,
+            prev_ns,
             payload,
             offs,
         };
@@ -90,16 +140,19 @@ pub fn packet(
         out.resize(align_event(out.len()), 0);
         match &plan.out {
             Out::Verbatim => {
-                out.extend_from_slice(event.wire_hdr);
+                put_event_header(out, event.id, ns, prev_ns);
                 out.extend_from_slice(payload);
             }
             Out::Expand(ops) => expanded(w, (plan, ops), &event, &idle, out),
             Out::Syscall { exit } => syscall(w, *exit, &event, out),
         }
         events += 1;
-        last_ts = eh.ts;
+        (last_ts, prev_ns) = (eh.ts, ns);
         off = align_event(p0 + payload.len());
     }
+    let end = time.ns(clock, h.timestamp_end, w.stats())?;
+    put_u64(out, abi::pkt::TIMESTAMP_BEGIN, begin);
+    put_u64(out, abi::pkt::TIMESTAMP_END, end);
     set_sizes(out);
     Some(events)
 }
@@ -112,8 +165,8 @@ fn expanded(
     idle: &Comm,
     out: &mut Vec<u8>,
 ) {
-    let bytes = (e.wire_hdr, e.payload, e.offs);
-    plan::write_expanded(how, bytes, out, &mut |what, out| match what {
+    put_event_header(out, e.id, e.ns, e.prev_ns);
+    plan::write_expanded(how, (e.payload, e.offs), out, &mut |what, out| match what {
         Lookup::Comm(tid) => out.extend_from_slice(&w.thread_name(tid, e.ts, idle)),
         Lookup::IrqName(irq) => {
             out.extend_from_slice(w.irq_name(irq));
@@ -132,30 +185,15 @@ fn syscall(w: &mut impl WriteEvent, exit: bool, e: &Event, out: &mut Vec<u8>) {
     match named.zip(id) {
         Some((s, id)) => {
             w.stats().syscalls_named += 1;
-            put_header(out, e.wire_hdr, e.ts, id);
+            put_event_header(out, id, e.ns, e.prev_ns);
             lttng::write_syscall(out, exit, s, &call);
         }
         None => {
             w.stats().syscalls_unknown += 1;
             w.unknown_syscall(exit, e.id);
-            out.extend_from_slice(e.wire_hdr);
+            put_event_header(out, e.id, e.ns, e.prev_ns);
             out.extend_from_slice(e.payload);
         }
-    }
-}
-
-/// Writes the header of an event whose class id changes to `id`: the
-/// compact form when the wire one was compact and `id` fits in 5 bits,
-/// else the extended form with the full timestamp.
-#[inline]
-pub(super) fn put_header(out: &mut Vec<u8>, wire_hdr: &[u8], ts: u64, id: u32) {
-    if wire_hdr.len() == abi::IVT_EV_COMPACT_SIZE && id <= abi::IVT_EV_COMPACT_MAX_ID {
-        let word = (le_u32(wire_hdr, 0) & !((1 << abi::IVT_EV_ID_BITS) - 1)) | id;
-        out.extend_from_slice(&word.to_le_bytes());
-    } else {
-        out.extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
-        out.extend_from_slice(&id.to_le_bytes());
-        out.extend_from_slice(&ts.to_le_bytes());
     }
 }
 
@@ -163,9 +201,20 @@ pub(super) fn put_header(out: &mut Vec<u8>, wire_hdr: &[u8], ts: u64, id: u32) {
 /// damaged file): its events are lost and counted in `stats` for channel
 /// `chan`, and an empty packet with its header takes its place in `out`,
 /// so the stream's sequence has no gap and the loss reaches CTF readers
-/// (through [`add_discarded`]). Returns the events lost.
-pub fn skipped(stats: &mut KernelExpansion, chan: u32, pkt: &[u8], out: &mut Vec<u8>) -> u64 {
+/// (through [`add_discarded`]). Its time is its start's in nanoseconds,
+/// or the stream's last one when the clock has none for it. Returns the
+/// events lost.
+pub fn skipped(
+    stats: &mut KernelExpansion,
+    chan: u32,
+    pkt: &[u8],
+    (clock, time): (&ClockMapping, &mut Timeline),
+    out: &mut Vec<u8>,
+) -> u64 {
     let h = PacketHeader::parse(&pkt[..abi::PACKET_HDR_SIZE]);
+    let at = time
+        .ns(clock, h.timestamp_begin, stats)
+        .unwrap_or(time.last());
     let events = match h.event_count {
         abi::IVT_EVENT_COUNT_UNKNOWN => 0,
         n => n as u64,
@@ -174,7 +223,8 @@ pub fn skipped(stats: &mut KernelExpansion, chan: u32, pkt: &[u8], out: &mut Vec
         content_size: abi::PACKET_HDR_SIZE as u64 * 8,
         packet_size: abi::PACKET_HDR_SIZE as u64 * 8,
         event_count: 0,
-        timestamp_end: h.timestamp_begin,
+        timestamp_begin: at,
+        timestamp_end: at,
         ..h
     };
     out.clear();

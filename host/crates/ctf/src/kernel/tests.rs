@@ -294,6 +294,19 @@ fn clock() -> ClockMapping {
 /// Drains `r` like `ivtrace record` (complete packets, then the committed
 /// prefixes), expands, decodes the kernel trace (sorted by time).
 fn record(r: &TestRegion) -> Out {
+    let mut out = record_with(r, clock());
+    // The output counts nanoseconds since the epoch; at 1 GHz from tick 0
+    // they are the ticks the tests emitted, plus the reference date.
+    for e in &mut out.events {
+        e.ts =
+            e.ts.checked_sub(clock().ref_realtime_ns)
+                .expect("not before the reference");
+    }
+    out
+}
+
+/// [`record`] with `clock` as the final mapping; times as written (ns).
+fn record_with(r: &TestRegion, clock: ClockMapping) -> Out {
     let dir = tempfile::tempdir().unwrap();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
     let env = TraceEnv {
@@ -308,7 +321,7 @@ fn record(r: &TestRegion) -> Out {
     let cpus = region.layout().nr_kernel_channels;
     let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
     let limits = crate::streams::Limits::default();
-    let mut writer = CtfWriter::new(root, region.header().uuid, clock(), env, n, limits);
+    let mut writer = CtfWriter::new(root, region.header().uuid, clock, env, n, limits);
     let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     reader.drain_available(&mut writer).unwrap();
     reader.flush_partial(&mut writer).unwrap();
@@ -706,7 +719,7 @@ fn a_flood_of_distinct_threads_is_bounded() {
     let x = expand_with(
         reader.classes().stream(0),
         &dirs,
-        &staged,
+        (&staged, &ns_is_tick()),
         ThreadNamesBuilder::with_limit(1000),
         None,
     )
@@ -1010,7 +1023,8 @@ fn a_staged_packet_that_does_not_walk_becomes_a_counted_loss() {
         out: &out,
     };
     let names = ThreadNamesBuilder::with_limit(100);
-    let x = expand_with(reader.classes().stream(0), &dirs, &staged, names, None).unwrap();
+    let files = (&staged[..], &ns_is_tick());
+    let x = expand_with(reader.classes().stream(0), &dirs, files, names, None).unwrap();
     let expanded = dir.path().join("out").join(&staged[0].name);
     assert_eq!((x.stats.packets, x.stats.packets_skipped), (2, 1));
     assert_eq!((x.stats.events, x.stats.events_lost), (10, 5));
@@ -1027,24 +1041,102 @@ fn a_staged_packet_that_does_not_walk_becomes_a_counted_loss() {
     assert_eq!(seen, [(0, 5, 0), (1, 0, 5), (2, 5, 5)]);
 }
 
-/// A renamed event keeps a compact header when its new id fits in 5 bits
-/// (a wire table with free compact ids), else gets the extended one.
+/// Every time of the kernel trace is the final mapping's nanoseconds
+/// since the epoch, exact (integer arithmetic), whatever the tick rate:
+/// packet bounds and events, across gaps past what a compact header holds
+/// in ticks, and the metadata declares a 1 GHz clock with offset 0.
 #[test]
-fn renamed_headers_stay_compact_when_the_id_fits() {
+fn kernel_times_are_the_mappings_nanoseconds() {
+    let mapping = ClockMapping {
+        freq_hz: 2_400_000_000,
+        ref_ticks: 5_000_000_000_000,
+        ref_realtime_ns: 1_795_500_000_123_456_789,
+        error_ns: 700,
+        method: "test".into(),
+        coarse: false,
+        samples: 9,
+    };
+    let mut r = kernel_region(1);
+    let mut ticks = Vec::new();
+    let mut t = mapping.ref_ticks - 3_000_000_000;
+    for (i, gap) in [
+        1u64,
+        2,
+        3,
+        7,
+        1 << 27,
+        (1 << 27) + 1,
+        1 << 30,
+        9,
+        1 << 33,
+        1,
+    ]
+    .iter()
+    .enumerate()
+    {
+        t += gap;
+        r.emit(0, t, SWITCH, &switch(0, 0, 40 + i as u32));
+        ticks.push(t);
+    }
+    r.close_region();
+    let out = record_with(&r, mapping.clone());
+    let got: Vec<u64> = out.events.iter().map(|e| e.ts).collect();
+    let want: Vec<u64> = ticks
+        .iter()
+        .map(|&t| mapping.ns_value(t).unwrap())
+        .collect();
+    assert_eq!(got, want);
+    let mut file = PacketFile::open(&out.dir.path().join("kernel/kernel_chan0")).unwrap();
+    while file.next_packet().unwrap() {
+        let (h, _) = packet_content(&file.buf).unwrap();
+        assert!(want.first() <= Some(&h.timestamp_begin), "{h:?}");
+        assert!(
+            h.timestamp_begin <= h.timestamp_end && h.timestamp_end <= want[9],
+            "{h:?}"
+        );
+    }
+    let meta = std::fs::read_to_string(out.dir.path().join("kernel/metadata")).unwrap();
+    for needle in [
+        "freq = 1000000000;",
+        "offset_s = 0;",
+        "offset = 0;",
+        "precision = 700;",
+    ] {
+        assert!(meta.contains(needle), "{needle} not in\n{meta}");
+    }
+}
+
+/// A kernel trace clock whose nanoseconds are its ticks: the times these
+/// tests check are the ticks they emitted.
+fn ns_is_tick() -> ClockMapping {
+    ClockMapping {
+        freq_hz: 1_000_000_000,
+        error_ns: 1,
+        ..ClockMapping::default()
+    }
+}
+
+/// An output event header is compact when its id fits in 5 bits and its
+/// time is less than 2^27 past the previous one (a renamed event, a time
+/// in nanoseconds), else extended with the whole time.
+#[test]
+fn output_headers_are_compact_when_id_and_time_fit() {
+    use ivtrace_region::packet::put_event_header;
     let ts = 0x0123_4567_89ab_cdef_u64;
-    let compact = ((((ts & abi::IVT_EV_TS_MASK) as u32) << abi::IVT_EV_ID_BITS) | 12).to_le_bytes();
     let mut out = Vec::new();
-    super::rewrite::put_header(&mut out, &compact, ts, 29);
+    put_event_header(&mut out, 29, ts, ts - abi::IVT_EV_TS_MASK);
     let word = le_u32(&out, 0);
     assert_eq!(
         (out.len(), word & 0x1f, word >> 5),
         (4, 29, (ts & abi::IVT_EV_TS_MASK) as u32)
     );
-    out.clear();
-    super::rewrite::put_header(&mut out, &compact, ts, 31);
-    assert_eq!(out.len(), abi::IVT_EV_EXT_SIZE);
-    assert_eq!(le_u32(&out, 4), 31);
-    assert_eq!(le_u64(&out, 8), ts);
+    for (id, prev) in [(31, ts), (29, ts - abi::IVT_EV_TS_MASK - 1)] {
+        out.clear();
+        put_event_header(&mut out, id, ts, prev);
+        assert_eq!(out.len(), abi::IVT_EV_EXT_SIZE, "id {id}");
+        assert_eq!((le_u32(&out, 0), le_u32(&out, 4)), (31, id));
+        assert_eq!(le_u64(&out, 8), ts);
+    }
 }
 
 /// What a streaming writer handed to its tap: metadata as appended by a
@@ -1211,4 +1303,64 @@ fn a_streaming_writer_expands_as_packets_arrive() {
     let local = count(&dir.path().join("kernel"));
     assert_eq!(local, 12, "6 events on each CPU");
     assert_eq!(count(&relay.path().join("kernel")), local);
+}
+
+/// The streaming expansion converts with the mapping in force when a
+/// packet arrives: a later mapping that puts a stream's next times before
+/// its last one cannot make them go back (clamped and counted), and the
+/// clock block states the bound of the mapping the packets were converted
+/// with.
+#[test]
+fn a_streaming_writer_keeps_each_stream_monotonic_across_mappings() {
+    let mut r = kernel_region(1);
+    for (i, ts) in [100u64, 200, 300].into_iter().enumerate() {
+        r.emit(0, ts, SWITCH, &switch(0, 0, 40 + i as u32));
+    }
+    r.close(0);
+    for (i, ts) in [310u64, 2_000, 3_000].into_iter().enumerate() {
+        r.emit(0, ts, SWITCH, &switch(0, 0, 50 + i as u32));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
+    let env = TraceEnv {
+        hostname: "guest0".into(),
+        trace_name: "t".into(),
+        creation_datetime: "d".into(),
+        tracer_major: 0,
+        tracer_minor: 1,
+        extra: vec![],
+    };
+    let n = region.layout().nr_channels;
+    let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
+    let limits = crate::streams::Limits::default();
+    let mut writer = CtfWriter::new(root, region.header().uuid, clock(), env, n, limits);
+    writer.set_tap(std::sync::Arc::new(CaptureTap::default()));
+    let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
+    reader.drain_available(&mut writer).unwrap();
+    // The estimator moves the mapping 500 ns back, with a larger bound.
+    let earlier = ClockMapping {
+        ref_realtime_ns: clock().ref_realtime_ns - 500,
+        error_ns: 1_234,
+        ..clock()
+    };
+    writer.set_clock(earlier);
+    reader.flush_partial(&mut writer).unwrap();
+    reader.finish(&mut writer).unwrap();
+    writer.finish(reader.classes()).unwrap();
+    let classes = writer.output_classes(0, reader.classes()).clone();
+    let mut evs = Vec::new();
+    decode_file(
+        &dir.path().join("kernel/kernel_chan0"),
+        0,
+        &classes,
+        &mut evs,
+    );
+    let base = clock().ref_realtime_ns;
+    let got: Vec<u64> = evs.iter().map(|e| e.ts - base).collect();
+    // 310 and 2000 map to -190 and 1500: -190 is before 300, so 300.
+    assert_eq!(got, [100, 200, 300, 300, 1_500, 2_500]);
+    let stats = writer.kernel_expansion().unwrap();
+    assert!(stats.ts_clamped >= 1, "{stats:?}");
+    let meta = std::fs::read_to_string(dir.path().join("kernel/metadata")).unwrap();
+    assert!(meta.contains("precision = 1234;"), "{meta}");
 }

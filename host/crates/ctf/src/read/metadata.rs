@@ -641,10 +641,31 @@ mod tests {
             uuid: "u",
             clock_uuid: "c",
             clock: &clock,
+            timebase: tsdl::Timebase::Ticks,
             env: &env,
         };
         let mut classes = StreamClasses::default();
         classes.insert(EventClass::new(3, 0, "sched_switch".into(), every_type()));
+        // The kernel trace's nanosecond clock: 1 GHz, offset 0, and a value
+        // converted with the mapping reads back as the mapping's time.
+        let ns = tsdl::metadata(
+            &tsdl::TraceDesc {
+                timebase: tsdl::Timebase::Nanoseconds,
+                ..desc
+            },
+            0,
+            &classes,
+        );
+        let m = parse(&ns).unwrap();
+        assert_eq!(
+            (m.clock.freq, m.clock.offset_s, m.clock.offset),
+            (1_000_000_000, 0, 0)
+        );
+        assert_eq!(m.clock.precision, clock.error_ns.max(1));
+        for t in [clock.ref_ticks, 123_456_789_000u64] {
+            let v = clock.ns_value(t).unwrap();
+            assert_eq!(m.clock.ns_from_origin(v), clock.realtime_ns(t));
+        }
         let mut text = tsdl::metadata(&desc, 0, &classes);
         tsdl::append_stream(&mut text, 2, &StreamClasses::default());
         let m = parse(&text).unwrap();

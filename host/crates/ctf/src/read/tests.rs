@@ -154,6 +154,7 @@ fn write_guest(root: &std::path::Path, clock: &ClockMapping) -> Vec<(u64, u64)> 
         uuid: "u",
         clock_uuid: "c",
         clock,
+        timebase: tsdl::Timebase::Ticks,
         env: &env,
     };
     let mut classes = StreamClasses::default();

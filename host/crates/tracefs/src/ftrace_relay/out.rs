@@ -3,7 +3,7 @@
 //! the kernel trace, ivtrace-boot): the packet header and context every
 //! ivtrace stream has, the compact event
 //! header where the id (<= 30) and the time since the previous event
-//! (< 2^27 ticks) allow it, else the extended one, payloads byte-packed,
+//! (< 2^27 units of the clock) allow it, else the extended one, payloads byte-packed,
 //! events 4-byte aligned. Timestamps are kept monotonic (a record older
 //! than the previous one, which a hostile page can claim, is clamped and
 //! counted); `events_discarded` is the CPU's running loss count.
@@ -14,7 +14,7 @@ use std::io::{self, BufWriter, Write};
 use ivtrace_ctf::outdir::OutDir;
 
 use ivtrace_region::abi;
-use ivtrace_region::packet::PacketHeader;
+use ivtrace_region::packet::{put_event_header, PacketHeader};
 use ivtrace_region::reader::CTF_DISCARDED_MAX;
 
 /// A packet is written once its content would pass this size.
@@ -114,15 +114,7 @@ impl StreamOut {
         };
         self.buf.resize(align4(self.buf.len()), 0);
         // ts >= prev: times were clamped monotonic above.
-        if id <= abi::IVT_EV_COMPACT_MAX_ID && ts.saturating_sub(prev) <= abi::IVT_EV_TS_MASK {
-            let word = id | ((ts & abi::IVT_EV_TS_MASK) as u32) << abi::IVT_EV_ID_BITS;
-            self.buf.extend_from_slice(&word.to_le_bytes());
-        } else {
-            self.buf
-                .extend_from_slice(&abi::IVT_EV_ID_EXTENDED.to_le_bytes());
-            self.buf.extend_from_slice(&id.to_le_bytes());
-            self.buf.extend_from_slice(&ts.to_le_bytes());
-        }
+        put_event_header(&mut self.buf, id, ts, prev);
         self.buf.extend_from_slice(payload);
         self.count = self.count.saturating_add(1);
         self.last_ts = ts;
