@@ -112,7 +112,7 @@ impl Retries {
 
 /// The bound of the mapping so far (over the recording until now) above
 /// which a slow burst is retried: comfortably under the 0.5 us goal.
-const RETRY_ABOVE_NS: u64 = 300;
+pub const RETRY_ABOVE_NS: u64 = 300;
 
 /// Wakes the writer so that it answers a sync request (MSI-X vector 0).
 pub type Kick = Box<dyn Fn() + Send>;
