@@ -183,7 +183,7 @@ pub struct SyncStats {
     pub min_rtt_ns: Option<u64>,
     /// Bursts whose best round trip was above [`FAST_RTT_NS`] (or that
     /// kept no point), and the bursts run again soon for those that found
-    /// the bound above `RETRY_ABOVE_NS`.
+    /// the bound above [`RETRY_ABOVE_NS`].
     pub slow_bursts: u64,
     pub retries: u64,
     /// Host time spent spinning for answers (the exchange's host cost).
