@@ -309,19 +309,8 @@ fn record(r: &TestRegion) -> Out {
 fn record_with(r: &TestRegion, clock: ClockMapping) -> Out {
     let dir = tempfile::tempdir().unwrap();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
-    let env = TraceEnv {
-        hostname: "guest0".into(),
-        trace_name: "t".into(),
-        creation_datetime: "d".into(),
-        tracer_major: 0,
-        tracer_minor: 1,
-        extra: vec![],
-    };
-    let n = region.layout().nr_channels;
     let cpus = region.layout().nr_kernel_channels;
-    let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
-    let limits = crate::streams::Limits::default();
-    let mut writer = CtfWriter::new(root, region.header().uuid, clock, env, n, limits);
+    let mut writer = writer_with(dir.path(), &region, clock);
     let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     reader.drain_available(&mut writer).unwrap();
     reader.flush_partial(&mut writer).unwrap();
@@ -1177,6 +1166,11 @@ impl crate::PacketTap for CaptureTap {
 
 /// A writer of `region`'s traces into `dir`.
 fn writer_into(dir: &Path, region: &Region) -> CtfWriter {
+    writer_with(dir, region, clock())
+}
+
+/// A writer of `region`'s traces into `dir` with `clock` as its mapping.
+fn writer_with(dir: &Path, region: &Region, clock: ClockMapping) -> CtfWriter {
     let env = TraceEnv {
         hostname: "guest0".into(),
         trace_name: "t".into(),
@@ -1188,7 +1182,7 @@ fn writer_into(dir: &Path, region: &Region) -> CtfWriter {
     let n = region.layout().nr_channels;
     let root = crate::OutDir::root(dir, &Default::default()).unwrap();
     let limits = crate::streams::Limits::default();
-    CtfWriter::new(root, region.header().uuid, clock(), env, n, limits)
+    CtfWriter::new(root, region.header().uuid, clock, env, n, limits)
 }
 
 /// A resumed recording's kernel stays staged even for a streaming writer:
@@ -1322,18 +1316,7 @@ fn a_streaming_writer_keeps_each_stream_monotonic_across_mappings() {
     }
     let dir = tempfile::tempdir().unwrap();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
-    let env = TraceEnv {
-        hostname: "guest0".into(),
-        trace_name: "t".into(),
-        creation_datetime: "d".into(),
-        tracer_major: 0,
-        tracer_minor: 1,
-        extra: vec![],
-    };
-    let n = region.layout().nr_channels;
-    let root = crate::OutDir::root(dir.path(), &Default::default()).unwrap();
-    let limits = crate::streams::Limits::default();
-    let mut writer = CtfWriter::new(root, region.header().uuid, clock(), env, n, limits);
+    let mut writer = writer_into(dir.path(), &region);
     writer.set_tap(std::sync::Arc::new(CaptureTap::default()));
     let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     reader.drain_available(&mut writer).unwrap();
