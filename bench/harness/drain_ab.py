@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                                        for p in drain.PROFILES],
                           "loadavg_after": os.getloadavg()}}
     rec["duration_s"] = round(time.monotonic() - start, 1)
-    path = a.output or results.default_path(rec).parent / "ab" / results.default_path(rec).name
-    results.write(rec, path)
+    path = results.write_in(rec, "ab", a.output)
     for p in rec["data"]["ab"]["profiles"]:
         same = p["callgrind"]["same_output"]
         print(f"{p['name']}: {lb}/{la} = {p['ratio_b_over_a']:.3f} (events per CPU-second, "

@@ -106,9 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                           "instructions": counts,
                           "instructions_b_over_a": counts[lb] / counts[la]}}
     rec["duration_s"] = round(time.monotonic() - start, 1)
-    default = results.default_path(rec)
-    path = a.output or default.parent / "expand_ab" / default.name
-    results.write(rec, path)
+    path = results.write_in(rec, "expand_ab", a.output)
     events = runs[la][0]["events"]
     print(f"expansion of {events:,} kernel events: {lb}/{la} = {med[lb] / med[la]:.3f} "
           f"(events per second, medians of {a.rounds}); recover CPU {cpu[la]:.3f} s / "

@@ -179,6 +179,13 @@ def default_path(rec: dict) -> Path:
     return RESULTS / rec["preset"] / f"{name}.json"
 
 
+def write_in(rec: dict, subdir: str, output: Path | None = None) -> Path:
+    """Writes a side-by-side run's record to `output`, or under its preset's results in
+    `subdir` with the default name; the path written."""
+    default = default_path(rec)
+    return write(rec, output or default.parent / subdir / default.name)
+
+
 def write(rec: dict, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(portable(rec), indent=1) + "\n")

@@ -82,51 +82,57 @@ def native_sections(out: list, rec: dict, src: Path, write: bool) -> None:
     native.section_discussion(data, out)
 
 
+def ab_runs(out: list, subdir: str, title: str, intro: str):
+    """The A/B results files under bench/results/native/`subdir`/, after the section's title
+    and introduction: (file, its `ab` record) each, or nothing when there is none."""
+    files = sorted((RESULTS / "native" / subdir).glob("*.json"))
+    if files:
+        out.append(f"### {title}\n")
+        out.append(intro)
+    return [(f, results.load(f)["data"]["ab"]) for f in files]
+
+
+def ab_label(f, ab: dict, extra: str = "") -> str:
+    """A run's list item up to its figures: the file, what changed, the builds, the load."""
+    return (f"- `{results.rel(f)}` ({ab['what'] or ab['b']}{extra}; {ab['b']}/{ab['a']}, "
+            f"{ab['rounds']} runs each, load average {ab['loadavg_before'][0]:.1f} before, "
+            f"{ab['loadavg_after'][0]:.1f} after): ")
+
+
 def drain_ab(out: list) -> None:
     """Two builds' drain side by side (bench/results/native/ab/, harness/drain_ab.py)."""
-    files = sorted((RESULTS / "native" / "ab").glob("*.json"))
-    if not files:
-        return
-    out.append("### Drain of two builds, side by side\n")
-    out.append("Changes that must not move the drain, measured against the build before them in one "
-               "run (`bench/harness/drain_ab.py`: the same prefills, the two recorders in alternated "
-               "order). Per profile, the ratio of the median events per CPU-second of the recorder "
-               "(load moves it by about 10 %), then the ratio of the instructions one drain executed "
-               "(callgrind; load does not move it):\n")
-    for f in files:
-        rec = results.load(f)
-        ab = rec["data"]["ab"]
+    runs = ab_runs(out, "ab", "Drain of two builds, side by side",
+                   "Changes that must not move the drain, measured against the build before them "
+                   "in one run (`bench/harness/drain_ab.py`: the same prefills, the two recorders "
+                   "in alternated order). Per profile, the ratio of the median events per "
+                   "CPU-second of the recorder (load moves it by about 10 %), then the ratio of the "
+                   "instructions one drain executed (callgrind; load does not move it):\n")
+    for f, ab in runs:
         cells = [f"{p['name']} {p['ratio_b_over_a']:.2f}, instructions {p['instructions_b_over_a']:.4f}"
                  for p in ab["profiles"]]
-        out.append(f"- `{results.rel(f)}` ({ab['what'] or ab['b']}; {ab['b']}/{ab['a']}, "
-                   f"{ab['rounds']} runs each, load average {ab['loadavg_before'][0]:.1f} "
-                   f"before, {ab['loadavg_after'][0]:.1f} after): " + "; ".join(cells))
-    out.append("")
+        out.append(ab_label(f, ab) + "; ".join(cells))
+    if runs:
+        out.append("")
 
 
 def expand_ab(out: list) -> None:
     """Two builds' kernel expansion side by side (bench/results/native/expand_ab/,
     harness/expand_ab.py)."""
-    files = sorted((RESULTS / "native" / "expand_ab").glob("*.json"))
-    if not files:
-        return
-    out.append("### Kernel expansion of two builds, side by side\n")
-    out.append("Changes to the end-of-recording expansion of the kernel stream, measured against the "
-               "build before them in one run (`bench/harness/expand_ab.py`: `ivtrace recover` of "
-               "copies of one real guest recording whose kernel stream is staged, the two builds "
-               "in alternated order, one CPU). The ratio of the median events per second of the "
-               "expansion, then of the instructions one recover executed (callgrind):\n")
-    for f in files:
-        rec = results.load(f)
-        ab = rec["data"]["ab"]
+    runs = ab_runs(out, "expand_ab", "Kernel expansion of two builds, side by side",
+                   "Changes to the end-of-recording expansion of the kernel stream, measured "
+                   "against the build before them in one run (`bench/harness/expand_ab.py`: "
+                   "`ivtrace recover` of copies of one real guest recording whose kernel stream is "
+                   "staged, the two builds in alternated order, one CPU). The ratio of the median "
+                   "events per second of the expansion, then of the instructions one recover "
+                   "executed (callgrind):\n")
+    for f, ab in runs:
         events = ab["runs"][ab["a"]][0]["events"]
         med = ab["median_events_per_s"]
-        out.append(f"- `{results.rel(f)}` ({ab['what'] or ab['b']}; {events:,} kernel events; "
-                   f"{ab['b']}/{ab['a']}, {ab['rounds']} runs each, load average "
-                   f"{ab['loadavg_before'][0]:.1f} before, {ab['loadavg_after'][0]:.1f} after): "
-                   f"{med[ab['a']] / 1e6:.1f} and {med[ab['b']] / 1e6:.1f} M events/s, ratio "
+        out.append(ab_label(f, ab, f"; {events:,} kernel events")
+                   + f"{med[ab['a']] / 1e6:.1f} and {med[ab['b']] / 1e6:.1f} M events/s, ratio "
                    f"{ab['ratio_b_over_a']:.2f}; instructions {ab['instructions_b_over_a']:.4f}")
-    out.append("")
+    if runs:
+        out.append("")
 
 
 def focused(out: list) -> None:

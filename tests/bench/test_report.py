@@ -24,14 +24,19 @@ def kept_files():
                   and not p.stem.endswith("-quick"))
 
 
+# Side-by-side comparisons of two builds: directory under the preset -> the harness that writes it.
+COMPARISONS = {"ab": "drain_ab", "expand_ab": "expand_ab"}
+
+
 def kept_results():
     """Runs of a preset (bench/run); side-by-side comparisons of two builds are not."""
-    return [p for p in kept_files() if p.parent.name != "ab"]
+    return [p for p in kept_files() if p.parent.name not in COMPARISONS]
 
 
 def kept_comparisons():
-    """Two builds' drain side by side (bench/harness/drain_ab.py, bench/results/native/ab/)."""
-    return [p for p in kept_files() if p.parent.name == "ab"]
+    """Two builds side by side: the drain (bench/harness/drain_ab.py, bench/results/native/ab/)
+    and the kernel expansion (bench/harness/expand_ab.py, bench/results/native/expand_ab/)."""
+    return [p for p in kept_files() if p.parent.name in COMPARISONS]
 
 
 def test_page_is_what_the_results_give():
@@ -57,12 +62,12 @@ def test_every_kept_run_follows_the_schema():
 def test_every_comparison_follows_the_schema():
     for f in kept_comparisons():
         rec = results.load(f)  # raises on another schema
-        assert f.parent == RESULTS / rec["preset"] / "ab", f
-        assert "-m harness.drain_ab " in rec["command"], f
+        assert f.parent.parent == RESULTS / rec["preset"], f
+        assert f"-m harness.{COMPARISONS[f.parent.name]} " in rec["command"], f
         ab = rec["data"]["ab"]
         assert ab["a"] and ab["b"] and ab["rounds"] > 0, f
-        for p in ab["profiles"]:
-            assert p["ratio_b_over_a"] > 0 and p["instructions_b_over_a"] > 0, (f, p["name"])
+        for p in ab.get("profiles", [ab]):
+            assert p["ratio_b_over_a"] > 0 and p["instructions_b_over_a"] > 0, (f, p.get("name"))
 
 
 def test_history_indexes_every_kept_run():
