@@ -44,6 +44,7 @@ fi
 # release's archive with the keyring's keys, and gpg reads them (a recommends of mmdebstrap).
 # python3-pip .. codespell: `make lint`; gcc-multilib: the ABI tests built with -m32.
 # kernelshark .. imagemagick: KernelShark under Xvfb, driven and photographed (tests/tracecmd).
+# chromium: `ivtrace boot --png` renders the boot chart with it (tests/boot, make demo-boot).
 APT_PACKAGES=(
 	build-essential pkg-config zlib1g-dev openssh-client
 	qemu-system-x86 busybox-static cpio zstd xz-utils
@@ -53,7 +54,7 @@ APT_PACKAGES=(
 	dpkg-dev debhelper dh-dkms dkms lintian
 	libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
 	python3-pip shellcheck codespell gcc-multilib
-	kernelshark xvfb xauth xdotool imagemagick
+	kernelshark xvfb xauth xdotool imagemagick chromium
 	mmdebstrap gpg debian-archive-keyring
 )
 
