@@ -80,6 +80,12 @@ def test_initcalls_and_marks_are_named_events(levels_boot):
 def test_report_has_phases_initcalls_cpus_and_host_preemption(levels_boot):
     r = b.boot_cli(levels_boot["out"], "--json", "--top", "3", "--no-chart")
     assert [s["name"] for s in r["stages"]] == ["untraced", "kernel", "userland", "workload"]
+    # Times count from the vCPU's reset, whatever the kernel trace's clock counts (ns since the
+    # epoch now): a TCG boot to the workload takes seconds, and the trace starts inside it.
+    print(f"\nboot {r['boot_ms']:.1f} ms from the reset, traced from {r['traced_from_ms']:.1f} ms")
+    assert 100 < r["boot_ms"] < 600_000, r["boot_ms"]
+    assert 0 < r["traced_from_ms"] < r["boot_ms"], r
+    assert r["stages"][0]["start_ms"] == 0, r["stages"][0]
     in_boot = [p for p in r["phases"] if p["stage"] != "workload"]
     assert abs(sum(p["share_pct"] for p in in_boot) - 100) < 0.01, in_boot
     assert all(len(v) <= 3 for v in r["initcalls_by_level"].values())

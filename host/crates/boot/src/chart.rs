@@ -78,6 +78,8 @@ fn level_color(level: &str, sync: bool) -> String {
 /// Where time goes on the page: cycles `start..end` across `width` pixels.
 struct Axis {
     clock: Clock,
+    /// The vCPU's reset: the labels count from it.
+    reset: u64,
     start: u64,
     end: u64,
     width: f64,
@@ -126,7 +128,8 @@ fn rect(t: &mut String, x: f64, y: f64, w: f64, h: f64, fill: &str, title: &str)
 
 fn axis(t: &mut String, a: &Axis, y: f64, bottom: f64) {
     let step = a.step_ms();
-    let (from, to) = (ms(&a.clock, a.start), ms(&a.clock, a.end));
+    let since_reset = |v: u64| ms(&a.clock, v.saturating_sub(a.reset));
+    let (from, to) = (since_reset(a.start), since_reset(a.end));
     let mut v = (from / step).ceil() * step;
     while v <= to + 1e-9 {
         let x = LEFT + a.width * (v - from) / (to - from).max(1e-9);
@@ -151,7 +154,8 @@ fn axis(t: &mut String, a: &Axis, y: f64, bottom: f64) {
 fn overview(t: &mut String, b: &Boot, main: &Axis, y: f64) {
     let a = Axis {
         clock: main.clock.clone(),
-        start: 0,
+        reset: main.reset,
+        start: main.reset,
         end: main.end,
         width: main.width,
     };
@@ -180,7 +184,10 @@ fn overview(t: &mut String, b: &Boot, main: &Axis, y: f64) {
         y - 2.0,
         (x1 - x0).max(1.0)
     );
-    let label = format!("{:.0} ms", ms(&a.clock, main.end));
+    let label = format!(
+        "{:.0} ms",
+        ms(&a.clock, main.end.saturating_sub(main.reset))
+    );
     match x0 > LEFT + 6.0 * label.len() as f64 {
         true => text(
             t,
@@ -393,16 +400,20 @@ pub struct Chart {
 /// The chart of `boot` (clock `clock`); `preempted`: the VM view's
 /// intervals, if any; `title`: what it shows.
 pub fn svg(boot: &Boot, clock: &Clock, host: Option<&HostView>, title: &str) -> Chart {
-    let end = boot.end.max(1).saturating_add(boot.end / 40);
+    let reset = boot.reset.min(boot.end);
+    let span = boot.end.saturating_sub(reset).max(1);
+    let end = reset.saturating_add(span).saturating_add(span / 40);
     // The untraced time before the first event (firmware, the kernel's
     // start) can dwarf the rest: then the main panel starts at the trace.
-    let start = if boot.first > end / 5 {
-        boot.first.saturating_sub((end - boot.first) / 40)
+    let start = if boot.first.saturating_sub(reset) > (end - reset) / 5 {
+        boot.first
+            .saturating_sub(end.saturating_sub(boot.first) / 40)
     } else {
-        0
+        reset
     };
     let a = Axis {
         clock: clock.clone(),
+        reset,
         start,
         end,
         width: WIDTH as f64 - LEFT - RIGHT,

@@ -131,7 +131,8 @@ fn merged(trace: &Trace) -> io::Result<(Merge, Vec<PathBuf>)> {
 fn scan(trace: &Trace, symbols: &Symbols, opts: &Options, d: &mut Derived) -> io::Result<Boot> {
     let classify = Classifier::new(&trace.meta.classes, IVT_STREAM_FTRACE);
     let (mut merge, _) = merged(trace)?;
-    let mut scan = Scan::new(symbols, opts.workload.clone());
+    let reset = crate::model::reset_value(&trace.meta);
+    let mut scan = Scan::new(symbols, opts.workload.clone(), reset);
     for m in &mut merge {
         if let Item::Event(r) = &m.item {
             d.ftrace_events += 1;

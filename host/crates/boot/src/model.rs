@@ -7,6 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use ivtrace_ctf::read::Metadata;
+use ivtrace_ctf::tsdl::EnvValue;
+
 /// The stages of a boot, in order.
 pub const STAGES: [&str; 4] = ["untraced", "kernel", "userland", "workload"];
 
@@ -76,6 +79,33 @@ pub struct CpuTime {
     pub cycles: u64,
 }
 
+/// The kernel trace's clock value at the vCPU's reset (guest tick 0): 0
+/// when its values are the guest's ticks (a trace written before the
+/// kernel trace counted nanoseconds: the date in the clock's offset);
+/// for values in nanoseconds since the epoch (offset 0), the time the
+/// mapping gives tick 0, from the env keys that describe it
+/// (`ivtrace_clock_freq_hz`, `_offset_s`, `_offset_cycles`; docs/ctf.md
+/// "Time"). Guest text: any value missing or out of range gives 0.
+pub fn reset_value(meta: &Metadata) -> u64 {
+    let c = &meta.clock;
+    if c.freq != 1_000_000_000 || c.offset != 0 || c.offset_s != 0 {
+        return 0;
+    }
+    let int = |k: &str| match meta.env.get(k) {
+        Some(EnvValue::Int(v)) => Some(i128::from(*v)),
+        _ => None,
+    };
+    let (Some(freq), Some(s), Some(cycles)) = (
+        int("ivtrace_clock_freq_hz").filter(|&f| f > 0),
+        int("ivtrace_clock_offset_s"),
+        int("ivtrace_clock_offset_cycles"),
+    ) else {
+        return 0;
+    };
+    let ns = s * 1_000_000_000 + cycles * 1_000_000_000 / freq;
+    u64::try_from(ns).unwrap_or(0)
+}
+
 /// The boot, as the trace shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Boot {
@@ -89,6 +119,10 @@ pub struct Boot {
     pub last: u64,
     /// Where the boot ends: the workload's start, or the trace's end.
     pub end: u64,
+    /// The clock value of the vCPU's reset, where the report's times
+    /// count from ([`reset_value`]).
+    #[serde(default)]
+    pub reset: u64,
     /// What the analysis could not see or had to assume.
     pub notes: Vec<String>,
 }

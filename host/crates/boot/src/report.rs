@@ -126,6 +126,11 @@ pub struct Report {
     pub notes: Vec<String>,
 }
 
+/// Clock value `v` as milliseconds since the vCPU's reset (`boot.reset`).
+pub fn since_reset(clock: &Clock, boot: &Boot, v: u64) -> f64 {
+    ms(clock, v.saturating_sub(boot.reset))
+}
+
 /// Cycles of `clock` as milliseconds.
 pub fn ms(clock: &Clock, cycles: u64) -> f64 {
     clock.local_ns(cycles) as f64 / 1e6
@@ -144,9 +149,12 @@ fn phase_rows(b: &Boot, clock: &Clock) -> (Vec<PhaseRow>, Vec<PhaseRow>) {
         name: name.into(),
         level: level.into(),
         stage: stage.into(),
-        start_ms: ms(clock, start),
+        start_ms: since_reset(clock, b, start),
         duration_ms: ms(clock, end.saturating_sub(start)),
-        share_pct: pct(end.min(b.end).saturating_sub(start.min(b.end)), b.end),
+        share_pct: pct(
+            end.min(b.end).saturating_sub(start.min(b.end)),
+            b.end.saturating_sub(b.reset),
+        ),
         initcalls: n,
     };
     let phases = b
@@ -188,7 +196,7 @@ fn initcalls_by_level(b: &Boot, clock: &Clock, top: usize) -> BTreeMap<String, V
             name: c.name.clone(),
             func: format!("{:#x}", c.func),
             level: c.level.clone(),
-            start_ms: ms(clock, c.start),
+            start_ms: since_reset(clock, b, c.start),
             duration_ms: c.duration().map(|d| ms(clock, d)),
             ret: c.ret,
             cpu: c.cpu,
@@ -398,9 +406,9 @@ pub fn build(
     Report {
         dir: root.display().to_string(),
         clock_hz: clock.freq,
-        boot_ms: ms(clock, boot.end),
-        traced_from_ms: ms(clock, boot.first),
-        trace_end_ms: ms(clock, boot.last),
+        boot_ms: since_reset(clock, boot, boot.end),
+        traced_from_ms: since_reset(clock, boot, boot.first),
+        trace_end_ms: since_reset(clock, boot, boot.last),
         phases,
         stages,
         initcalls_by_level: initcalls_by_level(boot, clock, top),
@@ -408,12 +416,12 @@ pub fn build(
         profile: profile.map(|p| p.pairing),
         cpus: cpus(boot, clock, top),
         preempted: host.map(|h| preemption(&h.preempted, boot)),
-        host_view_from_ms: host.map(|h| ms(clock, h.from)),
+        host_view_from_ms: host.map(|h| since_reset(clock, boot, h.from)),
         marks: boot
             .marks
             .iter()
             .map(|m| MarkRow {
-                ms: ms(clock, m.ts),
+                ms: since_reset(clock, boot, m.ts),
                 kind: m.kind.clone(),
                 name: m.name.clone(),
             })

@@ -44,6 +44,7 @@ pub fn func_name(symbols: &Symbols, addr: u64) -> String {
 
 /// The pass-1 state.
 pub struct Scan<'a> {
+    reset: u64,
     symbols: &'a Symbols,
     levels: InitcallLevels,
     /// A program whose exec starts the workload (basename).
@@ -70,8 +71,11 @@ pub struct Scan<'a> {
 }
 
 impl<'a> Scan<'a> {
-    pub fn new(symbols: &'a Symbols, workload: Option<String>) -> Scan<'a> {
+    /// `reset`: the clock value of the vCPU's reset
+    /// ([`crate::model::reset_value`]), where the timeline starts.
+    pub fn new(symbols: &'a Symbols, workload: Option<String>, reset: u64) -> Scan<'a> {
         Scan {
+            reset,
             symbols,
             levels: InitcallLevels::new(symbols),
             workload,
@@ -310,6 +314,7 @@ impl<'a> Scan<'a> {
             last,
             end,
             notes,
+            reset: self.reset,
         }
     }
 
@@ -382,12 +387,12 @@ impl Scan<'_> {
         starts.push((userland, "userland", "", "userland"));
     }
 
-    /// The timeline: every phase from the vCPU's reset (clock value 0) to
+    /// The timeline: every phase from the vCPU's reset (`reset`) to
     /// the trace's end, each ending where the next starts.
     fn phases(&self, first: u64, last: u64, notes: &mut Vec<String>) -> Vec<Phase> {
         let mut starts: Vec<Start> = Vec::new();
-        if first > 0 {
-            starts.push((0, "untraced", "", "untraced"));
+        if first > self.reset {
+            starts.push((self.reset, "untraced", "", "untraced"));
         }
         starts.extend(self.kernel_begins(first, notes));
         let kernel_end = self.userland.unwrap_or(u64::MAX);

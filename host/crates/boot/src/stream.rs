@@ -454,7 +454,10 @@ fn is_class(sr: &StreamReader, stream: u32) -> io::Result<bool> {
 
 /// The boot and profile streams of a kernel trace read back, if it has them.
 pub fn read(trace: &Trace) -> io::Result<(Option<Boot>, Option<Profile>)> {
-    let mut boot = Boot::default();
+    let mut boot = Boot {
+        reset: crate::model::reset_value(&trace.meta),
+        ..Boot::default()
+    };
     let has_boot = each_record(trace, STREAM_BOOT, |r| read_boot_event(&mut boot, r))?;
     let mut profile = Profile::default();
     let has_profile = each_record(trace, STREAM_PROFILE, |r| {

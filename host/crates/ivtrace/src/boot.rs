@@ -157,7 +157,7 @@ fn write_chart(
         .unwrap_or_else(|| "guest".into());
     let title = format!(
         "Boot of {name}: {:.1} ms from the vCPU's reset to the {}",
-        report::ms(trace.clock(), boot.end),
+        report::since_reset(trace.clock(), boot, boot.end),
         if boot.end < boot.last {
             "workload"
         } else {
