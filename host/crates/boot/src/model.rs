@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use ivtrace_ctf::read::Metadata;
+use ivtrace_ctf::read::{Clock, Metadata};
 use ivtrace_ctf::tsdl::EnvValue;
 
 /// The stages of a boot, in order.
@@ -92,18 +92,24 @@ pub fn reset_value(meta: &Metadata) -> u64 {
         return 0;
     }
     let int = |k: &str| match meta.env.get(k) {
-        Some(EnvValue::Int(v)) => Some(i128::from(*v)),
+        Some(EnvValue::Int(v)) => Some(*v),
         _ => None,
     };
-    let (Some(freq), Some(s), Some(cycles)) = (
+    let (Some(freq), Some(offset_s), Some(offset)) = (
         int("ivtrace_clock_freq_hz").filter(|&f| f > 0),
         int("ivtrace_clock_offset_s"),
         int("ivtrace_clock_offset_cycles"),
     ) else {
         return 0;
     };
-    let ns = s * 1_000_000_000 + cycles * 1_000_000_000 / freq;
-    u64::try_from(ns).unwrap_or(0)
+    // The guest's tick clock those keys describe; its value 0 is tick 0.
+    let ticks = Clock {
+        freq: u64::try_from(freq).unwrap_or(0),
+        offset_s,
+        offset: u64::try_from(offset).unwrap_or(0),
+        ..c.clone()
+    };
+    u64::try_from(ticks.origin_ns()).unwrap_or(0)
 }
 
 /// The boot, as the trace shows it.
