@@ -758,19 +758,19 @@ fn babeltrace2_reads_the_expanded_trace_without_warnings() {
             "{stdout}"
         );
     }
-    let meta = std::fs::read_to_string(out.dir.path().join("kernel/metadata")).unwrap();
-    for needle in [
-        "domain = \"kernel\";",
-        "tracer_name = \"lttng-modules\";",
-        "tracer_major = 2;",
-        "tracer_minor = 13;",
-        "tracer_patchlevel = 0;",
-        "sysname = \"Linux\";",
-        "hostname = \"guest0\";",
-        "cpu_id;",
-    ] {
-        assert!(meta.contains(needle), "{needle} missing");
-    }
+    let meta = kernel_metadata_has(
+        out.dir.path(),
+        &[
+            "domain = \"kernel\";",
+            "tracer_name = \"lttng-modules\";",
+            "tracer_major = 2;",
+            "tracer_minor = 13;",
+            "tracer_patchlevel = 0;",
+            "sysname = \"Linux\";",
+            "hostname = \"guest0\";",
+            "cpu_id;",
+        ],
+    );
     let user = std::fs::read_to_string(out.dir.path().join("user/metadata")).unwrap();
     let uuid = |m: &str| {
         m.lines()
@@ -1084,15 +1084,15 @@ fn kernel_times_are_the_mappings_nanoseconds() {
             "{h:?}"
         );
     }
-    let meta = std::fs::read_to_string(out.dir.path().join("kernel/metadata")).unwrap();
-    for needle in [
-        "freq = 1000000000;",
-        "offset_s = 0;",
-        "offset = 0;",
-        "precision = 700;",
-    ] {
-        assert!(meta.contains(needle), "{needle} not in\n{meta}");
-    }
+    kernel_metadata_has(
+        out.dir.path(),
+        &[
+            "freq = 1000000000;",
+            "offset_s = 0;",
+            "offset = 0;",
+            "precision = 700;",
+        ],
+    );
 }
 
 /// A kernel trace clock whose nanoseconds are its ticks: the times these
@@ -1162,6 +1162,16 @@ impl crate::PacketTap for CaptureTap {
             .or_default()
             .extend_from_slice(bytes);
     }
+}
+
+/// The kernel trace's metadata under `dir`, after checking that it holds
+/// each of `needles`.
+fn kernel_metadata_has(dir: &Path, needles: &[&str]) -> String {
+    let meta = std::fs::read_to_string(dir.join("kernel/metadata")).unwrap();
+    for needle in needles {
+        assert!(meta.contains(needle), "{needle} not in\n{meta}");
+    }
+    meta
 }
 
 /// A writer of `region`'s traces into `dir`.
@@ -1344,6 +1354,5 @@ fn a_streaming_writer_keeps_each_stream_monotonic_across_mappings() {
     assert_eq!(got, [100, 200, 300, 300, 1_500, 2_500]);
     let stats = writer.kernel_expansion().unwrap();
     assert!(stats.ts_clamped >= 1, "{stats:?}");
-    let meta = std::fs::read_to_string(dir.path().join("kernel/metadata")).unwrap();
-    assert!(meta.contains("precision = 1234;"), "{meta}");
+    kernel_metadata_has(dir.path(), &["precision = 1234;"]);
 }
