@@ -1164,6 +1164,18 @@ impl crate::PacketTap for CaptureTap {
     }
 }
 
+/// The events of `dir`'s kernel_chan`chan`, decoded with `classes`.
+fn kernel_chan_events(dir: &Path, chan: u32, classes: &StreamClasses) -> Vec<Ev> {
+    let mut evs = Vec::new();
+    decode_file(
+        &dir.join(format!("kernel/kernel_chan{chan}")),
+        chan,
+        classes,
+        &mut evs,
+    );
+    evs
+}
+
 /// The kernel trace's metadata under `dir`, after checking that it holds
 /// each of `needles`.
 fn kernel_metadata_has(dir: &Path, needles: &[&str]) -> String {
@@ -1273,13 +1285,7 @@ fn a_streaming_writer_expands_as_packets_arrive() {
     }
     // CPU 0's packet is drained before CPU 1's fork: the table names 42.
     let classes = writer.output_classes(0, reader.classes()).clone();
-    let mut evs = Vec::new();
-    decode_file(
-        &dir.path().join("kernel/kernel_chan0"),
-        0,
-        &classes,
-        &mut evs,
-    );
+    let evs = kernel_chan_events(dir.path(), 0, &classes);
     let sw = evs.iter().find(|e| e.name == "sched_switch").unwrap();
     assert_eq!(sw.f["next_comm"].text(), "from-table");
     let stats = writer.kernel_expansion().unwrap();
@@ -1341,13 +1347,7 @@ fn a_streaming_writer_keeps_each_stream_monotonic_across_mappings() {
     reader.finish(&mut writer).unwrap();
     writer.finish(reader.classes()).unwrap();
     let classes = writer.output_classes(0, reader.classes()).clone();
-    let mut evs = Vec::new();
-    decode_file(
-        &dir.path().join("kernel/kernel_chan0"),
-        0,
-        &classes,
-        &mut evs,
-    );
+    let evs = kernel_chan_events(dir.path(), 0, &classes);
     let base = clock().ref_realtime_ns;
     let got: Vec<u64> = evs.iter().map(|e| e.ts - base).collect();
     // 310 and 2000 map to -190 and 1500: -190 is before 300, so 300.
