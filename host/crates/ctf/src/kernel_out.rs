@@ -1,22 +1,19 @@
-//! The kernel trace's output (stream class 0): made on the stream's first
-//! packet (or adopted by `record --resume`, or made by the ftrace
-//! expansion when no native kernel packet came), and in one state at a
-//! time, each holding what that state needs:
+//! The kernel trace's outputs (stream class 0).
+//!
+//! The directory's ([`KernelTrace`]): made on the stream's first packet
+//! (or adopted by `record --resume`, or made by the ftrace expansion when
+//! no native kernel packet came), in one state at a time, each holding
+//! what that state needs:
 //!
 //! - [`KernelState::Staged`]: packets kept in their wire form in the
 //!   staging directory, expanded when the recording ends
 //!   ([`crate::kernel`] says why);
-//! - [`KernelState::Online`]: packets expanded as they arrive (a writer
-//!   whose packets also go to a relay, which needs them final at once);
 //! - [`KernelState::Expanded`]: the expansion at the end ran (or the trace
 //!   holds the ftrace streams alone); no more packets are taken.
 //!
-//! Which of Staged and Online a new trace starts in is the writer's
-//! choice ([`KernelStart`]); a resumed recording's kernel stays Staged:
-//! its adopted files hold wire packets, which must not be mixed with
-//! expanded ones.
+//! A live sink's ([`Online`], [`crate::live`]): packets expanded as they
+//! arrive, since a relay needs them final at once.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use ivtrace_region::abi;
@@ -28,13 +25,6 @@ use crate::kernel::{self, Expanded, KernelExpansion, WIRE_METADATA};
 use crate::outdir::OutDir;
 use ivtrace_time::ClockMapping;
 
-/// How a kernel trace made by a packet starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum KernelStart {
-    Staged,
-    Online,
-}
-
 /// The kernel trace: its directory, the generation of event classes its
 /// metadata was last written for, and its state.
 pub(crate) struct KernelTrace {
@@ -43,18 +33,16 @@ pub(crate) struct KernelTrace {
     pub state: KernelState,
 }
 
-/// See the module documentation (the states' data boxed: they differ in
-/// size).
+/// See the module documentation (the expanded state's data boxed: the
+/// staged one has none).
 pub(crate) enum KernelState {
     /// `dir` is the staging directory.
     Staged,
     /// `dir` is `DIR/kernel/`.
-    Online(Box<Online>),
-    /// `dir` is `DIR/kernel/`.
     Expanded(Box<Expanded>),
 }
 
-/// The online kernel expansion.
+/// The online kernel expansion: each packet expanded as it arrives.
 pub(crate) struct Online {
     kernel: OnlineKernel,
     /// Events of kernel packets that did not walk, per channel (in every
@@ -68,28 +56,13 @@ pub(crate) struct Online {
 }
 
 impl KernelTrace {
-    /// A new trace in `dir`, starting as `start` says; `table`: the guest's
-    /// thread name table if one was read already.
-    pub fn new(dir: OutDir, start: KernelStart, table: Option<&NameTable>) -> KernelTrace {
-        let state = match start {
-            KernelStart::Staged => KernelState::Staged,
-            KernelStart::Online => {
-                let mut kernel = OnlineKernel::default();
-                if let Some(t) = table {
-                    kernel.set_table(t);
-                }
-                KernelState::Online(Box::new(Online {
-                    kernel,
-                    lost: BTreeMap::new(),
-                    times: BTreeMap::new(),
-                    converted_with: None,
-                }))
-            }
-        };
+    /// A new trace whose packets are staged in `dir` (the staging
+    /// directory).
+    pub fn staged(dir: OutDir) -> KernelTrace {
         KernelTrace {
             dir,
             generation: 0,
-            state,
+            state: KernelState::Staged,
         }
     }
 
@@ -118,26 +91,15 @@ impl KernelTrace {
     pub fn classes<'a>(&'a self, wire: &'a StreamClasses) -> &'a StreamClasses {
         match &self.state {
             KernelState::Staged => wire,
-            KernelState::Online(o) => o.kernel.classes(),
             KernelState::Expanded(e) => &e.classes,
         }
     }
 
-    /// What the expansion did: so far when online, once it ran at the end.
+    /// What the expansion at the end did, once it ran.
     pub fn expansion(&self) -> Option<&KernelExpansion> {
         match &self.state {
             KernelState::Staged => None,
-            KernelState::Online(o) => Some(&o.kernel.stats),
             KernelState::Expanded(e) => Some(&e.stats),
-        }
-    }
-
-    /// The generation the metadata follows: the online expansion's output
-    /// classes grow on their own.
-    pub fn generation_of(&self, classes: &EventClasses) -> u64 {
-        match &self.state {
-            KernelState::Online(o) => o.kernel.generation(),
-            _ => classes.generation(),
         }
     }
 
@@ -151,36 +113,6 @@ impl KernelTrace {
         }
     }
 
-    pub fn set_table(&mut self, table: &NameTable) {
-        if let KernelState::Online(o) = &mut self.state {
-            o.kernel.set_table(table);
-        }
-    }
-
-    /// The packet as its file gets it: expanded when online (times
-    /// converted with `clock`, the mapping in force), else as is.
-    pub fn packet<'a>(
-        &mut self,
-        chan: u32,
-        bytes: &'a [u8],
-        classes: &EventClasses,
-        clock: &ClockMapping,
-    ) -> Cow<'a, [u8]> {
-        match &mut self.state {
-            KernelState::Online(o) => Cow::Owned(o.packet(chan, bytes, classes, clock)),
-            _ => Cow::Borrowed(bytes),
-        }
-    }
-
-    /// The mapping the latest online packet was converted with (what the
-    /// clock block must say while recording), if any.
-    pub fn converted_with(&self) -> Option<&ClockMapping> {
-        match &self.state {
-            KernelState::Online(o) => o.converted_with.as_ref(),
-            _ => None,
-        }
-    }
-
     /// The expansion at the end ran: its result, and the directory it
     /// wrote.
     pub fn set_expanded(&mut self, expanded: Expanded, dir: OutDir) {
@@ -190,12 +122,52 @@ impl KernelTrace {
 }
 
 impl Online {
+    /// A new expansion; `table`: the guest's thread name table if one was
+    /// read already.
+    pub fn new(table: Option<&NameTable>) -> Online {
+        let mut kernel = OnlineKernel::default();
+        if let Some(t) = table {
+            kernel.set_table(t);
+        }
+        Online {
+            kernel,
+            lost: BTreeMap::new(),
+            times: BTreeMap::new(),
+            converted_with: None,
+        }
+    }
+
+    pub fn set_table(&mut self, table: &NameTable) {
+        self.kernel.set_table(table);
+    }
+
+    /// The event classes the expanded packets declare so far.
+    pub fn classes(&self) -> &StreamClasses {
+        self.kernel.classes()
+    }
+
+    /// The generation of those classes (they grow as packets need them).
+    pub fn generation(&self) -> u64 {
+        self.kernel.generation()
+    }
+
+    /// What the expansion did so far.
+    pub fn stats(&self) -> &KernelExpansion {
+        &self.kernel.stats
+    }
+
+    /// The mapping the latest packet was converted with (what the clock
+    /// block must say while recording), if any.
+    pub fn converted_with(&self) -> Option<&ClockMapping> {
+        self.converted_with.as_ref()
+    }
+
     /// A kernel packet, expanded; one that does not walk becomes an empty
     /// packet with its header (the stream's sequence has no gap) and its
     /// events are counted as lost, in every later packet's
     /// `events_discarded` too. Times are converted with `clock`, the
     /// mapping in force.
-    fn packet(
+    pub fn packet(
         &mut self,
         chan: u32,
         bytes: &[u8],

@@ -13,13 +13,16 @@
 //! (`DIR/vm/`, the same packets on the guest's clock); every trace's
 //! metadata comes from [`tsdl`]. [`read`] reads every trace ivtrace writes
 //! back from the files (metadata, streams, sidecar), for the analyses and
-//! exports that work from what the sinks wrote.
+//! exports that work from what the sinks wrote. [`live::LiveOut`] is the
+//! sink beside the directory that sends the guest traces, final, to a
+//! relay as they come.
 
 pub mod dir;
 pub mod ftrace;
 pub mod host_trace;
 pub mod kernel;
 mod kernel_out;
+pub mod live;
 pub mod outdir;
 pub mod read;
 pub mod recover;

@@ -21,29 +21,19 @@
 //!
 //! Kernel packets (stream class 0) are staged in their wire form in
 //! `DIR/.kernel-wire/` while recording and expanded into `DIR/kernel/` by
-//! [`CtfWriter::finish`] (see [`crate::kernel`] for why), unless the
-//! writer streams ([`CtfWriter::set_tap`], a relay connection): then they
-//! are expanded as they arrive ([`crate::kernel::online`]), written to
-//! `DIR/kernel/` at once, and the kernel metadata grows (by whole event
-//! declarations) as system calls appear.
-//! The kernel trace is made on its stream's first packet, in one of these
-//! states (`kernel_out.rs`: staged, online, expanded), so no flag says
-//! which; a resumed recording's kernel stays staged.
+//! [`CtfWriter::finish`] (see [`crate::kernel`] for why). The kernel trace
+//! is made on its stream's first packet, in one of the states of
+//! `kernel_out.rs` (staged, expanded), so no flag says which.
 //!
-//! The ftrace relay's pages (stream class 2) are staged there too, always,
-//! and an [`FtraceExpand`] decodes them into more streams of the kernel
-//! trace at the end ([`crate::ftrace`]); a tap does not get them (the
-//! relay daemon's copy has the native kernel and user streams only).
+//! The ftrace relay's pages (stream class 2) are staged there too, and an
+//! [`FtraceExpand`] decodes them into more streams of the kernel trace at
+//! the end ([`crate::ftrace`]).
 //!
-//! A [`PacketTap`] gets every packet exactly as it is handed to its file
-//! (before the commit: a packet a failed write rolls back from the local
-//! file may have reached the relay), and every metadata text as it is
-//! written.
+//! The directory is one sink of a recording's packets; a live copy (a
+//! relay connection) is another, beside it ([`crate::live`]).
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io;
-use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -54,7 +44,7 @@ use ivtrace_region::reader::PacketSink;
 
 use crate::ftrace::{FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats};
 use crate::kernel::{self, KernelExpansion, Staged, STAGING_DIR};
-use crate::kernel_out::{KernelStart, KernelTrace};
+use crate::kernel_out::KernelTrace;
 use crate::outdir::OutDir;
 use crate::sidecar::{
     Sidecar, StreamLayout, TracefsFormats, SIDECAR_FORMAT, SIDECAR_NAME, STATE_RECORDING,
@@ -63,9 +53,10 @@ use crate::streams::{Limits, StreamFiles, StreamStats};
 use crate::tsdl::{self, Timebase, TraceDesc, TraceEnv};
 use ivtrace_time::ClockMapping;
 
-/// Who else gets the packets and metadata a [`CtfWriter`] writes (a relay
-/// connection): `trace` is the trace's directory name (`kernel`, `user`,
-/// `host`), `file` the stream file's name.
+/// Where a live sink ([`crate::live::LiveOut`]) and the host trace send
+/// their final packets and metadata (a relay connection): `trace` is the
+/// trace's directory name (`kernel`, `user`, `host`), `file` the stream
+/// file's name.
 pub trait PacketTap: Send + Sync {
     /// The trace's whole metadata as just written; `classes`: its event
     /// classes (None for a trace whose metadata never changes).
@@ -169,14 +160,52 @@ pub struct Progress {
     pub region: BTreeMap<String, serde_json::Value>,
 }
 
-/// Writes one recording's CTF traces.
-pub struct CtfWriter {
-    root: OutDir,
+/// The UUIDs a recording's guest traces carry.
+#[derive(Debug, Clone)]
+pub(crate) struct TraceIds {
+    /// The user trace's (the region's).
     uuid: String,
     /// The kernel trace's own UUID (babeltrace2 merges same-UUID traces
     /// found under one directory, which fails for two stream classes).
     kernel_uuid: String,
     clock_uuid: String,
+}
+
+impl TraceIds {
+    pub fn new(uuid: [u8; 16]) -> TraceIds {
+        let (uuid, kernel_uuid, clock_uuid) = trace_uuid_strings(uuid);
+        TraceIds {
+            uuid,
+            kernel_uuid,
+            clock_uuid,
+        }
+    }
+
+    /// What the metadata of stream class `stream`'s trace describes.
+    pub fn desc<'a>(
+        &'a self,
+        stream: u32,
+        clock: &'a ClockMapping,
+        timebase: Timebase,
+        env: &'a TraceEnv,
+    ) -> TraceDesc<'a> {
+        TraceDesc {
+            uuid: match stream == abi::IVT_STREAM_KERNEL {
+                true => &self.kernel_uuid,
+                false => &self.uuid,
+            },
+            clock_uuid: &self.clock_uuid,
+            clock,
+            timebase,
+            env,
+        }
+    }
+}
+
+/// Writes one recording's CTF traces.
+pub struct CtfWriter {
+    root: OutDir,
+    ids: TraceIds,
     clock: ClockMapping,
     env: TraceEnv,
     /// The user trace, once it had a packet.
@@ -193,7 +222,6 @@ pub struct CtfWriter {
     name_table: Option<NameTable>,
     /// Channels of the region (index `nr_channels`: the no-channel stream).
     nr_channels: u32,
-    tap: Option<Arc<dyn PacketTap>>,
     /// The staging directory (kernel and ftrace wire packets), once made.
     wire_dir: Option<OutDir>,
     /// Decodes the ftrace relay's pages at the end (installed by the engine).
@@ -232,13 +260,10 @@ impl CtfWriter {
         nr_channels: u32,
         limits: Limits,
     ) -> CtfWriter {
-        let (uuid, kernel_uuid, clock_uuid) = trace_uuid_strings(uuid);
         let reserve = make_reserve(&root, limits.reserve_bytes);
         CtfWriter {
             root,
-            uuid,
-            kernel_uuid,
-            clock_uuid,
+            ids: TraceIds::new(uuid),
             clock,
             env,
             user: None,
@@ -250,7 +275,6 @@ impl CtfWriter {
             reserve,
             name_table: None,
             nr_channels,
-            tap: None,
             wire_dir: None,
             ftrace_expander: None,
             ftrace: None,
@@ -312,40 +336,20 @@ impl CtfWriter {
         matches!(self.ftrace, Some(FtraceTrace::Staged))
     }
 
-    /// Streams: every packet and metadata text written from now on goes to
-    /// `tap` too, and kernel packets are expanded as they arrive (call
-    /// before the first packet).
-    pub fn set_tap(&mut self, tap: Arc<dyn PacketTap>) {
-        self.tap = Some(tap);
-    }
-
-    /// How a kernel trace made by a packet starts: a tap needs its packets
-    /// final at once.
-    fn kernel_start(&self) -> KernelStart {
-        match self.tap {
-            Some(_) => KernelStart::Online,
-            None => KernelStart::Staged,
-        }
+    /// The recording's trace UUIDs and metadata parts (what a live sink
+    /// beside the directory describes its traces with).
+    pub(crate) fn ids(&self) -> &TraceIds {
+        &self.ids
     }
 
     /// What the timestamps of stream class `stream`'s trace count: the
-    /// kernel trace's are nanoseconds once expanded (at the end or as they
-    /// come), the staged wire packets' and the user trace's ticks.
+    /// kernel trace's are nanoseconds once expanded at the end, the staged
+    /// wire packets' and the user trace's ticks.
     pub fn timebase(&self, stream: u32) -> Timebase {
-        let expanded = match (&self.kernel, stream) {
-            (Some(k), abi::IVT_STREAM_KERNEL) => !k.is_staged(),
-            (None, abi::IVT_STREAM_KERNEL) => self.kernel_start() == KernelStart::Online,
-            _ => false,
-        };
-        match expanded {
-            true => Timebase::Nanoseconds,
-            false => Timebase::Ticks,
+        match &self.kernel {
+            Some(k) if stream == abi::IVT_STREAM_KERNEL && !k.is_staged() => Timebase::Nanoseconds,
+            _ => Timebase::Ticks,
         }
-    }
-
-    /// Whether kernel packets are staged for the expansion at the end.
-    fn kernel_staged(&self) -> bool {
-        self.kernel.as_ref().is_some_and(KernelTrace::is_staged)
     }
 
     /// The directory of stream class `stream`'s trace (user or kernel),
@@ -382,31 +386,24 @@ impl CtfWriter {
         let wire = classes.stream(stream);
         match stream {
             abi::IVT_STREAM_FTRACE => self.ftrace_output().map_or(wire, |f| &f.classes),
-            abi::IVT_STREAM_KERNEL => match &self.kernel {
-                Some(k) => k.classes(wire),
-                // An online kernel declares what its packets used: none.
-                None if self.kernel_start() == KernelStart::Online => no_classes(),
-                None => wire,
-            },
+            abi::IVT_STREAM_KERNEL => self.kernel.as_ref().map_or(wire, |k| k.classes(wire)),
             _ => wire,
         }
     }
 
-    /// What the kernel expansion did: once it ran, or so far when online.
+    /// What the kernel expansion at the end did, once it ran.
     pub fn kernel_expansion(&self) -> Option<&KernelExpansion> {
         self.kernel.as_ref().and_then(KernelTrace::expansion)
     }
 
-    /// The generation a stream class's metadata follows.
-    fn generation_of(&self, stream: u32, classes: &EventClasses) -> u64 {
-        match (&self.kernel, stream) {
-            (Some(k), abi::IVT_STREAM_KERNEL) => k.generation_of(classes),
-            _ => classes.generation(),
-        }
-    }
-
     pub fn root(&self) -> &OutDir {
         &self.root
+    }
+
+    /// Channels of the region (index `nr_channels` is the no-channel
+    /// stream's).
+    pub fn nr_channels(&self) -> u32 {
+        self.nr_channels
     }
 
     /// Whether stream class `stream` has a trace directory.
@@ -434,7 +431,7 @@ impl CtfWriter {
     /// time base (the VM view) names the same clock with it, so readers
     /// (Trace Compass: one machine per clock UUID) put them together.
     pub fn clock_uuid(&self) -> &str {
-        &self.clock_uuid
+        &self.ids.clock_uuid
     }
 
     /// The `hostname` the guest traces carry.
@@ -468,41 +465,22 @@ impl CtfWriter {
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
         let kernel = stream == abi::IVT_STREAM_KERNEL;
-        let desc = TraceDesc {
-            uuid: if kernel {
-                &self.kernel_uuid
-            } else {
-                &self.uuid
-            },
-            clock_uuid: &self.clock_uuid,
-            clock: match &self.kernel {
-                Some(k) if kernel => k.converted_with().unwrap_or(&self.clock),
-                _ => &self.clock,
-            },
-            timebase: self.timebase(stream),
-            env: &self.env,
-        };
+        let desc = self
+            .ids
+            .desc(stream, &self.clock, self.timebase(stream), &self.env);
         let output = self.output_classes(stream, classes);
-        let text = tsdl::metadata(&desc, stream, output);
-        // The relay daemon's copy has no ftrace streams: only the file
-        // declares them.
-        let mut file_text = text.clone();
+        let mut text = tsdl::metadata(&desc, stream, output);
         if let Some(f) = self.ftrace_output().filter(|_| kernel) {
-            tsdl::append_stream(&mut file_text, abi::IVT_STREAM_FTRACE, &f.classes);
+            tsdl::append_stream(&mut text, abi::IVT_STREAM_FTRACE, &f.classes);
         }
-        let staged = kernel && self.kernel_staged();
         let name = match (kernel, &self.kernel) {
             (true, Some(k)) => k.metadata_name(),
             _ => "metadata",
         };
         let dir = self.trace_dir(stream).expect("made");
-        dir.write_atomically(name, file_text.as_bytes())
+        dir.write_atomically(name, text.as_bytes())
             .map_err(write_err(dir.join(name).display()))?;
-        if let (Some(tap), false) = (&self.tap, staged) {
-            tap.metadata(stream_dir(stream), &text, Some(output));
-        }
-        let generation = self.generation_of(stream, classes);
-        *self.written_generation(stream) = generation;
+        *self.written_generation(stream) = classes.generation();
         Ok(())
     }
 
@@ -519,7 +497,7 @@ impl CtfWriter {
             tracer_version: env!("CARGO_PKG_VERSION").into(),
             mode: p.mode.clone(),
             state: STATE_RECORDING.into(),
-            trace_uuid: self.uuid.clone(),
+            trace_uuid: self.ids.uuid.clone(),
             region: p.region.clone(),
             clock: self.clock.clone(),
             env: Some(crate::sidecar::EnvRecord::from(&self.env)),
@@ -537,10 +515,10 @@ impl CtfWriter {
         if self.trace_dir(stream).is_some() {
             return Ok(false);
         }
-        if stream == abi::IVT_STREAM_KERNEL && self.kernel_start() == KernelStart::Staged {
+        if stream == abi::IVT_STREAM_KERNEL {
             // Shared with the ftrace pages, which may have made it.
             let dir = self.staging_dir()?;
-            self.kernel = Some(KernelTrace::new(dir, KernelStart::Staged, None));
+            self.kernel = Some(KernelTrace::staged(dir));
             return Ok(true);
         }
         let name = stream_dir(stream);
@@ -548,13 +526,7 @@ impl CtfWriter {
             .root
             .create_dir(name)
             .map_err(create_err(self.root.join(name).display()))?;
-        match stream {
-            abi::IVT_STREAM_KERNEL => {
-                let table = self.name_table.as_ref();
-                self.kernel = Some(KernelTrace::new(dir, KernelStart::Online, table));
-            }
-            _ => self.user = Some(TraceOut { dir, generation: 0 }),
-        }
+        self.user = Some(TraceOut { dir, generation: 0 });
         Ok(true)
     }
 
@@ -566,8 +538,7 @@ impl CtfWriter {
         fresh: bool,
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        let generation = self.generation_of(stream, classes);
-        if !fresh && *self.written_generation(stream) == generation {
+        if !fresh && *self.written_generation(stream) == classes.generation() {
             return Ok(());
         }
         self.write_stream_metadata(stream, classes)?;
@@ -617,9 +588,6 @@ impl CtfWriter {
     /// that no naming event in the trace names (a salvaged flight
     /// recorder). Call before [`CtfWriter::finish`].
     pub fn set_thread_name_table(&mut self, table: NameTable) {
-        if let Some(k) = &mut self.kernel {
-            k.set_table(&table);
-        }
         self.name_table = Some(table);
     }
 
@@ -640,7 +608,7 @@ impl CtfWriter {
     }
 
     /// The kernel trace's directory once its packets are final (expanded
-    /// at the end or as they came), made here if it had none.
+    /// at the end), made here if it had none.
     fn kernel_out_dir(&mut self) -> Result<OutDir, CtfError> {
         if let Some(k) = self.kernel.as_ref().filter(|k| !k.is_staged()) {
             return Ok(k.dir.clone());
@@ -758,10 +726,9 @@ impl CtfWriter {
                 continue;
             }
             if s == abi::IVT_STREAM_KERNEL {
-                // Its files hold wire packets: it stays staged, even for
-                // a writer that expands new ones online.
+                // Its files hold wire packets, staged like new ones.
                 let dir = self.staging_dir()?;
-                self.kernel = Some(KernelTrace::new(dir, KernelStart::Staged, None));
+                self.kernel = Some(KernelTrace::staged(dir));
             } else {
                 let dir = self
                     .root
@@ -843,30 +810,22 @@ impl PacketSink for CtfWriter {
                 source: io::Error::other("kernel packet after the kernel stream was expanded"),
             });
         }
-        let (dir, bytes) = match stream {
+        let dir = match stream {
             // Staged without metadata: decoded at the end.
-            abi::IVT_STREAM_FTRACE => (self.staging_dir()?, Cow::Borrowed(bytes)),
+            abi::IVT_STREAM_FTRACE => self.staging_dir()?,
             _ => {
                 let fresh = self.ensure_trace(stream)?;
-                // Expanded before the metadata is written: it declares
-                // the classes this packet used.
-                let bytes = match &mut self.kernel {
-                    Some(k) if stream == abi::IVT_STREAM_KERNEL => {
-                        k.packet(chan, bytes, classes, &self.clock)
-                    }
-                    _ => Cow::Borrowed(bytes),
-                };
                 self.ensure_metadata(stream, fresh, classes)?;
-                (self.trace_dir(stream).expect("made").clone(), bytes)
+                self.trace_dir(stream).expect("made").clone()
             }
         };
-        self.write_packet(chan, stream, &dir, &bytes)
+        self.write_packet(chan, stream, &dir, bytes)
     }
 }
 
 impl CtfWriter {
     /// Writes a packet to channel `chan`'s file in `dir` (made on first
-    /// use) and hands it to the tap if its stream's packets are final.
+    /// use).
     fn write_packet(
         &mut self,
         chan: u32,
@@ -888,22 +847,6 @@ impl CtfWriter {
             self.file_made(chan, stream);
         }
         let written = self.files.write(chan, bytes);
-        written.map_err(|e| write_err(path(&self.root))(e))?;
-        let staged = match stream {
-            abi::IVT_STREAM_FTRACE => true,
-            abi::IVT_STREAM_KERNEL => self.kernel_staged(),
-            _ => false,
-        };
-        if let Some(tap) = self.tap.as_ref().filter(|_| !staged) {
-            let events = ivtrace_region::bytes::le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
-            tap.packet(stream_dir(stream), &name, bytes, events);
-        }
-        Ok(())
+        written.map_err(|e| write_err(path(&self.root))(e))
     }
-}
-
-/// The classes of a stream that declares none.
-fn no_classes() -> &'static StreamClasses {
-    static NONE: std::sync::OnceLock<StreamClasses> = std::sync::OnceLock::new();
-    NONE.get_or_init(StreamClasses::default)
 }

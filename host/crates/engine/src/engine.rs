@@ -20,7 +20,7 @@
 //! ```
 //!
 //! A front end chooses how to wait ([`Wait`]), the clock ([`ClockSync`]),
-//! the output ([`Output`]: today the CTF directory writer) and its
+//! the output ([`Output`]: the sinks, [`crate::sinks::Sinks`]) and its
 //! [`Hooks`]; it then builds the trace's env and sidecar from what
 //! [`Engine::run`] returns.
 
@@ -87,8 +87,9 @@ impl StopReason {
     }
 }
 
-/// Where the packets go: the CTF directory writer today, a relay
-/// connection later. Packets arrive through [`PacketSink`].
+/// Where the packets go: a sink (the CTF directory writer, a relay's
+/// live copy; [`crate::sinks::Sinks`] fans out to them). Packets arrive
+/// through [`PacketSink`].
 /// Its errors are its [`PacketSink::Error`] (the engine carries them as
 /// [`EngineError::Output`]).
 pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {

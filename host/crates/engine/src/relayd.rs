@@ -1,6 +1,7 @@
 //! A recording's relay output: a [`PacketTap`] that hands every packet and
-//! metadata text the CTF writers write to a relay session
-//! (ivtrace-relayd), so the relay gets the same packets as the files.
+//! metadata text of the live sink beside the trace directory
+//! ([`LiveOut`]: the guest traces) and of the host trace to a relay
+//! session (ivtrace-relayd).
 //!
 //! The relay's metadata stream is append-only: the first text of a trace
 //! goes whole; later texts go as the part that extends what was sent, or,
@@ -19,12 +20,17 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use ivtrace_ctf::{tsdl, CtfWriter, PacketTap};
+use ivtrace_ctf::live::LiveOut;
+use ivtrace_ctf::{tsdl, ClockMapping, CtfError, PacketTap, TraceEnv};
 use ivtrace_region::abi;
 use ivtrace_region::bytes::le_u64;
-use ivtrace_region::classes::StreamClasses;
+use ivtrace_region::classes::{EventClasses, StreamClasses};
+use ivtrace_region::names::NameTable;
 use ivtrace_region::sanitize;
 use ivtrace_relayd::{Hub, Session, SessionStats, TraceId};
+
+use crate::engine::Output;
+use crate::sinks::Sinks;
 
 /// How far behind the newest packet of a trace its idle streams' beacons
 /// stay (see the module's documentation).
@@ -152,14 +158,49 @@ fn dated(name: &str) -> String {
     format!("{name}-{}-{}", &digits[..8], &digits[8..14])
 }
 
-/// A relay session for the recording of `name` (sanitized), fed by
-/// `writer`; the caller also hands it to the host trace.
-pub fn attach(hub: &Hub, name: &str, guest_freq_hz: u64, writer: &mut CtfWriter) -> Arc<RelayTap> {
+/// A relay session for the recording of `name` (sanitized), fed by a live
+/// sink beside `sinks`' directory; the caller also hands it to the host
+/// trace.
+pub fn attach(hub: &Hub, name: &str, guest_freq_hz: u64, sinks: &mut Sinks) -> Arc<RelayTap> {
     let name = sanitize::host_name_or(name, "guest");
     let path = format!("{}/{}", hub.options().hostname, dated(&name));
     let tap = Arc::new(RelayTap::new(hub.session(&name, &path), guest_freq_hz));
-    writer.set_tap(tap.clone());
+    sinks.add(Box::new(LiveOut::beside(&sinks.dir, tap.clone())));
     tap
+}
+
+/// The live sink as a recording's output beside the directory.
+impl Output for LiveOut {
+    /// What reached the relay stays there: the recording stops on the
+    /// failed write that rolls back, so nothing is sent twice.
+    fn rollback(&mut self) -> Result<(), CtfError> {
+        Ok(())
+    }
+
+    fn thread_names(&mut self, table: NameTable) {
+        self.set_thread_name_table(table);
+    }
+
+    fn finish(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        self.set_clock(clock.clone());
+        self.set_env(env);
+        LiveOut::finish(self, classes);
+        Ok(())
+    }
+
+    fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        Output::finish(self, clock, env, classes)
+    }
 }
 
 /// Closes the relay session and says what reached the relay.

@@ -14,9 +14,9 @@ use nix::sys::eventfd::EventFd;
 use serde_json::json;
 
 use ivtrace_ctf::host_trace::{HostTrace, Payload, STREAM_IVTRACE};
-use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter};
+use ivtrace_ctf::{ClockMapping, CtfError};
 use ivtrace_engine::after_commit::{AfterCommit, Watcher};
-use ivtrace_engine::{BoxError, Hooks, StopReason, Woken};
+use ivtrace_engine::{BoxError, Hooks, Sinks, StopReason, Woken};
 use ivtrace_region::bytes::{u32_at, u64_at};
 use ivtrace_region::classes::{EventClass, Field, FieldType};
 use ivtrace_region::{abi, Command, EventClasses, Reader};
@@ -123,7 +123,7 @@ impl Delivery {
 
 /// serve's output: the CTF writer, plus the log of when each packet
 /// became visible in its file.
-pub type Delivering = AfterCommit<CtfWriter, Deliveries>;
+pub type Delivering = AfterCommit<Sinks, Deliveries>;
 
 /// The log of when each packet became visible in its trace file (in the
 /// host trace), and a sample of the deliveries for the latency statistics.
@@ -141,9 +141,9 @@ pub struct Deliveries {
 }
 
 impl Deliveries {
-    /// serve's output: `writer` with its deliveries logged in `host`'s
-    /// `stream`.
-    pub fn around(writer: CtfWriter, host: Arc<Mutex<HostTrace>>, stream: usize) -> Delivering {
+    /// serve's output: `sinks` with the deliveries of its directory logged
+    /// in `host`'s `stream`.
+    pub fn around(sinks: Sinks, host: Arc<Mutex<HostTrace>>, stream: usize) -> Delivering {
         let log = Deliveries {
             host,
             stream,
@@ -152,7 +152,7 @@ impl Deliveries {
             headerless: 0,
             rng: host_now_ns() | 1,
         };
-        AfterCommit::new(writer, log)
+        AfterCommit::new(sinks, log)
     }
 
     /// Keeps `d` in the sample with probability kept/seen.

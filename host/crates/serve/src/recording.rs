@@ -133,7 +133,7 @@ pub fn start(
     let region = reader.region();
     g.log(&clock.describe());
     let (host, stream) = host_side(g, &dir)?;
-    let mut writer = session::ctf_writer_part(
+    let writer = session::ctf_writer_part(
         region,
         &dir,
         &clock.initial_mapping(),
@@ -142,16 +142,17 @@ pub fn start(
         "serve",
         part,
     );
+    let mut sinks = ivtrace_engine::Sinks::new(writer);
     let tap = g.cfg.relay.as_ref().map(|hub| {
         let freq = region.header().clock.freq_hz;
-        let tap = ivtrace_engine::relayd::attach(hub, &g.name, freq, &mut writer);
+        let tap = ivtrace_engine::relayd::attach(hub, &g.name, freq, &mut sinks);
         host.trace()
             .lock()
             .expect("not poisoned")
             .set_tap(tap.clone());
         tap
     });
-    let output = Deliveries::around(writer, Arc::clone(host.trace()), stream);
+    let output = Deliveries::around(sinks, Arc::clone(host.trace()), stream);
     Ok(Live {
         core: Core::new(reader, output),
         clock,
@@ -442,7 +443,9 @@ fn finish_traces(
         output_error.get_or_insert(why);
     }
     observed.boot = match &rec.output_error {
-        None => ivtrace_boot::derive::at_end(rec.output.inner.root(), &g.cfg.boot, |m| g.log(m)),
+        None => {
+            ivtrace_boot::derive::at_end(rec.output.inner.dir.root(), &g.cfg.boot, |m| g.log(m))
+        }
         Some(_) => None,
     };
     observed.host_event_stats = stop_host_events(g, &mut host);
@@ -467,7 +470,7 @@ pub fn conclude(g: &Guest, ending: Ending) -> Result<StopReason> {
         .map(|t| ivtrace_engine::relayd::close(&t, |m| g.log(m)));
     let mut sidecar = session::build_sidecar(
         &rec.reader,
-        &rec.output.inner,
+        &rec.output.inner.dir,
         &g.shm.path,
         "serve",
         &rec.clock,
@@ -629,7 +632,7 @@ fn vm_view(
     rec: &Recorded<Delivering>,
     stats: Option<&ivtrace_tracefs::host_events::HostEventStats>,
 ) -> Option<ivtrace_vmview::derive::Derived> {
-    let guest = GuestOutput::of(&rec.output.inner, rec.reader.classes(), &rec.clock);
+    let guest = GuestOutput::of(&rec.output.inner.dir, rec.reader.classes(), &rec.clock);
     let named = stats.is_some_and(|s| s.vcpu_names);
     let source = ivtrace_engine::host_side::vcpu_source(false, named);
     match host.vm_view(&guest, HashMap::new(), source)? {

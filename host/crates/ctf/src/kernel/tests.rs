@@ -1128,17 +1128,20 @@ fn output_headers_are_compact_when_id_and_time_fit() {
     }
 }
 
-/// What a streaming writer handed to its tap: metadata as appended by a
+/// What a live sink handed to its tap: metadata as appended by a
 /// relay (first text whole, then the declarations of new classes) and the
-/// packets per file.
+/// packets per file; and the latest whole text of each trace's metadata.
 #[derive(Default)]
 struct CaptureTap {
     metadata: std::sync::Mutex<BTreeMap<String, (String, Vec<u32>)>>,
+    latest: std::sync::Mutex<BTreeMap<String, String>>,
     files: std::sync::Mutex<BTreeMap<String, Vec<u8>>>,
 }
 
 impl crate::PacketTap for CaptureTap {
     fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>) {
+        let mut latest = self.latest.lock().unwrap();
+        latest.insert(trace.to_string(), text.to_string());
         let mut m = self.metadata.lock().unwrap();
         let (sent, ids) = m.entry(trace.to_string()).or_default();
         let now: Vec<u32> = classes
@@ -1207,11 +1210,10 @@ fn writer_with(dir: &Path, region: &Region, clock: ClockMapping) -> CtfWriter {
     CtfWriter::new(root, region.header().uuid, clock, env, n, limits)
 }
 
-/// A resumed recording's kernel stays staged even for a streaming writer:
-/// its adopted files hold wire packets, which the expansion at the end
-/// turns into `DIR/kernel/` (the relay gets none of them).
+/// A resumed recording's kernel stays staged: its adopted files hold wire
+/// packets, which the expansion at the end turns into `DIR/kernel/`.
 #[test]
-fn a_resumed_kernel_stays_staged_with_a_tap() {
+fn a_resumed_kernel_stays_staged() {
     let r = fork_exec_rename_region();
     let dir = tempfile::tempdir().unwrap();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
@@ -1232,8 +1234,6 @@ fn a_resumed_kernel_stays_staged_with_a_tap() {
     }
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
     let mut resumed = writer_into(dir.path(), &region);
-    let tap = std::sync::Arc::new(CaptureTap::default());
-    resumed.set_tap(tap.clone());
     resumed.adopt(&adopted, reader.classes()).unwrap();
     resumed.finish(reader.classes()).unwrap();
     assert!(!staging.exists(), "the staging directory was expanded");
@@ -1244,62 +1244,78 @@ fn a_resumed_kernel_stays_staged_with_a_tap() {
         decode_file(&path, chan, &classes, &mut evs);
     }
     assert!(evs.iter().any(|e| e.name == "sched_switch"), "{evs:?}");
-    assert!(
-        tap.files.lock().unwrap().is_empty(),
-        "no wire packet relayed"
-    );
 }
 
-/// A streaming writer expands kernel packets as they arrive: the files are
-/// what the tap got, the tap's append-only metadata reads like the file's,
-/// names come from what was drained so far and the guest's name table, and
-/// syscall classes are declared as they occur.
+/// The directory and a live sink beside it, fed the same packets (what
+/// the engine's sinks do).
+struct DirAndLive {
+    dir: CtfWriter,
+    live: crate::live::LiveOut,
+}
+
+impl PacketSink for DirAndLive {
+    type Error = crate::CtfError;
+
+    fn packet(
+        &mut self,
+        chan: u32,
+        stream: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+    ) -> Result<(), crate::CtfError> {
+        self.dir.packet(chan, stream, bytes, classes)?;
+        self.live.packet(chan, stream, bytes, classes)
+    }
+}
+
+/// Writes what `tap` got under `dir` as the relay's copy would hold it
+/// (each trace's metadata and stream files).
+fn write_relay_copy(tap: &CaptureTap, dir: &Path) {
+    for (trace, (meta, _)) in tap.metadata.lock().unwrap().iter() {
+        std::fs::create_dir_all(dir.join(trace)).unwrap();
+        std::fs::write(dir.join(trace).join("metadata"), meta).unwrap();
+    }
+    for (rel, bytes) in tap.files.lock().unwrap().iter() {
+        std::fs::write(dir.join(rel), bytes).unwrap();
+    }
+}
+
+/// A live sink expands kernel packets as they arrive while the directory
+/// beside it stages them: names come from what was drained so far and
+/// the guest's name table, syscall classes are declared as they occur,
+/// and the relay's copy (append-only metadata, the packets sent) reads
+/// like the directory's trace.
 #[test]
-fn a_streaming_writer_expands_as_packets_arrive() {
+fn a_live_sink_expands_as_packets_arrive() {
     let mut r = fork_exec_rename_region();
     r.append_meta(&name_table(&[(42, "from-table")]));
     let dir = tempfile::tempdir().unwrap();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
-    let mut writer = writer_into(dir.path(), &region);
+    let writer = writer_into(dir.path(), &region);
     let tap = std::sync::Arc::new(CaptureTap::default());
-    writer.set_tap(tap.clone());
+    let live = crate::live::LiveOut::beside(&writer, tap.clone());
+    let mut both = DirAndLive { dir: writer, live };
     let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     if let Some(t) = ivtrace_region::names::read_thread_names(reader.region()) {
-        writer.set_thread_name_table(t);
+        both.dir.set_thread_name_table(t.clone());
+        both.live.set_thread_name_table(t);
     }
-    reader.drain_available(&mut writer).unwrap();
-    reader.flush_partial(&mut writer).unwrap();
-    reader.finish(&mut writer).unwrap();
-    writer.finish(reader.classes()).unwrap();
-    assert!(
-        !dir.path().join(super::STAGING_DIR).exists(),
-        "nothing staged"
-    );
-    let files = tap.files.lock().unwrap();
-    for (rel, bytes) in files.iter() {
-        assert_eq!(
-            &std::fs::read(dir.path().join(rel)).unwrap(),
-            bytes,
-            "{rel}"
-        );
-    }
+    reader.drain_available(&mut both).unwrap();
+    reader.flush_partial(&mut both).unwrap();
+    reader.finish(&mut both).unwrap();
+    both.dir.finish(reader.classes()).unwrap();
+    both.live.finish(reader.classes());
+    let relay = tempfile::tempdir().unwrap();
+    write_relay_copy(&tap, relay.path());
     // CPU 0's packet is drained before CPU 1's fork: the table names 42.
-    let classes = writer.output_classes(0, reader.classes()).clone();
-    let evs = kernel_chan_events(dir.path(), 0, &classes);
+    let classes = both.live.kernel_classes().unwrap().clone();
+    let evs = kernel_chan_events(relay.path(), 0, &classes);
     let sw = evs.iter().find(|e| e.name == "sched_switch").unwrap();
     assert_eq!(sw.f["next_comm"].text(), "from-table");
-    let stats = writer.kernel_expansion().unwrap();
+    let stats = both.live.kernel_expansion().unwrap();
     assert!(stats.comm_from_table > 0, "{stats:?}");
     if !have_tool("babeltrace2") {
         return;
-    }
-    // The relay's copy: appended metadata and the tapped packets.
-    let relay = tempfile::tempdir().unwrap();
-    std::fs::create_dir(relay.path().join("kernel")).unwrap();
-    let (meta, _) = tap.metadata.lock().unwrap()["kernel"].clone();
-    std::fs::write(relay.path().join("kernel/metadata"), meta).unwrap();
-    for (rel, bytes) in files.iter() {
-        std::fs::write(relay.path().join(rel), bytes).unwrap();
     }
     let count = |p: &Path| {
         let o = Command::new("babeltrace2").arg(p).output().unwrap();
@@ -1315,13 +1331,13 @@ fn a_streaming_writer_expands_as_packets_arrive() {
     assert_eq!(count(&relay.path().join("kernel")), local);
 }
 
-/// The streaming expansion converts with the mapping in force when a
+/// The live expansion converts with the mapping in force when a
 /// packet arrives: a later mapping that puts a stream's next times before
 /// its last one cannot make them go back (clamped and counted), and the
 /// clock block states the bound of the mapping the packets were converted
 /// with.
 #[test]
-fn a_streaming_writer_keeps_each_stream_monotonic_across_mappings() {
+fn a_live_sink_keeps_each_stream_monotonic_across_mappings() {
     let mut r = kernel_region(1);
     for (i, ts) in [100u64, 200, 300].into_iter().enumerate() {
         r.emit(0, ts, SWITCH, &switch(0, 0, 40 + i as u32));
@@ -1332,27 +1348,30 @@ fn a_streaming_writer_keeps_each_stream_monotonic_across_mappings() {
     }
     let dir = tempfile::tempdir().unwrap();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
-    let mut writer = writer_into(dir.path(), &region);
-    writer.set_tap(std::sync::Arc::new(CaptureTap::default()));
+    let tap = std::sync::Arc::new(CaptureTap::default());
+    let mut live = crate::live::LiveOut::beside(&writer_into(dir.path(), &region), tap.clone());
     let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
-    reader.drain_available(&mut writer).unwrap();
+    reader.drain_available(&mut live).unwrap();
     // The estimator moves the mapping 500 ns back, with a larger bound.
     let earlier = ClockMapping {
         ref_realtime_ns: clock().ref_realtime_ns - 500,
         error_ns: 1_234,
         ..clock()
     };
-    writer.set_clock(earlier);
-    reader.flush_partial(&mut writer).unwrap();
-    reader.finish(&mut writer).unwrap();
-    writer.finish(reader.classes()).unwrap();
-    let classes = writer.output_classes(0, reader.classes()).clone();
-    let evs = kernel_chan_events(dir.path(), 0, &classes);
+    live.set_clock(earlier);
+    reader.flush_partial(&mut live).unwrap();
+    reader.finish(&mut live).unwrap();
+    live.finish(reader.classes());
+    let relay = tempfile::tempdir().unwrap();
+    write_relay_copy(&tap, relay.path());
+    let classes = live.kernel_classes().unwrap().clone();
+    let evs = kernel_chan_events(relay.path(), 0, &classes);
     let base = clock().ref_realtime_ns;
     let got: Vec<u64> = evs.iter().map(|e| e.ts - base).collect();
     // 310 and 2000 map to -190 and 1500: -190 is before 300, so 300.
     assert_eq!(got, [100, 200, 300, 300, 1_500, 2_500]);
-    let stats = writer.kernel_expansion().unwrap();
+    let stats = live.kernel_expansion().unwrap();
     assert!(stats.ts_clamped >= 1, "{stats:?}");
-    kernel_metadata_has(dir.path(), &["precision = 1234;"]);
+    let meta = tap.latest.lock().unwrap()["kernel"].clone();
+    assert!(meta.contains("precision = 1234;"), "{meta}");
 }

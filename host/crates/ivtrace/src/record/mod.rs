@@ -309,10 +309,11 @@ fn record_region(
         ..Limits::default()
     };
     let (initial, part) = (clock.initial_mapping(), names.part());
-    let mut writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
+    let writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
+    let mut sinks = ivtrace_engine::Sinks::new(writer);
     let tap = hub.map(|hub| {
         let tap =
-            ivtrace_engine::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
+            ivtrace_engine::relayd::attach(hub, host, region.header().clock.freq_hz, &mut sinks);
         if let Some(run) = host_side.as_mut() {
             run.side
                 .trace()
@@ -323,11 +324,11 @@ fn record_region(
         tap
     });
     let forward = forwarder(args, region, host)?;
-    let mut writer = nesting(writer, forward, Some(Expander::new(out)));
+    let mut writer = nesting(sinks, forward, Some(Expander::new(out)));
     let h = region.header();
     let owner = h.is_loopback().then_some(h.owner_pid);
     if args.resume {
-        resume::continue_recording(out, &mut reader, &mut writer.inner)?;
+        resume::continue_recording(out, &mut reader, &mut writer.inner.dir)?;
     }
     let mut hooks = RecordHooks {
         stop,
@@ -385,7 +386,7 @@ fn forwarder(args: &RecordArgs, region: &Region, host: &str) -> Result<Option<Fo
 /// sidecar, the summary, and the nested guests it forwarded or carried.
 /// A failed output (a full disk) is an error after the sidecar says so.
 fn finish_trace(
-    rec: Recorded<Nesting<ivtrace_ctf::CtfWriter>>,
+    rec: Recorded<Nesting<ivtrace_engine::Sinks>>,
     args: &RecordArgs,
     names: Names,
     sides: Sides,
@@ -420,7 +421,7 @@ fn finish_trace(
             None
         }
     };
-    let writer = nesting.inner;
+    let writer = nesting.inner.dir;
     // A host trace that cannot be finished (the same full disk) is an
     // output error too: the sidecar still says why.
     let guest = GuestOutput::of(&writer, reader.classes(), &clock);

@@ -1,0 +1,190 @@
+//! A live copy of a recording's guest traces: the sink beside the trace
+//! directory that hands each packet, final, and each trace's metadata to
+//! a [`PacketTap`] (a relay connection) as they come.
+//!
+//! The directory stages kernel packets and expands them at the end; a
+//! live reader cannot wait for that, so this sink expands them as they
+//! arrive (the online kernel expansion: times converted with the mapping
+//! in force, clamped so each stream stays monotonic) and declares the
+//! expanded classes as system calls appear. User packets go as they are. The ftrace relay's
+//! pages are decoded at the end only, so the live copy has none of them.
+//!
+//! Each trace is described on its first packet and again whenever the
+//! event classes change and at the end (the final clock mapping and env):
+//! the tap keeps its copy append-only.
+
+use std::sync::Arc;
+
+use ivtrace_region::abi;
+use ivtrace_region::bytes::le_u32;
+use ivtrace_region::classes::{EventClasses, StreamClasses};
+use ivtrace_region::names::NameTable;
+use ivtrace_region::reader::PacketSink;
+
+use crate::kernel::KernelExpansion;
+use crate::kernel_out::Online;
+use crate::trace::{channel_file_name, stream_dir, CtfError, CtfWriter, PacketTap, TraceIds};
+use crate::tsdl::{self, Timebase, TraceEnv};
+use ivtrace_time::ClockMapping;
+
+/// The live kernel trace: its expansion and the generation of the classes
+/// its metadata was last sent for (None: not sent yet).
+struct LiveKernel {
+    online: Online,
+    generation: Option<u64>,
+}
+
+/// Sends a recording's guest traces to a tap as the packets come (see
+/// the module documentation).
+pub struct LiveOut {
+    tap: Arc<dyn PacketTap>,
+    ids: TraceIds,
+    clock: ClockMapping,
+    env: TraceEnv,
+    nr_channels: u32,
+    /// The guest's thread name table, once read (for a kernel trace made
+    /// after it).
+    name_table: Option<NameTable>,
+    /// The generation the user trace's metadata was last sent for, once
+    /// it had a packet.
+    user: Option<u64>,
+    /// The kernel trace, once it had a packet.
+    kernel: Option<LiveKernel>,
+}
+
+impl LiveOut {
+    /// A live copy of the traces `dir` writes (the same UUIDs, clock, env
+    /// and channels), sent to `tap`.
+    pub fn beside(dir: &CtfWriter, tap: Arc<dyn PacketTap>) -> LiveOut {
+        LiveOut {
+            tap,
+            ids: dir.ids().clone(),
+            clock: dir.clock().clone(),
+            env: dir.env().clone(),
+            nr_channels: dir.nr_channels(),
+            name_table: None,
+            user: None,
+            kernel: None,
+        }
+    }
+
+    /// Names the threads no naming event sent so far names.
+    pub fn set_thread_name_table(&mut self, table: NameTable) {
+        if let Some(k) = &mut self.kernel {
+            k.online.set_table(&table);
+        }
+        self.name_table = Some(table);
+    }
+
+    /// The clock mapping in force (kernel packets from now on are
+    /// converted with it; the user trace's metadata states it).
+    pub fn set_clock(&mut self, clock: ClockMapping) {
+        self.clock = clock;
+    }
+
+    pub fn set_env(&mut self, env: TraceEnv) {
+        self.env = env;
+    }
+
+    /// What the online kernel expansion did so far.
+    pub fn kernel_expansion(&self) -> Option<&KernelExpansion> {
+        self.kernel.as_ref().map(|k| k.online.stats())
+    }
+
+    /// The event classes the live kernel trace declares so far.
+    pub fn kernel_classes(&self) -> Option<&StreamClasses> {
+        self.kernel.as_ref().map(|k| k.online.classes())
+    }
+
+    /// Sends the metadata of every trace that had a packet again (the
+    /// final clock and env: call after [`LiveOut::set_clock`] and
+    /// [`LiveOut::set_env`]).
+    pub fn finish(&mut self, classes: &EventClasses) {
+        if self.kernel.is_some() {
+            self.send_kernel_metadata();
+        }
+        if self.user.is_some() {
+            self.send_user_metadata(classes);
+        }
+    }
+
+    /// The kernel trace's metadata: the expanded classes so far, the
+    /// clock block of the mapping its packets were converted with.
+    fn send_kernel_metadata(&mut self) {
+        let k = self.kernel.as_mut().expect("made");
+        let clock = k.online.converted_with().unwrap_or(&self.clock);
+        let desc = self.ids.desc(
+            abi::IVT_STREAM_KERNEL,
+            clock,
+            Timebase::Nanoseconds,
+            &self.env,
+        );
+        let classes = k.online.classes();
+        let text = tsdl::metadata(&desc, abi::IVT_STREAM_KERNEL, classes);
+        let trace = stream_dir(abi::IVT_STREAM_KERNEL);
+        self.tap.metadata(trace, &text, Some(classes));
+        k.generation = Some(k.online.generation());
+    }
+
+    /// The user trace's metadata: its wire classes, in ticks.
+    fn send_user_metadata(&mut self, classes: &EventClasses) {
+        let stream = abi::IVT_STREAM_USER;
+        let desc = self
+            .ids
+            .desc(stream, &self.clock, Timebase::Ticks, &self.env);
+        let output = classes.stream(stream);
+        let text = tsdl::metadata(&desc, stream, output);
+        self.tap.metadata(stream_dir(stream), &text, Some(output));
+        self.user = Some(classes.generation());
+    }
+
+    /// A kernel packet, expanded, after the metadata that declares the
+    /// classes it used.
+    fn kernel_packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
+        let table = self.name_table.as_ref();
+        let k = self.kernel.get_or_insert_with(|| LiveKernel {
+            online: Online::new(table),
+            generation: None,
+        });
+        let out = k.online.packet(chan, bytes, classes, &self.clock);
+        if k.generation != Some(k.online.generation()) {
+            self.send_kernel_metadata();
+        }
+        out
+    }
+
+    /// Hands a final packet of channel `chan` to the tap.
+    fn send(&self, chan: u32, stream: u32, bytes: &[u8]) {
+        let name = channel_file_name(stream, chan, self.nr_channels);
+        let events = le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
+        self.tap.packet(stream_dir(stream), &name, bytes, events);
+    }
+}
+
+impl PacketSink for LiveOut {
+    type Error = CtfError;
+
+    fn packet(
+        &mut self,
+        chan: u32,
+        stream: u32,
+        bytes: &[u8],
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        match stream {
+            abi::IVT_STREAM_KERNEL => {
+                let out = self.kernel_packet(chan, bytes, classes);
+                self.send(chan, stream, &out);
+            }
+            // Decoded at the end only (see the module documentation).
+            abi::IVT_STREAM_FTRACE => {}
+            _ => {
+                if self.user != Some(classes.generation()) {
+                    self.send_user_metadata(classes);
+                }
+                self.send(chan, stream, bytes);
+            }
+        }
+        Ok(())
+    }
+}
