@@ -330,12 +330,13 @@ impl CtfWriter {
 
     /// What the timestamps of stream class `stream`'s trace count: the
     /// kernel trace's are nanoseconds once expanded (at the end or as they
-    /// come), the staged wire packets' and the user trace's ticks.
+    /// come), the staged wire packets' ticks; the user trace's nanoseconds
+    /// (the drain rewrites them, `Reader::set_user_clock`).
     pub fn timebase(&self, stream: u32) -> Timebase {
         let expanded = match (&self.kernel, stream) {
             (Some(k), abi::IVT_STREAM_KERNEL) => !k.is_staged(),
             (None, abi::IVT_STREAM_KERNEL) => self.kernel_start() == KernelStart::Online,
-            _ => false,
+            _ => true,
         };
         match expanded {
             true => Timebase::Nanoseconds,

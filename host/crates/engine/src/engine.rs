@@ -453,10 +453,16 @@ impl<O: Output> Core<O> {
         if p.clock.until_due() != Some(Duration::ZERO) {
             return Ok(());
         }
-        match p.clock.exchange(self.reader.region()) {
-            Some(point) => p.hooks.synced(&point).map_err(EngineError::Front),
-            None => Ok(()),
+        let Some(point) = p.clock.exchange(self.reader.region()) else {
+            return Ok(());
+        };
+        // The user streams' nanoseconds follow the refined mapping from
+        // the next packet on (each stream kept monotonic by the reader).
+        if self.reader.user_in_ns() {
+            let m = p.clock.current_mapping();
+            self.reader.set_user_clock(m.ns_scale(), m.expressible());
         }
+        p.hooks.synced(&point).map_err(EngineError::Front)
     }
 
     /// Before a wait: with doorbells, the host half of the sleep handshake

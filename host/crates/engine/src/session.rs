@@ -386,6 +386,7 @@ pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64, EngineError> 
     let host = default_host_name(&region);
     let mut writer = ctf_writer_named(&region, &root, &clock, &host, limits, "record");
     let mut reader = Reader::new(region, clock.expressible());
+    reader.set_user_clock(clock.ns_scale(), clock.expressible());
     reader.drain_available(&mut writer)?;
     writer.commit()?;
     reader.commit_written();

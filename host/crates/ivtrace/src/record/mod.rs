@@ -224,7 +224,9 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         false => None,
     };
     let clock = clock_for(&region, args);
-    let mut reader = Reader::new(region, clock.initial_mapping().expressible());
+    let mapping = clock.initial_mapping();
+    let mut reader = Reader::new(region, mapping.expressible());
+    reader.set_user_clock(mapping.ns_scale(), mapping.expressible());
     let resumed = match &resume_from {
         Some((path, h)) => Some((*path, resume_handoff(&mut reader, h, path)?)),
         None => None,
