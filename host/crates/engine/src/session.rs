@@ -264,6 +264,8 @@ fn channel_summary(reader: &Reader, writer: &CtfWriter, c: u32) -> ChannelSummar
         older_overwritten: s.older_overwritten,
         first_ts: s.first_ts,
         last_ts: (s.events > 0).then_some(s.last_ts),
+        ts_clamped: s.ts_clamped,
+        retimed_slow: s.retimed_slow,
     }
 }
 

@@ -30,6 +30,9 @@ pub struct NsScale {
     /// floor((2^64 - 1) / freq): the reciprocal [`Anchor::ns`] multiplies
     /// by instead of dividing.
     inv: u64,
+    /// The largest tick distance from an anchor its fast path takes:
+    /// `d * 1e9 + rem` fits u64 (`rem < freq`).
+    reach: u64,
 }
 
 impl NsScale {
@@ -42,6 +45,10 @@ impl NsScale {
             ref_ticks,
             ref_ns,
             inv: u64::MAX.checked_div(freq).unwrap_or(0),
+            reach: u64::MAX
+                .saturating_sub(freq)
+                .checked_div(NS_PER_S)
+                .unwrap_or(0),
         }
     }
 
@@ -151,26 +158,35 @@ impl Anchor {
         self.ns
     }
 
-    /// [`NsScale::ns`] of `t`, equal to it for every `t`. The common case
-    /// (`t` at most ~18 s of ticks past the anchor) divides by
+    /// [`NsScale::ns`] of `t`, equal to it for every `t`.
+    pub fn ns(&self, t: u64) -> Option<u64> {
+        Some(self.ns_or_over(t)).filter(|&ns| ns <= NS_MAX)
+    }
+
+    /// [`NsScale::ns`] of `t` as one number, above [`NS_MAX`] when `t` has
+    /// no value: the drain's walk converts every event with it and checks
+    /// the last time only (times in a packet never go back). The common
+    /// case (`t` at most ~18 s of ticks past the anchor) divides by
     /// multiplying with the reciprocal: its estimate is the quotient or
     /// one less, and one comparison corrects it.
     #[inline]
-    pub fn ns(&self, t: u64) -> Option<u64> {
-        let x = t
-            .checked_sub(self.ticks)
-            .and_then(|d| d.checked_mul(NS_PER_S))
-            .and_then(|x| x.checked_add(self.rem));
-        let Some(x) = x else {
-            return self.scale.ns(t);
-        };
+    pub fn ns_or_over(&self, t: u64) -> u64 {
+        // One comparison for the three overflows: t before the anchor
+        // wraps past the reach.
+        let d = t.wrapping_sub(self.ticks);
+        if d > self.scale.reach {
+            return self.scale.ns(t).unwrap_or(u64::MAX);
+        }
         let freq = self.scale.freq;
+        // d <= reach: d * 1e9 + rem <= u64::MAX - freq + rem < 2^64;
         // x * inv / 2^64 < 2^64; q * freq <= x; x - q * freq < 2 * freq.
         #[allow(clippy::arithmetic_side_effects, clippy::cast_possible_truncation)]
-        let q = ((u128::from(x) * u128::from(self.scale.inv)) >> 64) as u64;
-        #[allow(clippy::arithmetic_side_effects)]
-        let q = q + u64::from(x - q * freq >= freq);
-        self.ns.checked_add(q).filter(|&ns| ns <= NS_MAX)
+        let q = {
+            let x = d * NS_PER_S + self.rem;
+            let q = ((u128::from(x) * u128::from(self.scale.inv)) >> 64) as u64;
+            q + u64::from(x - q * freq >= freq)
+        };
+        self.ns.saturating_add(q)
     }
 }
 

@@ -818,6 +818,9 @@ impl Reader {
         last: u64,
         mut r: Retimer,
     ) -> Result<(usize, Option<Times>), PacketFault> {
+        if let Some(fault) = r.fault() {
+            return Err(fault.into());
+        }
         let mut len = content;
         if let Some(tail) = r.tail() {
             let classes = self.classes.stream(stream);
@@ -829,9 +832,7 @@ impl Reader {
             self.spare.resize(room, 0);
             std::mem::swap(&mut self.scratch, &mut self.spare);
         }
-        let end_ns = r
-            .end_ns(last)
-            .ok_or(WalkFault::TimeUnmapped { at: len, ts: last })?;
+        let end_ns = r.end_ns(last).ok_or(WalkFault::TimeUnmapped { ts: last })?;
         let times = Times {
             begin_ns: r.begin_ns(),
             end_ns,

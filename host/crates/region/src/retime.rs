@@ -17,23 +17,24 @@
 //! ([`crate::packet::put_event_header`]). Never a wrong time.
 
 use crate::abi;
-use crate::bytes::{le_u32, put_u32, put_u64};
+use crate::bytes::{put_u32, put_u64};
 use crate::classes::StreamClasses;
-use crate::ns::Anchor;
-use crate::packet::{put_event_header, walk_from, EventVisitor, WalkFault, WalkFrom};
+use crate::ns::{Anchor, NS_MAX};
+use crate::packet::{put_event_header, walk_from, EventHeader, EventVisitor, WalkFault, WalkFrom};
 
 /// Receives each good event's header during a walk, to rewrite its time.
+/// Infallible, so the walk pays no branch for it: a time that cannot be
+/// rewritten is the rewriter's to report after the walk.
 pub trait Retime {
-    /// The event whose header starts at `content[at]` has time `ts`.
-    fn event(&mut self, content: &mut [u8], at: usize, ts: u64) -> Result<(), WalkFault>;
+    /// The event whose header starts at `content[at]`, read as `header`,
+    /// has time `ts`.
+    fn event(&mut self, content: &mut [u8], at: usize, header: EventHeader, ts: u64);
 }
 
 /// Walks that rewrite nothing (validation only).
 impl Retime for () {
     #[inline(always)]
-    fn event(&mut self, _content: &mut [u8], _at: usize, _ts: u64) -> Result<(), WalkFault> {
-        Ok(())
-    }
+    fn event(&mut self, _content: &mut [u8], _at: usize, _header: EventHeader, _ts: u64) {}
 }
 
 /// Rewrites one packet's event times from ticks to nanoseconds, keeping
@@ -48,9 +49,11 @@ pub struct Retimer {
     /// The tick time of the last event rewritten.
     prev_ticks: u64,
     clamped: u64,
-    /// The first event a compact header cannot hold in nanoseconds: it and
-    /// the events after it still carry ticks ([`retime_tail`]).
-    tail: Option<usize>,
+    /// The offset of the first event a compact header cannot hold in
+    /// nanoseconds: it and the events after it still carry ticks
+    /// ([`retime_tail`]). 0 while there is none (offset 0 is the packet
+    /// header: one load and compare per event, not an Option's two).
+    tail: usize,
 }
 
 impl Retimer {
@@ -65,7 +68,7 @@ impl Retimer {
             prev_ns: begin_ns,
             prev_ticks: anchor.ticks(),
             clamped: u64::from(raw < floor_ns),
-            tail: None,
+            tail: 0,
         }
     }
 
@@ -87,54 +90,62 @@ impl Retimer {
     /// Where the in-place rewrite stopped, if it did: the event there and
     /// the tick time of the one before ([`retime_tail`] goes on from it).
     pub fn tail(&self) -> Option<WalkFrom> {
-        self.tail.map(|off| WalkFrom {
-            off,
+        (self.tail != 0).then_some(WalkFrom {
+            off: self.tail,
             last_ts: self.prev_ticks,
         })
     }
 
-    /// Tick `ts` in nanoseconds, no earlier than the previous time; the
-    /// previous time moves on only with `advance` (an event, not the end).
+    /// Why the packet cannot be converted, if it cannot: a time with no
+    /// value (the last time is the latest, so checking it checks all).
+    pub fn fault(&self) -> Option<WalkFault> {
+        (self.prev_ns > NS_MAX).then_some(WalkFault::TimeUnmapped {
+            ts: self.prev_ticks,
+        })
+    }
+
+    /// Tick `ts` in nanoseconds, no earlier than the previous time (above
+    /// [`NS_MAX`] when it has no value); the previous time moves on with
+    /// each event rewritten, not with the end.
     #[inline]
-    fn time(&mut self, ts: u64) -> Option<u64> {
-        let raw = self.anchor.ns(ts)?;
-        if raw < self.prev_ns {
-            self.clamped = self.clamped.saturating_add(1);
-            return Some(self.prev_ns);
-        }
-        Some(raw)
+    fn time(&mut self, ts: u64) -> u64 {
+        let raw = self.anchor.ns_or_over(ts);
+        // A count of events: it cannot reach 2^64.
+        self.clamped = self.clamped.wrapping_add(u64::from(raw < self.prev_ns));
+        raw.max(self.prev_ns)
     }
 
     /// The packet's timestamp_end (ticks `end`, at or after its last
     /// event) in nanoseconds; None when the mapping gives it none.
     pub fn end_ns(&mut self, end: u64) -> Option<u64> {
-        self.time(end)
+        Some(self.time(end)).filter(|&ns| ns <= NS_MAX)
     }
 }
 
 impl Retime for Retimer {
     #[inline]
-    fn event(&mut self, content: &mut [u8], at: usize, ts: u64) -> Result<(), WalkFault> {
-        if self.tail.is_some() {
-            return Ok(());
+    fn event(&mut self, content: &mut [u8], at: usize, header: EventHeader, ts: u64) {
+        if self.tail != 0 {
+            return;
         }
-        let ns = self.time(ts).ok_or(WalkFault::TimeUnmapped { at, ts })?;
-        let word = le_u32(content, at);
-        let id_mask = (1u32 << abi::IVT_EV_ID_BITS).saturating_sub(1);
-        if word & id_mask == abi::IVT_EV_ID_EXTENDED {
+        let ns = self.time(ts);
+        match header {
             // The walk checked the 16 bytes; the time is the last 8.
-            put_u64(content, at.saturating_add(8), ns);
-        } else if ns.saturating_sub(self.prev_ns) <= abi::IVT_EV_TS_MASK {
-            // The mask keeps 27 bits: the shifted word fits in 32.
-            let low = (ns & abi::IVT_EV_TS_MASK) as u32;
-            put_u32(content, at, (word & id_mask) | low << abi::IVT_EV_ID_BITS);
-        } else {
-            self.tail = Some(at);
-            return Ok(());
+            EventHeader::Extended => put_u64(content, at.saturating_add(8), ns),
+            // ns >= prev_ns (time): the difference cannot wrap.
+            EventHeader::Compact(word) if ns.wrapping_sub(self.prev_ns) <= abi::IVT_EV_TS_MASK => {
+                let id_mask = (1u32 << abi::IVT_EV_ID_BITS).wrapping_sub(1);
+                // The mask keeps 27 bits: the shifted word fits in 32.
+                let low = (ns & abi::IVT_EV_TS_MASK) as u32;
+                put_u32(content, at, (word & id_mask) | low << abi::IVT_EV_ID_BITS);
+            }
+            EventHeader::Compact(_) => {
+                self.tail = at;
+                return;
+            }
         }
         self.prev_ns = ns;
         self.prev_ticks = ts;
-        Ok(())
     }
 }
 
@@ -155,33 +166,25 @@ pub fn retime_tail(
 ) -> Result<(), WalkFault> {
     out.clear();
     out.extend_from_slice(content.get(..tail.off).unwrap_or_default());
-    let mut emit = Emit {
-        retimer,
-        out,
-        unmapped: None,
-    };
+    let mut emit = Emit { retimer, out };
     walk_from(content, classes, tail, end, &mut emit, &mut ())?;
-    if let Some(ts) = emit.unmapped {
-        return Err(WalkFault::TimeUnmapped { at: tail.off, ts });
+    match retimer.fault() {
+        Some(fault) => Err(fault),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The slow path's visitor: re-emits each event with its time in ns.
 struct Emit<'a> {
     retimer: &'a mut Retimer,
     out: &'a mut Vec<u8>,
-    unmapped: Option<u64>,
 }
 
 impl EventVisitor for Emit<'_> {
     fn event(&mut self, _id: u32, _ts: u64) {}
 
     fn event_payload(&mut self, id: u32, ts: u64, payload: &[u8]) {
-        let Some(ns) = self.retimer.time(ts) else {
-            self.unmapped.get_or_insert(ts);
-            return;
-        };
+        let ns = self.retimer.time(ts);
         put_event_header(self.out, id, ns, self.retimer.prev_ns);
         self.out.extend_from_slice(payload);
         // Event headers are 4-byte aligned; payloads are byte-packed, so
@@ -189,6 +192,7 @@ impl EventVisitor for Emit<'_> {
         let aligned = self.out.len().next_multiple_of(abi::IVT_EV_ALIGN);
         self.out.resize(aligned, 0);
         self.retimer.prev_ns = ns;
+        self.retimer.prev_ticks = ts;
     }
 }
 
@@ -339,24 +343,28 @@ mod tests {
     }
 
     #[test]
-    fn a_time_without_a_value_fails_the_walk() {
+    fn a_time_without_a_value_is_a_fault_never_a_wrong_time() {
         // Tick 0 is one second before the epoch.
         let scale = NsScale::new(1_000_000_000, 1_000_000_000, 0);
         assert!(scale.anchor(0).is_none());
-        let anchor = scale
-            .anchor(u64::MAX - 10)
-            .unwrap_or_else(|| scale.anchor(1 << 62).unwrap());
-        let mut r = Retimer::new(anchor, 0);
-        let mut b = packet(1 << 62, &[(0, u64::MAX)]);
+        // At 1 GHz from 0, tick n is n ns: past NS_MAX, no value. A
+        // compact header 15 ticks on is rewritten, then refused.
+        let scale = NsScale::new(1_000_000_000, 0, 0);
+        let begin = NS_MAX - 10;
+        let mut r = Retimer::new(scale.anchor(begin).unwrap(), 0);
+        let mut b = packet(begin, &[(0, begin + 5), (0, NS_MAX + 5)]);
         let from = WalkFrom {
             off: abi::PACKET_HDR_SIZE,
-            last_ts: 1 << 62,
+            last_ts: begin,
         };
-        let got = walk_from(&mut b, &classes(), from, None, &mut (), &mut r);
-        assert!(
-            matches!(got, Err(WalkFault::TimeUnmapped { .. })),
-            "{got:?}"
-        );
+        walk_from(&mut b, &classes(), from, None, &mut (), &mut r).unwrap();
+        assert_eq!(r.fault(), Some(WalkFault::TimeUnmapped { ts: NS_MAX + 5 }));
+        // An extended header takes any u64: the last time is checked.
+        let mut r = Retimer::new(scale.anchor(begin).unwrap(), 0);
+        let mut b = packet(begin, &[(40, u64::MAX)]);
+        walk_from(&mut b, &classes(), from, None, &mut (), &mut r).unwrap();
+        assert_eq!(r.fault(), Some(WalkFault::TimeUnmapped { ts: u64::MAX }));
+        assert_eq!(r.end_ns(u64::MAX), None);
     }
 
     proptest! {
