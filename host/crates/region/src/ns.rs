@@ -7,7 +7,7 @@
 //!
 //! The one definition of that conversion: ivtrace-time's
 //! `ClockMapping::ns_value` (the kernel trace, at the end) and the drain's
-//! in-place rewrite of user packets ([`crate::packet::Retimer`]) both call
+//! in-place rewrite of user packets ([`crate::retime::Retimer`]) both call
 //! [`NsScale::ns`], so a tick has one nanosecond value in every trace.
 //! The drain converts each event from its packet's [`Anchor`]: one
 //! 128-bit division per packet, then per event a multiply by a
@@ -110,8 +110,9 @@ impl NsScale {
     /// nanoseconds left off, in ticks (`ivtrace record --resume`), for
     /// checks that must not refuse what follows it.
     pub fn ticks_at(&self, ns: u64) -> u64 {
-        let d = i128::from(ns) - i128::from(self.ref_ns);
         // |d| < 2^64 and freq < 2^64: the product fits i128.
+        #[allow(clippy::arithmetic_side_effects)]
+        let d = i128::from(ns) - i128::from(self.ref_ns);
         #[allow(clippy::arithmetic_side_effects)]
         let t = i128::from(self.ref_ticks)
             + (d * i128::from(self.freq)).div_euclid(i128::from(NS_PER_S));
@@ -123,8 +124,9 @@ impl NsScale {
     /// `t` has no value.
     pub fn anchor(&self, t: u64) -> Option<Anchor> {
         let ns = self.ns(t)?;
-        let d = i128::from(t) - i128::from(self.ref_ticks);
         // As in realtime_ns; the remainder is in [0, freq).
+        #[allow(clippy::arithmetic_side_effects)]
+        let d = i128::from(t) - i128::from(self.ref_ticks);
         #[allow(clippy::arithmetic_side_effects)]
         let rem = (d * i128::from(NS_PER_S)).rem_euclid(i128::from(self.freq));
         Some(Anchor {
