@@ -443,8 +443,10 @@ impl CtfWriter {
         &self.env.hostname
     }
 
-    /// Replaces the clock mapping (final estimate); rewrite the metadata
-    /// with [`CtfWriter::write_metadata`] afterwards.
+    /// Replaces the clock mapping (a refined estimate while recording,
+    /// which the streaming expansions convert with from then on; the
+    /// final one at the end: rewrite the metadata with
+    /// [`CtfWriter::write_metadata`] afterwards).
     pub fn set_clock(&mut self, clock: ClockMapping) {
         self.clock = clock;
     }
