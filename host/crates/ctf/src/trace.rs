@@ -200,6 +200,8 @@ pub struct CtfWriter {
     ftrace_expander: Option<Box<dyn FtraceExpand>>,
     /// The ftrace stream, once its first page had a file.
     ftrace: Option<FtraceTrace>,
+    /// The user trace's packets count ticks ([`CtfWriter::keep_user_ticks`]).
+    user_ticks: bool,
 }
 
 /// The ftrace relay's stream (stream class 2): its pages staged, then
@@ -254,6 +256,7 @@ impl CtfWriter {
             wire_dir: None,
             ftrace_expander: None,
             ftrace: None,
+            user_ticks: false,
         }
     }
 
@@ -336,7 +339,7 @@ impl CtfWriter {
         let expanded = match (&self.kernel, stream) {
             (Some(k), abi::IVT_STREAM_KERNEL) => !k.is_staged(),
             (None, abi::IVT_STREAM_KERNEL) => self.kernel_start() == KernelStart::Online,
-            _ => true,
+            _ => !self.user_ticks,
         };
         match expanded {
             true => Timebase::Nanoseconds,
@@ -441,6 +444,15 @@ impl CtfWriter {
     /// The `hostname` the guest traces carry.
     pub fn host_name(&self) -> &str {
         &self.env.hostname
+    }
+
+    /// The user packets this writer gets count the guest's ticks (the
+    /// reader does not convert them: nested tracing, whose L0 places L2's
+    /// ticks with the composed mapping, docs/nested.md): its user trace's
+    /// clock block says ticks at the mapping's frequency, the date in the
+    /// offset.
+    pub fn keep_user_ticks(&mut self) {
+        self.user_ticks = true;
     }
 
     /// Replaces the clock mapping (a refined estimate while recording,

@@ -226,7 +226,11 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
     let clock = clock_for(&region, args);
     let mapping = clock.initial_mapping();
     let mut reader = Reader::new(region, mapping.expressible());
-    reader.set_user_clock(mapping.ns_scale(), mapping.expressible());
+    // A forwarding L1 keeps L2's ticks: L0 places them with the composed
+    // mapping (docs/nested.md); its own user trace then counts ticks too.
+    if args.forward.is_none() {
+        reader.set_user_clock(mapping.ns_scale(), mapping.expressible());
+    }
     let resumed = match &resume_from {
         Some((path, h)) => Some((*path, resume_handoff(&mut reader, h, path)?)),
         None => None,
@@ -312,6 +316,9 @@ fn record_region(
     };
     let (initial, part) = (clock.initial_mapping(), names.part());
     let mut writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
+    if !reader.user_in_ns() {
+        writer.keep_user_ticks();
+    }
     let tap = hub.map(|hub| {
         let tap =
             ivtrace_engine::relayd::attach(hub, host, region.header().clock.freq_hz, &mut writer);
