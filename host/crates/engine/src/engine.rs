@@ -44,6 +44,13 @@ const SLOW_CHECK: Duration = Duration::from_millis(100);
 /// expansion (it names threads no naming event drained so far names).
 const NAMES_REFRESH: Duration = Duration::from_secs(1);
 
+/// How long the first drain waits for the clock exchange's first point:
+/// user times drained before it would be converted with the region
+/// header's mapping, which nothing measured. A polled writer enters the
+/// exchange every `IVT_SYNC_POLL_MS` (20 ms) and finding its phase takes a
+/// few of them; a kicked one answers at once.
+const FIRST_POINT_WAIT: Duration = Duration::from_millis(200);
+
 /// Why a recording ended (front ends word it for their users: the
 /// sidecar's `stop_reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -369,6 +376,7 @@ impl<O: Output> Core<O> {
     fn step_inner(&mut self, p: &mut Parts) -> Result<Step> {
         if std::mem::take(&mut self.fresh) {
             self.refresh_names();
+            self.await_first_point(p)?;
         }
         let pass = self.pass()?;
         if self.reader.region().shrunk() {
@@ -461,12 +469,35 @@ impl<O: Output> Core<O> {
         }
     }
 
-    fn sync_if_due(&mut self, p: &mut Parts) -> Result<()> {
-        if p.clock.until_due() != Some(Duration::ZERO) {
+    /// Before the first drain: runs the exchange until it keeps a point
+    /// (or [`FIRST_POINT_WAIT`] passed), so the user streams' first times
+    /// are converted with a measured mapping. A clock that never exchanges,
+    /// or user streams kept in ticks, do not wait.
+    fn await_first_point(&mut self, p: &mut Parts) -> Result<()> {
+        if !self.reader.user_in_ns() {
             return Ok(());
         }
+        let give_up = Instant::now() + FIRST_POINT_WAIT;
+        while let Some(due) = p.clock.until_due() {
+            let left = give_up.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(due.min(left));
+            if self.sync_if_due(p)? {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the exchange when it is due; whether it kept a point.
+    fn sync_if_due(&mut self, p: &mut Parts) -> Result<bool> {
+        if p.clock.until_due() != Some(Duration::ZERO) {
+            return Ok(false);
+        }
         let Some(point) = p.clock.exchange(self.reader.region()) else {
-            return Ok(());
+            return Ok(false);
         };
         // The user streams' nanoseconds and the streaming expansions
         // follow the refined mapping from the next packet on (each stream
@@ -476,7 +507,8 @@ impl<O: Output> Core<O> {
             self.reader.set_user_clock(m.ns_scale(), m.expressible());
         }
         self.output.clock_refined(&m);
-        p.hooks.synced(&point).map_err(EngineError::Front)
+        p.hooks.synced(&point).map_err(EngineError::Front)?;
+        Ok(true)
     }
 
     /// Before a wait: with doorbells, the host half of the sleep handshake
