@@ -152,14 +152,21 @@ pub(crate) fn write_err(path: impl std::fmt::Display) -> impl FnOnce(io::Error) 
     move |source| CtfError::Write { path, source }
 }
 
-/// What the front end says about the recording in the sidecar written
-/// while it runs.
+/// What the writer says while the recording runs.
 #[derive(Debug, Clone, Default)]
-pub struct Progress {
-    /// `record`, `serve`, `snapshot`.
-    pub mode: String,
-    /// The region's description (the sidecar's `region`).
-    pub region: BTreeMap<String, serde_json::Value>,
+pub enum Progress {
+    /// Nothing: no sidecar in its `recording` state (writers of nested
+    /// recordings, tests).
+    #[default]
+    Quiet,
+    /// The sidecar in its `recording` state, rewritten whenever the
+    /// metadata changes, with what the front end says of the recording.
+    Sidecar {
+        /// `record`, `serve`, `snapshot`.
+        mode: String,
+        /// The region's description (the sidecar's `region`).
+        region: BTreeMap<String, serde_json::Value>,
+    },
 }
 
 /// The UUIDs a recording's guest traces carry.
@@ -218,7 +225,7 @@ pub struct CtfWriter {
     /// Stream class of each channel that has a file.
     stream_of: Vec<Option<u32>>,
     files: StreamFiles,
-    progress: Option<Progress>,
+    progress: Progress,
     reserve: bool,
     /// The guest's thread name table, if the front end read one.
     name_table: Option<NameTable>,
@@ -273,7 +280,7 @@ impl CtfWriter {
             // One more than the channels: the no-channel stream.
             stream_of: vec![None; nr_channels as usize + 1],
             files: StreamFiles::new(limits, nr_channels + 1),
-            progress: None,
+            progress: Progress::Quiet,
             reserve,
             name_table: None,
             nr_channels,
@@ -380,10 +387,9 @@ impl CtfWriter {
         }
     }
 
-    /// Writes the sidecar in its `recording` state whenever the metadata
-    /// changes (see the module documentation).
+    /// What to say while recording (see the module documentation).
     pub fn set_progress(&mut self, progress: Progress) {
-        self.progress = Some(progress);
+        self.progress = progress;
     }
 
     /// The event classes a stream class's output declares: the expanded
@@ -497,7 +503,9 @@ impl CtfWriter {
     /// The trace's sidecar before the recording is finalized: what
     /// `ivtrace recover` needs (layouts, clock, env) and the state.
     fn progress_sidecar(&self, classes: &EventClasses) -> Option<Sidecar> {
-        let p = self.progress.as_ref()?;
+        let Progress::Sidecar { mode, region } = &self.progress else {
+            return None;
+        };
         let streams = (0..abi::IVT_STREAM_CLASSES)
             .filter(|&s| self.has_stream(s))
             .map(|s| StreamLayout::from_classes(s, stream_dir(s), self.output_classes(s, classes)))
@@ -505,10 +513,10 @@ impl CtfWriter {
         Some(Sidecar {
             format: SIDECAR_FORMAT.into(),
             tracer_version: env!("CARGO_PKG_VERSION").into(),
-            mode: p.mode.clone(),
+            mode: mode.clone(),
             state: STATE_RECORDING.into(),
             trace_uuid: self.ids.uuid.clone(),
-            region: p.region.clone(),
+            region: region.clone(),
             clock: self.clock.clone(),
             env: Some(crate::sidecar::EnvRecord::from(&self.env)),
             streams,
