@@ -146,11 +146,10 @@ def causality(rang_ns, received):
 
 def mapped_ns(clock, ticks):
     """Tick value `ticks` in nanoseconds since the epoch with the recording's clock mapping
-    (the sidecar's `clock`), as the host converts the kernel trace's times: integers, the
-    quotient truncated toward zero (ClockMapping::realtime_ns)."""
+    (the sidecar's `clock`), as the host converts the guest traces' times: integers, the
+    quotient rounded down (ivtrace_region::ns::NsScale)."""
     delta = (ticks - clock["ref_ticks"]) * 1_000_000_000
-    q = abs(delta) // max(clock["freq_hz"], 1)
-    return clock["ref_realtime_ns"] + (q if delta >= 0 else -q)
+    return clock["ref_realtime_ns"] + delta // max(clock["freq_hz"], 1)
 
 
 def delivery_latency(events, delivered, clock):

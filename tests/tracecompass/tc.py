@@ -143,24 +143,27 @@ def babeltrace2_times(trace_dir):
     return first, last
 
 
-def babeltrace2_event_times(trace_dir, name):
-    """Every `name` event's time in ns since the epoch, in order, as babeltrace2 computes it
-    (exact integer arithmetic from the clock block)."""
+def babeltrace2_event_times(trace_dir, name=None):
+    """Every `name` event's (every event's, without a name) time in ns since the epoch, in
+    order, as babeltrace2 computes it (exact integer arithmetic from the clock block)."""
     import bt2
     return [msg.default_clock_snapshot.ns_from_origin
             for msg in bt2.TraceCollectionMessageIterator(str(trace_dir))
-            if type(msg) is bt2._EventMessageConst and msg.event.name == name]
+            if type(msg) is bt2._EventMessageConst and name in (None, msg.event.name)]
+
+
+def babeltrace1_event_times(trace_dir):
+    """Every event's time in ns since the epoch, in order, as babeltrace 1 prints them."""
+    p = _run(["babeltrace", "--clock-seconds", "--no-delta", trace_dir], "babeltrace 1", 600)
+    stamps = re.findall(r"^\[(\d+)\.(\d{9})\]", p.stdout, re.M)
+    assert stamps, f"babeltrace 1 printed no event of {trace_dir}:\n{p.stdout[:500]}"
+    return [int(sec) * 1_000_000_000 + int(ns) for sec, ns in stamps]
 
 
 def babeltrace1_times(trace_dir):
     """(first, last) event time in ns since the epoch, as babeltrace 1 prints them."""
-    p = _run(["babeltrace", "--clock-seconds", "--no-delta", trace_dir], "babeltrace 1", 600)
-    stamps = re.findall(r"^\[(\d+)\.(\d{9})\]", p.stdout, re.M)
-    assert stamps, f"babeltrace 1 printed no event of {trace_dir}:\n{p.stdout[:500]}"
-
-    def ns(st):
-        return int(st[0]) * 1_000_000_000 + int(st[1])
-    return ns(stamps[0]), ns(stamps[-1])
+    stamps = babeltrace1_event_times(trace_dir)
+    return stamps[0], stamps[-1]
 
 
 def clock_block(trace_dir):

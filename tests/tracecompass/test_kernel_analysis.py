@@ -128,21 +128,38 @@ def test_babeltrace_1_2_and_trace_compass_agree_on_the_dates(rec, tracecompass, 
     assert abs(tr["end_ns"] - bt2_last) <= READERS_AGREE_NS
 
 
-def test_trace_compass_shows_every_timestamp_to_the_nanosecond(rec, tracecompass):
+@pytest.mark.parametrize("sub,prefix", [("kernel", "sched_switch"), ("user", "")])
+def test_trace_compass_shows_every_timestamp_to_the_nanosecond(rec, tracecompass, sub, prefix):
     """Nanosecond resolution, not only the date: Trace Compass's time of every sched_switch
-    equals babeltrace2's (exact integer arithmetic from the clock block) to the ns, and its
-    times are not all multiples of 256 ns (the step of a double near 1.8e18 ns). The kernel
-    trace counts nanoseconds since the epoch on a 1 GHz clock with offset 0 (docs/ctf.md,
-    "Time"): Trace Compass 6.2 scales no value through a double at 1 GHz."""
-    d = rec["out"] / "kernel"
-    tc_ns = sorted(e["ns"] for e in tracecompass.events(d, "sched_switch")["matched"]
-                   if e["name"] == "sched_switch")
-    bt2_ns = sorted(t.babeltrace2_event_times(d, "sched_switch"))
+    (kernel trace) or every event (user trace) equals babeltrace2's (exact integer arithmetic
+    from the clock block) to the ns, and its times are not all multiples of 256 ns (the step
+    of a double near 1.8e18 ns). Both traces count nanoseconds since the epoch on a 1 GHz
+    clock with offset 0 (docs/ctf.md, "Time"): Trace Compass 6.2 scales no value through a
+    double at 1 GHz."""
+    d = rec["out"] / sub
+    assert t.clock_block(d)["freq"] == "1000000000"
+    tc_ns = sorted(e["ns"] for e in tracecompass.events(d, prefix)["matched"]
+                   if e["name"].startswith(prefix))
+    bt2_ns = sorted(t.babeltrace2_event_times(d, prefix or None))
     step256 = sum(1 for ns in tc_ns if ns % 256 == 0)
     differ = [(a, b) for a, b in zip(tc_ns, bt2_ns) if a != b]
-    print(f"\nsched_switch: Trace Compass {len(tc_ns):,}, babeltrace2 {len(bt2_ns):,}; "
-          f"multiples of 256 ns in Trace Compass {step256:,}; times that differ {len(differ):,}"
+    print(f"\n{sub} {prefix or 'events'}: Trace Compass {len(tc_ns):,}, babeltrace2 "
+          f"{len(bt2_ns):,}; multiples of 256 ns in Trace Compass {step256:,}; times that "
+          f"differ {len(differ):,}"
           + (f", first {differ[0][0] - differ[0][1]:+d} ns" if differ else ""))
     assert len(tc_ns) == len(bt2_ns) > 100
     assert step256 < len(tc_ns) / 16, "Trace Compass rounds to 256 ns"
     assert not differ, f"{len(differ)} of {len(tc_ns)} times differ from babeltrace2's"
+
+
+def test_babeltrace_1_and_2_agree_on_every_user_event_to_the_nanosecond(rec):
+    """The user trace's values are nanoseconds at 1 GHz (the drain rewrites them in place):
+    babeltrace 1, which converts through a double at any other frequency, prints babeltrace2's
+    time for every event."""
+    d = rec["out"] / "user"
+    bt1, bt2 = t.babeltrace1_event_times(d), t.babeltrace2_event_times(d)
+    differ = [(a, b) for a, b in zip(sorted(bt1), sorted(bt2)) if a != b]
+    print(f"\nuser: babeltrace 1 {len(bt1):,} events, babeltrace2 {len(bt2):,}; "
+          f"times that differ {len(differ):,}")
+    assert len(bt1) == len(bt2) > 100
+    assert not differ, f"{len(differ)} of {len(bt1)} times differ, first {differ[0]}"

@@ -42,6 +42,8 @@ pub struct LiveOut {
     clock: ClockMapping,
     env: TraceEnv,
     nr_channels: u32,
+    /// What the user trace's times count (the directory's choice).
+    user_timebase: Timebase,
     /// The guest's thread name table, once read (for a kernel trace made
     /// after it).
     name_table: Option<NameTable>,
@@ -62,6 +64,7 @@ impl LiveOut {
             clock: dir.clock().clone(),
             env: dir.env().clone(),
             nr_channels: dir.nr_channels(),
+            user_timebase: dir.timebase(abi::IVT_STREAM_USER),
             name_table: None,
             user: None,
             kernel: None,
@@ -126,12 +129,13 @@ impl LiveOut {
         k.generation = Some(k.online.generation());
     }
 
-    /// The user trace's metadata: its wire classes, in ticks.
+    /// The user trace's metadata: its wire classes, in the directory's
+    /// timebase (nanoseconds unless the drain keeps ticks).
     fn send_user_metadata(&mut self, classes: &EventClasses) {
         let stream = abi::IVT_STREAM_USER;
         let desc = self
             .ids
-            .desc(stream, &self.clock, Timebase::Ticks, &self.env);
+            .desc(stream, &self.clock, self.user_timebase, &self.env);
         let output = classes.stream(stream);
         let text = tsdl::metadata(&desc, stream, output);
         self.tap.metadata(stream_dir(stream), &text, Some(output));

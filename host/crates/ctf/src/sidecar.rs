@@ -141,8 +141,20 @@ pub struct ChannelSummary {
     pub utf8_fixed: u64,
     /// Snapshot: events committed before the oldest packet kept.
     pub older_overwritten: u64,
+    /// The first and last event's times: in the guest's ticks as the
+    /// drain saw them; `ivtrace recover` reads them from the stream files,
+    /// whose user times are nanoseconds.
     pub first_ts: Option<u64>,
     pub last_ts: Option<u64>,
+    /// User streams: times written as the stream's previous one so it
+    /// never goes back across a change of the mapping in force
+    /// (docs/ctf.md "Time").
+    #[serde(default)]
+    pub ts_clamped: u64,
+    /// User streams: packets written afresh because a compact header could
+    /// not hold its time in nanoseconds.
+    #[serde(default)]
+    pub retimed_slow: u64,
 }
 
 /// The trace's `env` block, as the sidecar keeps it (`ivtrace recover`
@@ -171,6 +183,8 @@ impl ChannelSummary {
             t.header_bytes += c.header_bytes;
             t.lost.add(&c.lost);
             t.utf8_fixed += c.utf8_fixed;
+            t.ts_clamped = t.ts_clamped.saturating_add(c.ts_clamped);
+            t.retimed_slow = t.retimed_slow.saturating_add(c.retimed_slow);
             t.older_overwritten = t.older_overwritten.saturating_add(c.older_overwritten);
             for (k, v) in &c.skipped_packets {
                 let n = t.skipped_packets.entry(k.clone()).or_default();

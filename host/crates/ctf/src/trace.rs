@@ -236,6 +236,8 @@ pub struct CtfWriter {
     ftrace_expander: Box<dyn FtraceExpand>,
     /// The ftrace stream, once its first page had a file.
     ftrace: Option<FtraceTrace>,
+    /// The user trace's packets count ticks ([`CtfWriter::keep_user_ticks`]).
+    user_ticks: bool,
 }
 
 /// The ftrace relay's stream (stream class 2): its pages staged, then
@@ -286,6 +288,7 @@ impl CtfWriter {
             nr_channels,
             ftrace_expander: Box::new(KeepStaged),
             ftrace: None,
+            user_ticks: false,
         }
     }
 
@@ -361,11 +364,17 @@ impl CtfWriter {
 
     /// What the timestamps of stream class `stream`'s trace count: the
     /// kernel trace's are nanoseconds once expanded at the end, the staged
-    /// wire packets' and the user trace's ticks.
+    /// wire packets' ticks; the user trace's nanoseconds (the drain
+    /// rewrites them, `Reader::set_user_clock`) unless kept in ticks.
     pub fn timebase(&self, stream: u32) -> Timebase {
-        match &self.kernel {
-            Some(k) if stream == abi::IVT_STREAM_KERNEL && !k.is_staged() => Timebase::Nanoseconds,
-            _ => Timebase::Ticks,
+        let expanded = match (&self.kernel, stream) {
+            (Some(k), abi::IVT_STREAM_KERNEL) => !k.is_staged(),
+            (None, abi::IVT_STREAM_KERNEL) => false,
+            _ => !self.user_ticks,
+        };
+        match expanded {
+            true => Timebase::Nanoseconds,
+            false => Timebase::Ticks,
         }
     }
 
@@ -455,8 +464,19 @@ impl CtfWriter {
         &self.env.hostname
     }
 
-    /// Replaces the clock mapping (final estimate); rewrite the metadata
-    /// with [`CtfWriter::write_metadata`] afterwards.
+    /// The user packets this writer gets count the guest's ticks (the
+    /// reader does not convert them: nested tracing, whose L0 places L2's
+    /// ticks with the composed mapping, docs/nested.md): its user trace's
+    /// clock block says ticks at the mapping's frequency, the date in the
+    /// offset.
+    pub fn keep_user_ticks(&mut self) {
+        self.user_ticks = true;
+    }
+
+    /// Replaces the clock mapping (a refined estimate while recording,
+    /// which the streaming expansions convert with from then on; the
+    /// final one at the end: rewrite the metadata with
+    /// [`CtfWriter::write_metadata`] afterwards).
     pub fn set_clock(&mut self, clock: ClockMapping) {
         self.clock = clock;
     }

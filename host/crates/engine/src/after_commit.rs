@@ -112,6 +112,10 @@ where
         self.inner.thread_names(table);
     }
 
+    fn clock_refined(&mut self, clock: &ClockMapping) {
+        self.inner.clock_refined(clock);
+    }
+
     /// Commits what is pending first: the watcher sees every packet the
     /// finished output holds.
     fn finish(

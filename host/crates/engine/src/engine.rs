@@ -110,6 +110,11 @@ pub trait Output: PacketSink<Error: std::error::Error + Send + Sync + 'static> {
     /// default.
     fn thread_names(&mut self, _table: NameTable) {}
 
+    /// A clock exchange refined the mapping in force: an output that
+    /// converts times as packets come (a relay's kernel and ftrace
+    /// expansions) converts with `clock` from now on. Ignored by default.
+    fn clock_refined(&mut self, _clock: &ClockMapping) {}
+
     /// The recording is over: the final clock and env, the metadata.
     fn finish(
         &mut self,
@@ -136,6 +141,12 @@ impl Output for CtfWriter {
 
     fn thread_names(&mut self, table: NameTable) {
         self.set_thread_name_table(table);
+    }
+
+    /// The streaming expansions convert with the writer's mapping; the
+    /// final one replaces it again at the end.
+    fn clock_refined(&mut self, clock: &ClockMapping) {
+        self.set_clock(clock.clone());
     }
 
     fn finish(
@@ -454,10 +465,18 @@ impl<O: Output> Core<O> {
         if p.clock.until_due() != Some(Duration::ZERO) {
             return Ok(());
         }
-        match p.clock.exchange(self.reader.region()) {
-            Some(point) => p.hooks.synced(&point).map_err(EngineError::Front),
-            None => Ok(()),
+        let Some(point) = p.clock.exchange(self.reader.region()) else {
+            return Ok(());
+        };
+        // The user streams' nanoseconds and the streaming expansions
+        // follow the refined mapping from the next packet on (each stream
+        // kept monotonic by its converter).
+        let m = p.clock.current_mapping();
+        if self.reader.user_in_ns() {
+            self.reader.set_user_clock(m.ns_scale(), m.expressible());
         }
+        self.output.clock_refined(&m);
+        p.hooks.synced(&point).map_err(EngineError::Front)
     }
 
     /// Before a wait: with doorbells, the host half of the sleep handshake

@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use ivtrace_ctf::live::LiveOut;
+use ivtrace_ctf::tsdl::Timebase;
 use ivtrace_ctf::{tsdl, ClockMapping, CtfError, PacketTap, TraceEnv};
 use ivtrace_region::abi;
 use ivtrace_region::bytes::le_u64;
@@ -53,7 +54,8 @@ pub struct RelayTap {
 
 impl RelayTap {
     /// `guest_freq_hz`: the user trace's clock frequency (the host trace
-    /// and the guest's kernel trace count nanoseconds).
+    /// and the guest's kernel trace count nanoseconds; the user trace too
+    /// unless the drain keeps its ticks).
     pub fn new(session: Session, guest_freq_hz: u64) -> RelayTap {
         RelayTap {
             session,
@@ -164,7 +166,12 @@ fn dated(name: &str) -> String {
 pub fn attach(hub: &Hub, name: &str, guest_freq_hz: u64, sinks: &mut Sinks) -> Arc<RelayTap> {
     let name = sanitize::host_name_or(name, "guest");
     let path = format!("{}/{}", hub.options().hostname, dated(&name));
-    let tap = Arc::new(RelayTap::new(hub.session(&name, &path), guest_freq_hz));
+    // The user trace counts nanoseconds unless the drain keeps ticks.
+    let user_freq_hz = match sinks.dir.timebase(abi::IVT_STREAM_USER) {
+        Timebase::Nanoseconds => 1_000_000_000,
+        Timebase::Ticks => guest_freq_hz,
+    };
+    let tap = Arc::new(RelayTap::new(hub.session(&name, &path), user_freq_hz));
     sinks.add(Box::new(LiveOut::beside(&sinks.dir, tap.clone())));
     tap
 }
@@ -179,6 +186,12 @@ impl Output for LiveOut {
 
     fn thread_names(&mut self, table: NameTable) {
         self.set_thread_name_table(table);
+    }
+
+    /// The online kernel expansion converts with the refined mapping
+    /// from the next packet on (each stream kept monotonic).
+    fn clock_refined(&mut self, clock: &ClockMapping) {
+        self.set_clock(clock.clone());
     }
 
     fn finish(

@@ -264,6 +264,8 @@ fn channel_summary(reader: &Reader, writer: &CtfWriter, c: u32) -> ChannelSummar
         older_overwritten: s.older_overwritten,
         first_ts: s.first_ts,
         last_ts: (s.events > 0).then_some(s.last_ts),
+        ts_clamped: s.ts_clamped,
+        retimed_slow: s.retimed_slow,
     }
 }
 
@@ -386,6 +388,7 @@ pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64, EngineError> 
     let host = default_host_name(&region);
     let mut writer = ctf_writer_named(&region, &root, &clock, &host, limits, "record");
     let mut reader = Reader::new(region, clock.expressible());
+    reader.set_user_clock(clock.ns_scale(), clock.expressible());
     reader.drain_available(&mut writer)?;
     writer.commit()?;
     reader.commit_written();

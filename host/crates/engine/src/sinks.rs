@@ -94,6 +94,13 @@ impl Output for Sinks {
         self.dir.thread_names(table);
     }
 
+    fn clock_refined(&mut self, clock: &ClockMapping) {
+        self.dir.clock_refined(clock);
+        for s in &mut self.beside {
+            s.clock_refined(clock);
+        }
+    }
+
     fn finish(
         &mut self,
         clock: &ClockMapping,

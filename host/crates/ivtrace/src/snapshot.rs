@@ -23,6 +23,7 @@ pub fn run(args: &SnapshotArgs) -> Result<u64> {
     let limits = ivtrace_ctf::streams::Limits::default();
     let mut writer = session::ctf_writer_named(&region, &out, &clock, &host, limits, "snapshot");
     let mut reader = Reader::new(region, clock.expressible());
+    reader.set_user_clock(clock.ns_scale(), clock.expressible());
     reader.snapshot(&mut writer)?;
     // Names for the threads whose naming events the rings overwrote.
     if let Some(table) = ivtrace_region::names::read_thread_names(reader.region()) {

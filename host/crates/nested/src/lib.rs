@@ -344,9 +344,7 @@ impl Expander {
 pub fn compose(inner: &ClockMapping, outer: &ClockMapping, sync: &SyncBracket) -> ClockMapping {
     let half = sync.mono_after.saturating_sub(sync.mono_before) / 2;
     let mid = sync.mono_before.saturating_add(half);
-    let shift = outer
-        .realtime_ns(sync.ticks)
-        .saturating_sub(i128::from(mid));
+    let shift = i128::from(sync.at_ns).saturating_sub(i128::from(mid));
     let ref_ns = i128::from(inner.ref_realtime_ns).saturating_add(shift);
     let ref_ns = u64::try_from(ref_ns.max(0)).unwrap_or(u64::MAX);
     ClockMapping {
@@ -399,7 +397,7 @@ impl NestedGuest {
             reserve_bytes: 0,
             ..Limits::default()
         };
-        let writer = CtfWriter::new(
+        let mut writer = CtfWriter::new(
             dir.clone(),
             hello.uuid,
             placeholder,
@@ -407,6 +405,8 @@ impl NestedGuest {
             nr,
             limits,
         );
+        // L1 forwards L2's packets as L2 wrote them, in ticks.
+        writer.keep_user_ticks();
         Ok(NestedGuest {
             hello: Hello {
                 name,
@@ -778,12 +778,12 @@ mod tests {
 
     #[test]
     fn composition_shifts_by_the_sync_point_and_adds_the_bounds() {
-        // L1's monotonic clock reads 5_000 while L0's mapping of the sync
-        // event's ticks says 1_000_000_000_000 + 5_100: L0 = L1mono + 1e12 + 100.
+        // L1's monotonic clock reads 5_000 while L0's trace has the sync
+        // event at 1_000_000_000_000 + 5_100 ns: L0 = L1mono + 1e12 + 100.
         let inner = mapping(2_000, 300);
         let outer = mapping(1_000_000_000_000, 40);
         let sync = SyncBracket {
-            ticks: 1_000 + 5_100,
+            at_ns: 1_000_000_000_000 + 5_100,
             mono_before: 4_990,
             mono_after: 5_010,
         };
@@ -801,6 +801,6 @@ mod tests {
         x.sync(0, 30, 400, 0);
         x.sync(0, 0, 420, 1);
         let b = x.brackets.best().unwrap();
-        assert_eq!((b.ticks, b.mono_before, b.mono_after), (30, 400, 420));
+        assert_eq!((b.at_ns, b.mono_before, b.mono_after), (30, 400, 420));
     }
 }

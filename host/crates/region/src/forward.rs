@@ -345,11 +345,13 @@ impl Reassembly {
     }
 }
 
-/// One sync bracket: L1's writer clock at `ticks` was taken while L1's
-/// CLOCK_MONOTONIC was in [mono_before, mono_after].
+/// One sync bracket: L1's writer clock was read at `at_ns` (the event's
+/// time in L0's trace: nanoseconds on L0's timeline, the drain converts
+/// L1's user stream) while L1's CLOCK_MONOTONIC was in [mono_before,
+/// mono_after].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SyncBracket {
-    pub ticks: u64,
+    pub at_ns: u64,
     pub mono_before: u64,
     pub mono_after: u64,
 }
@@ -377,7 +379,7 @@ impl SyncBrackets {
             return;
         }
         let b = SyncBracket {
-            ticks,
+            at_ns: ticks,
             mono_before: before,
             mono_after: mono,
         };
@@ -398,7 +400,7 @@ impl SyncBrackets {
 pub enum Found {
     /// A chunk's kind and data ([`Reassembly::push`]).
     Chunk(u32, Vec<u8>),
-    /// Ticks, CLOCK_MONOTONIC, phase ([`SyncBrackets::push`]).
+    /// The event's time, CLOCK_MONOTONIC, phase ([`SyncBrackets::push`]).
     Sync(u64, u64, u32),
 }
 

@@ -227,11 +227,11 @@ fn the_tightest_sync_bracket_wins_and_a_lone_phase_is_ignored() {
     s.push(0, 30, 400, 0);
     s.push(0, 0, 420, 1);
     let b = s.best().unwrap();
-    assert_eq!((b.ticks, b.mono_before, b.mono_after), (30, 400, 420));
+    assert_eq!((b.at_ns, b.mono_before, b.mono_after), (30, 400, 420));
     s.push(0, 40, 500, 0);
     s.push(0, 0, 490, 1);
     assert_eq!(
-        s.best().unwrap().ticks,
+        s.best().unwrap().at_ns,
         30,
         "a bracket going backwards is no bracket"
     );

@@ -38,10 +38,12 @@ pub mod ftrace;
 pub mod kallsyms;
 pub mod meta;
 pub mod names;
+pub mod ns;
 pub mod packet;
 pub mod protocol;
 pub mod reader;
 pub mod region;
+pub mod retime;
 pub mod sanitize;
 pub mod sigbus;
 

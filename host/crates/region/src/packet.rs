@@ -12,6 +12,7 @@ use thiserror::Error;
 use crate::abi;
 use crate::bytes::{le_u32, le_u64, put_u32, put_u64, slice_at, uint_at};
 use crate::classes::{Op, Payload, StreamClasses};
+use crate::retime::Retime;
 use crate::sanitize::fix_utf8_in_place;
 
 /// The 88-byte `struct ivt_packet_hdr`, parsed from a copy.
@@ -118,6 +119,8 @@ pub enum WalkFault {
     TimeAfterEnd { at: usize, ts: u64 },
     #[error("packet claims {claimed} events, the walk found {found}")]
     EventCount { claimed: u32, found: u64 },
+    #[error("the packet's times up to tick {ts} have no nanosecond value under the mapping in force (before the epoch or past int64)")]
+    TimeUnmapped { ts: u64 },
 }
 
 impl WalkFault {
@@ -131,6 +134,7 @@ impl WalkFault {
             WalkFault::TimeBackwards { .. } => "time_backwards",
             WalkFault::TimeAfterEnd { .. } => "time_after_end",
             WalkFault::EventCount { .. } => "event_count",
+            WalkFault::TimeUnmapped { .. } => "time_unmapped",
         }
     }
 }
@@ -332,15 +336,55 @@ pub fn walk<V: EventVisitor>(
     end: Option<u64>,
     visitor: &mut V,
 ) -> Result<WalkSummary, WalkFault> {
+    let from = WalkFrom {
+        off: abi::PACKET_HDR_SIZE,
+        last_ts: begin,
+    };
+    walk_from(content, classes, from, end, visitor, &mut ())
+}
+
+/// An event header as the walk read it, for [`Retime::event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventHeader {
+    /// The 4-byte word: the id and the low 27 bits of the time.
+    Compact(u32),
+    /// 16 bytes, the full time in the last 8.
+    Extended,
+}
+
+/// Where a walk starts: the offset of an event header and the time of the
+/// event before it (timestamp_begin for the first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalkFrom {
+    pub off: usize,
+    pub last_ts: u64,
+}
+
+/// [`walk`] from `from`, handing each event's header to `retime` once the
+/// event is known good (its class and payload checked) and its time
+/// decoded, so `retime` may rewrite that header in place: the walk has
+/// read all it needs of it, and later events unwrap their compact times
+/// from `last_ts`, the tick value, not from the bytes.
+pub fn walk_from<V: EventVisitor, R: Retime + Copy>(
+    content: &mut [u8],
+    classes: &StreamClasses,
+    from: WalkFrom,
+    end: Option<u64>,
+    visitor: &mut V,
+    retime: &mut R,
+) -> Result<WalkSummary, WalkFault> {
+    // A local copy the loop can keep in registers; written back at the
+    // end (a failed walk's packet is skipped: its retimer is moot).
+    let mut rt = *retime;
     let len = content.len();
     let end = end.unwrap_or(u64::MAX);
     let mut sum = WalkSummary {
-        last_ts: begin,
+        last_ts: from.last_ts,
         ..WalkSummary::default()
     };
     // Positions are below len; every sum saturates, so a length past the
     // content is refused by the bounds checks, never wraps.
-    let mut off = abi::PACKET_HDR_SIZE;
+    let mut off = from.off;
     while off < len {
         let at = off;
         if off.saturating_add(abi::IVT_EV_COMPACT_SIZE) > len {
@@ -349,7 +393,8 @@ pub fn walk<V: EventVisitor>(
         let word = le_u32(content, off);
         let mut id = word & ((1 << abi::IVT_EV_ID_BITS) - 1);
         let ts;
-        if id == abi::IVT_EV_ID_EXTENDED {
+        let extended = id == abi::IVT_EV_ID_EXTENDED;
+        if extended {
             let Some(ext) = slice_at(content, off, abi::IVT_EV_EXT_SIZE) else {
                 return Err(WalkFault::TruncatedHeader { at });
             };
@@ -377,12 +422,18 @@ pub fn walk<V: EventVisitor>(
         if payload_end > len {
             return Err(WalkFault::PayloadOverrun { at });
         }
+        let header = match extended {
+            true => EventHeader::Extended,
+            false => EventHeader::Compact(word),
+        };
+        rt.event(content, at, header, ts);
         visitor.event_payload(id, ts, &content[off..payload_end]);
         sum.events = sum.events.saturating_add(1);
         sum.last_ts = ts;
         // payload_end <= len: aligning it up cannot overflow.
         off = payload_end.next_multiple_of(abi::IVT_EV_ALIGN);
     }
+    *retime = rt;
     Ok(sum)
 }
 
@@ -444,8 +495,11 @@ fn fix_text(text: &mut [u8], ascii: bool) -> u64 {
 }
 
 /// Steps over a variable payload starting at `p`. Outer None: a length
-/// ran past the content; inner Err: a string is not terminated.
-#[inline]
+/// ran past the content; inner Err: a string is not terminated. Inlined
+/// into the walk, its one caller: the walk with the time rewrite is past
+/// the size the compiler inlines on its own, and a call costs the drain
+/// ~40 instructions per small event.
+#[inline(always)]
 fn run_program(
     content: &mut [u8],
     mut p: usize,

@@ -23,11 +23,13 @@ pub use handoff::{part_uuid, ChannelHandoff, Handoff, HandoffError, Resumed};
 use crate::abi;
 use crate::classes::EventClasses;
 use crate::meta::{MetaParser, ScanMode};
+use crate::ns::NsScale;
 use crate::packet::{
     self, EventVisitor, Expected, Extent, PacketFault, PacketHeader, TickRange, WalkFault,
-    WalkSummary,
+    WalkFrom, WalkSummary,
 };
 use crate::region::{Layout, Region};
+use crate::retime::{retime_tail, Retimer};
 
 /// The largest `events_discarded` the host writes. CTF declares it a
 /// 64-bit count, but babeltrace2 2.0 takes 2^64-1 for "unknown" and
@@ -170,6 +172,12 @@ pub struct ChannelStats {
     /// The largest running loss count the guest's counters gave, when it
     /// was past [`CTF_DISCARDED_MAX`] (then the packets say that instead).
     pub discarded_clamped: Option<u64>,
+    /// Times written as the stream's previous one, so that it never goes
+    /// back when the mapping in force changes ([`Reader::set_user_clock`]).
+    pub ts_clamped: u64,
+    /// Packets whose compact headers could not hold their times in
+    /// nanoseconds, written afresh ([`crate::retime::retime_tail`]).
+    pub retimed_slow: u64,
 }
 
 /// Per-channel reading position and loss bookkeeping.
@@ -190,6 +198,9 @@ struct ChannelState {
     saw_first_packet: bool,
     /// A packet of this channel was handed to the sink.
     emitted_any: bool,
+    /// The timestamp_end, in nanoseconds, of the last packet written of a
+    /// user stream converted to nanoseconds ([`Reader::set_user_clock`]).
+    last_ns: u64,
     /// Writer drops an earlier host already announced (a guest that
     /// migrated here: [`handoff`]); this part's packets announce the rest.
     writer_base: WriterLosses,
@@ -218,6 +229,7 @@ impl ChannelState {
             last_written: None,
             saw_first_packet: false,
             emitted_any: false,
+            last_ns: 0,
             writer_base: WriterLosses::default(),
             stats: ChannelStats::default(),
         }
@@ -273,6 +285,26 @@ struct Peeked {
     header: [u8; abi::PACKET_HDR_SIZE],
 }
 
+/// A user packet's times in nanoseconds, from its walk.
+#[derive(Debug, Clone, Copy)]
+struct Times {
+    begin_ns: u64,
+    end_ns: u64,
+    clamped: u64,
+    /// Written afresh (its length changed): [`Retimer::tail`].
+    slow: bool,
+}
+
+/// A copied packet that passed every check, ready to finalize.
+#[derive(Debug, Clone, Copy)]
+struct Checked {
+    header: PacketHeader,
+    /// Bytes of content in the scratch buffer.
+    content: usize,
+    summary: WalkSummary,
+    times: Option<Times>,
+}
+
 /// Counters for one drain pass.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pass {
@@ -304,7 +336,13 @@ pub struct Reader {
     /// The header of a complete packet copied while its predecessor's
     /// neighbours were checked.
     peeked: Option<Peeked>,
+    /// The mapping in force for the user streams' times, which the drain
+    /// rewrites in nanoseconds; None: they stay in ticks.
+    user_ns: Option<NsScale>,
     scratch: Vec<u8>,
+    /// Where a packet is written afresh when its times cannot be
+    /// rewritten in place ([`retime_tail`]).
+    spare: Vec<u8>,
 }
 
 impl Reader {
@@ -330,8 +368,28 @@ impl Reader {
             no_channel_uncommitted: None,
             ticks,
             peeked: None,
+            user_ns: None,
             scratch: vec![0u8; (layout.subbuf_size as usize).saturating_add(8)],
+            spare: Vec::new(),
         }
+    }
+
+    /// Writes the user streams' times in nanoseconds since the epoch from
+    /// now on, with `scale` (the mapping in force), and takes `ticks`, the
+    /// tick values it can place (ivtrace-time's `ClockMapping::expressible`
+    /// of the same mapping). Call it before the first drain and after each
+    /// refined mapping; each stream's times still never go back (counted,
+    /// [`ChannelStats::ts_clamped`]). Call it before
+    /// [`Reader::resume_channel`], which reads the earlier run's times in
+    /// nanoseconds with it.
+    pub fn set_user_clock(&mut self, scale: NsScale, ticks: TickRange) {
+        self.user_ns = Some(scale);
+        self.ticks = ticks;
+    }
+
+    /// Whether user streams are written in nanoseconds.
+    pub fn user_in_ns(&self) -> bool {
+        self.user_ns.is_some()
     }
 
     /// Remembers channel `c`'s state before the first change since the
@@ -389,7 +447,16 @@ impl Reader {
         bytes: u64,
     ) {
         let writer_now = self.region.protocol().writer_losses(c).total();
+        let scale = self.user_ns;
         let ch = &mut self.channels[c as usize];
+        // A user stream in nanoseconds: its checks go on in ticks.
+        let ts_end = match scale.filter(|_| ch.stream == abi::IVT_STREAM_USER) {
+            Some(scale) => {
+                ch.last_ns = last.timestamp_end;
+                scale.ticks_at(last.timestamp_end)
+            }
+            None => last.timestamp_end,
+        };
         ch.next_seq = last.packet_seq_num.saturating_add(1).max(ch.next_seq);
         ch.complete_upto = ch.next_seq;
         let first = last.first_event_seq.saturating_add(last.event_count as u64);
@@ -403,7 +470,7 @@ impl Reader {
         ch.emitted_any = true;
         ch.last_written = Some(LastWritten {
             seq: last.packet_seq_num,
-            ts_end: last.timestamp_end,
+            ts_end,
             discarded: last.events_discarded,
             cpu_id: last.cpu_id,
             owner_pid: last.owner_pid,
@@ -412,7 +479,7 @@ impl Reader {
         ch.stats.events = events;
         ch.stats.packets = packets;
         ch.stats.bytes_out = bytes;
-        ch.stats.last_ts = last.timestamp_end;
+        ch.stats.last_ts = ts_end;
     }
 
     pub fn region(&self) -> &Region {
@@ -530,19 +597,24 @@ impl Reader {
             subbuf_size: self.layout.subbuf_size,
             ticks: self.ticks,
         };
-        let (header, content) = match self.copy_packet(c, &exp, extent) {
-            Ok(v) => v,
+        let mut checked = self.take(c, &exp, extent);
+        // An unknown event id: its registration may have committed after
+        // our last scan. The first walk may have rewritten times in the
+        // copy, so the retry copies the packet again.
+        if matches!(checked, Err(PacketFault::Walk(WalkFault::UnknownId { .. })))
+            && self.scan_metadata(ScanMode::Live) > 0
+        {
+            checked = self.take(c, &exp, extent);
+        }
+        let p = match checked {
+            Ok(p) => p,
             Err(fault) => return Ok(self.skip_faulty(c, fault)),
         };
-        let summary = match self.walk_copy(c, &header, content, extent) {
-            Ok(s) => s,
-            Err(fault) => return Ok(self.skip_faulty(c, fault)),
-        };
-        if !sink.accepts(c, content.next_multiple_of(8)) {
-            self.refused(c, &header, &summary);
+        if !sink.accepts(c, p.content.next_multiple_of(8)) {
+            self.refused(c, &p.header, &p.summary);
             return Ok(0);
         }
-        let bytes = self.finalize(c, header, content, extent, &summary);
+        let bytes = self.finalize(c, &p, extent);
         let emitted = PacketHeader::parse(&self.scratch[..abi::PACKET_HDR_SIZE]);
         self.lead_packet(c, &emitted, sink)?;
         sink.packet(c, exp.stream, &self.scratch[..bytes], &self.classes)?;
@@ -647,16 +719,22 @@ impl Reader {
         open_seq >= seq.saturating_add(self.layout.nr_subbufs as u64)
     }
 
-    /// Walks the copy; an unknown event id triggers one metadata re-scan
-    /// (its registration may have committed after our last scan). Then
-    /// checks the packet's place among its channel's neighbours.
+    /// Copies packet `exp.seq` of channel `c` and checks it.
+    fn take(&mut self, c: u32, exp: &Expected, extent: Extent) -> Result<Checked, PacketFault> {
+        let (header, content) = self.copy_packet(c, exp, extent)?;
+        self.walk_copy(c, &header, content, extent)
+    }
+
+    /// Walks the copy, rewriting a user packet's times in nanoseconds on
+    /// the way when [`Reader::set_user_clock`] says so, then checks the
+    /// packet's place among its channel's neighbours.
     fn walk_copy(
         &mut self,
         c: u32,
         h: &PacketHeader,
         content: usize,
         extent: Extent,
-    ) -> Result<WalkSummary, PacketFault> {
+    ) -> Result<Checked, PacketFault> {
         let stream = self.channels[c as usize].stream;
         // Events may not pass the packet's end, nor (end unknown: an open
         // packet's prefix, a sealed orphan) what the clock can express.
@@ -666,21 +744,16 @@ impl Reader {
         } else {
             self.ticks.max
         };
-        let walk = |classes: &EventClasses, scratch: &mut [u8]| {
-            packet::walk(
-                &mut scratch[..content],
-                classes.stream(stream),
-                h.timestamp_begin,
-                Some(end),
-                &mut (),
-            )
+        let mut retimer = self.retimer(c, h)?;
+        let (bytes, classes) = (&mut self.scratch[..content], self.classes.stream(stream));
+        let from = WalkFrom {
+            off: abi::PACKET_HDR_SIZE,
+            last_ts: h.timestamp_begin,
         };
-        let mut result = walk(&self.classes, &mut self.scratch);
-        if matches!(result, Err(WalkFault::UnknownId { .. }))
-            && self.scan_metadata(ScanMode::Live) > 0
-        {
-            result = walk(&self.classes, &mut self.scratch);
-        }
+        let result = match retimer.as_mut() {
+            Some(r) => packet::walk_from(bytes, classes, from, Some(end), &mut (), r),
+            None => packet::walk_from(bytes, classes, from, Some(end), &mut (), &mut ()),
+        };
         let summary = match result {
             Err(WalkFault::TimeAfterEnd { ts, .. }) if !known_end => {
                 return Err(PacketFault::TimeUnexpressible {
@@ -704,7 +777,69 @@ impl Reader {
         }
         let last = if known_end { end } else { summary.last_ts };
         self.check_neighbours(c, h, last)?;
-        Ok(summary)
+        let (content, times) = match retimer {
+            Some(r) => self.finish_times(stream, content, end, last, r)?,
+            None => (content, None),
+        };
+        Ok(Checked {
+            header: *h,
+            content,
+            summary,
+            times,
+        })
+    }
+
+    /// The retimer of a packet of channel `c` when its times are to be
+    /// written in nanoseconds.
+    fn retimer(&self, c: u32, h: &PacketHeader) -> Result<Option<Retimer>, PacketFault> {
+        let ch = &self.channels[c as usize];
+        let Some(scale) = self.user_ns.filter(|_| ch.stream == abi::IVT_STREAM_USER) else {
+            return Ok(None);
+        };
+        let anchor = scale
+            .anchor(h.timestamp_begin)
+            .ok_or(PacketFault::TimeUnexpressible {
+                ts: h.timestamp_begin,
+                min: self.ticks.min,
+                max: self.ticks.max,
+            })?;
+        Ok(Some(Retimer::new(anchor, ch.last_ns)))
+    }
+
+    /// Completes a walked packet's conversion: the events the walk could
+    /// not rewrite in place (the packet is then written afresh, and the
+    /// scratch buffer holds the new one), and the end time (`last`, in
+    /// ticks). Returns the packet's content length and its times.
+    fn finish_times(
+        &mut self,
+        stream: u32,
+        content: usize,
+        end: u64,
+        last: u64,
+        mut r: Retimer,
+    ) -> Result<(usize, Option<Times>), PacketFault> {
+        if let Some(fault) = r.fault() {
+            return Err(fault.into());
+        }
+        let mut len = content;
+        if let Some(tail) = r.tail() {
+            let classes = self.classes.stream(stream);
+            let bytes = &mut self.scratch[..content];
+            retime_tail(bytes, classes, tail, Some(end), &mut r, &mut self.spare)?;
+            len = self.spare.len();
+            // finalize pads the content to 8 bytes in place.
+            let room = len.saturating_add(8).max(self.scratch.len());
+            self.spare.resize(room, 0);
+            std::mem::swap(&mut self.scratch, &mut self.spare);
+        }
+        let end_ns = r.end_ns(last).ok_or(WalkFault::TimeUnmapped { ts: last })?;
+        let times = Times {
+            begin_ns: r.begin_ns(),
+            end_ns,
+            clamped: r.clamped(),
+            slow: r.tail().is_some(),
+        };
+        Ok((len, Some(times)))
     }
 
     /// A packet must lie between its channel's neighbours: begin no
@@ -773,14 +908,8 @@ impl Reader {
 
     /// Rewrites the host-owned header fields and pads the content to a
     /// multiple of 8 bytes with zeros. Returns the packet's new size.
-    fn finalize(
-        &mut self,
-        c: u32,
-        mut h: PacketHeader,
-        content: usize,
-        extent: Extent,
-        s: &WalkSummary,
-    ) -> usize {
+    fn finalize(&mut self, c: u32, p: &Checked, extent: Extent) -> usize {
+        let (mut h, content, s) = (p.header, p.content, &p.summary);
         let max_per_packet = self.max_events_per_packet();
         let writer_now = self.writer_losses(c).total();
         let ch = &mut self.channels[c as usize];
@@ -805,7 +934,16 @@ impl Reader {
             // At most (subbuf_size - 88) / 4 events fit in a packet.
             h.event_count = u32::try_from(s.events).unwrap_or(u32::MAX);
         }
-        h.write(&mut self.scratch);
+        // The channel's bookkeeping stays in ticks; a user packet's bytes
+        // say nanoseconds.
+        let mut out = h;
+        if let Some(t) = p.times {
+            (out.timestamp_begin, out.timestamp_end) = (t.begin_ns, t.end_ns);
+            ch.last_ns = t.end_ns;
+            ch.stats.ts_clamped = ch.stats.ts_clamped.saturating_add(t.clamped);
+            ch.stats.retimed_slow = ch.stats.retimed_slow.saturating_add(u64::from(t.slow));
+        }
+        out.write(&mut self.scratch);
         self.scratch[content..padded].fill(0);
         record_packet(ch, &h, content, padded, extent, s);
         padded
@@ -930,8 +1068,12 @@ impl Reader {
         if count <= self.no_channel.carried() {
             return Ok(()); // the common case: one load per pass
         }
-        let ts = self.latest_ts();
-        let rate_limit = (!last).then_some(self.region.header().clock.freq_hz / 10);
+        // The stream counts what the user streams count.
+        let (ts, per_s) = match self.user_ns {
+            Some(scale) => (scale.ns_saturating(self.latest_ts()), 1_000_000_000),
+            None => (self.latest_ts(), self.region.header().clock.freq_hz),
+        };
+        let rate_limit = (!last).then_some(per_s / 10);
         if !self.no_channel.due(count, ts, rate_limit) {
             return Ok(());
         }
@@ -993,8 +1135,19 @@ impl Reader {
             owner_pid: last.map_or(0, |l| l.owner_pid),
             owner_tid: last.map_or(0, |l| l.owner_tid),
         };
+        let mut out = h;
+        if let Some(scale) = self.user_ns.filter(|_| ch.stream == abi::IVT_STREAM_USER) {
+            // After the last packet as written, or the clock's value of
+            // the tick time when none was.
+            let ns = match last {
+                Some(_) => ch.last_ns,
+                None => scale.ns_saturating(ts),
+            };
+            (out.timestamp_begin, out.timestamp_end) = (ns, ns);
+            ch.last_ns = ns;
+        }
         let mut bytes = [0u8; abi::PACKET_HDR_SIZE];
-        h.write(&mut bytes);
+        out.write(&mut bytes);
         record_packet(
             ch,
             &h,
@@ -1009,7 +1162,7 @@ impl Reader {
         // A bookkeeping packet, not data (record_packet counted it).
         ch.stats.packets = ch.stats.packets.saturating_sub(1);
         let stream = ch.stream;
-        self.lead_packet(c, &h, sink)?;
+        self.lead_packet(c, &out, sink)?;
         sink.packet(c, stream, &bytes, &self.classes)
     }
 

@@ -349,3 +349,100 @@ fn a_region_file_that_shrinks_under_the_reader_is_counted_not_fatal() {
     );
     assert_eq!(rd.channel_stats(0).skipped.get("unreadable"), Some(&2));
 }
+
+/// Every event time of channel `chan`'s packets, as a reader unwraps them.
+fn event_times(sink: &Collect, chan: u32, classes: &EventClasses) -> Vec<u64> {
+    struct Times(Vec<u64>);
+    impl ivtrace_region::packet::EventVisitor for Times {
+        fn event(&mut self, _id: u32, ts: u64) {
+            self.0.push(ts);
+        }
+    }
+    let mut t = Times(Vec::new());
+    for (_, bytes) in sink.0.iter().filter(|(c, _)| *c == chan) {
+        let mut b = bytes.clone();
+        ivtrace_region::reader::walk_own_packet(&mut b, classes, &mut t).unwrap();
+    }
+    t.0
+}
+
+const EPOCH_2026_NS: u64 = 1_780_000_000_000_000_000;
+
+#[test]
+fn user_times_are_written_in_exact_nanoseconds() {
+    use ivtrace_region::ns::NsScale;
+    let mut r = region(abi::IVT_MODE_DISCARD, 8);
+    emit(&mut r, 0, PER_PACKET * 2 + 3, 1_000);
+    let scale = NsScale::new(2_400_000_007, 500, EPOCH_2026_NS);
+    let mut rd = reader(&r);
+    rd.set_user_clock(scale, TickRange::ALL);
+    let sink = drain_all(&mut rd);
+    let want: Vec<u64> = (0..PER_PACKET * 2 + 3)
+        .map(|i| scale.ns(1_000 + i * 10).unwrap())
+        .collect();
+    assert_eq!(event_times(&sink, 0, rd.classes()), want);
+    let hs = sink.headers(0);
+    assert_eq!(hs[0].timestamp_begin, scale.ns(1_000).unwrap());
+    assert!(hs
+        .windows(2)
+        .all(|w| w[0].timestamp_end <= w[1].timestamp_begin));
+    let st = rd.channel_stats(0);
+    assert_eq!((st.ts_clamped, st.retimed_slow), (0, 0));
+    assert_eq!(st.first_ts, Some(1_000), "the statistics keep ticks");
+}
+
+#[test]
+fn a_slow_clock_rewrites_its_packets_afresh_and_they_stay_exact() {
+    use ivtrace_region::ns::NsScale;
+    let mut r = region(abi::IVT_MODE_DISCARD, 8);
+    // 10 ticks apart at 10 Hz: a second, past what a compact header says.
+    emit(&mut r, 0, PER_PACKET + 3, 1_000);
+    let scale = NsScale::new(10, 0, EPOCH_2026_NS);
+    let mut rd = reader(&r);
+    rd.set_user_clock(scale, TickRange::ALL);
+    let sink = drain_all(&mut rd);
+    let want: Vec<u64> = (0..PER_PACKET + 3)
+        .map(|i| scale.ns(1_000 + i * 10).unwrap())
+        .collect();
+    assert_eq!(event_times(&sink, 0, rd.classes()), want);
+    let st = rd.channel_stats(0);
+    assert_eq!(st.retimed_slow, 2, "both packets");
+    let h = &sink.headers(0)[0];
+    assert_eq!(h.packet_size, h.content_size.next_multiple_of(64));
+    assert!(
+        h.content_size / 8 > 4096,
+        "12 more bytes per event: past the sub-buffer"
+    );
+}
+
+#[test]
+fn a_refined_mapping_never_takes_a_stream_back() {
+    use ivtrace_region::ns::NsScale;
+    let mut r = region(abi::IVT_MODE_DISCARD, 8);
+    emit(&mut r, 0, PER_PACKET + 3, 1_000);
+    let mut rd = reader(&r);
+    rd.set_user_clock(
+        NsScale::new(1_000_000_000, 0, EPOCH_2026_NS),
+        TickRange::ALL,
+    );
+    let mut sink = Collect::default();
+    // The first packet (complete; the second is open).
+    rd.drain_available(&mut sink).unwrap();
+    let first_end = sink.headers(0).last().unwrap().timestamp_end;
+    // The exchange finds the guest's clock 1 ms behind what was thought.
+    rd.set_user_clock(
+        NsScale::new(1_000_000_000, 0, EPOCH_2026_NS - 1_000_000),
+        TickRange::ALL,
+    );
+    rd.flush_partial(&mut sink).unwrap();
+    rd.finish(&mut sink).unwrap();
+    let times = event_times(&sink, 0, rd.classes());
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "monotonic");
+    let hs = sink.headers(0);
+    assert_eq!(
+        hs[1].timestamp_begin, first_end,
+        "clamped to the previous end"
+    );
+    let st = rd.channel_stats(0);
+    assert!(st.ts_clamped > 0, "{st:?}");
+}

@@ -101,6 +101,9 @@ pub struct Delivery {
     seq: u64,
     ts_begin: u64,
     ts_end: u64,
+    /// The packet's times are nanoseconds since the epoch (a user packet,
+    /// which the drain rewrites), not the guest's ticks (kernel wire).
+    in_ns: bool,
     events: u32,
     at_ns: u64,
 }
@@ -115,9 +118,18 @@ impl Delivery {
             seq: u64_at(bytes, pkt::PACKET_SEQ_NUM)?,
             ts_begin: u64_at(bytes, pkt::TIMESTAMP_BEGIN)?,
             ts_end: u64_at(bytes, pkt::TIMESTAMP_END)?,
+            in_ns: u32_at(bytes, pkt::STREAM_ID)? == abi::IVT_STREAM_USER,
             events: u32_at(bytes, pkt::EVENT_COUNT)?,
             at_ns: 0,
         })
+    }
+
+    /// Packet time `ts` (one of its own) in nanoseconds since the epoch.
+    fn ns(&self, clock: &ClockMapping, ts: u64) -> i128 {
+        match self.in_ns {
+            true => i128::from(ts),
+            false => clock.realtime_ns(ts),
+        }
     }
 }
 
@@ -198,8 +210,8 @@ impl Deliveries {
         let mut first: Vec<i128> = Vec::new();
         let mut last: Vec<i128> = Vec::new();
         for d in self.delivered.iter().filter(|d| d.events > 0) {
-            first.push(d.at_ns as i128 - clock.realtime_ns(d.ts_begin));
-            last.push(d.at_ns as i128 - clock.realtime_ns(d.ts_end));
+            first.push(d.at_ns as i128 - d.ns(clock, d.ts_begin));
+            last.push(d.at_ns as i128 - d.ns(clock, d.ts_end));
         }
         first.sort_unstable();
         last.sort_unstable();

@@ -114,7 +114,9 @@ pub fn start(
         clock_entry(g.interrupts.first(), &region),
         g.cfg.sync_interval,
     );
-    let mut reader = Reader::new(region, clock.initial_mapping().expressible());
+    let mapping = clock.initial_mapping();
+    let mut reader = Reader::new(region, mapping.expressible());
+    reader.set_user_clock(mapping.ns_scale(), mapping.expressible());
     let resumed = match resume {
         Some((path, h)) => {
             let r = reader.resume(h).map_err(|source| ServeError::Resume {

@@ -66,6 +66,13 @@ pub trait ClockEstimator: Send {
 pub trait ClockSync {
     /// The mapping to use while recording.
     fn initial_mapping(&self) -> ClockMapping;
+    /// The mapping in force now, with what the exchanges so far taught
+    /// (the drain converts the user streams' times with it). The initial
+    /// mapping by default: [`ClockSync::initial_mapping`] of a clock that
+    /// exchanges already is its best line through the points so far.
+    fn current_mapping(&self) -> ClockMapping {
+        self.initial_mapping()
+    }
     /// Time until the next exchange is due (None: this clock never
     /// exchanges).
     fn until_due(&self) -> Option<Duration> {

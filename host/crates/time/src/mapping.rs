@@ -9,6 +9,7 @@
 //! realtime_ns(t) = ref_realtime_ns + (t - ref_ticks) * 1e9 / freq_hz
 //! ```
 
+use ivtrace_region::ns::NsScale;
 use ivtrace_region::packet::TickRange;
 use serde::{Deserialize, Serialize};
 
@@ -146,29 +147,19 @@ impl ClockMapping {
         cycles.clamp(1, u64::MAX as u128) as u64
     }
 
+    /// The conversion of ticks to a 1 GHz clock's values
+    /// (`ivtrace_region::ns`, the one definition: the drain's rewrite of
+    /// the user trace uses it as well).
+    pub fn ns_scale(&self) -> NsScale {
+        NsScale::new(self.freq_hz, self.ref_ticks, self.ref_realtime_ns)
+    }
+
     /// Wall-clock nanoseconds of tick value `ticks`:
     /// `ref_realtime_ns + (ticks - ref_ticks) * 1e9 / freq_hz`, the
-    /// quotient truncated toward zero.
-    ///
-    /// The kernel expansion converts every event with it, so the common
-    /// case avoids a 128-bit division: whole seconds of ticks first, then
-    /// the rest, whose product with 1e9 fits u64 below 18 GHz; exact
-    /// either way.
+    /// quotient rounded down ([`NsScale::realtime_ns`]).
     #[inline]
     pub fn realtime_ns(&self, ticks: u64) -> i128 {
-        let freq = self.freq_hz.max(1);
-        let (back, d) = match ticks.checked_sub(self.ref_ticks) {
-            Some(d) => (false, d),
-            None => (true, self.ref_ticks - ticks),
-        };
-        let (secs, rest) = (d / freq, d % freq);
-        let frac = match rest.checked_mul(NS_PER_S as u64) {
-            Some(p) => i128::from(p / freq),
-            None => (u128::from(rest) * NS_PER_S as u128 / u128::from(freq)) as i128,
-        };
-        let delta_ns = i128::from(secs) * NS_PER_S + frac;
-        let delta_ns = if back { -delta_ns } else { delta_ns };
-        i128::from(self.ref_realtime_ns) + delta_ns
+        self.ns_scale().realtime_ns(ticks)
     }
 
     /// Tick value `ticks` as a value of a 1 GHz CTF clock with offset 0:
@@ -179,9 +170,7 @@ impl ClockMapping {
     /// mapping may still move a tick at the edge out, which the caller
     /// counts.
     pub fn ns_value(&self, ticks: u64) -> Option<u64> {
-        u64::try_from(self.realtime_ns(ticks))
-            .ok()
-            .filter(|&ns| ns <= i64::MAX as u64)
+        self.ns_scale().ns(ticks)
     }
 
     /// Nanoseconds spanned by `ticks` ticks.
@@ -358,12 +347,13 @@ mod tests {
         assert_eq!(r.min, 4_000_000_000, "{r:?}");
     }
 
-    /// The split computation is the plain 128-bit formula, to the ns.
+    /// The split computation is the plain 128-bit formula, to the ns,
+    /// rounded down on both sides of the reference point.
     #[test]
     fn realtime_ns_is_the_128_bit_formula() {
         let plain = |m: &ClockMapping, t: u64| {
             let delta = t as i128 - m.ref_ticks as i128;
-            m.ref_realtime_ns as i128 + delta * 1_000_000_000 / m.freq_hz.max(1) as i128
+            m.ref_realtime_ns as i128 + (delta * 1_000_000_000).div_euclid(m.freq_hz.max(1) as i128)
         };
         let mut x = 0x9e37_79b9_7f4a_7c15_u64;
         let mut next = || {

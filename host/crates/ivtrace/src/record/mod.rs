@@ -224,7 +224,13 @@ pub fn run(args: &RecordArgs) -> Result<u64> {
         false => None,
     };
     let clock = clock_for(&region, args);
-    let mut reader = Reader::new(region, clock.initial_mapping().expressible());
+    let mapping = clock.initial_mapping();
+    let mut reader = Reader::new(region, mapping.expressible());
+    // A forwarding L1 keeps L2's ticks: L0 places them with the composed
+    // mapping (docs/nested.md); its own user trace then counts ticks too.
+    if args.forward.is_none() {
+        reader.set_user_clock(mapping.ns_scale(), mapping.expressible());
+    }
     let resumed = match &resume_from {
         Some((path, h)) => Some((*path, resume_handoff(&mut reader, h, path)?)),
         None => None,
@@ -309,7 +315,10 @@ fn record_region(
         ..Limits::default()
     };
     let (initial, part) = (clock.initial_mapping(), names.part());
-    let writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
+    let mut writer = session::ctf_writer_part(region, out, &initial, host, limits, "record", part);
+    if !reader.user_in_ns() {
+        writer.keep_user_ticks();
+    }
     let mut sinks = ivtrace_engine::Sinks::new(writer);
     let tap = hub.map(|hub| {
         let tap =
