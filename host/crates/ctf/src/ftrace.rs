@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::outdir::OutDir;
 use crate::sidecar::TracefsFormats;
+use ivtrace_region::abi;
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::ftrace::FtraceFormats;
 use ivtrace_region::packet::TickRange;
@@ -113,10 +114,10 @@ pub struct FtraceInput<'a> {
     pub wire: &'a StreamClasses,
     pub formats: &'a FtraceFormats,
     pub files: &'a [FtraceStaged],
-    /// Where the wire files are read and the decoded streams written
-    /// (through directory descriptors, [`crate::outdir`]).
+    /// Where the wire files are read (through directory descriptors,
+    /// [`crate::outdir`]); the decoded streams go to
+    /// [`FtraceInput::out_dir`].
     pub staging: &'a OutDir,
-    pub out: &'a OutDir,
     /// What the kernel trace's clock can express (the clock's
     /// [`ClockMapping::expressible`]), and its frequency (for the tolerance
     /// between CPUs' clocks): records outside are refused.
@@ -145,8 +146,39 @@ pub struct FtraceOutput {
     pub formats: TracefsFormats,
 }
 
-/// Decodes staged pages into output files (ivtrace-tracefs implements it;
-/// the recording engine installs it on the [`crate::CtfWriter`]).
+impl FtraceInput<'_> {
+    /// The kernel trace's directory, where the decoded streams go: the
+    /// expanded kernel stream's, or made now when no native kernel packet
+    /// came. Asked for by a decoder only, so pages that stay staged leave
+    /// no empty trace directory behind.
+    pub fn out_dir(&self) -> io::Result<OutDir> {
+        let name = crate::trace::stream_dir(abi::IVT_STREAM_KERNEL);
+        match self.root.kind(name)? {
+            Some(_) => self.root.open_dir(name),
+            None => self.root.create_dir(name),
+        }
+    }
+}
+
+/// What becomes of the staged pages when the recording ends (the
+/// [`crate::CtfWriter`] holds one: [`KeepStaged`] unless the recording
+/// engine installs ivtrace-tracefs's decoder).
 pub trait FtraceExpand: Send {
-    fn expand(&mut self, input: &FtraceInput) -> io::Result<FtraceOutput>;
+    /// The decoded stream class, or `None` when the pages stay staged.
+    fn expand(&mut self, input: &FtraceInput) -> io::Result<Option<FtraceOutput>>;
+}
+
+/// No decoder (writers of nested recordings, tests): the pages stay in the
+/// staging directory, with a warning naming it.
+#[derive(Debug, Default)]
+pub struct KeepStaged;
+
+impl FtraceExpand for KeepStaged {
+    fn expand(&mut self, input: &FtraceInput) -> io::Result<Option<FtraceOutput>> {
+        eprintln!(
+            "ivtrace: warning: no ftrace decoder: the relay's pages stay in {}",
+            input.root.join(crate::kernel::STAGING_DIR).display()
+        );
+        Ok(None)
+    }
 }

@@ -42,7 +42,9 @@ use ivtrace_region::classes::{EventClasses, StreamClasses};
 use ivtrace_region::names::NameTable;
 use ivtrace_region::reader::PacketSink;
 
-use crate::ftrace::{FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats};
+use crate::ftrace::{
+    FtraceExpand, FtraceInput, FtraceOutput, FtraceStaged, FtraceStats, KeepStaged,
+};
 use crate::kernel::{self, KernelExpansion, Staged, STAGING_DIR};
 use crate::kernel_out::KernelTrace;
 use crate::outdir::OutDir;
@@ -150,14 +152,21 @@ pub(crate) fn write_err(path: impl std::fmt::Display) -> impl FnOnce(io::Error) 
     move |source| CtfError::Write { path, source }
 }
 
-/// What the front end says about the recording in the sidecar written
-/// while it runs.
+/// What the writer says while the recording runs.
 #[derive(Debug, Clone, Default)]
-pub struct Progress {
-    /// `record`, `serve`, `snapshot`.
-    pub mode: String,
-    /// The region's description (the sidecar's `region`).
-    pub region: BTreeMap<String, serde_json::Value>,
+pub enum Progress {
+    /// Nothing: no sidecar in its `recording` state (writers of nested
+    /// recordings, tests).
+    #[default]
+    Quiet,
+    /// The sidecar in its `recording` state, rewritten whenever the
+    /// metadata changes, with what the front end says of the recording.
+    Sidecar {
+        /// `record`, `serve`, `snapshot`.
+        mode: String,
+        /// The region's description (the sidecar's `region`).
+        region: BTreeMap<String, serde_json::Value>,
+    },
 }
 
 /// The UUIDs a recording's guest traces carry.
@@ -216,16 +225,15 @@ pub struct CtfWriter {
     /// Stream class of each channel that has a file.
     stream_of: Vec<Option<u32>>,
     files: StreamFiles,
-    progress: Option<Progress>,
+    progress: Progress,
     reserve: bool,
     /// The guest's thread name table, if the front end read one.
     name_table: Option<NameTable>,
     /// Channels of the region (index `nr_channels`: the no-channel stream).
     nr_channels: u32,
-    /// The staging directory (kernel and ftrace wire packets), once made.
-    wire_dir: Option<OutDir>,
-    /// Decodes the ftrace relay's pages at the end (installed by the engine).
-    ftrace_expander: Option<Box<dyn FtraceExpand>>,
+    /// What becomes of the ftrace relay's pages at the end: decoded by the
+    /// expander the engine installs, else [`KeepStaged`].
+    ftrace_expander: Box<dyn FtraceExpand>,
     /// The ftrace stream, once its first page had a file.
     ftrace: Option<FtraceTrace>,
     /// The user trace's packets count ticks ([`CtfWriter::keep_user_ticks`]).
@@ -236,7 +244,8 @@ pub struct CtfWriter {
 /// decoded into more streams of the kernel trace by [`CtfWriter::finish`]
 /// (they stay staged without an expander).
 enum FtraceTrace {
-    Staged,
+    /// In the staging directory (shared with the staged kernel stream).
+    Staged(OutDir),
     Expanded(Box<FtraceOutput>),
 }
 
@@ -273,12 +282,11 @@ impl CtfWriter {
             // One more than the channels: the no-channel stream.
             stream_of: vec![None; nr_channels as usize + 1],
             files: StreamFiles::new(limits, nr_channels + 1),
-            progress: None,
+            progress: Progress::Quiet,
             reserve,
             name_table: None,
             nr_channels,
-            wire_dir: None,
-            ftrace_expander: None,
+            ftrace_expander: Box::new(KeepStaged),
             ftrace: None,
             user_ticks: false,
         }
@@ -286,7 +294,7 @@ impl CtfWriter {
 
     /// Decode the ftrace relay's pages with `e` when the recording ends.
     pub fn set_ftrace_expander(&mut self, e: Box<dyn FtraceExpand>) {
-        self.ftrace_expander = Some(e);
+        self.ftrace_expander = e;
     }
 
     /// The ftrace stream's output, once expanded.
@@ -309,34 +317,43 @@ impl CtfWriter {
             .filter(|f| !f.is_empty())
     }
 
+    /// The staging directory, if a staged stream holds it.
+    fn staged_dir(&self) -> Option<&OutDir> {
+        let kernel = self.kernel.as_ref().filter(|k| k.is_staged());
+        match (kernel, &self.ftrace) {
+            (Some(k), _) => Some(&k.dir),
+            (None, Some(FtraceTrace::Staged(d))) => Some(d),
+            _ => None,
+        }
+    }
+
     /// The staging directory, made on first use (the kernel stream's
-    /// metadata or the first ftrace page, whichever comes first).
+    /// metadata or the first ftrace page, whichever comes first); the
+    /// staged stream made with it keeps it.
     fn staging_dir(&mut self) -> Result<OutDir, CtfError> {
-        if let Some(d) = &self.wire_dir {
+        if let Some(d) = self.staged_dir() {
             return Ok(d.clone());
         }
-        let d = match self.root.kind(STAGING_DIR) {
+        match self.root.kind(STAGING_DIR) {
             // Adopted by --resume: the directory is ours already.
             Ok(Some(_)) => self.root.open_dir(STAGING_DIR),
             _ => self.root.create_dir(STAGING_DIR),
         }
-        .map_err(create_err(self.root.join(STAGING_DIR).display()))?;
-        self.wire_dir = Some(d.clone());
-        Ok(d)
+        .map_err(create_err(self.root.join(STAGING_DIR).display()))
     }
 
-    /// Channel `chan` of stream class `stream` has its file now; the
-    /// first ftrace file starts the ftrace stream.
-    fn file_made(&mut self, chan: u32, stream: u32) {
+    /// Channel `chan` of stream class `stream` has its file in `dir` now;
+    /// the first ftrace file starts the ftrace stream (staged in `dir`).
+    fn file_made(&mut self, chan: u32, stream: u32, dir: &OutDir) {
         self.stream_of[chan as usize] = Some(stream);
         if stream == abi::IVT_STREAM_FTRACE && self.ftrace.is_none() {
-            self.ftrace = Some(FtraceTrace::Staged);
+            self.ftrace = Some(FtraceTrace::Staged(dir.clone()));
         }
     }
 
     /// Does the staging directory still hold ftrace pages to decode?
     fn ftrace_staged(&self) -> bool {
-        matches!(self.ftrace, Some(FtraceTrace::Staged))
+        matches!(self.ftrace, Some(FtraceTrace::Staged(_)))
     }
 
     /// The recording's trace UUIDs and metadata parts (what a live sink
@@ -379,10 +396,9 @@ impl CtfWriter {
         }
     }
 
-    /// Writes the sidecar in its `recording` state whenever the metadata
-    /// changes (see the module documentation).
+    /// What to say while recording (see the module documentation).
     pub fn set_progress(&mut self, progress: Progress) {
-        self.progress = Some(progress);
+        self.progress = progress;
     }
 
     /// The event classes a stream class's output declares: the expanded
@@ -507,7 +523,9 @@ impl CtfWriter {
     /// The trace's sidecar before the recording is finalized: what
     /// `ivtrace recover` needs (layouts, clock, env) and the state.
     fn progress_sidecar(&self, classes: &EventClasses) -> Option<Sidecar> {
-        let p = self.progress.as_ref()?;
+        let Progress::Sidecar { mode, region } = &self.progress else {
+            return None;
+        };
         let streams = (0..abi::IVT_STREAM_CLASSES)
             .filter(|&s| self.has_stream(s))
             .map(|s| StreamLayout::from_classes(s, stream_dir(s), self.output_classes(s, classes)))
@@ -515,10 +533,10 @@ impl CtfWriter {
         Some(Sidecar {
             format: SIDECAR_FORMAT.into(),
             tracer_version: env!("CARGO_PKG_VERSION").into(),
-            mode: p.mode.clone(),
+            mode: mode.clone(),
             state: STATE_RECORDING.into(),
             trace_uuid: self.ids.uuid.clone(),
-            region: p.region.clone(),
+            region: region.clone(),
             clock: self.clock.clone(),
             env: Some(crate::sidecar::EnvRecord::from(&self.env)),
             streams,
@@ -619,32 +637,21 @@ impl CtfWriter {
             .close_all()
             .map_err(write_err(self.root.path().display()))?;
         self.release_reserve();
+        let staged = self.staged_dir().is_some();
         self.expand_kernel(classes)?;
         self.expand_ftrace(classes)?;
-        if self.wire_dir.is_some() && !self.ftrace_staged() {
+        if staged && !self.ftrace_staged() {
             kernel::remove_staging(&self.root);
         }
         self.write_metadata(classes)
     }
 
-    /// The kernel trace's directory once its packets are final (expanded
-    /// at the end), made here if it had none.
-    fn kernel_out_dir(&mut self) -> Result<OutDir, CtfError> {
-        if let Some(k) = self.kernel.as_ref().filter(|k| !k.is_staged()) {
-            return Ok(k.dir.clone());
-        }
-        let name = stream_dir(abi::IVT_STREAM_KERNEL);
-        self.root
-            .create_dir(name)
-            .map_err(create_err(self.root.join(name).display()))
-    }
-
-    /// Decodes the staged ftrace pages into `DIR/kernel/ftrace_chanN`,
-    /// once; without an expander they stay staged (with a warning).
+    /// Decodes the staged ftrace pages into `DIR/kernel/ftrace_chanN`
+    /// with the expander, once; with [`KeepStaged`] they stay staged.
     fn expand_ftrace(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
-        if !self.ftrace_staged() {
+        let Some(FtraceTrace::Staged(staging)) = &self.ftrace else {
             return Ok(());
-        }
+        };
         let staged: Vec<FtraceStaged> = (0..self.stream_of.len() as u32)
             .filter(|&c| self.stream_of[c as usize] == Some(abi::IVT_STREAM_FTRACE))
             .map(|chan| FtraceStaged {
@@ -652,35 +659,32 @@ impl CtfWriter {
                 name: stream_file_name(abi::IVT_STREAM_FTRACE, chan),
             })
             .collect();
-        if self.ftrace_expander.is_none() {
-            eprintln!(
-                "ivtrace: warning: no ftrace decoder: the relay's pages stay in {}",
-                self.root.join(STAGING_DIR).display()
-            );
-            return Ok(());
-        }
-        let out_dir = self.kernel_out_dir()?;
         let input = FtraceInput {
             wire: classes.stream(abi::IVT_STREAM_FTRACE),
             formats: &classes.ftrace,
             files: &staged,
-            staging: self.wire_dir.as_ref().expect("ftrace pages were staged"),
-            out: &out_dir,
+            staging,
             ticks: self.clock.expressible(),
             freq_hz: self.clock.freq_hz,
             clock: &self.clock,
             root: &self.root,
         };
-        let expander = self.ftrace_expander.as_mut().expect("checked above");
-        let out = expander
-            .expand(&input)
-            .map_err(write_err(out_dir.path().display()))?;
+        let out_name = stream_dir(abi::IVT_STREAM_KERNEL);
+        let out_path = self.root.join(out_name);
+        let expanded = self.ftrace_expander.expand(&input);
+        let Some(out) = expanded.map_err(write_err(out_path.display()))? else {
+            return Ok(());
+        };
         self.ftrace = Some(FtraceTrace::Expanded(Box::new(out)));
         if self.kernel.is_none() {
             // No native kernel packet: the kernel trace holds the ftrace
-            // streams alone.
+            // streams alone, in the directory the expansion made.
+            let dir = self
+                .root
+                .open_dir(out_name)
+                .map_err(create_err(out_path.display()))?;
             let generation = classes.generation();
-            self.kernel = Some(KernelTrace::ftrace_only(out_dir, generation));
+            self.kernel = Some(KernelTrace::ftrace_only(dir, generation));
         }
         Ok(())
     }
@@ -769,7 +773,7 @@ impl CtfWriter {
                 &channel_file_name(stream, chan, self.nr_channels),
                 len,
             );
-            self.file_made(chan, stream);
+            self.file_made(chan, stream, &dir);
         }
         Ok(())
     }
@@ -864,7 +868,7 @@ impl CtfWriter {
         if !self.files.has(chan) {
             let made = self.files.create(chan, dir, &name);
             made.map_err(|e| create_err(path(&self.root))(e))?;
-            self.file_made(chan, stream);
+            self.file_made(chan, stream, dir);
         }
         let written = self.files.write(chan, bytes);
         written.map_err(|e| write_err(path(&self.root))(e))

@@ -201,7 +201,7 @@ pub fn ctf_writer_part(
     // The ftrace relay's pages, if any, are decoded with the guest's
     // formats (ivtrace-tracefs's relay) when the writer finishes.
     w.set_ftrace_expander(Box::new(ivtrace_tracefs::ftrace_relay::RelayExpander));
-    w.set_progress(Progress {
+    w.set_progress(Progress::Sidecar {
         mode: mode.into(),
         region: region_section(region, &out.path().display().to_string()),
     });

@@ -67,8 +67,8 @@ pub const LTTNG_SYSTEMS: &[&str] = &["block", "net", "workqueue"];
 pub struct RelayExpander;
 
 impl FtraceExpand for RelayExpander {
-    fn expand(&mut self, input: &FtraceInput) -> io::Result<FtraceOutput> {
-        expand(input)
+    fn expand(&mut self, input: &FtraceInput) -> io::Result<Option<FtraceOutput>> {
+        expand(input).map(Some)
     }
 }
 
@@ -416,15 +416,16 @@ impl PageTimes {
     }
 }
 
-/// Pass 2 over one channel: its pages into `input.out`, its accounting and
-/// its events by name.
+/// Pass 2 over one channel: its pages into `out` (the kernel trace's
+/// directory), its accounting and its events by name.
 fn write_channel(
     input: &FtraceInput,
+    out: &OutDir,
     f: &FtraceStaged,
     plan: &Plan,
 ) -> io::Result<(FtraceCpu, BTreeMap<String, u64>)> {
     let mut w = ChannelWriter {
-        out: StreamOut::create(input.out, &f.name, f.chan)?,
+        out: StreamOut::create(out, &f.name, f.chan)?,
         acc: FtraceCpu::default(),
         by_name: BTreeMap::new(),
         missed: 0,
@@ -618,8 +619,9 @@ pub fn expand(input: &FtraceInput) -> io::Result<FtraceOutput> {
         ..FtraceStats::default()
     };
     let plan = Plan { hp, dec, names };
+    let out = input.out_dir()?;
     for f in input.files {
-        let (cpu, by_name) = write_channel(input, f, &plan)?;
+        let (cpu, by_name) = write_channel(input, &out, f, &plan)?;
         for (name, n) in by_name {
             let count = stats.events_by_name.entry(name).or_default();
             *count = count.saturating_add(n);

@@ -204,7 +204,7 @@ fn run_with(formats: &FtraceFormats, packets: &[Vec<u8>], ticks: TickRange) -> R
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o750)).unwrap();
     let root = OutDir::root(dir.path(), &OutputPolicy::default()).unwrap();
     let staging = root.open_dir("wire").unwrap();
-    let kernel = root.create_dir("kernel").unwrap();
+    root.create_dir("kernel").unwrap();
     let out = dir.path().join("kernel/ftrace_chan2");
     let files = [FtraceStaged {
         chan: 2,
@@ -215,7 +215,6 @@ fn run_with(formats: &FtraceFormats, packets: &[Vec<u8>], ticks: TickRange) -> R
         formats,
         files: &files,
         staging: &staging,
-        out: &kernel,
         ticks,
         freq_hz: 1_000_000_000,
         clock: &NS_IS_TICK,
