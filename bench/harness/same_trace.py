@@ -5,7 +5,10 @@ its own copy of one region (a prefill of ivtrace-loadgen, or a region file a rea
 behind, e.g. a `make demo` backing file saved after the guest ended), into directories of
 the same name, and the two trees are compared file by file:
 
-- stream files (everything but metadata and the sidecar): byte for byte;
+- stream files (everything but metadata and the sidecar): byte for byte, or, where the bytes
+  differ, event for event apart from times (babeltrace2 reads both traces: each stream's
+  events, their names and fields, and the packet contexts but for their timestamps): the
+  guest traces count nanoseconds converted with this run's clock mapping;
 - CTF metadata: line by line, except the lines that carry the clock mapping of this run
   (frequency, offset, precision, the error bound and the description that quotes it) and its date;
 - the sidecar ivtrace.json: key by key, except the clock's measured values and the
@@ -63,11 +66,46 @@ def json_diff(a, b, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
 
 
+def events_apart_from_times(trace: Path) -> list:
+    """Each stream's messages of the CTF trace in `trace` (a directory with a metadata file),
+    without their times: (stream, packet context but timestamps, event name, fields)."""
+    import bt2  # only where stream bytes differ; the byte comparison needs no babeltrace2
+    out = []
+    it = bt2.TraceCollectionMessageIterator(str(trace))
+    for msg in it:
+        if type(msg) is bt2._EventMessageConst:
+            ev = msg.event
+            ctx = ev.packet.context_field if ev.packet else None
+            ctx = {k: str(v) for k, v in (ctx or {}).items() if "timestamp" not in k}
+            fields = [str(f) if f is not None else None for f in
+                      (ev.payload_field, ev.specific_context_field, ev.common_context_field)]
+            out.append((ev.stream.id, sorted(ctx.items()), ev.name, fields))
+    out.sort(key=lambda e: e[0])  # stable: each stream keeps its order
+    return out
+
+
+def streams_apart_from_times(a: Path, b: Path, rels: list[Path]) -> list[str]:
+    """The traces holding the stream files `rels` whose bytes differ, compared event by
+    event apart from times; a difference per trace that is not the same."""
+    out = []
+    for trace in sorted({rel.parent for rel in rels}):
+        try:
+            same = events_apart_from_times(a / trace) == events_apart_from_times(b / trace)
+        except Exception as e:  # noqa: BLE001 - a trace babeltrace2 refuses differs
+            out.append(f"{trace}: babeltrace2 could not read it: {e}")
+            continue
+        if not same:
+            out += [f"{rel}: stream bytes differ, and events apart from times too"
+                    for rel in rels if rel.parent == trace]
+    return out
+
+
 def compare(a: Path, b: Path) -> dict:
     """The two output trees compared file by file: {files, identical, same_but_clock, differ}."""
     fa = {p.relative_to(a) for p in a.rglob("*") if p.is_file()}
     fb = {p.relative_to(b) for p in b.rglob("*") if p.is_file()}
     r = {"files": len(fa | fb), "identical": 0, "same_but_clock": 0, "differ": []}
+    streams = []
     for rel in sorted(fa ^ fb):
         r["differ"].append(f"{rel}: only in {'a' if rel in fa else 'b'}")
     for rel in sorted(fa & fb):
@@ -80,11 +118,15 @@ def compare(a: Path, b: Path) -> dict:
         elif rel.name == "ivtrace.json":
             d = json_diff(json.loads(pa.read_text()), json.loads(pb.read_text()))
         else:
-            d = [f"{rel}: stream bytes differ"]
+            streams.append(rel)
+            continue
         if d:
             r["differ"] += [f"{rel}: {x}" for x in d]
         else:
             r["same_but_clock"] += 1
+    differ = streams_apart_from_times(a, b, streams)
+    r["differ"] += differ
+    r["same_but_clock"] += len(streams) - len(differ)
     return r
 
 
