@@ -44,6 +44,12 @@ pub const CTF_DISCARDED_MAX: u64 = i64::MAX as u64;
 /// gave before).
 pub const COMMIT_BYTES: u64 = 1 << 20;
 
+/// How much earlier than the earlier run's last user time (in ns) a
+/// resumed channel's next packet may begin: the sidecar that gives back
+/// that run's mapping is written after the drain takes a refinement, so
+/// the two can differ by a refinement's step (tens of ns measured).
+const RESUME_SLACK_NS: u64 = 1_000;
+
 /// Receives validated packets, ready to be written as they are.
 pub trait PacketSink {
     type Error;
@@ -339,6 +345,10 @@ pub struct Reader {
     /// The mapping in force for the user streams' times, which the drain
     /// rewrites in nanoseconds; None: they stay in ticks.
     user_ns: Option<NsScale>,
+    /// The mapping an earlier run of a resumed recording wrote its user
+    /// times with (its sidecar's), which [`Reader::resume_channel`] reads
+    /// them back with: this run measured its own.
+    earlier_ns: Option<NsScale>,
     scratch: Vec<u8>,
     /// Where a packet is written afresh when its times cannot be
     /// rewritten in place ([`retime_tail`]).
@@ -369,6 +379,7 @@ impl Reader {
             ticks,
             peeked: None,
             user_ns: None,
+            earlier_ns: None,
             scratch: vec![0u8; (layout.subbuf_size as usize).saturating_add(8)],
             spare: Vec::new(),
         }
@@ -385,6 +396,15 @@ impl Reader {
     pub fn set_user_clock(&mut self, scale: NsScale, ticks: TickRange) {
         self.user_ns = Some(scale);
         self.ticks = ticks;
+    }
+
+    /// The mapping the earlier run of a resumed recording converted its
+    /// user times with (`ivtrace record --resume`); call it before
+    /// [`Reader::resume_channel`]. Without it, this run's mapping reads
+    /// them back, which may place the earlier run's last time after this
+    /// run's first and refuse a packet that follows it.
+    pub fn set_earlier_user_clock(&mut self, scale: NsScale) {
+        self.earlier_ns = Some(scale);
     }
 
     /// Whether user streams are written in nanoseconds.
@@ -447,13 +467,16 @@ impl Reader {
         bytes: u64,
     ) {
         let writer_now = self.region.protocol().writer_losses(c).total();
-        let scale = self.user_ns;
+        let scale = self.user_ns.map(|now| self.earlier_ns.unwrap_or(now));
         let ch = &mut self.channels[c as usize];
-        // A user stream in nanoseconds: its checks go on in ticks.
+        // A user stream in nanoseconds: its checks go on in ticks, the
+        // earlier run's end read back with its own mapping, less a slack
+        // for a refinement its sidecar had not caught up with yet (the
+        // times written stay monotonic in nanoseconds: `last_ns`).
         let ts_end = match scale.filter(|_| ch.stream == abi::IVT_STREAM_USER) {
             Some(scale) => {
                 ch.last_ns = last.timestamp_end;
-                scale.ticks_at(last.timestamp_end)
+                scale.ticks_at(last.timestamp_end.saturating_sub(RESUME_SLACK_NS))
             }
             None => last.timestamp_end,
         };

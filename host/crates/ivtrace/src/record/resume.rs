@@ -39,6 +39,8 @@ pub fn open(dir: &Path, policy: &OutputPolicy) -> Result<OutDir> {
 pub fn continue_recording(out: &OutDir, reader: &mut Reader, writer: &mut CtfWriter) -> Result<()> {
     let uuid = reader.region().header().uuid_string();
     let before = ivtrace_ctf::dir::resume(out, &uuid)?;
+    // The earlier run wrote its user times with the mapping it measured.
+    reader.set_earlier_user_clock(before.clock.ns_scale());
     reader.scan_metadata(ScanMode::Live);
     let classes = before.event_classes();
     let mut adopted = Vec::new();
