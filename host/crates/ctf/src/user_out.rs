@@ -151,7 +151,10 @@ mod tests {
             if ticks {
                 writer.keep_user_ticks();
             }
-            assert!(!dir.path().join("user").exists(), "made on the first packet");
+            assert!(
+                !dir.path().join("user").exists(),
+                "made on the first packet"
+            );
             drain(&r, &mut writer);
             let text = metadata(dir.path());
             assert!(text.contains(&format!("freq = {freq};")), "{text}");
