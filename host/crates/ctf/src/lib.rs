@@ -30,6 +30,7 @@ pub mod sidecar;
 pub mod streams;
 pub mod trace;
 pub mod tsdl;
+mod user_out;
 pub mod vm;
 
 pub use ivtrace_time::ClockMapping;

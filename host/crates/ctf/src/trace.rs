@@ -24,6 +24,8 @@
 //! [`CtfWriter::finish`] (see [`crate::kernel`] for why). The kernel trace
 //! is made on its stream's first packet, in one of the states of
 //! `kernel_out.rs` (staged, expanded), so no flag says which.
+//! The user trace likewise has its own writer (`user_out.rs`), made on
+//! its stream's first packet with the time base it keeps.
 //!
 //! The ftrace relay's pages (stream class 2) are staged there too, and an
 //! [`FtraceExpand`] decodes them into more streams of the kernel trace at
@@ -53,6 +55,7 @@ use crate::sidecar::{
 };
 use crate::streams::{Limits, StreamFiles, StreamStats};
 use crate::tsdl::{self, Timebase, TraceDesc, TraceEnv};
+use crate::user_out::UserTrace;
 use ivtrace_time::ClockMapping;
 
 /// Where a live sink ([`crate::live::LiveOut`]) and the host trace send
@@ -65,13 +68,6 @@ pub trait PacketTap: Send + Sync {
     fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>);
     /// One packet as written to `file`, holding `events` events.
     fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], events: u64);
-}
-
-/// The user trace's directory, once its stream class had a packet, and
-/// the generation of event classes its metadata was last written for.
-struct TraceOut {
-    dir: OutDir,
-    generation: u64,
 }
 
 /// Space set aside at the start of a recording and given back when a
@@ -218,7 +214,7 @@ pub struct CtfWriter {
     clock: ClockMapping,
     env: TraceEnv,
     /// The user trace, once it had a packet.
-    user: Option<TraceOut>,
+    user: Option<UserTrace>,
     /// The kernel trace, once it had a packet, or once the ftrace
     /// expansion made it.
     kernel: Option<KernelTrace>,
@@ -236,8 +232,9 @@ pub struct CtfWriter {
     ftrace_expander: Box<dyn FtraceExpand>,
     /// The ftrace stream, once its first page had a file.
     ftrace: Option<FtraceTrace>,
-    /// The user trace's packets count ticks ([`CtfWriter::keep_user_ticks`]).
-    user_ticks: bool,
+    /// What the user trace is made counting: nanoseconds unless
+    /// [`CtfWriter::keep_user_ticks`] said ticks.
+    user_timebase: Timebase,
 }
 
 /// The ftrace relay's stream (stream class 2): its pages staged, then
@@ -288,7 +285,7 @@ impl CtfWriter {
             nr_channels,
             ftrace_expander: Box::new(KeepStaged),
             ftrace: None,
-            user_ticks: false,
+            user_timebase: Timebase::Nanoseconds,
         }
     }
 
@@ -364,17 +361,14 @@ impl CtfWriter {
 
     /// What the timestamps of stream class `stream`'s trace count: the
     /// kernel trace's are nanoseconds once expanded at the end, the staged
-    /// wire packets' ticks; the user trace's nanoseconds (the drain
-    /// rewrites them, `Reader::set_user_clock`) unless kept in ticks.
+    /// wire packets' ticks; the user trace's what it was made with (see
+    /// `UserTrace::timebase`), or will be made with.
     pub fn timebase(&self, stream: u32) -> Timebase {
-        let expanded = match (&self.kernel, stream) {
-            (Some(k), abi::IVT_STREAM_KERNEL) => !k.is_staged(),
-            (None, abi::IVT_STREAM_KERNEL) => false,
-            _ => !self.user_ticks,
-        };
-        match expanded {
-            true => Timebase::Nanoseconds,
-            false => Timebase::Ticks,
+        match (stream, &self.kernel, &self.user) {
+            (abi::IVT_STREAM_KERNEL, Some(k), _) if !k.is_staged() => Timebase::Nanoseconds,
+            (abi::IVT_STREAM_KERNEL, _, _) => Timebase::Ticks,
+            (_, _, Some(u)) => u.timebase(),
+            (_, _, None) => self.user_timebase,
         }
     }
 
@@ -384,15 +378,6 @@ impl CtfWriter {
         match stream {
             abi::IVT_STREAM_KERNEL => self.kernel.as_ref().map(|k| &k.dir),
             _ => self.user.as_ref().map(|u| &u.dir),
-        }
-    }
-
-    /// The generation stream class `stream`'s metadata was last written
-    /// for (the trace is made).
-    fn written_generation(&mut self, stream: u32) -> &mut u64 {
-        match stream {
-            abi::IVT_STREAM_KERNEL => &mut self.kernel.as_mut().expect("made").generation,
-            _ => &mut self.user.as_mut().expect("made").generation,
         }
     }
 
@@ -468,9 +453,10 @@ impl CtfWriter {
     /// reader does not convert them: nested tracing, whose L0 places L2's
     /// ticks with the composed mapping, docs/nested.md): its user trace's
     /// clock block says ticks at the mapping's frequency, the date in the
-    /// offset.
+    /// offset. Call before the first user packet: the user trace keeps
+    /// the time base it was made with.
     pub fn keep_user_ticks(&mut self) {
-        self.user_ticks = true;
+        self.user_timebase = Timebase::Ticks;
     }
 
     /// Replaces the clock mapping (a refined estimate while recording,
@@ -495,29 +481,51 @@ impl CtfWriter {
         Ok(())
     }
 
+    /// Rewrites the metadata of stream class `stream`'s trace (made).
     fn write_stream_metadata(
         &mut self,
         stream: u32,
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        let kernel = stream == abi::IVT_STREAM_KERNEL;
+        match stream {
+            abi::IVT_STREAM_KERNEL => self.write_kernel_metadata(classes),
+            _ => {
+                let user = self.user.as_mut().expect("made");
+                user.write_metadata(&self.ids, &self.clock, &self.env, classes)
+            }
+        }
+    }
+
+    /// The kernel trace's metadata: its output classes (the wire ones
+    /// while staged, under the staged name) and, once decoded, the ftrace
+    /// streams'.
+    fn write_kernel_metadata(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+        let stream = abi::IVT_STREAM_KERNEL;
         let desc = self
             .ids
             .desc(stream, &self.clock, self.timebase(stream), &self.env);
-        let output = self.output_classes(stream, classes);
-        let mut text = tsdl::metadata(&desc, stream, output);
-        if let Some(f) = self.ftrace_output().filter(|_| kernel) {
+        let mut text = tsdl::metadata(&desc, stream, self.output_classes(stream, classes));
+        if let Some(f) = self.ftrace_output() {
             tsdl::append_stream(&mut text, abi::IVT_STREAM_FTRACE, &f.classes);
         }
-        let name = match (kernel, &self.kernel) {
-            (true, Some(k)) => k.metadata_name(),
-            _ => "metadata",
-        };
-        let dir = self.trace_dir(stream).expect("made");
-        dir.write_atomically(name, text.as_bytes())
-            .map_err(write_err(dir.join(name).display()))?;
-        *self.written_generation(stream) = classes.generation();
+        let k = self.kernel.as_mut().expect("made");
+        let name = k.metadata_name();
+        k.dir
+            .write_atomically(name, text.as_bytes())
+            .map_err(write_err(k.dir.join(name).display()))?;
+        k.generation = classes.generation();
         Ok(())
+    }
+
+    /// Whether stream class `stream`'s metadata was last written for
+    /// `classes`' generation (the trace is made).
+    fn metadata_current(&self, stream: u32, classes: &EventClasses) -> bool {
+        match stream {
+            abi::IVT_STREAM_KERNEL => {
+                self.kernel.as_ref().expect("made").generation == classes.generation()
+            }
+            _ => self.user.as_ref().expect("made").is_current(classes),
+        }
     }
 
     /// The trace's sidecar before the recording is finalized: what
@@ -559,12 +567,7 @@ impl CtfWriter {
             self.kernel = Some(KernelTrace::staged(dir));
             return Ok(true);
         }
-        let name = stream_dir(stream);
-        let dir = self
-            .root
-            .create_dir(name)
-            .map_err(create_err(self.root.join(name).display()))?;
-        self.user = Some(TraceOut { dir, generation: 0 });
+        self.user = Some(UserTrace::create(&self.root, self.user_timebase)?);
         Ok(true)
     }
 
@@ -576,7 +579,7 @@ impl CtfWriter {
         fresh: bool,
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        if !fresh && *self.written_generation(stream) == classes.generation() {
+        if !fresh && self.metadata_current(stream, classes) {
             return Ok(());
         }
         self.write_stream_metadata(stream, classes)?;
@@ -754,11 +757,7 @@ impl CtfWriter {
                 let dir = self.staging_dir()?;
                 self.kernel = Some(KernelTrace::staged(dir));
             } else {
-                let dir = self
-                    .root
-                    .open_dir(name)
-                    .map_err(create_err(self.root.join(name).display()))?;
-                self.user = Some(TraceOut { dir, generation: 0 });
+                self.user = Some(UserTrace::adopt(&self.root, self.user_timebase)?);
             }
             self.write_stream_metadata(s, classes)?;
         }

@@ -57,7 +57,7 @@ pub mod syscalls;
 pub mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};

@@ -1195,7 +1195,7 @@ fn writer_into(dir: &Path, region: &Region) -> CtfWriter {
 }
 
 /// A writer of `region`'s traces into `dir` with `clock` as its mapping.
-fn writer_with(dir: &Path, region: &Region, clock: ClockMapping) -> CtfWriter {
+pub(crate) fn writer_with(dir: &Path, region: &Region, clock: ClockMapping) -> CtfWriter {
     let env = TraceEnv {
         hostname: "guest0".into(),
         trace_name: "t".into(),
