@@ -23,15 +23,19 @@ static void item(const char *name, unsigned long long v)
 #define OFF(t, f)	item("offsetof." #t "." #f, offsetof(struct t, f))
 #define CONST(c)	item(#c, (unsigned long long)(c))
 
-int main(void)
+/* Every structure of the ABI: its size. */
+static void sizes(void)
 {
-	printf("{");
 	SIZE(ivt_region_hdr); SIZE(ivt_layout); SIZE(ivt_clock);
 	SIZE(ivt_sync); SIZE(ivt_control); SIZE(ivt_channel);
 	SIZE(ivt_packet_hdr); SIZE(ivt_event_ext); SIZE(ivt_meta_rec);
 	SIZE(ivt_meta_field); SIZE(ivt_name_entry); SIZE(ivt_names_rec);
 	SIZE(ivt_ctl_text); SIZE(ivt_ftrace_rec);
+}
 
+/* The region header and the records in it that the host reads and writes. */
+static void region_offsets(void)
+{
 	OFF(ivt_region_hdr, magic); OFF(ivt_region_hdr, abi_major);
 	OFF(ivt_region_hdr, abi_minor); OFF(ivt_region_hdr, hdr_size);
 	OFF(ivt_region_hdr, region_size); OFF(ivt_region_hdr, features);
@@ -51,7 +55,11 @@ int main(void)
 	OFF(ivt_ftrace_rec, kind); OFF(ivt_ftrace_rec, what);
 	OFF(ivt_ftrace_rec, text_len); OFF(ivt_ftrace_rec, system);
 	OFF(ivt_ftrace_rec, text);
+}
 
+/* The layout, clock, control and sync blocks, and a channel's shared counters. */
+static void block_offsets(void)
+{
 	OFF(ivt_layout, channels_off); OFF(ivt_layout, meta_off);
 	OFF(ivt_layout, pool_off); OFF(ivt_layout, meta_size);
 	OFF(ivt_layout, nr_channels); OFF(ivt_layout, nr_kernel_channels);
@@ -75,7 +83,11 @@ int main(void)
 	OFF(ivt_channel, events_closed); OFF(ivt_channel, state);
 	OFF(ivt_channel, owner_pid); OFF(ivt_channel, owner_tid);
 	OFF(ivt_channel, claims); OFF(ivt_channel, consumed);
+}
 
+/* What the rings and the metadata area hold: packet headers, event and name records. */
+static void record_offsets(void)
+{
 	OFF(ivt_packet_hdr, magic); OFF(ivt_packet_hdr, stream_id);
 	OFF(ivt_packet_hdr, stream_instance_id);
 	OFF(ivt_packet_hdr, timestamp_begin); OFF(ivt_packet_hdr, timestamp_end);
@@ -97,7 +109,12 @@ int main(void)
 	OFF(ivt_names_rec, len); OFF(ivt_names_rec, commit); OFF(ivt_names_rec, kind);
 	OFF(ivt_names_rec, nr_entries); OFF(ivt_names_rec, updates);
 	OFF(ivt_names_rec, skipped); OFF(ivt_names_rec, entries);
+}
 
+/* The constants both sides must agree on: magic numbers, limits, features, modes,
+ * commands, event encodings and field types. */
+static void constants(void)
+{
 	CONST(IVT_MAGIC); CONST(IVT_ABI_MAJOR); CONST(IVT_ABI_MINOR);
 	CONST(IVT_PAGE_SIZE); CONST(IVT_REGION_MIN); CONST(IVT_SUBBUF_MIN);
 	CONST(IVT_SUBBUF_MAX); CONST(IVT_SUBBUFS_MIN); CONST(IVT_SUBBUFS_MAX);
@@ -133,6 +150,16 @@ int main(void)
 	CONST(IVT_FT_S8); CONST(IVT_FT_S16); CONST(IVT_FT_S32); CONST(IVT_FT_S64);
 	CONST(IVT_FT_STRING); CONST(IVT_FT_BYTES); CONST(IVT_FT_CHARS);
 	CONST(IVT_FT_MAX); CONST(IVT_FF_HEX); CONST(IVT_FF_TID_COMM);
+}
+
+int main(void)
+{
+	printf("{");
+	sizes();
+	region_offsets();
+	block_offsets();
+	record_offsets();
+	constants();
 	printf("\n}\n");
 	return 0;
 }

@@ -605,77 +605,96 @@ static double median_batch_ns(uint64_t *cycles, unsigned k, uint64_t n)
 	return (double)cycles[k / 2] * 1e9 / ivb_tsc_hz / (double)n - ivb_empty_batch_ns;
 }
 
-void ivb_noreader(FILE *f, const struct ivb_noreader_opts *o)
+/* Samples gathered over all rounds: the single events timed before the ring was full, or
+ * after. */
+struct sample_set {
+	uint32_t *v;
+	uint64_t n;
+};
+
+/* Part 1 of a round: single timed events into an empty ring, through full. The samples up
+ * to the first drop go to *before, the rest to *after (s is scratch for one round). The
+ * last round's region is kept at --keep-noreader if given. Returns 1 if the region's lost
+ * count is not produced - committed. */
+static int noreader_singles(struct ivregion *g, const struct ivb_noreader_opts *o, int last,
+			    struct noreader_round *x, uint32_t *s,
+			    struct sample_set *before, struct sample_set *after)
 {
-	struct noreader_round *rr = calloc(o->rounds, sizeof(*rr));
-	uint32_t *s = ivb_samples_alloc(o->events);
-	uint32_t *before = ivb_samples_alloc(o->events * o->rounds);
-	uint32_t *after = ivb_samples_alloc(o->events * o->rounds);
-	uint64_t nb = 0, na = 0, capacity;
-	struct ivregion g = { .bench = "ivtrace_noreader" };
 	struct ivt_stats st;
-	uint64_t cyc[NR_DROP_BATCHES];
-	unsigned r;
-	int mismatch = 0;
+	int keep = last && o->keep_path;
 
-	g.ro.channels = 1;
-	g.ro.subbufs = o->subbufs;
-	g.ro.subbuf_size = o->subbuf_size;
-	g.ro.mode = IVT_MODE_DISCARD;
-	capacity = (uint64_t)o->subbufs *
-		   ((o->subbuf_size - sizeof(struct ivt_packet_hdr)) / EV_SIZE);
-	for (r = 0; r < o->rounds; r++) {
-		struct noreader_round *x = &rr[r];
-
-		/* Part 1: single timed events into an empty ring, through full. */
-		if (r == o->rounds - 1 && o->keep_path)
-			snprintf(g.path, sizeof(g.path), "%s", o->keep_path);
-		else
-			snprintf(g.path, sizeof(g.path), "%s/ivbench-%d.noreader",
-				 ivb_opts.shm_dir, (int)getpid());
-		region_open(&g);
-		x->produced = o->events;
-		x->committed = noreader_sample(&g, s, o->events, &x->first_drop);
-		x->lost = region_lost(&g, &st);
-		memcpy(before + nb, s, x->first_drop * sizeof(*s));
-		nb += x->first_drop;
-		memcpy(after + na, s + x->first_drop, (o->events - x->first_drop) * sizeof(*s));
-		na += o->events - x->first_drop;
-		if (x->lost != x->produced - x->committed)
-			mismatch = 1;
-		ivt_region_close(g.r);
-		if (!(r == o->rounds - 1 && o->keep_path))
-			unlink(g.path);
-
-		/* Part 2, on a fresh region: batches that fit (9 x 10 % of
-		 * the ring), then, once it is full, batches that are all
-		 * dropped. Medians, so a preempted batch does not count. */
-		snprintf(g.path, sizeof(g.path), "%s/ivbench-%d.noreader-b",
+	if (keep)
+		snprintf(g->path, sizeof(g->path), "%s", o->keep_path);
+	else
+		snprintf(g->path, sizeof(g->path), "%s/ivbench-%d.noreader",
 			 ivb_opts.shm_dir, (int)getpid());
-		region_open(&g);
-		x->fill_events = capacity / 10;
-		for (unsigned k = 0; k < NR_FILL_BATCHES; k++)
-			cyc[k] = noreader_batch(&g, x->fill_events, &x->b_committed);
-		x->fill_ns = median_batch_ns(cyc, NR_FILL_BATCHES, x->fill_events);
-		noreader_batch(&g, capacity, &x->b_committed);	/* fill it up */
-		x->drop_events = o->batch;
-		for (unsigned k = 0; k < NR_DROP_BATCHES; k++)
-			cyc[k] = noreader_batch(&g, x->drop_events, &x->b_committed);
-		x->drop_ns = median_batch_ns(cyc, NR_DROP_BATCHES, x->drop_events);
-		x->b_produced = NR_FILL_BATCHES * x->fill_events + capacity +
-				NR_DROP_BATCHES * x->drop_events;
-		x->b_lost = region_lost(&g, &st);
-		if (x->b_lost != x->b_produced - x->b_committed)
-			mismatch = 1;
-		ivt_region_close(g.r);
-		unlink(g.path);
-	}
-	if (mismatch)
-		fprintf(stderr, "ivbench: ivtrace_noreader: WARNING: lost != produced - committed "
-			"in some round (see the JSON)\n");
+	region_open(g);
+	x->produced = o->events;
+	x->committed = noreader_sample(g, s, o->events, &x->first_drop);
+	x->lost = region_lost(g, &st);
+	memcpy(before->v + before->n, s, x->first_drop * sizeof(*s));
+	before->n += x->first_drop;
+	memcpy(after->v + after->n, s + x->first_drop, (o->events - x->first_drop) * sizeof(*s));
+	after->n += o->events - x->first_drop;
+	ivt_region_close(g->r);
+	if (!keep)
+		unlink(g->path);
+	return x->lost != x->produced - x->committed;
+}
 
+/* Part 2 of a round, on a fresh region: batches that fit (9 x 10 % of the ring), then, once
+ * it is full, batches that are all dropped. Medians, so a preempted batch does not count.
+ * Returns 1 if the region's lost count is not produced - committed. */
+static int noreader_batches(struct ivregion *g, const struct ivb_noreader_opts *o,
+			    uint64_t capacity, struct noreader_round *x)
+{
+	uint64_t cyc[NR_DROP_BATCHES];
+	struct ivt_stats st;
+
+	snprintf(g->path, sizeof(g->path), "%s/ivbench-%d.noreader-b",
+		 ivb_opts.shm_dir, (int)getpid());
+	region_open(g);
+	x->fill_events = capacity / 10;
+	for (unsigned k = 0; k < NR_FILL_BATCHES; k++)
+		cyc[k] = noreader_batch(g, x->fill_events, &x->b_committed);
+	x->fill_ns = median_batch_ns(cyc, NR_FILL_BATCHES, x->fill_events);
+	noreader_batch(g, capacity, &x->b_committed);	/* fill it up */
+	x->drop_events = o->batch;
+	for (unsigned k = 0; k < NR_DROP_BATCHES; k++)
+		cyc[k] = noreader_batch(g, x->drop_events, &x->b_committed);
+	x->drop_ns = median_batch_ns(cyc, NR_DROP_BATCHES, x->drop_events);
+	x->b_produced = NR_FILL_BATCHES * x->fill_events + capacity +
+			NR_DROP_BATCHES * x->drop_events;
+	x->b_lost = region_lost(g, &st);
+	ivt_region_close(g->r);
+	unlink(g->path);
+	return x->b_lost != x->b_produced - x->b_committed;
+}
+
+/* One round's line of the JSON's "rounds" array. */
+static void noreader_round_json(FILE *f, const struct noreader_round *x, int more)
+{
+	fprintf(f, "  {\"produced\": %llu, \"committed\": %llu, \"lost\": %llu, "
+		"\"first_drop_index\": %llu, "
+		"\"batch_fill_events\": %llu, \"batch_fill_ns_per_event_net\": %.3f, "
+		"\"batch_full_events\": %llu, \"batch_full_ns_per_event_net\": %.3f, "
+		"\"batch_produced\": %llu, \"batch_committed\": %llu, \"batch_lost\": %llu}%s\n",
+		(unsigned long long)x->produced, (unsigned long long)x->committed,
+		(unsigned long long)x->lost, (unsigned long long)x->first_drop,
+		(unsigned long long)x->fill_events, x->fill_ns,
+		(unsigned long long)x->drop_events, x->drop_ns,
+		(unsigned long long)x->b_produced, (unsigned long long)x->b_committed,
+		(unsigned long long)x->b_lost, more ? "," : "");
+}
+
+/* The "noreader" object: the region, the rounds, the latency distributions before and after
+ * the ring was full. */
+static void noreader_json(FILE *f, const struct ivregion *g, const struct ivb_noreader_opts *o,
+			  uint64_t capacity, int mismatch, const struct noreader_round *rr,
+			  const struct sample_set *before, const struct sample_set *after)
+{
 	fprintf(f, "{\n");
-	region_json(f, &g);
+	region_json(f, g);
 	fprintf(f, "\"capacity_events\": %llu,\n", (unsigned long long)capacity);
 	fprintf(f, "\"lost_equals_produced_minus_committed\": %s,\n", mismatch ? "false" : "true");
 	if (o->keep_path) {
@@ -684,28 +703,41 @@ void ivb_noreader(FILE *f, const struct ivb_noreader_opts *o)
 		fprintf(f, ",\n");
 	}
 	fprintf(f, "\"rounds\": [\n");
-	for (r = 0; r < o->rounds; r++) {
-		const struct noreader_round *x = &rr[r];
-
-		fprintf(f, "  {\"produced\": %llu, \"committed\": %llu, \"lost\": %llu, "
-			"\"first_drop_index\": %llu, "
-			"\"batch_fill_events\": %llu, \"batch_fill_ns_per_event_net\": %.3f, "
-			"\"batch_full_events\": %llu, \"batch_full_ns_per_event_net\": %.3f, "
-			"\"batch_produced\": %llu, \"batch_committed\": %llu, \"batch_lost\": %llu}%s\n",
-			(unsigned long long)x->produced, (unsigned long long)x->committed,
-			(unsigned long long)x->lost, (unsigned long long)x->first_drop,
-			(unsigned long long)x->fill_events, x->fill_ns,
-			(unsigned long long)x->drop_events, x->drop_ns,
-			(unsigned long long)x->b_produced, (unsigned long long)x->b_committed,
-			(unsigned long long)x->b_lost, r + 1 < o->rounds ? "," : "");
-	}
+	for (unsigned r = 0; r < o->rounds; r++)
+		noreader_round_json(f, &rr[r], r + 1 < o->rounds);
 	fprintf(f, "],\n");
-	ivb_json_dist(f, "before_full", before, nb, &ivb_single);
-	ivb_json_dist(f, "after_full", after, na, &ivb_single);
+	ivb_json_dist(f, "before_full", before->v, before->n, &ivb_single);
+	ivb_json_dist(f, "after_full", after->v, after->n, &ivb_single);
 	fprintf(f, "\"samples_before_full\": %llu, \"samples_after_full\": %llu\n}",
-		(unsigned long long)nb, (unsigned long long)na);
+		(unsigned long long)before->n, (unsigned long long)after->n);
+}
+
+void ivb_noreader(FILE *f, const struct ivb_noreader_opts *o)
+{
+	struct noreader_round *rr = calloc(o->rounds, sizeof(*rr));
+	uint32_t *s = ivb_samples_alloc(o->events);
+	struct sample_set before = { ivb_samples_alloc(o->events * o->rounds), 0 };
+	struct sample_set after = { ivb_samples_alloc(o->events * o->rounds), 0 };
+	struct ivregion g = { .bench = "ivtrace_noreader" };
+	uint64_t capacity;
+	int mismatch = 0;
+
+	g.ro.channels = 1;
+	g.ro.subbufs = o->subbufs;
+	g.ro.subbuf_size = o->subbuf_size;
+	g.ro.mode = IVT_MODE_DISCARD;
+	capacity = (uint64_t)o->subbufs *
+		   ((o->subbuf_size - sizeof(struct ivt_packet_hdr)) / EV_SIZE);
+	for (unsigned r = 0; r < o->rounds; r++) {
+		mismatch |= noreader_singles(&g, o, r == o->rounds - 1, &rr[r], s, &before, &after);
+		mismatch |= noreader_batches(&g, o, capacity, &rr[r]);
+	}
+	if (mismatch)
+		fprintf(stderr, "ivbench: ivtrace_noreader: WARNING: lost != produced - committed "
+			"in some round (see the JSON)\n");
+	noreader_json(f, &g, o, capacity, mismatch, rr, &before, &after);
 	free(rr);
 	free(s);
-	free(before);
-	free(after);
+	free(before.v);
+	free(after.v);
 }

@@ -529,86 +529,98 @@ static void usage(FILE *f)
 		default_benches);
 }
 
-int main(int argc, char **argv)
-{
-	enum { O_BENCH = 256, O_ROUNDS, O_SAMPLES, O_GROUPS, O_WARMUP, O_BATCH, O_BATCHES,
-	       O_CPU, O_DRAIN_CPU, O_RECORDER, O_SHM, O_DISK, O_TRACEFS, O_NOREADER,
-	       O_NR_EVENTS, O_NR_SUBBUFS, O_NR_SUBBUF_SIZE, O_KEEP, O_NO_MLOCK,
-	       O_LIVE_RATES, O_LIVE_RINGS, O_LIVE_SECONDS,
-	       O_JSON, O_LIST, O_HELP };
-	static const struct option lo[] = {
-		{ "bench", 1, 0, O_BENCH }, { "rounds", 1, 0, O_ROUNDS },
-		{ "samples", 1, 0, O_SAMPLES }, { "groups", 1, 0, O_GROUPS },
-		{ "warmup", 1, 0, O_WARMUP },
-		{ "batch", 1, 0, O_BATCH }, { "batches", 1, 0, O_BATCHES },
-		{ "cpu", 1, 0, O_CPU }, { "drain-cpu", 1, 0, O_DRAIN_CPU },
-		{ "recorder", 1, 0, O_RECORDER }, { "shm-dir", 1, 0, O_SHM },
-		{ "disk-dir", 1, 0, O_DISK }, { "tracefs", 1, 0, O_TRACEFS },
-		{ "noreader", 0, 0, O_NOREADER }, { "noreader-events", 1, 0, O_NR_EVENTS },
-		{ "noreader-subbufs", 1, 0, O_NR_SUBBUFS },
-		{ "noreader-subbuf-size", 1, 0, O_NR_SUBBUF_SIZE },
-		{ "keep-noreader", 1, 0, O_KEEP }, { "no-mlock", 0, 0, O_NO_MLOCK },
-		{ "live-rates", 1, 0, O_LIVE_RATES }, { "live-rings", 1, 0, O_LIVE_RINGS },
-		{ "live-seconds", 1, 0, O_LIVE_SECONDS },
-		{ "json", 1, 0, O_JSON }, { "list", 0, 0, O_LIST }, { "help", 0, 0, O_HELP },
-		{ 0, 0, 0, 0 },
-	};
-	struct ivb_noreader_opts nro = {
-		.rounds = 3, .events = 1000000, .batch = 20000,
-		.subbufs = 64, .subbuf_size = 65536,
-	};
-	static uint64_t live_rates[16];
-	static uint32_t live_rings[8][2] = { { 8, 256 << 10 }, { 32, 1 << 20 } };
-	struct ivb_live_opts lvo = { .rates = live_rates, .rings = live_rings,
-				     .nr_rings = 2, .seconds = 3 };
-	struct ivb_opts *o = &ivb_opts;
-	const struct ivb_bench *sel[NR_ALL];
-	struct result res[NR_ALL];
-	struct summary sum[NR_ALL];
-	char *bench_list = NULL, *json_path = NULL;
-	int noreader = 0, mlocked = 1, c;
-	double cal[2], cpuid, empty_batch;
-	unsigned nb, i;
-	cpu_set_t set;
-	FILE *f = stdout;
+/* What the command line asks for beyond ivb_opts: the bench list, where the JSON goes, the
+ * no-reader test and the live runs. */
+struct cli {
+	char *bench_list, *json_path;
+	int noreader, mlocked;
+	struct ivb_noreader_opts nro;
+	struct ivb_live_opts lvo;
+};
 
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (c) {
-		case O_BENCH: bench_list = optarg; break;
-		case O_ROUNDS: o->rounds = (unsigned)atoi(optarg); break;
-		case O_SAMPLES: o->samples = strtoull(optarg, 0, 0); break;
-		case O_GROUPS: o->groups = strtoull(optarg, 0, 0); break;
-		case O_WARMUP: o->warmup = strtoull(optarg, 0, 0); break;
-		case O_BATCH: o->batch = strtoull(optarg, 0, 0); break;
-		case O_BATCHES: o->batches = strtoull(optarg, 0, 0); break;
-		case O_CPU: o->cpu = atoi(optarg); break;
-		case O_DRAIN_CPU: o->drain_cpu = atoi(optarg); break;
-		case O_RECORDER: o->recorder = optarg; break;
-		case O_SHM: o->shm_dir = optarg; break;
-		case O_DISK: o->disk_dir = optarg; break;
-		case O_TRACEFS: o->tracefs = optarg; break;
-		case O_NOREADER: noreader = 1; break;
-		case O_NR_EVENTS: nro.events = strtoull(optarg, 0, 0); break;
-		case O_NR_SUBBUFS: nro.subbufs = (uint32_t)strtoul(optarg, 0, 0); break;
-		case O_NR_SUBBUF_SIZE: nro.subbuf_size = (uint32_t)strtoul(optarg, 0, 0); break;
-		case O_KEEP: nro.keep_path = optarg; break;
-		case O_NO_MLOCK: mlocked = 0; break;
-		case O_LIVE_RATES:
-			lvo.nr_rates = parse_list(optarg, live_rates, 16);
-			break;
-		case O_LIVE_RINGS:
-			lvo.nr_rings = parse_rings(optarg, live_rings, 8);
-			break;
-		case O_LIVE_SECONDS: lvo.seconds = atof(optarg); break;
-		case O_JSON: json_path = optarg; break;
-		case O_LIST:
-			for (i = 0; i < NR_ALL; i++)
-				printf("%-18s %s\n", all_benches[i]->name, all_benches[i]->what);
-			return 0;
-		case O_HELP: case 'h': usage(stdout); return 0;
-		default: usage(stderr); return 2;
-		}
+enum { O_BENCH = 256, O_ROUNDS, O_SAMPLES, O_GROUPS, O_WARMUP, O_BATCH, O_BATCHES,
+       O_CPU, O_DRAIN_CPU, O_RECORDER, O_SHM, O_DISK, O_TRACEFS, O_NOREADER,
+       O_NR_EVENTS, O_NR_SUBBUFS, O_NR_SUBBUF_SIZE, O_KEEP, O_NO_MLOCK,
+       O_LIVE_RATES, O_LIVE_RINGS, O_LIVE_SECONDS,
+       O_JSON, O_LIST, O_HELP };
+
+static const struct option long_opts[] = {
+	{ "bench", 1, 0, O_BENCH }, { "rounds", 1, 0, O_ROUNDS },
+	{ "samples", 1, 0, O_SAMPLES }, { "groups", 1, 0, O_GROUPS },
+	{ "warmup", 1, 0, O_WARMUP },
+	{ "batch", 1, 0, O_BATCH }, { "batches", 1, 0, O_BATCHES },
+	{ "cpu", 1, 0, O_CPU }, { "drain-cpu", 1, 0, O_DRAIN_CPU },
+	{ "recorder", 1, 0, O_RECORDER }, { "shm-dir", 1, 0, O_SHM },
+	{ "disk-dir", 1, 0, O_DISK }, { "tracefs", 1, 0, O_TRACEFS },
+	{ "noreader", 0, 0, O_NOREADER }, { "noreader-events", 1, 0, O_NR_EVENTS },
+	{ "noreader-subbufs", 1, 0, O_NR_SUBBUFS },
+	{ "noreader-subbuf-size", 1, 0, O_NR_SUBBUF_SIZE },
+	{ "keep-noreader", 1, 0, O_KEEP }, { "no-mlock", 0, 0, O_NO_MLOCK },
+	{ "live-rates", 1, 0, O_LIVE_RATES }, { "live-rings", 1, 0, O_LIVE_RINGS },
+	{ "live-seconds", 1, 0, O_LIVE_SECONDS },
+	{ "json", 1, 0, O_JSON }, { "list", 0, 0, O_LIST }, { "help", 0, 0, O_HELP },
+	{ 0, 0, 0, 0 },
+};
+
+/* The live runs' defaults; --live-rates and --live-rings overwrite them in place. */
+static uint64_t live_rates[16];
+static uint32_t live_rings[8][2] = { { 8, 256 << 10 }, { 32, 1 << 20 } };
+
+/* Apply one option. Returns -1 to go on, else the exit status: 0 after --list or --help,
+ * 2 for an unknown option. */
+static int set_option(int c, struct ivb_opts *o, struct cli *cli)
+{
+	unsigned i;
+
+	switch (c) {
+	case O_BENCH: cli->bench_list = optarg; break;
+	case O_ROUNDS: o->rounds = (unsigned)atoi(optarg); break;
+	case O_SAMPLES: o->samples = strtoull(optarg, 0, 0); break;
+	case O_GROUPS: o->groups = strtoull(optarg, 0, 0); break;
+	case O_WARMUP: o->warmup = strtoull(optarg, 0, 0); break;
+	case O_BATCH: o->batch = strtoull(optarg, 0, 0); break;
+	case O_BATCHES: o->batches = strtoull(optarg, 0, 0); break;
+	case O_CPU: o->cpu = atoi(optarg); break;
+	case O_DRAIN_CPU: o->drain_cpu = atoi(optarg); break;
+	case O_RECORDER: o->recorder = optarg; break;
+	case O_SHM: o->shm_dir = optarg; break;
+	case O_DISK: o->disk_dir = optarg; break;
+	case O_TRACEFS: o->tracefs = optarg; break;
+	case O_NOREADER: cli->noreader = 1; break;
+	case O_NR_EVENTS: cli->nro.events = strtoull(optarg, 0, 0); break;
+	case O_NR_SUBBUFS: cli->nro.subbufs = (uint32_t)strtoul(optarg, 0, 0); break;
+	case O_NR_SUBBUF_SIZE: cli->nro.subbuf_size = (uint32_t)strtoul(optarg, 0, 0); break;
+	case O_KEEP: cli->nro.keep_path = optarg; break;
+	case O_NO_MLOCK: cli->mlocked = 0; break;
+	case O_LIVE_RATES:
+		cli->lvo.nr_rates = parse_list(optarg, live_rates, 16);
+		break;
+	case O_LIVE_RINGS:
+		cli->lvo.nr_rings = parse_rings(optarg, live_rings, 8);
+		break;
+	case O_LIVE_SECONDS: cli->lvo.seconds = atof(optarg); break;
+	case O_JSON: cli->json_path = optarg; break;
+	case O_LIST:
+		for (i = 0; i < NR_ALL; i++)
+			printf("%-18s %s\n", all_benches[i]->name, all_benches[i]->what);
+		return 0;
+	case O_HELP: case 'h': usage(stdout); return 0;
+	default: usage(stderr); return 2;
 	}
+	return -1;
+}
+
+/* Parse the command line into ivb_opts and cli, then check it. Returns -1 to go on, else the
+ * exit status (as set_option). Without --bench: the default benches, plus ivtrace_live when
+ * there is a recorder to drain it. */
+static int parse_args(int argc, char **argv, struct ivb_opts *o, struct cli *cli)
+{
+	static char def[512];
+	int c, rc;
+
+	while ((c = getopt_long(argc, argv, "h", long_opts, NULL)) != -1)
+		if ((rc = set_option(c, o, cli)) >= 0)
+			return rc;
 	if (optind != argc || !o->rounds || !o->samples || !o->groups || !o->batch ||
 	    !o->batches) {
 		usage(stderr);
@@ -616,27 +628,35 @@ int main(int argc, char **argv)
 	}
 	if (o->rounds > 64)
 		ivb_die("ivbench", "--rounds is at most 64");
-	nro.rounds = o->rounds;
-	if (!bench_list) {
-		static char def[512];
-
+	cli->nro.rounds = o->rounds;
+	if (!cli->bench_list) {
 		snprintf(def, sizeof(def), "%s%s", default_benches,
 			 o->recorder ? ",ivtrace_live" : "");
-		bench_list = def;
+		cli->bench_list = def;
 	}
-	nb = select_benches(bench_list, sel);
+	return -1;
+}
+
+/* Pin to the timed CPU and (unless --no-mlock) lock all memory, so that neither a migration
+ * nor a page fault lands in a timed loop. */
+static void pin_and_lock(int cpu, int mlocked)
+{
+	cpu_set_t set;
 
 	CPU_ZERO(&set);
-	CPU_SET(o->cpu, &set);
+	CPU_SET(cpu, &set);
 	if (sched_setaffinity(0, sizeof(set), &set) != 0)
-		ivb_die("ivbench", "cannot pin to CPU %d: %s", o->cpu, strerror(errno));
+		ivb_die("ivbench", "cannot pin to CPU %d: %s", cpu, strerror(errno));
 	if (mlocked && mlockall(MCL_CURRENT | MCL_FUTURE) != 0)
 		ivb_die("ivbench", "mlockall failed: %s (run as root, raise RLIMIT_MEMLOCK, "
 			"or pass --no-mlock)", strerror(errno));
-	cal[0] = tsc_calibrate(200);
-	cal[1] = tsc_calibrate(200);
-	ivb_tsc_hz = cal[1];
-	cpuid = cpuid_cycles();
+}
+
+/* Allocate each selected bench's sample arrays (all rounds) and run its setup. */
+static void setup_benches(const struct ivb_bench **sel, struct result *res, unsigned nb)
+{
+	const struct ivb_opts *o = &ivb_opts;
+	unsigned i;
 
 	for (i = 0; i < nb; i++) {
 		res[i].b = sel[i];
@@ -647,16 +667,14 @@ int main(int argc, char **argv)
 		if (sel[i]->setup)
 			sel[i]->setup();
 	}
-	run_rounds(res, nb);
+}
 
-	/* The empty bench (res[0]) is the timing overhead of everyone else. */
-	overhead_of(res[0].samples, o->rounds * o->samples, &ivb_single);
-	overhead_of(res[0].groups, o->rounds * o->groups, &ivb_grouped);
-	empty_batch = batch_median_ns(&res[0]);
-	ivb_empty_batch_ns = empty_batch;
+/* The JSON's fields before the benches: the machine, the parameters, how the timing is done
+ * and the overheads taken off every result. */
+static void json_head(FILE *f, int mlocked, const double cal[2], double cpuid, double empty_batch)
+{
+	const struct ivb_opts *o = &ivb_opts;
 
-	if (json_path && !(f = fopen(json_path, "w")))
-		ivb_die("ivbench", "cannot write %s: %s", json_path, strerror(errno));
 	fprintf(f, "{\n\"tool\": \"ivbench\",\n\"cpu\": %d,\n\"drain_cpu\": %d,\n"
 		"\"mlockall\": %s,\n\"tsc_hz\": %.0f,\n\"tsc_hz_calibrations\": [%.0f, %.0f],\n"
 		"\"cpuid_exit_cycles_p50\": %.0f,\n",
@@ -680,27 +698,17 @@ int main(int argc, char **argv)
 		"\"overhead_group_cycles\": {\"p50\": %.0f, \"mean\": %.3f},\n"
 		"\"empty_batch_ns_per_event\": %.3f,\n",
 		ivb_single.p50, ivb_single.mean, ivb_grouped.p50, ivb_grouped.mean, empty_batch);
-	fprintf(f, "\"benches\": [\n");
-	for (i = 0; i < nb; i++) {
-		json_bench(f, &res[i], empty_batch, &sum[i]);
-		fprintf(f, "%s\n", i + 1 < nb ? "," : "");
-	}
-	fprintf(f, "]");
-	if (noreader) {
-		fprintf(stderr, "ivbench: no-reader test\n");
-		fprintf(f, ",\n\"noreader\": ");
-		ivb_noreader(f, &nro);
-	}
-	if (lvo.nr_rates) {
-		fprintf(f, ",\n\"live_rates\": ");
-		ivb_live_rates(f, &lvo);
-	}
-	fprintf(f, "\n}\n");
-	if (f != stdout)
-		fclose(f);
+}
+
+/* The human summary on stderr: one line per bench (the empty one left out), ns per event net
+ * of the timing overhead. */
+static void print_table(const struct ivb_bench **sel, const struct summary *sum, unsigned nb,
+			double cpuid)
+{
+	unsigned i;
 
 	fprintf(stderr, "ivbench: CPU %d, TSC %.1f MHz (tick %u cycles), timing overhead %.0f "
-		"cycles, cpuid exit %.0f cycles\n", o->cpu, ivb_tsc_hz / 1e6, tsc_tick(),
+		"cycles, cpuid exit %.0f cycles\n", ivb_opts.cpu, ivb_tsc_hz / 1e6, tsc_tick(),
 		ivb_single.p50, cpuid);
 	fprintf(stderr, "%-18s %8s %8s | %8s %8s %8s %8s %8s | %8s   (ns/event, net)\n",
 		"bench", "grp p50", "grp mean", "p50", "p99", "p99.9", "mean", "mean<10u",
@@ -709,6 +717,66 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%-18s %8.1f %8.1f | %8.1f %8.1f %8.1f %8.1f %8.1f | %8.1f\n",
 			sel[i]->name, sum[i].g50, sum[i].gmean, sum[i].p50, sum[i].p99,
 			sum[i].p999, sum[i].mean, sum[i].tmean, sum[i].batch);
+}
+
+int main(int argc, char **argv)
+{
+	struct cli cli = {
+		.mlocked = 1,
+		.nro = { .rounds = 3, .events = 1000000, .batch = 20000,
+			 .subbufs = 64, .subbuf_size = 65536 },
+		.lvo = { .rates = live_rates, .rings = live_rings, .nr_rings = 2, .seconds = 3 },
+	};
+	struct ivb_opts *o = &ivb_opts;
+	const struct ivb_bench *sel[NR_ALL];
+	struct result res[NR_ALL];
+	struct summary sum[NR_ALL];
+	double cal[2], cpuid, empty_batch;
+	unsigned nb, i;
+	FILE *f = stdout;
+	int rc;
+
+	if ((rc = parse_args(argc, argv, o, &cli)) >= 0)
+		return rc;
+	nb = select_benches(cli.bench_list, sel);
+	pin_and_lock(o->cpu, cli.mlocked);
+	cal[0] = tsc_calibrate(200);
+	cal[1] = tsc_calibrate(200);
+	ivb_tsc_hz = cal[1];
+	cpuid = cpuid_cycles();
+
+	setup_benches(sel, res, nb);
+	run_rounds(res, nb);
+
+	/* The empty bench (res[0]) is the timing overhead of everyone else. */
+	overhead_of(res[0].samples, o->rounds * o->samples, &ivb_single);
+	overhead_of(res[0].groups, o->rounds * o->groups, &ivb_grouped);
+	empty_batch = batch_median_ns(&res[0]);
+	ivb_empty_batch_ns = empty_batch;
+
+	if (cli.json_path && !(f = fopen(cli.json_path, "w")))
+		ivb_die("ivbench", "cannot write %s: %s", cli.json_path, strerror(errno));
+	json_head(f, cli.mlocked, cal, cpuid, empty_batch);
+	fprintf(f, "\"benches\": [\n");
+	for (i = 0; i < nb; i++) {
+		json_bench(f, &res[i], empty_batch, &sum[i]);
+		fprintf(f, "%s\n", i + 1 < nb ? "," : "");
+	}
+	fprintf(f, "]");
+	if (cli.noreader) {
+		fprintf(stderr, "ivbench: no-reader test\n");
+		fprintf(f, ",\n\"noreader\": ");
+		ivb_noreader(f, &cli.nro);
+	}
+	if (cli.lvo.nr_rates) {
+		fprintf(f, ",\n\"live_rates\": ");
+		ivb_live_rates(f, &cli.lvo);
+	}
+	fprintf(f, "\n}\n");
+	if (f != stdout)
+		fclose(f);
+
+	print_table(sel, sum, nb, cpuid);
 	for (i = 0; i < nb; i++)
 		if (sel[i]->teardown)
 			sel[i]->teardown();
