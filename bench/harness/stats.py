@@ -35,84 +35,99 @@ def sd_log(v):
     return statistics.stdev([math.log(x) for x in v]) if len(v) >= 2 and min(v) > 0 else None
 
 
-def summarize(res: dict) -> dict:
-    p = res["params"]
-    by = {}
-    units = {}
-    for m in res["measurements"]:
-        by.setdefault(m["workload"], {}).setdefault(m["config"], {})[m["rep"]] = m
-        units[m["workload"]] = m["unit"]
-    out = {"workloads": {}, "transport": {}}
-    for w in p["workloads"]:
-        rows = by.get(w, {})
-        bare = rows.get("bare", {})
-        bare_scores = [bare[r]["score"] for r in sorted(bare)]
-        gb, sb = gmean(bare_scores), sd_log(bare_scores)
-        cfgs = {}
-        for c in p["configs"]:
-            reps = rows.get(c, {})
-            if not reps:
-                continue
-            sc = [reps[r]["score"] for r in sorted(reps)]
-            g, s = gmean(sc), sd_log(sc)
-            x = {"n": len(sc), "scores": sc, "geomean": g, "min": min(sc), "max": max(sc),
-                 "sd_log": s}
-            ev = [reps[r]["events"] / reps[r]["elapsed_s"] for r in sorted(reps)]
-            lost = sum(reps[r]["lost"] for r in reps)
-            tot = sum(reps[r]["events"] for r in reps)
-            hs = [reps[r].get("host") for r in sorted(reps)]
-            if all(hs):
-                # Host contention: the share of the run the vCPU thread spent runnable but
-                # waiting for its host CPU (other jobs on this machine). adj = the score per
-                # second the vCPU was not kept waiting: score / (1 - wait).
-                x["vcpu_wait_pct"] = statistics.mean(h["vcpu_wait_pct"] for h in hs)
-                x["vcpu_wait_max_pct"] = max(h["vcpu_wait_pct"] for h in hs)
-                x["qemu_io_cpu_pct"] = statistics.mean(h["qemu_io_cpu_pct"] for h in hs)
-                x["host_helper_cpu_pct"] = statistics.mean(
-                    h["helper_cpu_pct"] + h["sink_cpu_pct"] for h in hs)
-                adj = [reps[r]["score"] / max(0.05, 1.0 - h["vcpu_wait_pct"] / 100.0)
-                       for r, h in zip(sorted(reps), hs)]
-                x["adj_scores"] = adj
-                x["adj_geomean"] = gmean(adj)
-                x["adj_sd_log"] = sd_log(adj)
-            x["best"] = max(sc)
-            x["events_per_s"] = statistics.median(ev)
-            x["lost_pct"] = 100.0 * lost / tot if tot > 0 else 0.0
-            if c != "bare" and gb and g:
-                x["overhead_pct"] = 100.0 * (1.0 - g / gb)
-                paired = [100.0 * (1.0 - reps[r]["score"] / bare[r]["score"])
-                          for r in sorted(reps) if r in bare]
-                x["overhead_per_rep_pct"] = paired
-                x["overhead_min_pct"] = min(paired) if paired else None
-                x["overhead_max_pct"] = max(paired) if paired else None
-                if s is not None and sb is not None:
-                    x["overhead_se_pct"] = 100.0 * math.sqrt(s * s / len(sc) +
-                                                             sb * sb / len(bare_scores))
-            cfgs[c] = x
-        b = cfgs.get("bare", {})
-        for c, x in cfgs.items():
-            if c != "bare" and b.get("best"):
-                # interference only ever slows a run down: best against best
-                x["best_overhead_pct"] = 100.0 * (1.0 - x["best"] / b["best"])
-        for c, x in cfgs.items():
-            if c == "bare" or not x.get("adj_geomean") or not b.get("adj_geomean"):
-                continue
-            x["adj_overhead_pct"] = 100.0 * (1.0 - x["adj_geomean"] / b["adj_geomean"])
-            bmap = dict(zip(sorted(rows["bare"]), b["adj_scores"]))
-            paired = [100.0 * (1.0 - v / bmap[r])
-                      for r, v in zip(sorted(rows[c]), x["adj_scores"]) if r in bmap]
-            x["adj_overhead_min_pct"] = min(paired) if paired else None
-            x["adj_overhead_max_pct"] = max(paired) if paired else None
-            if x.get("adj_sd_log") is not None and b.get("adj_sd_log") is not None:
-                x["adj_overhead_se_pct"] = 100.0 * math.sqrt(
-                    x["adj_sd_log"] ** 2 / x["n"] + b["adj_sd_log"] ** 2 / b["n"])
-        out["workloads"][w] = {"unit": units.get(w), "configs": cfgs}
+def _host_contention(x: dict, reps: dict, hs: list) -> None:
+    """Add the host's share of the runs to x: how long the vCPU thread waited for its host CPU
+    (runnable, but other jobs on this machine ran), QEMU's I/O and the host helpers' CPU, and
+    the scores adjusted for the wait."""
+    # adj = the score per second the vCPU was not kept waiting: score / (1 - wait).
+    x["vcpu_wait_pct"] = statistics.mean(h["vcpu_wait_pct"] for h in hs)
+    x["vcpu_wait_max_pct"] = max(h["vcpu_wait_pct"] for h in hs)
+    x["qemu_io_cpu_pct"] = statistics.mean(h["qemu_io_cpu_pct"] for h in hs)
+    x["host_helper_cpu_pct"] = statistics.mean(
+        h["helper_cpu_pct"] + h["sink_cpu_pct"] for h in hs)
+    adj = [reps[r]["score"] / max(0.05, 1.0 - h["vcpu_wait_pct"] / 100.0)
+           for r, h in zip(sorted(reps), hs)]
+    x["adj_scores"] = adj
+    x["adj_geomean"] = gmean(adj)
+    x["adj_sd_log"] = sd_log(adj)
+
+
+def _overhead(x: dict, reps: dict, bare: dict, bare_scores: list) -> None:
+    """Add a configuration's overhead against bare to x: from the geometric means, per
+    repetition (each against the bare score of its own repetition) and its standard error."""
+    g, s = x["geomean"], x["sd_log"]
+    x["overhead_pct"] = 100.0 * (1.0 - g / gmean(bare_scores))
+    paired = [100.0 * (1.0 - reps[r]["score"] / bare[r]["score"])
+              for r in sorted(reps) if r in bare]
+    x["overhead_per_rep_pct"] = paired
+    x["overhead_min_pct"] = min(paired) if paired else None
+    x["overhead_max_pct"] = max(paired) if paired else None
+    sb = sd_log(bare_scores)
+    if s is not None and sb is not None:
+        x["overhead_se_pct"] = 100.0 * math.sqrt(s * s / len(x["scores"]) +
+                                                 sb * sb / len(bare_scores))
+
+
+def _config_stats(c: str, reps: dict, bare: dict) -> dict:
+    """One configuration of one workload: its scores' statistics, events per second, losses,
+    host contention (when the runs measured it) and, unless it is bare, its overhead."""
+    bare_scores = [bare[r]["score"] for r in sorted(bare)]
+    gb = gmean(bare_scores)
+    sc = [reps[r]["score"] for r in sorted(reps)]
+    g, s = gmean(sc), sd_log(sc)
+    x = {"n": len(sc), "scores": sc, "geomean": g, "min": min(sc), "max": max(sc),
+         "sd_log": s}
+    ev = [reps[r]["events"] / reps[r]["elapsed_s"] for r in sorted(reps)]
+    lost = sum(reps[r]["lost"] for r in reps)
+    tot = sum(reps[r]["events"] for r in reps)
+    hs = [reps[r].get("host") for r in sorted(reps)]
+    if all(hs):
+        _host_contention(x, reps, hs)
+    x["best"] = max(sc)
+    x["events_per_s"] = statistics.median(ev)
+    x["lost_pct"] = 100.0 * lost / tot if tot > 0 else 0.0
+    if c != "bare" and gb and g:
+        _overhead(x, reps, bare, bare_scores)
+    return x
+
+
+def _against_bare(cfgs: dict, rows: dict) -> None:
+    """Add to each configuration the overheads that need bare's own summary: best against
+    best, and the scores adjusted for host contention against bare's adjusted scores."""
+    b = cfgs.get("bare", {})
+    for c, x in cfgs.items():
+        if c != "bare" and b.get("best"):
+            # interference only ever slows a run down: best against best
+            x["best_overhead_pct"] = 100.0 * (1.0 - x["best"] / b["best"])
+    for c, x in cfgs.items():
+        if c == "bare" or not x.get("adj_geomean") or not b.get("adj_geomean"):
+            continue
+        x["adj_overhead_pct"] = 100.0 * (1.0 - x["adj_geomean"] / b["adj_geomean"])
+        bmap = dict(zip(sorted(rows["bare"]), b["adj_scores"]))
+        paired = [100.0 * (1.0 - v / bmap[r])
+                  for r, v in zip(sorted(rows[c]), x["adj_scores"]) if r in bmap]
+        x["adj_overhead_min_pct"] = min(paired) if paired else None
+        x["adj_overhead_max_pct"] = max(paired) if paired else None
+        if x.get("adj_sd_log") is not None and b.get("adj_sd_log") is not None:
+            x["adj_overhead_se_pct"] = 100.0 * math.sqrt(
+                x["adj_sd_log"] ** 2 / x["n"] + b["adj_sd_log"] ** 2 / b["n"])
+
+
+def _transport(res: dict) -> dict:
+    """Per configuration, what each repetition's transport carried (bytes, events, losses)."""
+    out = {}
     for t in res.get("transport", []):
-        d = out["transport"].setdefault(t["config"], {"transport": t["transport"], "reps": []})
+        d = out.setdefault(t["config"], {"transport": t["transport"], "reps": []})
         d["reps"].append({k: t.get(k) for k in ("rep", "bytes", "trace_bytes", "events", "lost",
                                                   "lines", "seconds", "rc", "how")
                           if t.get(k) is not None})
-    iw = out["workloads"].get("int", {}).get("configs", {})
+    return out
+
+
+def _acceptance(workloads: dict) -> dict:
+    """The int workload's overheads of the configurations the target is about, and whether
+    ivt-stream meets it."""
+    iw = workloads.get("int", {}).get("configs", {})
     acc = {"target_pct": TARGET_INT_PCT}
     for c in ("ivt-stream", "ivt-flight", "ivt-idle", "ft-net"):
         if c in iw and "overhead_pct" in iw[c]:
@@ -123,7 +138,27 @@ def summarize(res: dict) -> dict:
                 "events_per_s")}
     if "ivt-stream" in acc:
         acc["ivt_stream_met"] = acc["ivt-stream"]["overhead_pct"] <= TARGET_INT_PCT
-    out["acceptance"] = acc
+    return acc
+
+
+def summarize(res: dict) -> dict:
+    """An evaluation run's summary: per workload and configuration the statistics of the
+    module docstring, the transports' counts and the acceptance target."""
+    p = res["params"]
+    by = {}
+    units = {}
+    for m in res["measurements"]:
+        by.setdefault(m["workload"], {}).setdefault(m["config"], {})[m["rep"]] = m
+        units[m["workload"]] = m["unit"]
+    out = {"workloads": {}}
+    for w in p["workloads"]:
+        rows = by.get(w, {})
+        bare = rows.get("bare", {})
+        cfgs = {c: _config_stats(c, rows[c], bare) for c in p["configs"] if rows.get(c)}
+        _against_bare(cfgs, rows)
+        out["workloads"][w] = {"unit": units.get(w), "configs": cfgs}
+    out["transport"] = _transport(res)
+    out["acceptance"] = _acceptance(out["workloads"])
     return out
 
 

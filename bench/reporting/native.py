@@ -135,12 +135,11 @@ def section_machine(rec, out):
                "after each section.\n")
 
 
-def section_native(res, out):
-    nat = res["native"]
-    bm = bench_map(nat)
+def _native_method(nat, out):
+    """The heading and how the writer cost is measured: the process, the rounds, the timing
+    and the TSC's resolution, which quantizes the single-event percentiles."""
     p = nat["params"]
-    hz = nat["tsc_hz"]
-    tick_ns = nat.get("tsc_tick_cycles", 1) / hz * 1e9
+    tick_ns = nat.get("tsc_tick_cycles", 1) / nat["tsc_hz"] * 1e9
     out.append("## 1. Per-event writer cost, side by side\n")
     out.append(f"One process (`bench/native/ivbench`), pinned to CPU {nat['cpu']}, memory "
                f"locked (`mlockall`, so no page fault lands in a timed loop), every tracer "
@@ -161,6 +160,12 @@ def section_native(res, out):
                f"{tick_ns:.0f} ns; the 16-event groups resolve {tick_ns / 16:.2f} ns per event "
                f"(their p50 is the per-event figure to read; their tails are diluted 16x, so "
                f"tails come from single events). Means are not quantized.\n")
+
+
+def _native_table(nat, bm, out):
+    """One row per tracer (the empty bench is the overhead, not a row), LTTng-UST's cost
+    relative to each."""
+    p = nat["params"]
     out.append("| tracer | p50 (16-groups) | p50 | p99 | p99.9 | mean | mean of samples "
                "<= 10 µs | samples > 10 µs | batch (median) | M ev/s | LTTng-UST / this "
                "(p50 grp, batch) |")
@@ -187,37 +192,50 @@ def section_native(res, out):
                f"without them. Batch: median over "
                f"{p['rounds'] * p['batches']} batches of {p['batch']:,} events.\n")
 
+
+def _row_extra(name, b, nat):
+    """What a row's results file says about its set-up (ring, file system, channel, tracefs
+    instance), as a sentence after the row's description; "" for the others."""
+    extra = ""
+    if name in ("write_tmpfs", "write_disk"):
+        extra = f" File system: {b.get('filesystem')} ({b.get('file')})."
+    if name == "ivtrace":
+        r = b.get("region", {})
+        extra = (f" Ring: {r.get('subbufs')} x {r.get('subbuf_size', 0) >> 10} KiB, one "
+                 f"channel, {r.get('event_bytes')} bytes per event; {b.get('ring')}.")
+    if name == "ivtrace_live":
+        extra = (f" Ring: {b.get('region', {}).get('subbufs')} x "
+                 f"{b.get('region', {}).get('subbuf_size', 0) >> 10} KiB; {b.get('ring')}; "
+                 f"events dropped per round: {b.get('lost_per_round')}.")
+    if name == "lttng_ust":
+        lt_info = nat.get("lttng", {})
+        ch = lt_info.get("channel", {})
+        extra = (f" Channel: {ch.get('num_subbuf')} x {ch.get('subbuf_size', 0) >> 20} MiB, "
+                 f"{ch.get('buffers')} buffers, discard; sessiond "
+                 f"{lt_info.get('sessiond')}; discarded events at the end: "
+                 f"{lt_info.get('discarded_events')}.")
+    if name.startswith("trace_marker"):
+        st = b.get("cpu_stats", {})
+        clock = re.search(r"\[([^\]]+)\]", b.get("trace_clock", ""))
+        extra = (f" Instance {b.get('tracefs_instance')}, buffer {b.get('buffer_size_kb')} "
+                 f"KiB/CPU, overwrite={b.get('overwrite')}, clock "
+                 f"{clock.group(1) if clock else b.get('trace_clock')}; "
+                 f"CPU stats after the run (both marker rows): entries {st.get('entries')}, "
+                 f"overrun {st.get('overrun')}.")
+    return extra
+
+
+def _native_rows(nat, bm, out):
+    """What each row is: the bench's own description and its set-up."""
     out.append("What each row is:\n")
     for name, b in bm.items():
-        extra = ""
-        if name in ("write_tmpfs", "write_disk"):
-            extra = f" File system: {b.get('filesystem')} ({b.get('file')})."
-        if name == "ivtrace":
-            r = b.get("region", {})
-            extra = (f" Ring: {r.get('subbufs')} x {r.get('subbuf_size', 0) >> 10} KiB, one "
-                     f"channel, {r.get('event_bytes')} bytes per event; {b.get('ring')}.")
-        if name == "ivtrace_live":
-            extra = (f" Ring: {b.get('region', {}).get('subbufs')} x "
-                     f"{b.get('region', {}).get('subbuf_size', 0) >> 10} KiB; {b.get('ring')}; "
-                     f"events dropped per round: {b.get('lost_per_round')}.")
-        if name == "lttng_ust":
-            lt_info = nat.get("lttng", {})
-            ch = lt_info.get("channel", {})
-            extra = (f" Channel: {ch.get('num_subbuf')} x {ch.get('subbuf_size', 0) >> 20} MiB, "
-                     f"{ch.get('buffers')} buffers, discard; sessiond "
-                     f"{lt_info.get('sessiond')}; discarded events at the end: "
-                     f"{lt_info.get('discarded_events')}.")
-        if name.startswith("trace_marker"):
-            st = b.get("cpu_stats", {})
-            clock = re.search(r"\[([^\]]+)\]", b.get("trace_clock", ""))
-            extra = (f" Instance {b.get('tracefs_instance')}, buffer {b.get('buffer_size_kb')} "
-                     f"KiB/CPU, overwrite={b.get('overwrite')}, clock "
-                     f"{clock.group(1) if clock else b.get('trace_clock')}; "
-                     f"CPU stats after the run (both marker rows): entries {st.get('entries')}, "
-                     f"overrun {st.get('overrun')}.")
-        out.append(f"- `{name}`: {b['what']}.{extra}")
+        out.append(f"- `{name}`: {b['what']}.{_row_extra(name, b, nat)}")
     out.append("")
 
+
+def _native_spread(nat, bm, out):
+    """Each tracer's p50 in each round and its place in that round's order: drift shows here."""
+    p = nat["params"]
     out.append("Spread across rounds (p50 of 16-event groups, ns/event; position = place in "
                "that round's order):\n")
     out.append("| tracer | " + " | ".join(f"round {i + 1}" for i in range(p["rounds"])) + " |")
@@ -226,6 +244,16 @@ def section_native(res, out):
         cells = [f"{f1(r['group_net_ns']['p50'])} (pos {r['position']})" for r in b["rounds"]]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     out.append("")
+
+
+def section_native(res, out):
+    """Section 1: the per-event writer cost of every tracer, side by side (ivbench's JSON)."""
+    nat = res["native"]
+    bm = bench_map(nat)
+    _native_method(nat, out)
+    _native_table(nat, bm, out)
+    _native_rows(nat, bm, out)
+    _native_spread(nat, bm, out)
 
 
 def section_noreader(res, out):

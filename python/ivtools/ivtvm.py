@@ -828,7 +828,8 @@ def boot(run: str | None = None, *, timeout: float | None = 120.0, **kw) -> Boot
 
 # --------------------------------------------------------------------------- CLI
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """vm/run's command line: what to run in the guest, the devices, the machine, the console."""
     ap = argparse.ArgumentParser(
         prog="vm/run",
         description="Boot the ivtrace demo guest under QEMU. The exit status is the guest "
@@ -873,31 +874,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="print the QEMU command and exit")
     ap.add_argument("--json", action="store_true", help="print the result as JSON at the end")
     ap.add_argument("qemu_args", nargs="*", help=argparse.SUPPRESS)
-    a = ap.parse_args(argv)
+    return ap
 
-    has_cmd = a.run is not None or a.script is not None
-    interactive = not has_cmd and sys.stdin.isatty()
-    timeout = a.timeout if a.timeout is not None else (None if interactive else 600.0)
-    vm = VM(a.run, script=a.script, run_via=a.run_via, shm=a.shm, shm_size=a.shm_size,
-            shm_clear=a.shm_clear, doorbell=a.doorbell, vectors=a.vectors, modules=a.module,
-            modopts=a.modopts, add=a.add, accel=a.accel, tcg_thread=a.tcg_thread, smp=a.smp,
-            mem=a.mem, append=a.append,
-            quiet=not a.verbose, panic_on_oops=a.panic_on_oops, share=a.share,
-            share_mount=a.share_mount, net=a.net, extra_args=a.qemu_args, log=a.log,
-            echo=True, interactive=interactive, initrd=a.initrd, out=a.out,
-            build=not a.no_build)
-    print(f"vm/run: accelerator {vm.accel}: {vm.accel_reason}", file=sys.stderr, flush=True)  # noqa
+
+def _vm_from_args(a: argparse.Namespace, interactive: bool) -> VM:
+    """The VM the command line describes, its console echoed to this terminal."""
+    return VM(a.run, script=a.script, run_via=a.run_via, shm=a.shm, shm_size=a.shm_size,
+              shm_clear=a.shm_clear, doorbell=a.doorbell, vectors=a.vectors, modules=a.module,
+              modopts=a.modopts, add=a.add, accel=a.accel, tcg_thread=a.tcg_thread, smp=a.smp,
+              mem=a.mem, append=a.append,
+              quiet=not a.verbose, panic_on_oops=a.panic_on_oops, share=a.share,
+              share_mount=a.share_mount, net=a.net, extra_args=a.qemu_args, log=a.log,
+              echo=True, interactive=interactive, initrd=a.initrd, out=a.out,
+              build=not a.no_build)
+
+
+def _run(vm: VM, timeout: float | None, interactive: bool) -> BootResult | int:
+    """Boot the guest and wait for it: its result, or vm/run's exit status when it failed to
+    boot (2) or was interrupted (130). QEMU is killed on every way out."""
     try:
-        if a.dry_run:
-            cmd = vm.build_command()
-            print(shlex.join(cmd))
-            vm._cleanup()
-            return 0
         vm.start()
         print(f"vm/run: {shlex.join(vm.cmd)}", file=sys.stderr, flush=True)
         if interactive:
             print("vm/run: interactive console; Ctrl-A x quits QEMU", file=sys.stderr, flush=True)
-        r = vm.wait(timeout=timeout)
+        return vm.wait(timeout=timeout)
     except VMError as e:
         print(f"vm/run: ERROR: {e}", file=sys.stderr)
         return 2
@@ -907,12 +907,45 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     finally:
         vm.kill()
+
+
+def _dry_run(vm: VM) -> int:
+    """--dry-run: print the QEMU command and clean up what building it made."""
+    try:
+        cmd = vm.build_command()
+        print(shlex.join(cmd))
+        vm._cleanup()
+        return 0
+    except VMError as e:
+        print(f"vm/run: ERROR: {e}", file=sys.stderr)
+        return 2
+    finally:
+        vm.kill()
+
+
+def _report(r: BootResult, as_json: bool) -> None:
+    """The result's summary on stderr, and with --json the whole result on stdout."""
     print(f"\nvm/run: {r.summary()}", file=sys.stderr)
     if r.boot_time is not None:
         print(f"vm/run: boot to /init: {r.boot_time:.1f} s", file=sys.stderr)
-    if a.json:
+    if as_json:
         d = {k: v for k, v in r.__dict__.items() if k != "console_text"}
         print(json.dumps(d, indent=2))
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    has_cmd = a.run is not None or a.script is not None
+    interactive = not has_cmd and sys.stdin.isatty()
+    timeout = a.timeout if a.timeout is not None else (None if interactive else 600.0)
+    vm = _vm_from_args(a, interactive)
+    print(f"vm/run: accelerator {vm.accel}: {vm.accel_reason}", file=sys.stderr, flush=True)  # noqa
+    if a.dry_run:
+        return _dry_run(vm)
+    r = _run(vm, timeout, interactive)
+    if isinstance(r, int):
+        return r
+    _report(r, a.json)
     return r.process_rc
 
 
