@@ -16,8 +16,9 @@
 #   make test-nested  the whole nest: L0 records L1, a TCG guest running QEMU for L2 and
 #                 forwarding L2's trace (tests/nested/full_nest.py; 5-20+ min, so not in `make test`)
 #   make lint     clippy -D warnings, rustfmt --check and cargo doc -D warnings on host/, ruff
-#                 on the Python, shellcheck on the shell scripts, codespell, checkpatch on
-#                 guest/kmod, the C tests of abi/ and guest/lib built with ASan+UBSan and TSan
+#                 on the Python, no C or Python function over 80 lines of code, shellcheck on
+#                 the shell scripts, codespell, checkpatch on guest/kmod, the C tests of abi/
+#                 and guest/lib built with ASan+UBSan and TSan
 #   make tracecompass  Trace Compass 6.2's core jars for tests/tracecompass (build/tracecompass)
 #   make demo     install what is missing, build, record a real guest (vm/demo), summary
 #   make demo-loopback  the same without a VM: a program on this host (scripts/demo.sh)
@@ -47,8 +48,8 @@ CARGO ?= cargo
 PYTHON ?= /usr/bin/python3
 
 .PHONY: all preflight deps host lib guest check test test-abi test-lib test-host test-pyunit test-py test-eval \
-	test-fuzz test-soak tracecompass lint lint-host lint-rust lint-doc lint-py lint-shell lint-spell \
-	lint-kmod lint-sanitizers test-asan test-tsan \
+	test-fuzz test-soak tracecompass lint lint-host lint-rust lint-doc lint-py lint-fnlength lint-shell \
+	lint-spell lint-kmod lint-sanitizers test-asan test-tsan \
 	demo demo-loopback demo-vmview demo-boot bench eval soak fuzz clean deb test-deb gen-docs test-nested \
 	test-kernels
 
@@ -156,7 +157,7 @@ test-fuzz:
 	$(MAKE) -C host fuzz-smoke
 
 # ---- lint: every part runs, then the failed ones are named --------------------------------
-LINT_PARTS := lint-rust lint-doc lint-py lint-shell lint-spell lint-kmod lint-sanitizers
+LINT_PARTS := lint-rust lint-doc lint-py lint-fnlength lint-shell lint-spell lint-kmod lint-sanitizers
 
 lint:
 	@failed=; for t in $(LINT_PARTS); do \
@@ -179,6 +180,11 @@ RUFF := build/pytools/bin/ruff
 lint-py:
 	@scripts/deps.sh pip
 	$(RUFF) check --no-cache .
+
+# No function of the C and the Python over 80 lines of code, clippy's rule for host/
+# (ivtools.fnlength: comments, blank lines and docstrings do not count).
+lint-fnlength:
+	PYTHONPATH=python $(PYTHON) -m ivtools.fnlength
 
 # Every shell script: the files git tracks (or would) whose first line is a sh, bash or dash
 # shebang, the guest's busybox ash scripts included. Warnings and errors; the style notes
