@@ -617,6 +617,79 @@ def reading_tcg(e, iw: dict, pe: dict | None, g: dict, h: dict) -> str | None:
         return t
 
 
+def _err(x: dict, key: str = "") -> tuple[float, float]:
+    """The error bar of an overhead (key "" raw, "adj_" adjusted): down to the smallest and up
+    to the largest per-repetition overhead, none where they are missing."""
+    v = x[key + "overhead_pct"]
+    mn, mx = x.get(key + "overhead_min_pct"), x.get(key + "overhead_max_pct")
+    return (max(0.0, v - (v if mn is None else mn)), max(0.0, (v if mx is None else mx) - v))
+
+
+def _plot_int(ax, iw: dict, cfgs: list) -> None:
+    """Left panel: the CPU-bound workload's overhead per configuration, raw and adjusted for
+    host contention, under IVRing's 2012 percentages (hatched: measured on their hardware)."""
+    names, vals, lo, hi, cols, adj = [], [], [], [], [], []
+    for c in cfgs:
+        x = iw.get(c)
+        if not x or "overhead_pct" not in x:
+            continue
+        names.append(SHORT[c])
+        vals.append(x["overhead_pct"])
+        e = _err(x)
+        lo.append(e[0])
+        hi.append(e[1])
+        adj.append(x.get("adj_overhead_pct"))
+        cols.append("tab:blue" if c.startswith("ivt") else "tab:orange")
+    ypos = list(range(len(names)))
+    ax.barh(ypos, vals, xerr=[lo, hi], color=cols, capsize=3, label="overhead (raw)")
+    ay = [y for y, v in zip(ypos, adj) if v is not None]
+    if ay:
+        ax.plot([v for v in adj if v is not None], ay, "kD", ms=4,
+                label="contention-adjusted")
+        ax.legend(fontsize=7, loc="lower right")
+    refs = [("IVRing 2012\n(their HW)", 1.6), ("NFS 2012\n(their HW)", 24.3),
+            ("SSH 2012\n(their HW)", 64.7)]
+    base = len(names)
+    for i, (_name, v) in enumerate(refs):
+        ax.barh(base + i, v, color="white", edgecolor="gray", hatch="//")
+    ax.set_yticks(ypos + [base + i for i in range(len(refs))])
+    ax.set_yticklabels(names + [r[0] for r in refs], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", lw=0.8)
+    ax.axvline(TARGET_INT_PCT, color="green", lw=0.8, ls="--")
+    ax.set_xlabel("overhead % (1 - score/bare) x 100")
+    ax.set_title("CPU-bound (ev-int) vs IVRing's 2012 table", fontsize=10)
+
+
+def _plot_matrix(ax, cmap, s: dict, cfgs: list, ws: list, reps: int) -> None:
+    """Right panel: every workload, one bar per configuration (dotted: not ivtrace), whiskers
+    per-repetition min..max, a diamond where the contention-adjusted overhead is known."""
+    width = 0.8 / max(1, len(cfgs))
+    for i, c in enumerate(cfgs):
+        xs, ys, el, eh = [], [], [], []
+        for j, w in enumerate(ws):
+            x = s["workloads"][w]["configs"].get(c)
+            if not x or "overhead_pct" not in x:
+                continue
+            xs.append(j + (i - (len(cfgs) - 1) / 2) * width)
+            ys.append(x["overhead_pct"])
+            e = _err(x)
+            el.append(e[0])
+            eh.append(e[1])
+            if x.get("adj_overhead_pct") is not None:
+                ax.plot(xs[-1], x["adj_overhead_pct"], "kD", ms=3)
+        ax.bar(xs, ys, width, yerr=[el, eh], label=SHORT[c], color=cmap(i), capsize=2,
+               hatch="" if c.startswith("ivt") else "..")
+    ax.set_xticks(range(len(ws)))
+    ax.set_xticklabels(ws)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_ylabel("overhead % vs bare")
+    ax.set_title(f"every workload ({reps} reps, geometric mean; whiskers: per-rep "
+                 f"min..max; ◆ contention-adjusted)",
+                 fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+
+
 def plot(rec: dict, png: Path):
     """Two panels: the CPU-bound workload beside IVRing's 2012 percentages; the matrix as
     grouped bars (overhead %, error bars = per-rep min..max). Returns the PNG path or None."""
@@ -629,68 +702,8 @@ def plot(rec: dict, png: Path):
     ws = [w for w in p["workloads"] if w in s["workloads"]]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 5.5),
                                    gridspec_kw={"width_ratios": [1, 2.2]})
-    iw = s["workloads"].get("int", {}).get("configs", {})
-    def err(x, key=""):
-        v = x[key + "overhead_pct"]
-        mn, mx = x.get(key + "overhead_min_pct"), x.get(key + "overhead_max_pct")
-        return (max(0.0, v - (v if mn is None else mn)), max(0.0, (v if mx is None else mx) - v))
-
-    names, vals, lo, hi, cols, adj = [], [], [], [], [], []
-    for c in cfgs:
-        x = iw.get(c)
-        if not x or "overhead_pct" not in x:
-            continue
-        names.append(SHORT[c])
-        vals.append(x["overhead_pct"])
-        e = err(x)
-        lo.append(e[0])
-        hi.append(e[1])
-        adj.append(x.get("adj_overhead_pct"))
-        cols.append("tab:blue" if c.startswith("ivt") else "tab:orange")
-    ypos = list(range(len(names)))
-    ax1.barh(ypos, vals, xerr=[lo, hi], color=cols, capsize=3, label="overhead (raw)")
-    ay = [y for y, v in zip(ypos, adj) if v is not None]
-    if ay:
-        ax1.plot([v for v in adj if v is not None], ay, "kD", ms=4,
-                 label="contention-adjusted")
-        ax1.legend(fontsize=7, loc="lower right")
-    refs = [("IVRing 2012\n(their HW)", 1.6), ("NFS 2012\n(their HW)", 24.3),
-            ("SSH 2012\n(their HW)", 64.7)]
-    base = len(names)
-    for i, (_name, v) in enumerate(refs):
-        ax1.barh(base + i, v, color="white", edgecolor="gray", hatch="//")
-    ax1.set_yticks(ypos + [base + i for i in range(len(refs))])
-    ax1.set_yticklabels(names + [r[0] for r in refs], fontsize=8)
-    ax1.invert_yaxis()
-    ax1.axvline(0, color="black", lw=0.8)
-    ax1.axvline(TARGET_INT_PCT, color="green", lw=0.8, ls="--")
-    ax1.set_xlabel("overhead % (1 - score/bare) x 100")
-    ax1.set_title("CPU-bound (ev-int) vs IVRing's 2012 table", fontsize=10)
-    width = 0.8 / max(1, len(cfgs))
-    cmap = plt.get_cmap("tab10")
-    for i, c in enumerate(cfgs):
-        xs, ys, el, eh = [], [], [], []
-        for j, w in enumerate(ws):
-            x = s["workloads"][w]["configs"].get(c)
-            if not x or "overhead_pct" not in x:
-                continue
-            xs.append(j + (i - (len(cfgs) - 1) / 2) * width)
-            ys.append(x["overhead_pct"])
-            e = err(x)
-            el.append(e[0])
-            eh.append(e[1])
-            if x.get("adj_overhead_pct") is not None:
-                ax2.plot(xs[-1], x["adj_overhead_pct"], "kD", ms=3)
-        ax2.bar(xs, ys, width, yerr=[el, eh], label=SHORT[c], color=cmap(i), capsize=2,
-                hatch="" if c.startswith("ivt") else "..")
-    ax2.set_xticks(range(len(ws)))
-    ax2.set_xticklabels(ws)
-    ax2.axhline(0, color="black", lw=0.8)
-    ax2.set_ylabel("overhead % vs bare")
-    ax2.set_title(f"every workload ({p['reps']} reps, geometric mean; whiskers: per-rep "
-                  f"min..max; ◆ contention-adjusted)",
-                  fontsize=10)
-    ax2.legend(fontsize=7, ncol=2)
+    _plot_int(ax1, s["workloads"].get("int", {}).get("configs", {}), cfgs)
+    _plot_matrix(ax2, plt.get_cmap("tab10"), s, cfgs, ws, p["reps"])
     m = rec["machine"]
     fig.suptitle(f"ivtrace evaluation, {rec['date'][:16]}, {rec['accelerator']['name']}, guest "
                  f"{rec['guest']['kernel']} ({p['smp']} vCPU), host {m['cpu'].get('model_name', '?')}",
