@@ -213,20 +213,23 @@ def report_from_record(rec: dict) -> dict:
             "event_types": []}
 
 
-def summarize(res: dict, out: Path) -> None:
-    step(6, "summary")
+def _report(res: dict, out: Path) -> dict:
+    """`ivtrace report --json` of the trace or, when the report cannot read it, the recorder's
+    own totals (with a warning: still say what the recorder saw, and whether babeltrace2
+    reads the trace)."""
     p = subprocess.run([str(IVTRACE), "report", str(out), "--json"], capture_output=True,
                        text=True, timeout=300)
-    r = res["boot"]
     if p.returncode != 0:
-        # Still say what the recorder saw, and whether babeltrace2 reads the trace.
         say(f"  WARNING: `ivtrace report` failed: {p.stderr.strip()[:300]}")
         say("  (events per type are missing below; the recorder's own totals follow)")
-        rep = report_from_record(res["record"])
-    else:
-        rep = json.loads(p.stdout)
+        return report_from_record(res["record"])
+    return json.loads(p.stdout)
+
+
+def _say_totals(res: dict, rep: dict) -> None:
+    """The guest and the run, then what was recorded: events, rate, losses by reason, size."""
+    r = res["boot"]
     lost = rep["discarded"]
-    say("")
     say(f"  guest          Debian kernel {res['kernel']}, {res['smp']} vCPUs, QEMU ran "
         f"{r.duration:.1f} s (boot {r.boot_time or 0:.1f} s), workload exit {r.exit_code}")
     say(f"  accelerator    {res['accel']}: {res['accel_reason']}")
@@ -240,14 +243,12 @@ def summarize(res: dict, out: Path) -> None:
         + (f"; no free user channel: {rep['lost_no_channel']}" if rep["lost_no_channel"] else ""))
     say(f"  bytes/event    {rep['bytes_per_event']:.1f} on average, "
         f"{rep['header_bytes_per_event']:.1f} of them the event header")
-    if not rep["event_types"]:
-        say("")
-        say("  events per channel (from the recorder's summary):")
-        for c in res["record"].get("channels", []):
-            say(f"    {c['file']:<30}{c['events']:>12,}")
-    if rep["event_types"]:
-        say("")
-        say("  events per type:")
+
+
+def _say_event_types(rep: dict) -> None:
+    """Events per type, most first; LTTng's per-call system call events folded into one line."""
+    say("")
+    say("  events per type:")
     streams = {0: "kernel", 1: "user"}
     sys_entry, sys_exit = {}, {}
     width = max([40] + [len(e["name"]) + 2 for e in rep["event_types"]])
@@ -268,7 +269,11 @@ def summarize(res: dict, out: Path) -> None:
     zero = [e["name"] for e in rep["event_types"] if not e["count"]]
     if zero:
         say(f"    (none of: {', '.join(zero)})")
-    say("")
+
+
+def _say_how_to_open(res: dict, out: Path) -> None:
+    """Where the trace is and how to open it (babeltrace2 on the whole and on each trace, with
+    whether it reads them; Trace Compass; ivtrace report), the console log, the same boot."""
     dirs = trace_dirs(out)
     say(f"  trace          {rel(out)}/  ({', '.join(rel(d) for d in dirs)}, ivtrace.json)")
     say("  open it:")
@@ -293,6 +298,23 @@ def summarize(res: dict, out: Path) -> None:
     say(f"  boot the same guest yourself: vm/run --initrd built --shm ivt0 --shm-size "
         f"{res['shm_size']} -M ivtrace --modopts 'ivtrace:events={GROUPS}' "
         "--run '/workload/demo.sh 10; rmmod ivtrace'")
+
+
+def summarize(res: dict, out: Path) -> None:
+    """Step 6: what the run recorded, its events by type, and how to open the trace."""
+    step(6, "summary")
+    rep = _report(res, out)
+    say("")
+    _say_totals(res, rep)
+    if not rep["event_types"]:
+        say("")
+        say("  events per channel (from the recorder's summary):")
+        for c in res["record"].get("channels", []):
+            say(f"    {c['file']:<30}{c['events']:>12,}")
+    else:
+        _say_event_types(rep)
+    say("")
+    _say_how_to_open(res, out)
     say(f"== done in {time.monotonic() - T0:.0f} s")
 
 
