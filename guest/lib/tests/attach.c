@@ -64,32 +64,10 @@ static int attach_patched(const char *path, size_t off, const void *v,
 #define PATCH32(off, val) attach_patched(copy, off, &(uint32_t){ val }, 4, image_size)
 #define PATCH64(off, val) attach_patched(copy, off, &(uint64_t){ val }, 8, image_size)
 
-int main(void)
+/* The header's identity and size: not formatted, bad magic or version, a size that is not the
+ * file's, not a power of two or smaller than a header, an empty or missing file. */
+static void header_refused(const char *copy, uint64_t size)
 {
-	const char *good = t_path("attach");
-	const char *copy = t_path("attachcopy");
-	struct ivt_region_hdr *h;
-	struct ivt_region *r, *a;
-	struct ivt_region_info ri;
-	struct ivt_event ev;
-	struct w_region wr;
-	struct w_chan ci;
-	uint64_t v, size, meta_off, pool_off;
-	static const struct ivt_field f[] = { { "v", IVT_FT_U64, 0, 0 } };
-
-	struct ivt_region_opts o = { .channels = 2, .subbufs = 2,
-				     .subbuf_size = 4096, .meta_size = 4096 };
-
-	T_OK(ivt_region_create(good, &o, &r));
-	T_OK(ivt_event_register(r, "test:v", f, 1, &ev));
-	read_image(good);
-	h = (struct ivt_region_hdr *)image;
-	size = h->region_size;
-	meta_off = h->layout.meta_off;
-	pool_off = h->layout.pool_off;
-	T_EQ(size, image_size);
-	T_EQ(size, IVT_REGION_MIN);		/* the minimum, a power of two */
-
 	T_EQ(attach_patched(copy, 0, NULL, 0, image_size), 0);
 	T_EQ(PATCH64(HDR(magic), 0), -ENODATA);
 	T_EQ(PATCH64(HDR(magic), 0x1234), -EPROTO);
@@ -98,6 +76,15 @@ int main(void)
 	T_EQ(PATCH64(HDR(region_size), size * 2), -EPROTO);
 	T_EQ(attach_patched(copy, 0, NULL, 0, size / 2), -EPROTO);	/* truncated */
 	T_EQ(attach_patched(copy, 0, NULL, 0, size + 4096), -EPROTO);	/* not 2^n */
+	T_EQ(attach_patched(copy, 0, NULL, 0, 100), -EPROTO);	/* < a header */
+	T_EQ(attach_patched(copy, 0, NULL, 0, 0), -ENODATA);	/* empty */
+}
+
+/* The layout: areas outside the region, overlapping or unaligned, counts and sizes out of
+ * range or too big for the pool. A channel area moved elsewhere in the region is fine. */
+static void layout_refused(const char *copy, uint64_t size, uint64_t meta_off,
+			   uint64_t pool_off)
+{
 	T_EQ(PATCH64(LAY(channels_off), size), -EPROTO);
 	T_EQ(PATCH64(LAY(channels_off), pool_off), -EPROTO);	/* overlaps pool */
 	T_EQ(PATCH64(LAY(channels_off), size - 4096), 0);	/* moved: fine */
@@ -118,14 +105,20 @@ int main(void)
 	T_EQ(PATCH32(LAY(subbuf_size), 3000), -EPROTO);
 	T_EQ(PATCH32(LAY(subbuf_size), 1u << 25), -EPROTO);
 	T_EQ(PATCH32(LAY(subbuf_size), 16384), -EPROTO);	/* pool too big */
-	T_EQ(attach_patched(copy, 0, NULL, 0, 100), -EPROTO);	/* < a header */
-	T_EQ(attach_patched(copy, 0, NULL, 0, 0), -ENODATA);	/* empty */
-	unlink(copy);
-	T_EQ(ivt_region_attach(copy, &a), -ENOENT);
-	T_EQ(ivt_region_attach("/dev/shm", &a), -EISDIR);
+}
 
-	/* A good attach works from its private layout copy: scribbling on
-	 * the shared one afterwards moves nothing. */
+/* A good attach works from its private layout copy: scribbling on the shared one afterwards
+ * moves nothing. */
+static void private_layout(const char *good, const struct ivt_region_hdr *h,
+			   const struct ivt_field *f)
+{
+	struct ivt_region *a;
+	struct ivt_region_info ri;
+	struct ivt_event ev;
+	struct w_region wr;
+	struct w_chan ci;
+	uint64_t v;
+
 	T_OK(ivt_region_attach(good, &a));
 	ivt_region_info(a, &ri);
 	T_EQ(ri.created, 0);
@@ -143,6 +136,36 @@ int main(void)
 	T_EQ(ci.events, 10);
 	w_close(&wr);
 	ivt_region_close(a);
+}
+
+int main(void)
+{
+	const char *good = t_path("attach");
+	const char *copy = t_path("attachcopy");
+	struct ivt_region_hdr *h;
+	struct ivt_region *r, *a;
+	struct ivt_event ev;
+	uint64_t size;
+	static const struct ivt_field f[] = { { "v", IVT_FT_U64, 0, 0 } };
+
+	struct ivt_region_opts o = { .channels = 2, .subbufs = 2,
+				     .subbuf_size = 4096, .meta_size = 4096 };
+
+	T_OK(ivt_region_create(good, &o, &r));
+	T_OK(ivt_event_register(r, "test:v", f, 1, &ev));
+	read_image(good);
+	h = (struct ivt_region_hdr *)image;
+	size = h->region_size;
+	T_EQ(size, image_size);
+	T_EQ(size, IVT_REGION_MIN);		/* the minimum, a power of two */
+
+	header_refused(copy, size);
+	layout_refused(copy, size, h->layout.meta_off, h->layout.pool_off);
+	unlink(copy);
+	T_EQ(ivt_region_attach(copy, &a), -ENOENT);
+	T_EQ(ivt_region_attach("/dev/shm", &a), -EISDIR);
+
+	private_layout(good, h, f);
 	ivt_region_close(r);
 	free(image);
 	return T_PASS;
