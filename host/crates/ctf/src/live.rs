@@ -145,24 +145,24 @@ impl LiveOut {
         Ok(())
     }
 
-    /// A kernel packet, expanded, after the metadata that declares the
-    /// classes it used.
-    fn kernel_packet(
-        &mut self,
-        chan: u32,
-        bytes: &[u8],
-        classes: &EventClasses,
-    ) -> Result<Vec<u8>, CtfError> {
+    /// A kernel packet, expanded (its new classes, if any, are declared
+    /// by [`LiveOut::send_new_kernel_metadata`] before it is sent).
+    fn kernel_packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
         let table = self.name_table.as_ref();
         let k = self.kernel.get_or_insert_with(|| LiveKernel {
             online: Online::new(table),
             generation: None,
         });
-        let out = k.online.packet(chan, bytes, classes, &self.clock);
-        if k.generation != Some(k.online.generation()) {
-            self.send_kernel_metadata()?;
+        k.online.packet(chan, bytes, classes, &self.clock)
+    }
+
+    /// The kernel trace's metadata again if its classes changed since it
+    /// was last sent (a packet just expanded used a new one).
+    fn send_new_kernel_metadata(&mut self) -> Result<(), CtfError> {
+        match &self.kernel {
+            Some(k) if k.generation != Some(k.online.generation()) => self.send_kernel_metadata(),
+            _ => Ok(()),
         }
-        Ok(out)
     }
 
     /// Hands a final packet of channel `chan` to the sink.
@@ -185,7 +185,8 @@ impl PacketSink for LiveOut {
     ) -> Result<(), CtfError> {
         match stream {
             abi::IVT_STREAM_KERNEL => {
-                let out = self.kernel_packet(chan, bytes, classes)?;
+                let out = self.kernel_packet(chan, bytes, classes);
+                self.send_new_kernel_metadata()?;
                 self.send(chan, stream, &out)
             }
             // Decoded at the end only (see the module documentation).
