@@ -14,21 +14,23 @@
 //! ivtrace-ctf's TSDL blocks (the guest traces' `event` and `env` text).
 //! Every integer is byte-aligned (`align = 8`), so packets need no padding;
 //! the clock counts nanoseconds (`freq = 1e9`, offset 0, absolute). The
-//! metadata is written once, up front, with every event class, and stream
-//! files only ever receive whole packets: a process killed mid-run leaves
-//! a valid trace of everything written before.
+//! metadata is written once, up front, with every event class.
+//!
+//! [`HostTrace`] is the writer: it builds each packet (header, context,
+//! loss counts, the lead and trailing packets of losses) and hands it,
+//! whole, to its [`DirSink`] (the stream files) and then to the sinks
+//! beside it ([`HostTrace::add_sink`]: a relay session).
 
 use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::Path;
 
 use ivtrace_region::abi::IVT_CTF_MAGIC;
 use ivtrace_region::bytes::{le_u32, le_u64};
 use ivtrace_region::classes::EventClass;
 
 use crate::outdir::OutDir;
-use crate::trace::{create_err, write_err, CtfError, PacketTap};
+use crate::sink::{DirSink, TraceSink};
+use crate::trace::CtfError;
 use crate::tsdl::{host_metadata, EnvValue};
 
 /// Bytes of packet header + context.
@@ -87,8 +89,8 @@ struct HStream {
     class: u32,
     instance: u64,
     cpu: u32,
-    path: PathBuf,
-    file: File,
+    /// The stream file's name (what every sink calls the stream).
+    name: String,
     content: Vec<u8>,
     ts_begin: u64,
     last_ts: u64,
@@ -99,16 +101,39 @@ struct HStream {
     carried: u64,
     seq: u64,
     events: u64,
-    tap: Option<Arc<dyn PacketTap>>,
+}
+
+/// Where a host trace's packets go: the directory, then the sinks beside
+/// it.
+struct HostSinks {
+    /// What the sinks call this trace (`host`, `vm`).
+    trace: &'static str,
+    dir: DirSink,
+    beside: Vec<Box<dyn TraceSink>>,
+}
+
+impl HostSinks {
+    /// One packet of `file` to the sinks beside the directory (which the
+    /// caller gave it first): all of them, even after one failed, so one
+    /// broken copy does not starve the others; the first error is returned.
+    fn beside(&mut self, file: &str, bytes: &[u8], events: u64) -> Result<(), CtfError> {
+        let mut first = Ok(());
+        for sink in &mut self.beside {
+            let sent = sink.packet(self.trace, file, bytes, events);
+            if first.is_ok() {
+                first = sent;
+            }
+        }
+        first
+    }
 }
 
 /// A host trace being written.
 pub struct HostTrace {
-    dir: OutDir,
+    sinks: HostSinks,
     classes: Vec<EventClass>,
     streams: Vec<HStream>,
     metadata: String,
-    tap: Option<Arc<dyn PacketTap>>,
 }
 
 /// What the trace says about itself.
@@ -146,51 +171,51 @@ impl HostTrace {
         classes: Vec<EventClass>,
     ) -> Result<HostTrace, CtfError> {
         let text = host_metadata(desc, &random_uuid(), &classes);
-        HostTrace::create_with_metadata(parent, name, text, classes)
+        HostTrace::create_with_metadata(parent, name, "host", text, classes)
     }
 
     /// Creates `parent/name` (must not exist) with `text` as its metadata:
     /// another trace in this packet layout on another clock (the VM view's,
-    /// `ivtrace-vmview`). `text` must declare `classes` and the stream
-    /// classes [`STREAM_KERNEL`] (with a `_tid` context) and
-    /// [`STREAM_IVTRACE`].
+    /// `ivtrace-vmview`), which the sinks beside the directory call
+    /// `trace`. `text` must declare `classes` and the stream classes
+    /// [`STREAM_KERNEL`] (with a `_tid` context) and [`STREAM_IVTRACE`].
     pub fn create_with_metadata(
         parent: &OutDir,
         name: &str,
+        trace: &'static str,
         text: String,
         classes: Vec<EventClass>,
     ) -> Result<HostTrace, CtfError> {
-        let dir = parent
-            .create_dir(name)
-            .map_err(create_err(parent.join(name).display()))?;
-        dir.write_atomically("metadata", text.as_bytes())
-            .map_err(write_err(dir.join("metadata").display()))?;
+        let mut dir = DirSink::create(parent, name)?;
+        dir.metadata(trace, &text, None)?;
         Ok(HostTrace {
-            dir,
+            sinks: HostSinks {
+                trace,
+                dir,
+                beside: Vec::new(),
+            },
             classes,
             streams: Vec::new(),
             metadata: text,
-            tap: None,
         })
     }
 
-    /// Sends the metadata and every packet written from now on to `tap`
-    /// too (as the `host` trace).
-    pub fn set_tap(&mut self, tap: Arc<dyn PacketTap>) {
-        tap.metadata("host", &self.metadata, None);
-        for s in &mut self.streams {
-            s.tap = Some(Arc::clone(&tap));
-        }
-        self.tap = Some(tap);
+    /// Sends the metadata, then every packet written from now on, to
+    /// `sink` too, beside the directory (a relay session: what a live
+    /// viewer sees from the moment it is added).
+    pub fn add_sink(&mut self, mut sink: Box<dyn TraceSink>) -> Result<(), CtfError> {
+        sink.metadata(self.sinks.trace, &self.metadata, None)?;
+        self.sinks.beside.push(sink);
+        Ok(())
     }
 
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        self.sinks.dir.out_dir().path()
     }
 
     /// The trace directory's descriptor (to rewrite its metadata later).
     pub fn out_dir(&self) -> &OutDir {
-        &self.dir
+        self.sinks.dir.out_dir()
     }
 
     pub fn metadata_text(&self) -> &str {
@@ -213,17 +238,12 @@ impl HostTrace {
         cpu: u32,
         name: &str,
     ) -> Result<usize, CtfError> {
-        let path = self.dir.join(name);
-        let file = self
-            .dir
-            .create_file(name)
-            .map_err(create_err(path.display()))?;
+        self.sinks.dir.add_file(name)?;
         self.streams.push(HStream {
             class: stream_class,
             instance: self.streams.len() as u64,
             cpu,
-            path,
-            file,
+            name: name.to_string(),
             content: Vec::with_capacity(PACKET_TARGET + 256),
             ts_begin: 0,
             last_ts: 0,
@@ -232,7 +252,6 @@ impl HostTrace {
             carried: 0,
             seq: 0,
             events: 0,
-            tap: self.tap.clone(),
         });
         Ok(self.streams.len() - 1)
     }
@@ -263,7 +282,7 @@ impl HostTrace {
         s.events_in_packet += 1;
         s.events += 1;
         if s.content.len() >= PACKET_TARGET {
-            Self::write_packet(s)?;
+            Self::write_packet(s, &mut self.sinks)?;
         }
         Ok(())
     }
@@ -277,7 +296,7 @@ impl HostTrace {
         if n == 0 {
             return Ok(());
         }
-        Self::write_packet(s)?;
+        Self::write_packet(s, &mut self.sinks)?;
         s.discarded = s.discarded.saturating_add(n).min(DISCARDED_MAX);
         Ok(())
     }
@@ -293,15 +312,15 @@ impl HostTrace {
     }
 
     /// Writes the open packet, if it has events.
-    fn write_packet(s: &mut HStream) -> Result<(), CtfError> {
+    fn write_packet(s: &mut HStream, sinks: &mut HostSinks) -> Result<(), CtfError> {
         if s.events_in_packet == 0 {
             return Ok(());
         }
-        Self::lead_packet(s, s.ts_begin)?;
+        Self::lead_packet(s, sinks, s.ts_begin)?;
         let (begin, end) = (s.ts_begin, s.last_ts);
         let content = std::mem::take(&mut s.content);
         let events = s.events_in_packet;
-        let written = Self::put_packet(s, begin, end, &content, events);
+        let written = Self::put_packet(s, sinks, (begin, end), &content, events);
         s.content = content;
         s.content.clear();
         s.events_in_packet = 0;
@@ -311,21 +330,24 @@ impl HostTrace {
     /// babeltrace2 gives no count for losses a stream's first packet
     /// announces: a stream whose first packet would carry some starts with
     /// an empty packet that carries none.
-    fn lead_packet(s: &mut HStream, ts: u64) -> Result<(), CtfError> {
+    fn lead_packet(s: &mut HStream, sinks: &mut HostSinks, ts: u64) -> Result<(), CtfError> {
         if s.seq > 0 || s.discarded == 0 {
             return Ok(());
         }
         let discarded = std::mem::replace(&mut s.discarded, 0);
-        let written = Self::put_packet(s, ts, ts, &[], 0);
+        let written = Self::put_packet(s, sinks, (ts, ts), &[], 0);
         s.discarded = discarded;
         written
     }
 
-    /// Writes one packet of `content` carrying the stream's loss count.
+    /// Writes one packet of `content`, from `begin` to `end`, carrying the
+    /// stream's loss count: to the directory, then to the sinks beside it.
+    /// The stream moves on (sequence number, losses announced) once the
+    /// directory has the packet, whatever the sinks beside it say.
     fn put_packet(
         s: &mut HStream,
-        begin: u64,
-        end: u64,
+        sinks: &mut HostSinks,
+        (begin, end): (u64, u64),
         content: &[u8],
         events: u64,
     ) -> Result<(), CtfError> {
@@ -343,19 +365,15 @@ impl HostTrace {
         p.extend_from_slice(&s.cpu.to_le_bytes());
         debug_assert_eq!(p.len(), PACKET_HDR);
         p.extend_from_slice(content);
-        s.file.write_all(&p).map_err(write_err(s.path.display()))?;
-        if let Some(tap) = &s.tap {
-            let name = s.path.file_name().map(|n| n.to_string_lossy());
-            tap.packet("host", name.as_deref().unwrap_or("host"), &p, events);
-        }
+        sinks.dir.packet(sinks.trace, &s.name, &p, events)?;
         s.seq += 1;
         s.carried = s.discarded;
-        Ok(())
+        sinks.beside(&s.name, &p, events)
     }
 
     /// Losses that no packet announced yet get an empty packet of their
     /// own, at the stream's last time (or now, if it never had an event).
-    fn write_trailing_losses(s: &mut HStream) -> Result<(), CtfError> {
+    fn write_trailing_losses(s: &mut HStream, sinks: &mut HostSinks) -> Result<(), CtfError> {
         if s.discarded <= s.carried {
             return Ok(());
         }
@@ -364,37 +382,28 @@ impl HostTrace {
             t => t,
         };
         s.last_ts = ts;
-        Self::lead_packet(s, ts)?;
-        Self::put_packet(s, ts, ts, &[], 0)
+        Self::lead_packet(s, sinks, ts)?;
+        Self::put_packet(s, sinks, (ts, ts), &[], 0)
     }
 
     /// Writes every open packet (so readers see everything so far).
     pub fn flush(&mut self) -> Result<(), CtfError> {
         for s in &mut self.streams {
-            Self::write_packet(s)?;
+            Self::write_packet(s, &mut self.sinks)?;
         }
         Ok(())
     }
 
-    /// Flushes and closes: every loss is in a packet. Streams that never
-    /// got a packet are removed (babeltrace2 reads an empty stream file as
-    /// an error-free nothing, but nobody needs it). Returns the events
-    /// written per stream.
+    /// Flushes and closes: every loss is in a packet; the directory drops
+    /// the stream files that never got one ([`DirSink::finish`]). Returns
+    /// the events written per stream.
     pub fn finish(mut self) -> Result<Vec<u64>, CtfError> {
         self.flush()?;
         for s in &mut self.streams {
-            Self::write_trailing_losses(s)?;
+            Self::write_trailing_losses(s, &mut self.sinks)?;
         }
-        let mut counts = Vec::new();
-        for s in &self.streams {
-            if s.seq == 0 {
-                if let Some(name) = s.path.file_name().and_then(|n| n.to_str()) {
-                    let _ = self.dir.remove_file(name);
-                }
-            }
-            counts.push(s.events);
-        }
-        Ok(counts)
+        self.sinks.dir.finish();
+        Ok(self.streams.iter().map(|s| s.events).collect())
     }
 }
 
@@ -442,6 +451,7 @@ mod tests {
     use super::*;
     use ivtrace_region::classes::{Field, FieldType};
     use std::fs;
+    use std::sync::Arc;
 
     #[test]
     fn packets_and_metadata_are_consistent() {
@@ -581,6 +591,82 @@ mod tests {
         if let Some(n) = babeltrace2_discarded(&dir) {
             assert_eq!(n, 6 + 5 + DISCARDED_MAX, "babeltrace2 counts every loss");
         }
+    }
+
+    /// What a sink beside the directory got: (trace, text) of each
+    /// metadata, and each file's packets end to end.
+    #[derive(Default)]
+    struct Copy {
+        metadata: Vec<(&'static str, String)>,
+        files: std::collections::BTreeMap<String, Vec<u8>>,
+        events: u64,
+    }
+
+    /// Shared, so the test reads what the trace's sink sent.
+    struct CopySink(Arc<std::sync::Mutex<Copy>>);
+
+    impl TraceSink for CopySink {
+        fn metadata(
+            &mut self,
+            trace: &'static str,
+            text: &str,
+            _classes: Option<&ivtrace_region::classes::StreamClasses>,
+        ) -> Result<(), CtfError> {
+            let mut c = self.0.lock().unwrap();
+            c.metadata.push((trace, text.to_string()));
+            Ok(())
+        }
+
+        fn packet(
+            &mut self,
+            trace: &'static str,
+            file: &str,
+            bytes: &[u8],
+            events: u64,
+        ) -> Result<(), CtfError> {
+            let mut c = self.0.lock().unwrap();
+            let name = format!("{trace}/{file}");
+            c.files.entry(name).or_default().extend_from_slice(bytes);
+            c.events += events;
+            Ok(())
+        }
+    }
+
+    /// A sink beside the directory gets the metadata when it is added and
+    /// every packet written from then on, byte for byte what the stream
+    /// files hold (losses' lead and trailing packets too).
+    #[test]
+    fn a_sink_beside_the_directory_gets_what_the_files_get() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = OutDir::root(tmp.path(), &Default::default()).unwrap();
+        let classes = vec![EventClass::new(7, STREAM_KERNEL, "e".into(), vec![])];
+        let text = "/* CTF 1.8 */ the vm view's metadata\n".to_string();
+        let mut t = HostTrace::create_with_metadata(&root, "vm-2", "vm", text, classes).unwrap();
+        let a = t.add_stream(STREAM_KERNEL, 0, "vm_cpu0").unwrap();
+        let copy = Arc::new(std::sync::Mutex::new(Copy::default()));
+        t.add_sink(Box::new(CopySink(Arc::clone(&copy)))).unwrap();
+        let b = t.add_stream(STREAM_KERNEL, 1, "vm_cpu1").unwrap();
+        let _never = t.add_stream(STREAM_KERNEL, 2, "vm_cpu2").unwrap();
+        t.discarded(a, 2).unwrap();
+        for ts in 0..10_000u64 {
+            t.event(a, 7, ts, 1, &[]).unwrap();
+            t.event(b, 7, ts, 2, &[]).unwrap();
+        }
+        t.discarded(b, 3).unwrap();
+        assert_eq!(t.finish().unwrap(), vec![10_000, 10_000, 0]);
+        let dir = tmp.path().join("vm-2");
+        let c = copy.lock().unwrap();
+        let on_disk = fs::read_to_string(dir.join("metadata")).unwrap();
+        assert_eq!(c.metadata, vec![("vm", on_disk)]);
+        for file in ["vm_cpu0", "vm_cpu1"] {
+            let sent = &c.files[&format!("vm/{file}")];
+            let packets = headers(sent).len();
+            assert!(packets > 2, "{file}: several packets, not {packets}");
+            assert!(*sent == fs::read(dir.join(file)).unwrap(), "{file} differs");
+        }
+        assert_eq!(c.files.len(), 2, "nothing for the stream without packets");
+        assert_eq!(c.events, 20_000);
+        assert!(!dir.join("vm_cpu2").exists());
     }
 
     /// The discarded events babeltrace2's text output warns about (None

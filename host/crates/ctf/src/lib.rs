@@ -15,7 +15,9 @@
 //! back from the files (metadata, streams, sidecar), for the analyses and
 //! exports that work from what the sinks wrote. [`live::LiveOut`] is the
 //! sink beside the directory that sends the guest traces, final, to a
-//! relay as they come.
+//! relay as they come. A [`sink::TraceSink`] takes a writer's finished
+//! packets and metadata: the host trace's directory ([`sink::DirSink`]) and
+//! a relay session beside it, the live copy's relay session.
 
 pub mod dir;
 pub mod ftrace;
@@ -27,6 +29,7 @@ pub mod outdir;
 pub mod read;
 pub mod recover;
 pub mod sidecar;
+pub mod sink;
 pub mod streams;
 pub mod trace;
 pub mod tsdl;
@@ -36,5 +39,6 @@ pub mod vm;
 pub use ivtrace_time::ClockMapping;
 pub use outdir::{OutDir, OutputPolicy};
 pub use sidecar::Sidecar;
-pub use trace::{CtfError, CtfWriter, PacketTap};
+pub use sink::TraceSink;
+pub use trace::{CtfError, CtfWriter};
 pub use tsdl::{EnvValue, TraceEnv};

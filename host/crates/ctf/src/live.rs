@@ -1,6 +1,6 @@
 //! A live copy of a recording's guest traces: the sink beside the trace
 //! directory that hands each packet, final, and each trace's metadata to
-//! a [`PacketTap`] (a relay connection) as they come.
+//! a [`TraceSink`] (a relay session) as they come.
 //!
 //! The directory stages kernel packets and expands them at the end; a
 //! live reader cannot wait for that, so this sink expands them as they
@@ -11,9 +11,7 @@
 //!
 //! Each trace is described on its first packet and again whenever the
 //! event classes change and at the end (the final clock mapping and env):
-//! the tap keeps its copy append-only.
-
-use std::sync::Arc;
+//! the sink keeps its copy append-only.
 
 use ivtrace_region::abi;
 use ivtrace_region::bytes::le_u32;
@@ -23,7 +21,8 @@ use ivtrace_region::reader::PacketSink;
 
 use crate::kernel::KernelExpansion;
 use crate::kernel_out::Online;
-use crate::trace::{channel_file_name, stream_dir, CtfError, CtfWriter, PacketTap, TraceIds};
+use crate::sink::TraceSink;
+use crate::trace::{channel_file_name, stream_dir, CtfError, CtfWriter, TraceIds};
 use crate::tsdl::{self, Timebase, TraceEnv};
 use ivtrace_time::ClockMapping;
 
@@ -34,10 +33,10 @@ struct LiveKernel {
     generation: Option<u64>,
 }
 
-/// Sends a recording's guest traces to a tap as the packets come (see
+/// Sends a recording's guest traces to a sink as the packets come (see
 /// the module documentation).
 pub struct LiveOut {
-    tap: Arc<dyn PacketTap>,
+    sink: Box<dyn TraceSink>,
     ids: TraceIds,
     clock: ClockMapping,
     env: TraceEnv,
@@ -56,10 +55,10 @@ pub struct LiveOut {
 
 impl LiveOut {
     /// A live copy of the traces `dir` writes (the same UUIDs, clock, env
-    /// and channels), sent to `tap`.
-    pub fn beside(dir: &CtfWriter, tap: Arc<dyn PacketTap>) -> LiveOut {
+    /// and channels), sent to `sink`.
+    pub fn beside(dir: &CtfWriter, sink: Box<dyn TraceSink>) -> LiveOut {
         LiveOut {
-            tap,
+            sink,
             ids: dir.ids().clone(),
             clock: dir.clock().clone(),
             env: dir.env().clone(),
@@ -102,18 +101,19 @@ impl LiveOut {
     /// Sends the metadata of every trace that had a packet again (the
     /// final clock and env: call after [`LiveOut::set_clock`] and
     /// [`LiveOut::set_env`]).
-    pub fn finish(&mut self, classes: &EventClasses) {
+    pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         if self.kernel.is_some() {
-            self.send_kernel_metadata();
+            self.send_kernel_metadata()?;
         }
         if self.user.is_some() {
-            self.send_user_metadata(classes);
+            self.send_user_metadata(classes)?;
         }
+        Ok(())
     }
 
     /// The kernel trace's metadata: the expanded classes so far, the
     /// clock block of the mapping its packets were converted with.
-    fn send_kernel_metadata(&mut self) {
+    fn send_kernel_metadata(&mut self) -> Result<(), CtfError> {
         let k = self.kernel.as_mut().expect("made");
         let clock = k.online.converted_with().unwrap_or(&self.clock);
         let desc = self.ids.desc(
@@ -125,43 +125,51 @@ impl LiveOut {
         let classes = k.online.classes();
         let text = tsdl::metadata(&desc, abi::IVT_STREAM_KERNEL, classes);
         let trace = stream_dir(abi::IVT_STREAM_KERNEL);
-        self.tap.metadata(trace, &text, Some(classes));
+        self.sink.metadata(trace, &text, Some(classes))?;
         k.generation = Some(k.online.generation());
+        Ok(())
     }
 
     /// The user trace's metadata: its wire classes, in the directory's
     /// timebase (nanoseconds unless the drain keeps ticks).
-    fn send_user_metadata(&mut self, classes: &EventClasses) {
+    fn send_user_metadata(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
         let stream = abi::IVT_STREAM_USER;
         let desc = self
             .ids
             .desc(stream, &self.clock, self.user_timebase, &self.env);
         let output = classes.stream(stream);
         let text = tsdl::metadata(&desc, stream, output);
-        self.tap.metadata(stream_dir(stream), &text, Some(output));
+        self.sink
+            .metadata(stream_dir(stream), &text, Some(output))?;
         self.user = Some(classes.generation());
+        Ok(())
     }
 
-    /// A kernel packet, expanded, after the metadata that declares the
-    /// classes it used.
+    /// A kernel packet, expanded (its new classes, if any, are declared
+    /// by [`LiveOut::send_new_kernel_metadata`] before it is sent).
     fn kernel_packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
         let table = self.name_table.as_ref();
         let k = self.kernel.get_or_insert_with(|| LiveKernel {
             online: Online::new(table),
             generation: None,
         });
-        let out = k.online.packet(chan, bytes, classes, &self.clock);
-        if k.generation != Some(k.online.generation()) {
-            self.send_kernel_metadata();
-        }
-        out
+        k.online.packet(chan, bytes, classes, &self.clock)
     }
 
-    /// Hands a final packet of channel `chan` to the tap.
-    fn send(&self, chan: u32, stream: u32, bytes: &[u8]) {
+    /// The kernel trace's metadata again if its classes changed since it
+    /// was last sent (a packet just expanded used a new one).
+    fn send_new_kernel_metadata(&mut self) -> Result<(), CtfError> {
+        match &self.kernel {
+            Some(k) if k.generation != Some(k.online.generation()) => self.send_kernel_metadata(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Hands a final packet of channel `chan` to the sink.
+    fn send(&mut self, chan: u32, stream: u32, bytes: &[u8]) -> Result<(), CtfError> {
         let name = channel_file_name(stream, chan, self.nr_channels);
         let events = le_u32(bytes, abi::pkt::EVENT_COUNT) as u64;
-        self.tap.packet(stream_dir(stream), &name, bytes, events);
+        self.sink.packet(stream_dir(stream), &name, bytes, events)
     }
 }
 
@@ -178,17 +186,17 @@ impl PacketSink for LiveOut {
         match stream {
             abi::IVT_STREAM_KERNEL => {
                 let out = self.kernel_packet(chan, bytes, classes);
-                self.send(chan, stream, &out);
+                self.send_new_kernel_metadata()?;
+                self.send(chan, stream, &out)
             }
             // Decoded at the end only (see the module documentation).
-            abi::IVT_STREAM_FTRACE => {}
+            abi::IVT_STREAM_FTRACE => Ok(()),
             _ => {
                 if self.user != Some(classes.generation()) {
-                    self.send_user_metadata(classes);
+                    self.send_user_metadata(classes)?;
                 }
-                self.send(chan, stream, bytes);
+                self.send(chan, stream, bytes)
             }
         }
-        Ok(())
     }
 }

@@ -58,18 +58,6 @@ use crate::tsdl::{self, Timebase, TraceDesc, TraceEnv};
 use crate::user_out::UserTrace;
 use ivtrace_time::ClockMapping;
 
-/// Where a live sink ([`crate::live::LiveOut`]) and the host trace send
-/// their final packets and metadata (a relay connection): `trace` is the
-/// trace's directory name (`kernel`, `user`, `host`), `file` the stream
-/// file's name.
-pub trait PacketTap: Send + Sync {
-    /// The trace's whole metadata as just written; `classes`: its event
-    /// classes (None for a trace whose metadata never changes).
-    fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>);
-    /// One packet as written to `file`, holding `events` events.
-    fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], events: u64);
-}
-
 /// Space set aside at the start of a recording and given back when a
 /// write fails, so that the final metadata and sidecar still fit on a
 /// full disk.

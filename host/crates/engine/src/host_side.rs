@@ -18,7 +18,7 @@ type Result<T, E = EngineError> = std::result::Result<T, E>;
 
 use ivtrace_ctf::host_trace::{HostTrace, HostTraceDesc};
 use ivtrace_ctf::sidecar::HostLost;
-use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, EnvValue};
+use ivtrace_ctf::{ClockMapping, CtfError, CtfWriter, EnvValue, TraceSink};
 use ivtrace_region::classes::StreamClasses;
 use ivtrace_region::{abi, EventClass, EventClasses};
 use ivtrace_tracefs::host_events::{HostEventStats, HostEvents, Running};
@@ -104,6 +104,12 @@ impl HostSide {
     /// The trace, for the front end's own streams.
     pub fn trace(&self) -> &Arc<Mutex<HostTrace>> {
         &self.trace
+    }
+
+    /// Puts `sink` beside the trace's directory ([`HostTrace::add_sink`]).
+    pub fn add_sink(&self, sink: Box<dyn TraceSink>) -> Result<(), CtfError> {
+        let mut trace = self.trace.lock().unwrap_or_else(|p| p.into_inner());
+        trace.add_sink(sink)
     }
 
     pub fn dir(&self) -> &Path {

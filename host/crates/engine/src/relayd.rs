@@ -1,7 +1,7 @@
-//! A recording's relay output: a [`PacketTap`] that hands every packet and
-//! metadata text of the live sink beside the trace directory
-//! ([`LiveOut`]: the guest traces) and of the host trace to a relay
-//! session (ivtrace-relayd).
+//! A recording's relay output: a relay session (ivtrace-relayd) that the
+//! writers hand their finished packets and metadata texts to, as a
+//! [`TraceSink`] beside their directories ([`RelayTap::sink`]): the live
+//! copy of the guest traces ([`LiveOut`]) and the host trace.
 //!
 //! The relay's metadata stream is append-only: the first text of a trace
 //! goes whole; later texts go as the part that extends what was sent, or,
@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 
 use ivtrace_ctf::live::LiveOut;
 use ivtrace_ctf::tsdl::Timebase;
-use ivtrace_ctf::{tsdl, ClockMapping, CtfError, PacketTap, TraceEnv};
+use ivtrace_ctf::{tsdl, ClockMapping, CtfError, TraceEnv, TraceSink};
 use ivtrace_region::abi;
 use ivtrace_region::bytes::le_u64;
 use ivtrace_region::classes::{EventClasses, StreamClasses};
@@ -84,6 +84,13 @@ impl RelayTap {
         self.session.stats()
     }
 
+    /// A sink that sends to this session, for a writer to put beside its
+    /// directory (the session is shared: the guest traces' live copy and
+    /// the host trace each get one).
+    pub fn sink(self: &Arc<Self>) -> Box<dyn TraceSink> {
+        Box::new(RelaySink(Arc::clone(self)))
+    }
+
     fn with_trace<R>(
         &self,
         trace: &'static str,
@@ -131,7 +138,36 @@ fn addition(t: &mut TapTrace, text: &str, classes: Option<&StreamClasses>) -> St
     more
 }
 
-impl PacketTap for RelayTap {
+/// One writer's handle on a [`RelayTap`]. The relay never fails a write:
+/// what it cannot send it drops and counts in its session's statistics,
+/// which [`close`] reports.
+struct RelaySink(Arc<RelayTap>);
+
+impl TraceSink for RelaySink {
+    fn metadata(
+        &mut self,
+        trace: &'static str,
+        text: &str,
+        classes: Option<&StreamClasses>,
+    ) -> Result<(), CtfError> {
+        self.0.metadata(trace, text, classes);
+        Ok(())
+    }
+
+    fn packet(
+        &mut self,
+        trace: &'static str,
+        file: &str,
+        bytes: &[u8],
+        events: u64,
+    ) -> Result<(), CtfError> {
+        self.0.packet(trace, file, bytes, events);
+        Ok(())
+    }
+}
+
+impl RelayTap {
+    /// Appends what `text` adds to the trace's relay metadata.
     fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>) {
         self.with_trace(trace, |s, t| {
             let more = addition(t, text, classes);
@@ -139,6 +175,7 @@ impl PacketTap for RelayTap {
         });
     }
 
+    /// Sends one packet and moves the trace's beacon floor up to it.
     fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], events: u64) {
         self.with_trace(trace, |s, t| {
             s.packet(t.id, file, bytes, events);
@@ -161,8 +198,8 @@ fn dated(name: &str) -> String {
 }
 
 /// A relay session for the recording of `name` (sanitized), fed by a live
-/// sink beside `sinks`' directory; the caller also hands it to the host
-/// trace.
+/// sink beside `sinks`' directory; the caller also puts a
+/// [`RelayTap::sink`] beside the host trace's.
 pub fn attach(hub: &Hub, name: &str, guest_freq_hz: u64, sinks: &mut Sinks) -> Arc<RelayTap> {
     let name = sanitize::host_name_or(name, "guest");
     let path = format!("{}/{}", hub.options().hostname, dated(&name));
@@ -172,7 +209,7 @@ pub fn attach(hub: &Hub, name: &str, guest_freq_hz: u64, sinks: &mut Sinks) -> A
         Timebase::Ticks => guest_freq_hz,
     };
     let tap = Arc::new(RelayTap::new(hub.session(&name, &path), user_freq_hz));
-    sinks.add(Box::new(LiveOut::beside(&sinks.dir, tap.clone())));
+    sinks.add(Box::new(LiveOut::beside(&sinks.dir, tap.sink())));
     tap
 }
 
@@ -202,8 +239,7 @@ impl Output for LiveOut {
     ) -> Result<(), CtfError> {
         self.set_clock(clock.clone());
         self.set_env(env);
-        LiveOut::finish(self, classes);
-        Ok(())
+        LiveOut::finish(self, classes)
     }
 
     fn finish_incomplete(

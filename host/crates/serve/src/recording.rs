@@ -145,15 +145,15 @@ pub fn start(
         part,
     );
     let mut sinks = ivtrace_engine::Sinks::new(writer);
-    let tap = g.cfg.relay.as_ref().map(|hub| {
-        let freq = region.header().clock.freq_hz;
-        let tap = ivtrace_engine::relayd::attach(hub, &g.name, freq, &mut sinks);
-        host.trace()
-            .lock()
-            .expect("not poisoned")
-            .set_tap(tap.clone());
-        tap
-    });
+    let tap = match g.cfg.relay.as_ref() {
+        Some(hub) => {
+            let freq = region.header().clock.freq_hz;
+            let tap = ivtrace_engine::relayd::attach(hub, &g.name, freq, &mut sinks);
+            host.add_sink(tap.sink())?;
+            Some(tap)
+        }
+        None => None,
+    };
     let output = Deliveries::around(sinks, Arc::clone(host.trace()), stream);
     Ok(Live {
         core: Core::new(reader, output),

@@ -95,7 +95,7 @@ struct VmWriter {
 impl VmWriter {
     fn create(g: &GuestTraces, env: Vec<(String, EnvValue)>) -> Result<VmWriter> {
         let text = vm_metadata(&vm_desc(g, env), &classes::classes());
-        let trace = HostTrace::create_with_metadata(g.root, "vm", text, classes::classes())?;
+        let trace = HostTrace::create_with_metadata(g.root, "vm", "vm", text, classes::classes())?;
         Ok(VmWriter {
             trace,
             streams: HashMap::new(),

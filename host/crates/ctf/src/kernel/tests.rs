@@ -1128,7 +1128,7 @@ fn output_headers_are_compact_when_id_and_time_fit() {
     }
 }
 
-/// What a live sink handed to its tap: metadata as appended by a
+/// What a live sink handed to its sink: metadata as appended by a
 /// relay (first text whole, then the declarations of new classes) and the
 /// packets per file; and the latest whole text of each trace's metadata.
 #[derive(Default)]
@@ -1138,8 +1138,14 @@ struct CaptureTap {
     files: std::sync::Mutex<BTreeMap<String, Vec<u8>>>,
 }
 
-impl crate::PacketTap for CaptureTap {
-    fn metadata(&self, trace: &'static str, text: &str, classes: Option<&StreamClasses>) {
+/// Shared, so the test reads what the live sink it gave a clone to sent.
+impl crate::TraceSink for std::sync::Arc<CaptureTap> {
+    fn metadata(
+        &mut self,
+        trace: &'static str,
+        text: &str,
+        classes: Option<&StreamClasses>,
+    ) -> Result<(), crate::CtfError> {
         let mut latest = self.latest.lock().unwrap();
         latest.insert(trace.to_string(), text.to_string());
         let mut m = self.metadata.lock().unwrap();
@@ -1158,12 +1164,20 @@ impl crate::PacketTap for CaptureTap {
             }
         }
         *ids = now;
+        Ok(())
     }
-    fn packet(&self, trace: &'static str, file: &str, bytes: &[u8], _events: u64) {
+    fn packet(
+        &mut self,
+        trace: &'static str,
+        file: &str,
+        bytes: &[u8],
+        _events: u64,
+    ) -> Result<(), crate::CtfError> {
         let mut f = self.files.lock().unwrap();
         f.entry(format!("{trace}/{file}"))
             .or_default()
             .extend_from_slice(bytes);
+        Ok(())
     }
 }
 
@@ -1293,7 +1307,7 @@ fn a_live_sink_expands_as_packets_arrive() {
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
     let writer = writer_into(dir.path(), &region);
     let tap = std::sync::Arc::new(CaptureTap::default());
-    let live = crate::live::LiveOut::beside(&writer, tap.clone());
+    let live = crate::live::LiveOut::beside(&writer, Box::new(tap.clone()));
     let mut both = DirAndLive { dir: writer, live };
     let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     if let Some(t) = ivtrace_region::names::read_thread_names(reader.region()) {
@@ -1304,7 +1318,7 @@ fn a_live_sink_expands_as_packets_arrive() {
     reader.flush_partial(&mut both).unwrap();
     reader.finish(&mut both).unwrap();
     both.dir.finish(reader.classes()).unwrap();
-    both.live.finish(reader.classes());
+    both.live.finish(reader.classes()).unwrap();
     let relay = tempfile::tempdir().unwrap();
     write_relay_copy(&tap, relay.path());
     // CPU 0's packet is drained before CPU 1's fork: the table names 42.
@@ -1349,7 +1363,8 @@ fn a_live_sink_keeps_each_stream_monotonic_across_mappings() {
     let dir = tempfile::tempdir().unwrap();
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
     let tap = std::sync::Arc::new(CaptureTap::default());
-    let mut live = crate::live::LiveOut::beside(&writer_into(dir.path(), &region), tap.clone());
+    let sink = Box::new(tap.clone());
+    let mut live = crate::live::LiveOut::beside(&writer_into(dir.path(), &region), sink);
     let mut reader = Reader::new(region, ivtrace_region::packet::TickRange::ALL);
     reader.drain_available(&mut live).unwrap();
     // The estimator moves the mapping 500 ns back, with a larger bound.
@@ -1361,7 +1376,7 @@ fn a_live_sink_keeps_each_stream_monotonic_across_mappings() {
     live.set_clock(earlier);
     reader.flush_partial(&mut live).unwrap();
     reader.finish(&mut live).unwrap();
-    live.finish(reader.classes());
+    live.finish(reader.classes()).unwrap();
     let relay = tempfile::tempdir().unwrap();
     write_relay_copy(&tap, relay.path());
     let classes = live.kernel_classes().unwrap().clone();

@@ -306,7 +306,7 @@ fn record_region(
     args: &RecordArgs,
     names: Names,
     stop: &Stop,
-    mut host_side: Option<HostRun>,
+    host_side: Option<HostRun>,
 ) -> Result<u64> {
     let Names { out, host, hub, .. } = names;
     let region = reader.region();
@@ -320,18 +320,19 @@ fn record_region(
         writer.keep_user_ticks();
     }
     let mut sinks = ivtrace_engine::Sinks::new(writer);
-    let tap = hub.map(|hub| {
-        let tap =
-            ivtrace_engine::relayd::attach(hub, host, region.header().clock.freq_hz, &mut sinks);
-        if let Some(run) = host_side.as_mut() {
-            run.side
-                .trace()
-                .lock()
-                .expect("not poisoned")
-                .set_tap(tap.clone());
+    let tap = match hub {
+        Some(hub) => {
+            let freq = region.header().clock.freq_hz;
+            let tap = ivtrace_engine::relayd::attach(hub, host, freq, &mut sinks);
+            if let Some(run) = host_side.as_ref() {
+                run.side
+                    .add_sink(tap.sink())
+                    .context("cannot send the host trace's metadata to the relay")?;
+            }
+            Some(tap)
         }
-        tap
-    });
+        None => None,
+    };
     let forward = forwarder(args, region, host)?;
     let mut writer = nesting(sinks, forward, Some(Expander::new(out)));
     let h = region.header();
