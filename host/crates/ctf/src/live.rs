@@ -44,9 +44,9 @@ pub struct LiveOut {
     nr_channels: u32,
     /// What the user trace's times count (the directory's choice).
     user_timebase: Timebase,
-    /// The guest's thread name table, once read (for a kernel trace made
-    /// after it).
-    name_table: Option<NameTable>,
+    /// The guest's thread name table as last read (for a kernel trace
+    /// made after it; empty until one was read).
+    name_table: NameTable,
     /// The generation the user trace's metadata was last sent for, once
     /// it had a packet.
     user: Option<u64>,
@@ -65,7 +65,7 @@ impl LiveOut {
             env: dir.env().clone(),
             nr_channels: dir.nr_channels(),
             user_timebase: dir.timebase(abi::IVT_STREAM_USER),
-            name_table: None,
+            name_table: NameTable::default(),
             user: None,
             kernel: None,
         }
@@ -76,7 +76,7 @@ impl LiveOut {
         if let Some(k) = &mut self.kernel {
             k.online.set_table(&table);
         }
-        self.name_table = Some(table);
+        self.name_table = table;
     }
 
     /// The clock mapping in force (kernel packets from now on are
@@ -145,7 +145,7 @@ impl LiveOut {
     /// A kernel packet, expanded, after the metadata that declares the
     /// classes it used.
     fn kernel_packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
-        let table = self.name_table.as_ref();
+        let table = &self.name_table;
         let k = self.kernel.get_or_insert_with(|| LiveKernel {
             online: Online::new(table),
             generation: None,

@@ -223,8 +223,9 @@ pub struct CtfWriter {
     files: StreamFiles,
     progress: Progress,
     reserve: bool,
-    /// The guest's thread name table, if the front end read one.
-    name_table: Option<NameTable>,
+    /// The guest's thread name table as the front end last read it (empty
+    /// until it read one: no table and an empty one name nothing alike).
+    name_table: NameTable,
     /// Channels of the region (index `nr_channels`: the no-channel stream).
     nr_channels: u32,
     /// What becomes of the ftrace relay's pages at the end: decoded by the
@@ -281,7 +282,7 @@ impl CtfWriter {
             files: StreamFiles::new(limits, nr_channels + 1),
             progress: Progress::Quiet,
             reserve,
-            name_table: None,
+            name_table: NameTable::default(),
             nr_channels,
             ftrace_expander: Box::new(KeepStaged),
             ftrace: None,
@@ -629,7 +630,7 @@ impl CtfWriter {
     /// that no naming event in the trace names (a salvaged flight
     /// recorder). Call before [`CtfWriter::finish`].
     pub fn set_thread_name_table(&mut self, table: NameTable) {
-        self.name_table = Some(table);
+        self.name_table = table;
     }
 
     /// Commits and closes every stream file, expands the staged kernel
@@ -727,7 +728,7 @@ impl CtfWriter {
             &staging,
             classes.stream(abi::IVT_STREAM_KERNEL),
             (&staged, &self.clock),
-            self.name_table.as_ref(),
+            &self.name_table,
         )?;
         let k = self.kernel.as_mut().expect("staged above");
         k.set_expanded(expanded, dir);

@@ -8,6 +8,7 @@ use std::process::Command;
 use ivtrace_region::abi;
 use ivtrace_region::bytes::{int_at, le_u32, le_u64, put_u64, uint_at};
 use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
+use ivtrace_region::names::NameTable;
 use ivtrace_region::region::{Access, Region};
 use ivtrace_region::{PacketSink, Reader};
 use ivtrace_testutil::{have_tool, RegionBuilder, TestRegion, LTTNG_SCHED_SWITCH_FIELDS};
@@ -710,7 +711,7 @@ fn a_flood_of_distinct_threads_is_bounded() {
         &dirs,
         (&staged, &ns_is_tick()),
         ThreadNamesBuilder::with_limit(1000),
-        None,
+        &NameTable::default(),
     )
     .unwrap();
     assert_eq!(x.stats.names_dropped, (n - 1000) as u64);
@@ -1013,7 +1014,14 @@ fn a_staged_packet_that_does_not_walk_becomes_a_counted_loss() {
     };
     let names = ThreadNamesBuilder::with_limit(100);
     let files = (&staged[..], &ns_is_tick());
-    let x = expand_with(reader.classes().stream(0), &dirs, files, names, None).unwrap();
+    let x = expand_with(
+        reader.classes().stream(0),
+        &dirs,
+        files,
+        names,
+        &NameTable::default(),
+    )
+    .unwrap();
     let expanded = dir.path().join("out").join(&staged[0].name);
     assert_eq!((x.stats.packets, x.stats.packets_skipped), (2, 1));
     assert_eq!((x.stats.events, x.stats.events_lost), (10, 5));
