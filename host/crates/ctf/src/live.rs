@@ -85,10 +85,6 @@ impl LiveOut {
         self.clock = clock;
     }
 
-    pub fn set_env(&mut self, env: TraceEnv) {
-        self.env = env;
-    }
-
     /// What the online kernel expansion did so far.
     pub fn kernel_expansion(&self) -> Option<&KernelExpansion> {
         self.kernel.as_ref().map(|k| k.online.stats())
@@ -99,10 +95,11 @@ impl LiveOut {
         self.kernel.as_ref().map(|k| k.online.classes())
     }
 
-    /// Sends the metadata of every trace that had a packet again (the
-    /// final clock and env: call after [`LiveOut::set_clock`] and
-    /// [`LiveOut::set_env`]).
-    pub fn finish(&mut self, classes: &EventClasses) {
+    /// Sends the metadata of every trace that had a packet again, stating
+    /// the final `clock` and `env`.
+    pub fn finish(&mut self, clock: &ClockMapping, env: TraceEnv, classes: &EventClasses) {
+        self.clock = clock.clone();
+        self.env = env;
         if self.kernel.is_some() {
             self.send_kernel_metadata();
         }

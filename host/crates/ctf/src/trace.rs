@@ -460,15 +460,17 @@ impl CtfWriter {
         self.user_timebase = Timebase::Ticks;
     }
 
-    /// Replaces the clock mapping (a refined estimate while recording,
-    /// which the streaming expansions convert with from then on; the
-    /// final one at the end: rewrite the metadata with
-    /// [`CtfWriter::write_metadata`] afterwards).
+    /// Replaces the clock mapping with a refined estimate while
+    /// recording, which the streaming expansions convert with from then
+    /// on (the final one comes with [`CtfWriter::finish`]).
     pub fn set_clock(&mut self, clock: ClockMapping) {
         self.clock = clock;
     }
 
-    pub fn set_env(&mut self, env: TraceEnv) {
+    /// The recording's final clock mapping and env, which every trace's
+    /// metadata states from now on.
+    fn set_final(&mut self, clock: &ClockMapping, env: TraceEnv) {
+        self.clock = clock.clone();
         self.env = env;
     }
 
@@ -634,9 +636,15 @@ impl CtfWriter {
     }
 
     /// Commits and closes every stream file, expands the staged kernel
-    /// stream and the ftrace stream into `DIR/kernel/` and rewrites the
-    /// metadata.
-    pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+    /// stream and the ftrace stream into `DIR/kernel/` with the final
+    /// `clock` and rewrites the metadata (stating `clock` and `env`).
+    pub fn finish(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        self.set_final(clock, env);
         self.files
             .close_all()
             .map_err(write_err(self.root.path().display()))?;
@@ -695,10 +703,16 @@ impl CtfWriter {
 
     /// The recording stopped on a failed write: closes the stream files
     /// (each holds whole packets), gives the reserve back and rewrites the
-    /// metadata with the final clock; the kernel stream stays staged
-    /// (expanding it needs as much room again). Best effort past the
-    /// first error: the sidecar that follows must still say why.
-    pub fn finish_incomplete(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+    /// metadata with the final `clock` and `env`; the kernel stream stays
+    /// staged (expanding it needs as much room again). Best effort past
+    /// the first error: the sidecar that follows must still say why.
+    pub fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        self.set_final(clock, env);
         self.release_reserve();
         let closed = self
             .files

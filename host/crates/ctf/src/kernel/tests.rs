@@ -319,7 +319,7 @@ fn record_with(r: &TestRegion, clock: ClockMapping) -> Out {
     if let Some(t) = ivtrace_region::names::read_thread_names(reader.region()) {
         writer.set_thread_name_table(t);
     }
-    writer.finish(reader.classes()).unwrap();
+    finish_as_made(&mut writer, reader.classes());
     assert!(
         !dir.path().join(super::STAGING_DIR).exists(),
         "staging removed"
@@ -1202,20 +1202,30 @@ fn writer_into(dir: &Path, region: &Region) -> CtfWriter {
     writer_with(dir, region, clock())
 }
 
-/// A writer of `region`'s traces into `dir` with `clock` as its mapping.
-pub(crate) fn writer_with(dir: &Path, region: &Region, clock: ClockMapping) -> CtfWriter {
-    let env = TraceEnv {
+/// The env of the tests' traces.
+fn test_env() -> TraceEnv {
+    TraceEnv {
         hostname: "guest0".into(),
         trace_name: "t".into(),
         creation_datetime: "d".into(),
         tracer_major: 0,
         tracer_minor: 1,
         extra: vec![],
-    };
+    }
+}
+
+/// A writer of `region`'s traces into `dir` with `clock` as its mapping.
+pub(crate) fn writer_with(dir: &Path, region: &Region, clock: ClockMapping) -> CtfWriter {
     let n = region.layout().nr_channels;
     let root = crate::OutDir::root(dir, &Default::default()).unwrap();
     let limits = crate::streams::Limits::default();
-    CtfWriter::new(root, region.header().uuid, clock, env, n, limits)
+    CtfWriter::new(root, region.header().uuid, clock, test_env(), n, limits)
+}
+
+/// Finishes `writer` with the clock and env it was made with.
+pub(crate) fn finish_as_made(writer: &mut CtfWriter, classes: &EventClasses) {
+    let (clock, env) = (writer.clock().clone(), writer.env().clone());
+    writer.finish(&clock, env, classes).unwrap();
 }
 
 /// A resumed recording's kernel stays staged: its adopted files hold wire
@@ -1243,7 +1253,7 @@ fn a_resumed_kernel_stays_staged() {
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
     let mut resumed = writer_into(dir.path(), &region);
     resumed.adopt(&adopted, reader.classes()).unwrap();
-    resumed.finish(reader.classes()).unwrap();
+    finish_as_made(&mut resumed, reader.classes());
     assert!(!staging.exists(), "the staging directory was expanded");
     let classes = resumed.output_classes(0, reader.classes()).clone();
     let mut evs = Vec::new();
@@ -1311,8 +1321,8 @@ fn a_live_sink_expands_as_packets_arrive() {
     reader.drain_available(&mut both).unwrap();
     reader.flush_partial(&mut both).unwrap();
     reader.finish(&mut both).unwrap();
-    both.dir.finish(reader.classes()).unwrap();
-    both.live.finish(reader.classes());
+    finish_as_made(&mut both.dir, reader.classes());
+    both.live.finish(&clock(), test_env(), reader.classes());
     let relay = tempfile::tempdir().unwrap();
     write_relay_copy(&tap, relay.path());
     // CPU 0's packet is drained before CPU 1's fork: the table names 42.
@@ -1366,10 +1376,10 @@ fn a_live_sink_keeps_each_stream_monotonic_across_mappings() {
         error_ns: 1_234,
         ..clock()
     };
-    live.set_clock(earlier);
+    live.set_clock(earlier.clone());
     reader.flush_partial(&mut live).unwrap();
     reader.finish(&mut live).unwrap();
-    live.finish(reader.classes());
+    live.finish(&earlier, test_env(), reader.classes());
     let relay = tempfile::tempdir().unwrap();
     write_relay_copy(&tap, relay.path());
     let classes = live.kernel_classes().unwrap().clone();
