@@ -122,13 +122,11 @@ impl KernelTrace {
 }
 
 impl Online {
-    /// A new expansion; `table`: the guest's thread name table if one was
-    /// read already.
-    pub fn new(table: Option<&NameTable>) -> Online {
+    /// A new expansion; `table`: the guest's thread name table as read
+    /// so far (empty if none was).
+    pub fn new(table: &NameTable) -> Online {
         let mut kernel = OnlineKernel::default();
-        if let Some(t) = table {
-            kernel.set_table(t);
-        }
+        kernel.set_table(table);
         Online {
             kernel,
             lost: BTreeMap::new(),

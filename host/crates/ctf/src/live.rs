@@ -43,9 +43,9 @@ pub struct LiveOut {
     nr_channels: u32,
     /// What the user trace's times count (the directory's choice).
     user_timebase: Timebase,
-    /// The guest's thread name table, once read (for a kernel trace made
-    /// after it).
-    name_table: Option<NameTable>,
+    /// The guest's thread name table as last read (for a kernel trace
+    /// made after it; empty until one was read).
+    name_table: NameTable,
     /// The generation the user trace's metadata was last sent for, once
     /// it had a packet.
     user: Option<u64>,
@@ -64,7 +64,7 @@ impl LiveOut {
             env: dir.env().clone(),
             nr_channels: dir.nr_channels(),
             user_timebase: dir.timebase(abi::IVT_STREAM_USER),
-            name_table: None,
+            name_table: NameTable::default(),
             user: None,
             kernel: None,
         }
@@ -75,17 +75,13 @@ impl LiveOut {
         if let Some(k) = &mut self.kernel {
             k.online.set_table(&table);
         }
-        self.name_table = Some(table);
+        self.name_table = table;
     }
 
     /// The clock mapping in force (kernel packets from now on are
     /// converted with it; the user trace's metadata states it).
     pub fn set_clock(&mut self, clock: ClockMapping) {
         self.clock = clock;
-    }
-
-    pub fn set_env(&mut self, env: TraceEnv) {
-        self.env = env;
     }
 
     /// What the online kernel expansion did so far.
@@ -98,10 +94,16 @@ impl LiveOut {
         self.kernel.as_ref().map(|k| k.online.classes())
     }
 
-    /// Sends the metadata of every trace that had a packet again (the
-    /// final clock and env: call after [`LiveOut::set_clock`] and
-    /// [`LiveOut::set_env`]).
-    pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+    /// Sends the metadata of every trace that had a packet again, stating
+    /// the final `clock` and `env`.
+    pub fn finish(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        self.clock = clock.clone();
+        self.env = env;
         if self.kernel.is_some() {
             self.send_kernel_metadata()?;
         }
@@ -148,7 +150,7 @@ impl LiveOut {
     /// A kernel packet, expanded (its new classes, if any, are declared
     /// by [`LiveOut::send_new_kernel_metadata`] before it is sent).
     fn kernel_packet(&mut self, chan: u32, bytes: &[u8], classes: &EventClasses) -> Vec<u8> {
-        let table = self.name_table.as_ref();
+        let table = &self.name_table;
         let k = self.kernel.get_or_insert_with(|| LiveKernel {
             online: Online::new(table),
             generation: None,

@@ -26,6 +26,7 @@ use std::io;
 
 use ivtrace_region::abi;
 use ivtrace_region::classes::EventClasses;
+use ivtrace_region::names::NameTable;
 use ivtrace_region::packet::PacketHeader;
 use ivtrace_region::reader::walk_own_packet;
 
@@ -220,7 +221,7 @@ fn expand_staged(
     }
     let wire = classes.stream(abi::IVT_STREAM_KERNEL);
     let at = (&staged[..], &before.clock);
-    let (expanded, out) = kernel::expand_dir(root, &staging, wire, at, None)?;
+    let (expanded, out) = kernel::expand_dir(root, &staging, wire, at, &NameTable::default())?;
     let env = before.env.clone().unwrap_or_default().to_env();
     let uuid = parse_uuid(&before.trace_uuid).unwrap_or_default();
     let (_, kernel_uuid, clock_uuid) = crate::trace::trace_uuid_strings(uuid);

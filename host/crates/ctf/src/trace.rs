@@ -211,8 +211,9 @@ pub struct CtfWriter {
     files: StreamFiles,
     progress: Progress,
     reserve: bool,
-    /// The guest's thread name table, if the front end read one.
-    name_table: Option<NameTable>,
+    /// The guest's thread name table as the front end last read it (empty
+    /// until it read one: no table and an empty one name nothing alike).
+    name_table: NameTable,
     /// Channels of the region (index `nr_channels`: the no-channel stream).
     nr_channels: u32,
     /// What becomes of the ftrace relay's pages at the end: decoded by the
@@ -269,7 +270,7 @@ impl CtfWriter {
             files: StreamFiles::new(limits, nr_channels + 1),
             progress: Progress::Quiet,
             reserve,
-            name_table: None,
+            name_table: NameTable::default(),
             nr_channels,
             ftrace_expander: Box::new(KeepStaged),
             ftrace: None,
@@ -447,15 +448,17 @@ impl CtfWriter {
         self.user_timebase = Timebase::Ticks;
     }
 
-    /// Replaces the clock mapping (a refined estimate while recording,
-    /// which the streaming expansions convert with from then on; the
-    /// final one at the end: rewrite the metadata with
-    /// [`CtfWriter::write_metadata`] afterwards).
+    /// Replaces the clock mapping with a refined estimate while
+    /// recording, which the streaming expansions convert with from then
+    /// on (the final one comes with [`CtfWriter::finish`]).
     pub fn set_clock(&mut self, clock: ClockMapping) {
         self.clock = clock;
     }
 
-    pub fn set_env(&mut self, env: TraceEnv) {
+    /// The recording's final clock mapping and env, which every trace's
+    /// metadata states from now on.
+    fn set_final(&mut self, clock: &ClockMapping, env: TraceEnv) {
+        self.clock = clock.clone();
         self.env = env;
     }
 
@@ -617,13 +620,19 @@ impl CtfWriter {
     /// that no naming event in the trace names (a salvaged flight
     /// recorder). Call before [`CtfWriter::finish`].
     pub fn set_thread_name_table(&mut self, table: NameTable) {
-        self.name_table = Some(table);
+        self.name_table = table;
     }
 
     /// Commits and closes every stream file, expands the staged kernel
-    /// stream and the ftrace stream into `DIR/kernel/` and rewrites the
-    /// metadata.
-    pub fn finish(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+    /// stream and the ftrace stream into `DIR/kernel/` with the final
+    /// `clock` and rewrites the metadata (stating `clock` and `env`).
+    pub fn finish(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        self.set_final(clock, env);
         self.files
             .close_all()
             .map_err(write_err(self.root.path().display()))?;
@@ -682,10 +691,16 @@ impl CtfWriter {
 
     /// The recording stopped on a failed write: closes the stream files
     /// (each holds whole packets), gives the reserve back and rewrites the
-    /// metadata with the final clock; the kernel stream stays staged
-    /// (expanding it needs as much room again). Best effort past the
-    /// first error: the sidecar that follows must still say why.
-    pub fn finish_incomplete(&mut self, classes: &EventClasses) -> Result<(), CtfError> {
+    /// metadata with the final `clock` and `env`; the kernel stream stays
+    /// staged (expanding it needs as much room again). Best effort past
+    /// the first error: the sidecar that follows must still say why.
+    pub fn finish_incomplete(
+        &mut self,
+        clock: &ClockMapping,
+        env: TraceEnv,
+        classes: &EventClasses,
+    ) -> Result<(), CtfError> {
+        self.set_final(clock, env);
         self.release_reserve();
         let closed = self
             .files
@@ -715,7 +730,7 @@ impl CtfWriter {
             &staging,
             classes.stream(abi::IVT_STREAM_KERNEL),
             (&staged, &self.clock),
-            self.name_table.as_ref(),
+            &self.name_table,
         )?;
         let k = self.kernel.as_mut().expect("staged above");
         k.set_expanded(expanded, dir);

@@ -98,7 +98,7 @@ mod tests {
     use ivtrace_testutil::{RegionBuilder, TestRegion};
     use ivtrace_time::ClockMapping;
 
-    use crate::kernel::tests::writer_with;
+    use crate::kernel::tests::{finish_as_made, writer_with};
     use crate::tsdl::Timebase;
     use crate::CtfWriter;
 
@@ -181,7 +181,7 @@ mod tests {
         let mut resumed = writer_with(dir.path(), &region, clock());
         let adopted = [(0, abi::IVT_STREAM_USER, len)];
         resumed.adopt(&adopted, reader.classes()).unwrap();
-        resumed.finish(reader.classes()).unwrap();
+        finish_as_made(&mut resumed, reader.classes());
         assert!(metadata(dir.path()).contains("loadgen:payload"));
         assert_eq!(std::fs::metadata(&file).unwrap().len(), len);
         assert_eq!(resumed.file_of(0).as_deref(), Some("user/user_chan0"));

@@ -162,9 +162,7 @@ impl Output for CtfWriter {
         env: TraceEnv,
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        self.set_clock(clock.clone());
-        self.set_env(env);
-        CtfWriter::finish(self, classes)
+        CtfWriter::finish(self, clock, env, classes)
     }
 
     fn finish_incomplete(
@@ -173,9 +171,7 @@ impl Output for CtfWriter {
         env: TraceEnv,
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        self.set_clock(clock.clone());
-        self.set_env(env);
-        CtfWriter::finish_incomplete(self, classes)
+        CtfWriter::finish_incomplete(self, clock, env, classes)
     }
 }
 

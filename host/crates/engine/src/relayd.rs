@@ -237,9 +237,7 @@ impl Output for LiveOut {
         env: TraceEnv,
         classes: &EventClasses,
     ) -> Result<(), CtfError> {
-        self.set_clock(clock.clone());
-        self.set_env(env);
-        LiveOut::finish(self, classes)
+        LiveOut::finish(self, clock, env, classes)
     }
 
     fn finish_incomplete(

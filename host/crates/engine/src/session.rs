@@ -394,7 +394,7 @@ pub fn drain_bytes_to_dir(bytes: &[u8], out: &Path) -> Result<u64, EngineError> 
     reader.commit_written();
     reader.flush_partial(&mut writer)?;
     reader.finish(&mut writer)?;
-    writer.finish(reader.classes())?;
+    writer.finish(&clock, writer.env().clone(), reader.classes())?;
     let sidecar = build_sidecar(
         &reader,
         &writer,

@@ -29,7 +29,7 @@ pub fn run(args: &SnapshotArgs) -> Result<u64> {
     if let Some(table) = ivtrace_region::names::read_thread_names(reader.region()) {
         writer.set_thread_name_table(table);
     }
-    writer.finish(reader.classes())?;
+    writer.finish(&clock, writer.env().clone(), reader.classes())?;
     let sidecar = session::build_sidecar(
         &reader,
         &writer,

@@ -345,10 +345,6 @@ pub struct Reader {
     /// The mapping in force for the user streams' times, which the drain
     /// rewrites in nanoseconds; None: they stay in ticks.
     user_ns: Option<NsScale>,
-    /// The mapping an earlier run of a resumed recording wrote its user
-    /// times with (its sidecar's), which [`Reader::resume_channel`] reads
-    /// them back with: this run measured its own.
-    earlier_ns: Option<NsScale>,
     scratch: Vec<u8>,
     /// Where a packet is written afresh when its times cannot be
     /// rewritten in place ([`retime_tail`]).
@@ -379,7 +375,6 @@ impl Reader {
             ticks,
             peeked: None,
             user_ns: None,
-            earlier_ns: None,
             scratch: vec![0u8; (layout.subbuf_size as usize).saturating_add(8)],
             spare: Vec::new(),
         }
@@ -391,20 +386,11 @@ impl Reader {
     /// of the same mapping). Call it before the first drain and after each
     /// refined mapping; each stream's times still never go back (counted,
     /// [`ChannelStats::ts_clamped`]). Call it before
-    /// [`Reader::resume_channel`], which reads the earlier run's times in
-    /// nanoseconds with it.
+    /// [`Reader::resume_channel`], which reads the earlier run's user
+    /// times back to ticks only if they are in nanoseconds.
     pub fn set_user_clock(&mut self, scale: NsScale, ticks: TickRange) {
         self.user_ns = Some(scale);
         self.ticks = ticks;
-    }
-
-    /// The mapping the earlier run of a resumed recording converted its
-    /// user times with (`ivtrace record --resume`); call it before
-    /// [`Reader::resume_channel`]. Without it, this run's mapping reads
-    /// them back, which may place the earlier run's last time after this
-    /// run's first and refuse a packet that follows it.
-    pub fn set_earlier_user_clock(&mut self, scale: NsScale) {
-        self.earlier_ns = Some(scale);
     }
 
     /// Whether user streams are written in nanoseconds.
@@ -457,17 +443,19 @@ impl Reader {
     /// Starts channel `c` after the packets an earlier run of this
     /// recording wrote (`ivtrace record --resume`): `last` is the header
     /// of the last packet in its stream file, `events` the events and
-    /// `bytes` the bytes of that file.
+    /// `bytes` the bytes of that file. `earlier`: the mapping that run
+    /// converted its user times with (its sidecar's), which reads them
+    /// back: this run's own measurement may place that run's last time
+    /// after this run's first and refuse the packet that follows it.
     pub fn resume_channel(
         &mut self,
         c: u32,
         last: &PacketHeader,
-        events: u64,
-        packets: u64,
-        bytes: u64,
+        (events, packets, bytes): (u64, u64, u64),
+        earlier: NsScale,
     ) {
         let writer_now = self.region.protocol().writer_losses(c).total();
-        let scale = self.user_ns.map(|now| self.earlier_ns.unwrap_or(now));
+        let scale = self.user_ns.map(|_| earlier);
         let ch = &mut self.channels[c as usize];
         // A user stream in nanoseconds: its checks go on in ticks, the
         // earlier run's end read back with its own mapping, less a slack

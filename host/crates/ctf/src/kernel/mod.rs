@@ -112,7 +112,7 @@ pub fn expand_dir(
     staging: &OutDir,
     wire: &StreamClasses,
     (files, clock): (&[Staged], &ClockMapping),
-    table: Option<&NameTable>,
+    table: &NameTable,
 ) -> Result<(Expanded, OutDir), CtfError> {
     let name = crate::trace::stream_dir(abi::IVT_STREAM_KERNEL);
     let shown = root.join(name).display().to_string();
@@ -203,7 +203,7 @@ pub fn expand(
     wire: &StreamClasses,
     dirs: &Dirs,
     files: (&[Staged], &ClockMapping),
-    table: Option<&NameTable>,
+    table: &NameTable,
 ) -> io::Result<Expanded> {
     expand_with(wire, dirs, files, Facts::default().names, table)
 }
@@ -214,7 +214,7 @@ pub fn expand_with(
     dirs: &Dirs,
     (files, clock): (&[Staged], &ClockMapping),
     names: names::ThreadNamesBuilder,
-    table: Option<&NameTable>,
+    table: &NameTable,
 ) -> io::Result<Expanded> {
     let started = Instant::now();
     let plans = plan::plan(wire);
@@ -232,7 +232,7 @@ pub fn expand_with(
     let names = facts.names.build();
     stats.threads = names.threads() as u64;
     stats.name_changes = names.entries() as u64;
-    let table = table.map(TableNames::new).unwrap_or_default();
+    let table = TableNames::new(table);
     stats.name_table_entries = table.len() as u64;
     let mut x = Expander {
         plans: &plans,

@@ -8,6 +8,7 @@ use std::process::Command;
 use ivtrace_region::abi;
 use ivtrace_region::bytes::{int_at, le_u32, le_u64, put_u64, uint_at};
 use ivtrace_region::classes::{EventClasses, FieldType, StreamClasses};
+use ivtrace_region::names::NameTable;
 use ivtrace_region::region::{Access, Region};
 use ivtrace_region::{PacketSink, Reader};
 use ivtrace_testutil::{have_tool, RegionBuilder, TestRegion, LTTNG_SCHED_SWITCH_FIELDS};
@@ -318,7 +319,7 @@ fn record_with(r: &TestRegion, clock: ClockMapping) -> Out {
     if let Some(t) = ivtrace_region::names::read_thread_names(reader.region()) {
         writer.set_thread_name_table(t);
     }
-    writer.finish(reader.classes()).unwrap();
+    finish_as_made(&mut writer, reader.classes());
     assert!(
         !dir.path().join(super::STAGING_DIR).exists(),
         "staging removed"
@@ -710,7 +711,7 @@ fn a_flood_of_distinct_threads_is_bounded() {
         &dirs,
         (&staged, &ns_is_tick()),
         ThreadNamesBuilder::with_limit(1000),
-        None,
+        &NameTable::default(),
     )
     .unwrap();
     assert_eq!(x.stats.names_dropped, (n - 1000) as u64);
@@ -1013,7 +1014,14 @@ fn a_staged_packet_that_does_not_walk_becomes_a_counted_loss() {
     };
     let names = ThreadNamesBuilder::with_limit(100);
     let files = (&staged[..], &ns_is_tick());
-    let x = expand_with(reader.classes().stream(0), &dirs, files, names, None).unwrap();
+    let x = expand_with(
+        reader.classes().stream(0),
+        &dirs,
+        files,
+        names,
+        &NameTable::default(),
+    )
+    .unwrap();
     let expanded = dir.path().join("out").join(&staged[0].name);
     assert_eq!((x.stats.packets, x.stats.packets_skipped), (2, 1));
     assert_eq!((x.stats.events, x.stats.events_lost), (10, 5));
@@ -1208,20 +1216,30 @@ fn writer_into(dir: &Path, region: &Region) -> CtfWriter {
     writer_with(dir, region, clock())
 }
 
-/// A writer of `region`'s traces into `dir` with `clock` as its mapping.
-pub(crate) fn writer_with(dir: &Path, region: &Region, clock: ClockMapping) -> CtfWriter {
-    let env = TraceEnv {
+/// The env of the tests' traces.
+fn test_env() -> TraceEnv {
+    TraceEnv {
         hostname: "guest0".into(),
         trace_name: "t".into(),
         creation_datetime: "d".into(),
         tracer_major: 0,
         tracer_minor: 1,
         extra: vec![],
-    };
+    }
+}
+
+/// A writer of `region`'s traces into `dir` with `clock` as its mapping.
+pub(crate) fn writer_with(dir: &Path, region: &Region, clock: ClockMapping) -> CtfWriter {
     let n = region.layout().nr_channels;
     let root = crate::OutDir::root(dir, &Default::default()).unwrap();
     let limits = crate::streams::Limits::default();
-    CtfWriter::new(root, region.header().uuid, clock, env, n, limits)
+    CtfWriter::new(root, region.header().uuid, clock, test_env(), n, limits)
+}
+
+/// Finishes `writer` with the clock and env it was made with.
+pub(crate) fn finish_as_made(writer: &mut CtfWriter, classes: &EventClasses) {
+    let (clock, env) = (writer.clock().clone(), writer.env().clone());
+    writer.finish(&clock, env, classes).unwrap();
 }
 
 /// A resumed recording's kernel stays staged: its adopted files hold wire
@@ -1249,7 +1267,7 @@ fn a_resumed_kernel_stays_staged() {
     let region = Region::from_bytes(&r.bytes, Access::ReadWrite).unwrap();
     let mut resumed = writer_into(dir.path(), &region);
     resumed.adopt(&adopted, reader.classes()).unwrap();
-    resumed.finish(reader.classes()).unwrap();
+    finish_as_made(&mut resumed, reader.classes());
     assert!(!staging.exists(), "the staging directory was expanded");
     let classes = resumed.output_classes(0, reader.classes()).clone();
     let mut evs = Vec::new();
@@ -1317,8 +1335,8 @@ fn a_live_sink_expands_as_packets_arrive() {
     reader.drain_available(&mut both).unwrap();
     reader.flush_partial(&mut both).unwrap();
     reader.finish(&mut both).unwrap();
-    both.dir.finish(reader.classes()).unwrap();
-    both.live.finish(reader.classes()).unwrap();
+    finish_as_made(&mut both.dir, reader.classes());
+    both.live.finish(&clock(), test_env(), reader.classes()).unwrap();
     let relay = tempfile::tempdir().unwrap();
     write_relay_copy(&tap, relay.path());
     // CPU 0's packet is drained before CPU 1's fork: the table names 42.
@@ -1373,10 +1391,10 @@ fn a_live_sink_keeps_each_stream_monotonic_across_mappings() {
         error_ns: 1_234,
         ..clock()
     };
-    live.set_clock(earlier);
+    live.set_clock(earlier.clone());
     reader.flush_partial(&mut live).unwrap();
     reader.finish(&mut live).unwrap();
-    live.finish(reader.classes()).unwrap();
+    live.finish(&earlier, test_env(), reader.classes()).unwrap();
     let relay = tempfile::tempdir().unwrap();
     write_relay_copy(&tap, relay.path());
     let classes = live.kernel_classes().unwrap().clone();

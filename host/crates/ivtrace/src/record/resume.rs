@@ -21,10 +21,12 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use ivtrace_ctf::dir::StreamFile;
 use ivtrace_ctf::recover::{count_file, cut_stream_file};
 use ivtrace_ctf::trace::{stream_dir, NO_CHANNEL_FILE};
 use ivtrace_ctf::{CtfWriter, OutDir, OutputPolicy};
 use ivtrace_region::meta::ScanMode;
+use ivtrace_region::ns::NsScale;
 use ivtrace_region::{abi, EventClasses, Reader};
 
 /// Opens DIR, which must hold a recording that was not finalized (its
@@ -40,7 +42,7 @@ pub fn continue_recording(out: &OutDir, reader: &mut Reader, writer: &mut CtfWri
     let uuid = reader.region().header().uuid_string();
     let before = ivtrace_ctf::dir::resume(out, &uuid)?;
     // The earlier run wrote its user times with the mapping it measured.
-    reader.set_earlier_user_clock(before.clock.ns_scale());
+    let earlier = before.clock.ns_scale();
     reader.scan_metadata(ScanMode::Live);
     let classes = before.event_classes();
     let mut adopted = Vec::new();
@@ -53,7 +55,7 @@ pub fn continue_recording(out: &OutDir, reader: &mut Reader, writer: &mut CtfWri
             true => reader.classes().clone(),
             false => classes.clone(),
         };
-        let (len, kept, dropped) = adopt_file(&f.dir, &f.name, f.chan, reader, &classes)?;
+        let (len, kept, dropped) = adopt_file(&f, reader, &classes, earlier)?;
         packets += kept;
         cut += dropped;
         adopted.push((f.chan, f.stream, len));
@@ -93,15 +95,16 @@ fn adopt_no_channel(out: &OutDir, reader: &mut Reader) -> Result<Option<u64>> {
     Ok(Some(scanned.whole))
 }
 
-/// Cuts one stream file and starts its channel after it; returns the
-/// bytes kept, the packets kept and the bytes cut.
+/// Cuts one stream file and starts its channel after it (user times read
+/// back with `earlier`, the mapping that wrote them); returns the bytes
+/// kept, the packets kept and the bytes cut.
 fn adopt_file(
-    dir: &OutDir,
-    name: &str,
-    c: u32,
+    file: &StreamFile,
     reader: &mut Reader,
     classes: &EventClasses,
+    earlier: NsScale,
 ) -> Result<(u64, u64, u64)> {
+    let (dir, name, c) = (&file.dir, file.name.as_str(), file.chan);
     let consumed = reader.region().protocol().consumed(c);
     let shown = dir.join(name).display().to_string();
     let scanned = cut_stream_file(dir, name, Some(consumed))
@@ -111,13 +114,8 @@ fn adopt_file(
             .open_read(name)
             .with_context(|| format!("cannot read {shown}"))?;
         let counted = count_file(&f, classes).with_context(|| format!("cannot read {shown}"))?;
-        reader.resume_channel(
-            c,
-            &last.header,
-            counted.events,
-            counted.packets,
-            counted.bytes,
-        );
+        let written = (counted.events, counted.packets, counted.bytes);
+        reader.resume_channel(c, &last.header, written, earlier);
     }
     Ok((scanned.whole, scanned.packets.len() as u64, scanned.cut))
 }
