@@ -1336,7 +1336,9 @@ fn a_live_sink_expands_as_packets_arrive() {
     reader.flush_partial(&mut both).unwrap();
     reader.finish(&mut both).unwrap();
     finish_as_made(&mut both.dir, reader.classes());
-    both.live.finish(&clock(), test_env(), reader.classes()).unwrap();
+    both.live
+        .finish(&clock(), test_env(), reader.classes())
+        .unwrap();
     let relay = tempfile::tempdir().unwrap();
     write_relay_copy(&tap, relay.path());
     // CPU 0's packet is drained before CPU 1's fork: the table names 42.
