@@ -117,9 +117,24 @@ impl HostSinks {
     /// caller gave it first): all of them, even after one failed, so one
     /// broken copy does not starve the others; the first error is returned.
     fn beside(&mut self, file: &str, bytes: &[u8], events: u64) -> Result<(), CtfError> {
+        self.each_beside(|sink, trace| sink.packet(trace, file, bytes, events))
+    }
+
+    /// New metadata text, in the directory first, then beside it.
+    fn metadata(&mut self, text: &str) -> Result<(), CtfError> {
+        self.dir.metadata(self.trace, text, None)?;
+        self.each_beside(|sink, trace| sink.metadata(trace, text, None))
+    }
+
+    /// Runs `f` on every sink beside the directory, each even after one
+    /// failed; the first error.
+    fn each_beside(
+        &mut self,
+        mut f: impl FnMut(&mut dyn TraceSink, &'static str) -> Result<(), CtfError>,
+    ) -> Result<(), CtfError> {
         let mut first = Ok(());
         for sink in &mut self.beside {
-            let sent = sink.packet(self.trace, file, bytes, events);
+            let sent = f(&mut **sink, self.trace);
             if first.is_ok() {
                 first = sent;
             }
@@ -209,13 +224,17 @@ impl HostTrace {
         Ok(())
     }
 
-    pub fn dir(&self) -> &Path {
-        self.sinks.dir.out_dir().path()
+    /// Replaces the metadata (a trace whose env is only known at its end:
+    /// the VM view's), in the directory first, then in the sinks beside it,
+    /// each told even after one failed; the first error.
+    pub fn set_metadata(&mut self, text: String) -> Result<(), CtfError> {
+        let sent = self.sinks.metadata(&text);
+        self.metadata = text;
+        sent
     }
 
-    /// The trace directory's descriptor (to rewrite its metadata later).
-    pub fn out_dir(&self) -> &OutDir {
-        self.sinks.dir.out_dir()
+    pub fn dir(&self) -> &Path {
+        self.sinks.dir.out_dir().path()
     }
 
     pub fn metadata_text(&self) -> &str {
@@ -641,6 +660,7 @@ mod tests {
         let root = OutDir::root(tmp.path(), &Default::default()).unwrap();
         let classes = vec![EventClass::new(7, STREAM_KERNEL, "e".into(), vec![])];
         let text = "/* CTF 1.8 */ the vm view's metadata\n".to_string();
+        let first = text.clone();
         let mut t = HostTrace::create_with_metadata(&root, "vm-2", "vm", text, classes).unwrap();
         let a = t.add_stream(STREAM_KERNEL, 0, "vm_cpu0").unwrap();
         let copy = Arc::new(std::sync::Mutex::new(Copy::default()));
@@ -653,11 +673,15 @@ mod tests {
             t.event(b, 7, ts, 2, &[]).unwrap();
         }
         t.discarded(b, 3).unwrap();
+        // The VM view's env is only known at its end.
+        let last = format!("{first}env {{ end = 1; }};\n");
+        t.set_metadata(last.clone()).unwrap();
         assert_eq!(t.finish().unwrap(), vec![10_000, 10_000, 0]);
         let dir = tmp.path().join("vm-2");
         let c = copy.lock().unwrap();
         let on_disk = fs::read_to_string(dir.join("metadata")).unwrap();
-        assert_eq!(c.metadata, vec![("vm", on_disk)]);
+        assert_eq!(on_disk, last);
+        assert_eq!(c.metadata, vec![("vm", first), ("vm", last)]);
         for file in ["vm_cpu0", "vm_cpu1"] {
             let sent = &c.files[&format!("vm/{file}")];
             let packets = headers(sent).len();

@@ -176,15 +176,11 @@ impl VmWriter {
         for (vcpu, (at, t, p)) in ends {
             self.write(vcpu, at, classes::INTERVAL_END, t, &p)?;
         }
-        let dir = self.trace.out_dir().clone();
-        self.trace.finish()?;
         let text = vm_metadata(&vm_desc(g, env), &classes::classes());
-        dir.write_atomically("metadata", text.as_bytes())
-            .map_err(|source| VmViewError::Write {
-                path: dir.join("metadata"),
-                source,
-            })?;
-        Ok(dir.path().to_path_buf())
+        self.trace.set_metadata(text)?;
+        let dir = self.trace.dir().to_path_buf();
+        self.trace.finish()?;
+        Ok(dir)
     }
 }
 

@@ -18,8 +18,6 @@ pub enum VmViewError {
     Read { path: PathBuf, source: io::Error },
     #[error("cannot list {}", .path.display())]
     List { path: PathBuf, source: io::Error },
-    #[error("cannot write {}", .path.display())]
-    Write { path: PathBuf, source: io::Error },
     #[error(transparent)]
     Trace(#[from] CtfError),
 }
