@@ -107,12 +107,7 @@ mod tests {
     fn clock() -> ClockMapping {
         ClockMapping {
             freq_hz: 2_500_000_000,
-            ref_ticks: 0,
-            ref_realtime_ns: 1_700_000_000_000_000_000,
-            error_ns: 1,
-            method: "test".into(),
-            coarse: true,
-            samples: 1,
+            ..crate::kernel::tests::clock()
         }
     }
 

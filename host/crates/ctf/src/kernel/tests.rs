@@ -280,7 +280,7 @@ struct Out {
     events: Vec<Ev>,
 }
 
-fn clock() -> ClockMapping {
+pub(crate) fn clock() -> ClockMapping {
     ClockMapping {
         freq_hz: 1_000_000_000,
         ref_ticks: 0,
